@@ -1,0 +1,1 @@
+from web_index._version import __version__
