@@ -1,0 +1,52 @@
+"""Exceptions raised by web-index.
+
+Every error names what was wrong and where, so that a caller can fix the input
+without reading the source.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptFileError",
+    "InvalidRecordError",
+    "InvalidURLError",
+    "StoreError",
+    "WebIndexError",
+]
+
+
+class WebIndexError(Exception):
+    """Base class of every error web-index raises on purpose."""
+
+
+class InvalidRecordError(WebIndexError, ValueError):
+    """A record, query or insertion request broke a rule of the standard.
+
+    ``field`` names the offending field (dotted path, e.g. ``data[1].is_final``).
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+class InvalidURLError(InvalidRecordError):
+    """A URL could not be parsed or is not an absolute http(s) URL."""
+
+    def __init__(self, url: str, problem: str, field: str = "url") -> None:
+        self.url = url
+        super().__init__(field, f"{problem} (got {url!r})")
+
+
+class StoreError(WebIndexError):
+    """The store could not be read or written (I/O, permissions, missing store)."""
+
+
+class CorruptFileError(StoreError):
+    """A file in the store is unreadable or breaks the store's invariants."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")

@@ -1,0 +1,38 @@
+"""The records and queries of the Web Index Standard, as typed Python objects.
+
+Every model converts to and from the standard's flat serialised form with
+``to_dict()`` / ``from_dict()``; lists of queries go to and from Parquet with
+:func:`write_queries` / :func:`read_queries`.
+"""
+
+from web_index.models._enums import AttemptState, Calibre, RecordType
+from web_index.models._io import iter_queries, read_queries, write_queries
+from web_index.models._queries import (
+    DeterministicQuery,
+    PageKey,
+    Query,
+    SimplePageQuery,
+    TimeAwarePageQuery,
+    TimeBoundedQuery,
+    query_from_dict,
+)
+from web_index.models._records import AttemptMetadata, Page, Response
+
+__all__ = [
+    "AttemptMetadata",
+    "AttemptState",
+    "Calibre",
+    "DeterministicQuery",
+    "Page",
+    "PageKey",
+    "Query",
+    "RecordType",
+    "Response",
+    "SimplePageQuery",
+    "TimeAwarePageQuery",
+    "TimeBoundedQuery",
+    "iter_queries",
+    "query_from_dict",
+    "read_queries",
+    "write_queries",
+]

@@ -1,0 +1,152 @@
+"""URL normalisation and the domain a URL is partitioned under.
+
+Two spellings of one resource must meet in the store, so matching uses a
+normalised *URL key*: scheme and host lower-case, host IDNA-encoded, default
+port dropped, fragment dropped, percent-encoding normalised (unreserved
+characters decoded, hex digits upper-case, unsafe characters encoded), and an
+empty path written ``/``. Path and query keep their case and order: servers
+treat them as case-sensitive and order-sensitive.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import ipaddress
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+import idna
+import tldextract
+
+from web_index.errors import InvalidURLError
+
+__all__ = ["domain_of", "host_of", "url_key"]
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# Characters that may stay literal in a path or query (RFC 3986 pchar + "/" + "?").
+_SAFE_PATH = _UNRESERVED | frozenset("!$&'()*+,;=:@/%")
+_SAFE_QUERY = _SAFE_PATH | frozenset("?")
+_PCT = re.compile(r"%([0-9A-Fa-f]{2})")
+# A domain used in a file name: letters, digits, dots and dashes only, so that a
+# name derived from a URL can never contain a separator or climb a folder.
+_SAFE_DOMAIN = re.compile(r"^[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?$")
+_MAX_DOMAIN = 200
+
+# The offline snapshot of the public suffix list shipped inside tldextract:
+# never reach the network at run time.
+_EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+
+
+def _normalise_escapes(text: str, safe: frozenset[str]) -> str:
+    def fix(match: re.Match[str]) -> str:
+        char = chr(int(match.group(1), 16))
+        return char if char in _UNRESERVED else "%" + match.group(1).upper()
+
+    text = _PCT.sub(fix, text)
+    out: list[str] = []
+    for char in text:
+        if char in safe:
+            out.append(char)
+        else:
+            out.extend(f"%{b:02X}" for b in char.encode("utf-8"))
+    # A lone "%" not starting a valid escape must be encoded to stay unambiguous.
+    return re.sub(r"%(?![0-9A-F]{2})", "%25", "".join(out))
+
+
+def _encode_host(host: str, url: str) -> str:
+    if host.startswith("["):
+        try:
+            return "[" + ipaddress.IPv6Address(host[1:-1]).compressed + "]"
+        except ValueError as exc:
+            raise InvalidURLError(url, f"invalid IPv6 host: {exc}") from None
+    host = host.rstrip(".").lower()
+    if not host:
+        raise InvalidURLError(url, "URL has no host")
+    try:
+        return str(ipaddress.IPv4Address(host))
+    except ValueError:
+        pass
+    if host.isascii():
+        if not re.fullmatch(r"[a-z0-9_.-]+", host) or ".." in host:
+            raise InvalidURLError(url, f"invalid host {host!r}")
+        return host
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except idna.IDNAError as exc:
+        raise InvalidURLError(url, f"host is not valid IDNA: {exc}") from None
+
+
+@functools.lru_cache(maxsize=65536)
+def _split(url: str) -> tuple[str, str, int | None, str, str]:
+    if not isinstance(url, str):
+        raise InvalidURLError(repr(url), "URL must be a string")
+    if not url or url != url.strip() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise InvalidURLError(url, "URL is empty or has whitespace or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidURLError(url, f"unparseable URL: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        raise InvalidURLError(url, "only absolute http:// and https:// URLs are supported")
+    hostname = parts.netloc.rpartition("@")[2]
+    if hostname.startswith("["):
+        hostname = hostname[: hostname.index("]") + 1]
+    else:
+        hostname = hostname.rpartition(":")[0] if ":" in hostname else hostname
+    host = _encode_host(hostname, url)
+    return scheme, host, port, parts.path, parts.query
+
+
+@functools.lru_cache(maxsize=65536)
+def url_key(url: str) -> str:
+    """The normalised form of ``url`` under which the store matches it.
+
+    >>> url_key("HTTP://Example.COM:80/a%7eb?Q=1#frag")
+    'http://example.com/a~b?Q=1'
+
+    Raises :class:`~web_index.errors.InvalidURLError` when ``url`` is not an
+    absolute http(s) URL.
+    """
+    scheme, host, port, path, query = _split(url)
+    netloc = host if port is None or port == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
+    path = _normalise_escapes(path, _SAFE_PATH) or "/"
+    query = _normalise_escapes(query, _SAFE_QUERY)
+    return urlunsplit((scheme, netloc, path, query, ""))
+
+
+def host_of(url: str) -> str:
+    """The lower-case, IDNA-encoded host of ``url`` (IPv6 hosts in brackets)."""
+    return _split(url)[1]
+
+
+@functools.lru_cache(maxsize=65536)
+def domain_of(url: str) -> str:
+    """The partition domain of ``url``: its registrable domain.
+
+    Uses the public suffix list (an offline snapshot). Hosts without a
+    registrable domain (IP addresses, ``localhost``, bare suffixes) use the host
+    itself; IPv6 addresses are written with ``-`` for ``:``. The result only
+    ever holds ``[a-z0-9.-]`` and so is safe to use as a file name.
+    """
+    host = host_of(url)
+    if host.startswith("["):
+        domain = "ip6-" + ipaddress.IPv6Address(host[1:-1]).exploded.replace(":", "-")
+    else:
+        try:
+            ipaddress.IPv4Address(host)
+            domain = host
+        except ValueError:
+            ext = _EXTRACT(host)
+            domain = ext.top_domain_under_public_suffix or host
+    domain = domain.replace("_", "-")
+    if len(domain) > _MAX_DOMAIN:
+        # Keep file names under NAME_MAX: long hosts keep a readable tail and a hash.
+        digest = hashlib.sha256(domain.encode()).hexdigest()[:16]
+        domain = f"{digest}.{domain[-(_MAX_DOMAIN - 17):].lstrip('.-')}"
+    if not _SAFE_DOMAIN.match(domain) or ".." in domain:
+        raise InvalidURLError(url, f"cannot derive a safe partition name from host {host!r}")
+    return domain
