@@ -1,1 +1,7 @@
+"""web-index: keep everything a crawler fetches, and answer questions about it fast."""
+
 from web_index._version import __version__
+from web_index.index import WebIndex
+from web_index.storage import FlushPolicy, WriteOptions
+
+__all__ = ["FlushPolicy", "WebIndex", "WriteOptions", "__version__"]

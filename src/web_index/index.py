@@ -1,0 +1,180 @@
+"""``WebIndex``: the read/append handle of a store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+from web_index.ingest import validate_attempt
+from web_index.ingest._validate import Attempt
+from web_index.models import AttemptMetadata, PageKey, Query, RecordType, Response
+from web_index.models._time import from_us
+from web_index.query import Result, run_queries
+from web_index.storage import FlushPolicy, MethodPartition, Store, WriteOptions, open_backend
+
+__all__ = ["InsertItem", "WebIndex"]
+
+InsertItem = tuple[
+    RecordType | str,
+    str,
+    datetime | str,
+    AttemptMetadata | Mapping[str, Any],
+    Sequence[Response | Mapping[str, Any]],
+]
+
+
+class WebIndex:
+    """A web index store at ``location`` (a folder or ``file://`` URL).
+
+    Inserts are durable when they return and visible at once to queries from
+    any process. Use as a context manager, or call :meth:`close`.
+
+    ``read_only=True`` opens without creating anything and refuses writes.
+    ``durable=False`` trades power-loss durability for speed (a killed process
+    still loses nothing acknowledged). ``policy`` decides when buffered inserts
+    become Parquet part files and when partitions compact themselves.
+    """
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        durable: bool = True,
+        policy: FlushPolicy | None = None,
+        write_options: WriteOptions | None = None,
+    ) -> None:
+        self.location = os.fspath(location)
+        self._store = Store(
+            open_backend(location),
+            readonly=read_only,
+            durable=durable,
+            policy=policy,
+            write_options=write_options,
+        )
+        self.read_only = read_only
+
+    # -- context ---------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the buffer connection. Buffered inserts stay durable; nothing is lost."""
+        self._store.close()
+
+    def __repr__(self) -> str:
+        return f"WebIndex({self.location!r}{', read_only=True' if self.read_only else ''})"
+
+    # -- writing ---------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            from web_index.errors import StoreError
+
+            raise StoreError("this WebIndex was opened read_only")
+
+    def insert(
+        self,
+        type: RecordType | str,
+        url: str,
+        timestamp: datetime | str,
+        metadata: AttemptMetadata | Mapping[str, Any],
+        data: Sequence[Response | Mapping[str, Any]] = (),
+    ) -> PageKey:
+        """Store one fetch attempt; return the :class:`PageKey` that finds it again.
+
+        ``type`` is ``"get"`` or ``"head"``, ``timestamp`` when the attempt
+        began (timezone-aware), ``metadata`` the attempt's metadata record and
+        ``data`` its response chain (empty for a failed attempt). The store
+        assigns the ``request_id``. Anything invalid raises
+        :class:`~web_index.errors.InvalidRecordError` naming the field, and
+        nothing is stored.
+
+        The returned key is for the data record of a successful attempt and for
+        the metadata record of a failed one.
+        """
+        return self.insert_many([(type, url, timestamp, metadata, data)])[0]
+
+    def insert_many(self, items: Iterable[InsertItem]) -> list[PageKey]:
+        """Store many attempts in one durable transaction: all or none.
+
+        Every item is validated before anything is written.
+        """
+        self._check_writable()
+        attempts: list[Attempt] = []
+        for n, item in enumerate(items):
+            try:
+                attempts.append(validate_attempt(*item))
+            except Exception as exc:
+                from web_index.errors import InvalidRecordError
+
+                if isinstance(exc, InvalidRecordError) and n:
+                    raise InvalidRecordError(f"item {n}: {exc.field}", exc.problem) from None
+                raise
+        if attempts:
+            self._store.append(attempts)
+        return [_key_of(a) for a in attempts]
+
+    def flush(self) -> int:
+        """Write every buffered insert to Parquet part files; return how many attempts moved."""
+        self._check_writable()
+        return self._store.flush()
+
+    def compact(self, *, min_parts: int = 1, partitions: Iterable[MethodPartition] | None = None) -> int:
+        """Roll part files into one ``<domain>.parquet`` per partition.
+
+        Only partitions with at least ``min_parts`` part files are compacted.
+        Safe while other processes write and read. Returns how many partitions
+        changed.
+        """
+        self._check_writable()
+        return self._store.compact(partitions, min_parts=min_parts)
+
+    # -- reading ---------------------------------------------------------------
+
+    def query(self, queries: Sequence[Query]) -> list[Result]:
+        """Answer queries in input order: a :class:`Page` (``get``/``head``), an
+        :class:`AttemptMetadata` (``*-metadata``) or ``None`` for each."""
+        return run_queries(self._store, list(queries), bodies=True)  # type: ignore[return-value]
+
+    def presence(self, queries: Sequence[Query]) -> list[bool]:
+        """Whether each query matches anything, exactly as ``query(...) is not None``,
+        without reading any body."""
+        return run_queries(self._store, list(queries), bodies=False)  # type: ignore[return-value]
+
+    async def async_query(self, queries: Sequence[Query]) -> list[Result]:
+        """:meth:`query` off the event loop."""
+        return await asyncio.to_thread(self.query, queries)
+
+    async def async_presence(self, queries: Sequence[Query]) -> list[bool]:
+        """:meth:`presence` off the event loop."""
+        return await asyncio.to_thread(self.presence, queries)
+
+    # -- housekeeping ----------------------------------------------------------
+
+    def verify(self) -> Any:
+        """Check every file and invariant; change nothing. Returns a ``VerifyReport``."""
+        from web_index.storage._verify import verify
+
+        return verify(self._store)
+
+    def stats(self) -> Any:
+        """Per type/month/domain counts, bytes and part files. Returns ``StoreStats``."""
+        from web_index.storage._stats import stats
+
+        return stats(self._store)
+
+
+def _key_of(a: Attempt) -> PageKey:
+    type = a.method if a.success else a.method.metadata
+    return PageKey(type=type, url=a.url, timestamp=from_us(a.ts_us), request_id=a.request_id)

@@ -1,0 +1,94 @@
+"""Normalised queries: what each query asks of the store, in store terms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
+from web_index.models._time import to_us
+from web_index.urls import domain_of, url_key
+
+__all__ = ["Candidate", "Plan", "month_bounds", "plan"]
+
+_NEG = -(1 << 62)
+_POS = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One stored attempt that may answer a query (key columns only)."""
+
+    ts_us: int
+    request_id: str
+    calibre: int
+
+    def order(self) -> tuple[int, str]:
+        # Later fetch first; the time-ordered request id breaks exact ties.
+        return (self.ts_us, self.request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    type: RecordType
+    url_key: str
+    domain: str
+    lo_us: int  # inclusive window
+    hi_us: int
+    near_us: int | None  # nearest to this; None: the latest
+    request_id: str | None  # PageKey
+    calibre: int | None
+    strict: bool
+
+    def accepts(self, c: Candidate) -> bool:
+        if not self.lo_us <= c.ts_us <= self.hi_us:
+            return False
+        if self.request_id is not None:
+            return c.request_id == self.request_id
+        if self.calibre is None:
+            return True
+        return c.calibre == self.calibre if self.strict else c.calibre >= self.calibre
+
+    def better(self, a: Candidate, b: Candidate | None) -> bool:
+        """Whether ``a`` answers this query better than ``b``."""
+        if b is None:
+            return True
+        if self.near_us is None:
+            return a.order() > b.order()
+        da, db = abs(a.ts_us - self.near_us), abs(b.ts_us - self.near_us)
+        return da < db or (da == db and a.order() > b.order())
+
+    def settled(self, best: Candidate | None, before_us: int) -> bool:
+        """Whether no record older than ``before_us`` can beat ``best``."""
+        if self.lo_us >= before_us:
+            return True  # the window holds nothing older
+        if best is None:
+            return False
+        if self.near_us is None:
+            return True  # anything older is not later
+        # Older records are further than near - before_us, and lose ties.
+        return self.near_us - before_us >= abs(best.ts_us - self.near_us)
+
+
+def plan(query: Query) -> Plan:
+    key = url_key(query.url)
+    domain = domain_of(query.url)
+    if isinstance(query, PageKey):
+        ts = to_us(query.timestamp)
+        return Plan(query.type, key, domain, ts, ts, None, query.request_id, None, False)
+    if isinstance(query, SimplePageQuery):
+        return Plan(query.type, key, domain, _NEG, _POS, None, None, query.calibre, query.calibre_strict)
+    if isinstance(query, TimeAwarePageQuery):
+        lo = _NEG if query.not_before is None else to_us(query.not_before)
+        hi = _POS if query.not_after is None else to_us(query.not_after)
+        near = None if query.timestamp is None else to_us(query.timestamp)
+        return Plan(query.type, key, domain, lo, hi, near, None, query.calibre, query.calibre_strict)
+    raise TypeError(f"not a query: {query!r}")
+
+
+def month_bounds(year: int, month: int) -> tuple[int, int]:
+    """``[start, end)`` of a month in microseconds since the epoch."""
+    from datetime import UTC, datetime
+
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+    return to_us(start), to_us(end)

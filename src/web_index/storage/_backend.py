@@ -1,0 +1,140 @@
+"""The files of a store: listing, atomic writes, reads, deletes.
+
+Only the local filesystem is implemented here; the interface is what an
+object-store backend has to provide too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from typing import Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from web_index.errors import StoreError
+from web_index.storage._layout import TMP_DIR
+
+__all__ = ["Backend", "LocalBackend", "open_backend"]
+
+
+class Backend(Protocol):
+    """What the store needs from where its files live."""
+
+    @property
+    def url(self) -> str: ...
+
+    def list_files(self, folder: str) -> list[tuple[str, int]]:
+        """``(name, size)`` of the files directly in ``folder``; empty if missing."""
+        ...
+
+    def list_folders(self, folder: str) -> list[str]: ...
+
+    def open_parquet(self, path: str) -> pq.ParquetFile:
+        """Open a Parquet file; ``FileNotFoundError`` if it is gone."""
+        ...
+
+    def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
+        """Write ``table`` to ``path`` atomically (all or nothing); return bytes written."""
+        ...
+
+    def delete(self, path: str) -> None:
+        """Remove ``path``; a missing file is not an error."""
+        ...
+
+    def local_folder(self, name: str) -> Path:
+        """A local folder for the store's private state (buffer, locks)."""
+        ...
+
+
+class LocalBackend:
+    """A store in a local folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    @property
+    def url(self) -> str:
+        return self.root.as_uri()
+
+    def _path(self, rel: str) -> Path:
+        # Store paths come from validated partitions, but check once more: a
+        # path that escapes the root is a bug we refuse to act on.
+        path = (self.root / rel).resolve()
+        if path != self.root and self.root not in path.parents:
+            raise StoreError(f"refusing a path outside the store: {rel!r}")
+        return path
+
+    def list_files(self, folder: str) -> list[tuple[str, int]]:
+        out: list[tuple[str, int]] = []
+        try:
+            with os.scandir(self._path(folder)) as entries:
+                for entry in entries:
+                    if entry.is_file(follow_symlinks=False):
+                        with contextlib.suppress(FileNotFoundError):
+                            out.append((entry.name, entry.stat(follow_symlinks=False).st_size))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return out
+
+    def list_folders(self, folder: str) -> list[str]:
+        try:
+            with os.scandir(self._path(folder)) as entries:
+                return [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def open_parquet(self, path: str) -> pq.ParquetFile:
+        return pq.ParquetFile(str(self._path(path)), memory_map=True)
+
+    def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
+        target = self._path(path)
+        tmp_dir = self.local_folder(TMP_DIR)
+        tmp = tmp_dir / f"{uuid.uuid4()}.parquet.tmp"
+        try:
+            pq.write_table(table, str(tmp), **options)  # type: ignore[arg-type]
+            with tmp.open("rb") as fh:
+                os.fsync(fh.fileno())
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        return target.stat().st_size
+
+    def delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(path).unlink()
+
+    def local_folder(self, name: str) -> Path:
+        folder = self._path(name)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def open_backend(location: str | os.PathLike[str]) -> Backend:
+    """The backend for a store location: a path or ``file://`` URL."""
+    text = os.fspath(location)
+    if text.startswith("file://"):
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(text)
+        if parts.netloc not in ("", "localhost"):
+            raise StoreError(f"file:// URLs must be local, got host {parts.netloc!r}")
+        return LocalBackend(Path(unquote(parts.path)))
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise StoreError(f"unsupported store location scheme {scheme!r} in {text!r}")
+    return LocalBackend(Path(text).expanduser())

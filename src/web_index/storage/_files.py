@@ -1,0 +1,145 @@
+"""Reading and writing the Parquet files of one partition.
+
+The visible files of a partition are its compacted file (if any) plus every
+part file that the compacted file does not list as superseded. A compaction
+writes the new compacted file *with* the list of parts it absorbed, then
+deletes those parts; so at every instant each record is visible exactly once,
+and a compaction killed at any point leaves the store correct.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from web_index.errors import CorruptFileError
+from web_index.models import RecordType
+from web_index.storage._backend import Backend
+from web_index.storage._layout import Partition, StoredFile, parse_file_name
+from web_index.storage._schema import FORMAT_VERSION, SCHEMAS, SORT_KEYS, TS_COLUMN
+
+__all__ = [
+    "SUPERSEDED_KEY",
+    "WriteOptions",
+    "list_partition_files",
+    "read_superseded",
+    "rows_to_table",
+    "sort_dedupe",
+    "visible_files",
+    "write_partition_file",
+]
+
+SUPERSEDED_KEY = b"web_index.superseded"
+_FORMAT_KEY = b"web_index.format"
+
+
+class WriteOptions:
+    """How part and compacted files are written (tuned in ``docs/performance.md``)."""
+
+    def __init__(self, *, row_group_rows: int = 4096, compression_level: int = 3) -> None:
+        self.row_group_rows = row_group_rows
+        self.compression_level = compression_level
+
+
+def rows_to_table(type: RecordType, rows: Sequence[dict[str, Any]]) -> pa.Table:
+    schema = SCHEMAS[type]
+    columns = {name: [row.get(name) for row in rows] for name in schema.names}
+    arrays = []
+    for field in schema:
+        values = columns[field.name]
+        if pa.types.is_timestamp(field.type):
+            arrays.append(pa.array(values, type=pa.int64()).cast(field.type))
+        else:
+            arrays.append(pa.array(values, type=field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def sort_dedupe(type: RecordType, table: pa.Table) -> pa.Table:
+    """Sort by the type's sort key and drop repeated rows (same record twice)."""
+    identity = ["request_id"] if type.is_metadata else ["request_id", "chain_index"]
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    frame = frame.unique(subset=identity, keep="first").sort(SORT_KEYS[type])
+    return frame.to_arrow().cast(SCHEMAS[type])
+
+
+def write_partition_file(
+    backend: Backend,
+    partition: Partition,
+    table: pa.Table,
+    options: WriteOptions,
+    *,
+    part: str | None,
+    superseded: Sequence[str] = (),
+) -> int:
+    """Write a sorted table as a part file (``part`` given) or the compacted file."""
+    meta = {_FORMAT_KEY: FORMAT_VERSION.encode()}
+    if part is None:
+        meta[SUPERSEDED_KEY] = json.dumps(sorted(superseded)).encode()
+    table = table.replace_schema_metadata(meta)
+    path = partition.compacted_path if part is None else partition.part_path(part)
+    sorting = [pq.SortingColumn(table.schema.get_field_index(c)) for c in SORT_KEYS[partition.type]]
+    return backend.write_parquet(
+        path,
+        table,
+        compression="zstd",
+        compression_level=options.compression_level,
+        row_group_size=options.row_group_rows,
+        use_dictionary=["fetcher_name", "fetcher_version", "state"],
+        write_statistics=["url_key", TS_COLUMN[partition.type], "request_id"],
+        sorting_columns=sorting,
+        write_page_index=True,
+    )
+
+
+def read_superseded(file: pq.ParquetFile, path: str) -> frozenset[str]:
+    meta = file.schema_arrow.metadata or {}
+    raw = meta.get(SUPERSEDED_KEY)
+    if raw is None:
+        return frozenset()
+    try:
+        parts = json.loads(raw)
+        return frozenset(str(uuid.UUID(p)) for p in parts)
+    except (ValueError, TypeError) as exc:
+        raise CorruptFileError(path, f"unreadable superseded list: {exc}") from None
+
+
+def list_partition_files(backend: Backend, folder: str, type: RecordType, year: int, month: int) -> dict[str, list[StoredFile]]:
+    """Every file of a month folder, grouped by domain."""
+    out: dict[str, list[StoredFile]] = {}
+    for name, size in backend.list_files(folder):
+        parsed = parse_file_name(name)
+        if parsed is None:
+            continue
+        domain, part = parsed
+        partition = Partition(type, year, month, domain)
+        out.setdefault(domain, []).append(StoredFile(partition, part, f"{folder}/{name}", size))
+    return out
+
+
+def visible_files(
+    backend: Backend, files: Sequence[StoredFile]
+) -> tuple[list[tuple[StoredFile, pq.ParquetFile]], list[StoredFile]]:
+    """Open the visible files of one partition; also return the superseded ones.
+
+    Raises ``FileNotFoundError`` if a listed file vanished (a compaction
+    finished meanwhile): the caller lists again.
+    """
+    compacted = [f for f in files if f.part is None]
+    superseded: frozenset[str] = frozenset()
+    opened: list[tuple[StoredFile, pq.ParquetFile]] = []
+    if compacted:
+        handle = backend.open_parquet(compacted[0].path)
+        superseded = read_superseded(handle, compacted[0].path)
+        opened.append((compacted[0], handle))
+    dead = [f for f in files if f.part is not None and f.part in superseded]
+    for f in files:
+        if f.part is not None and f.part not in superseded:
+            opened.append((f, backend.open_parquet(f.path)))
+    return opened, dead

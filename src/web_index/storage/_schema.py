@@ -1,0 +1,76 @@
+"""The Arrow/Parquet schemas of the four record types, and how to sort them."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from web_index.models import RecordType
+
+__all__ = ["KEY_COLUMNS", "SCHEMAS", "SORT_KEYS", "TS_COLUMN", "FORMAT_VERSION"]
+
+FORMAT_VERSION = "1"
+_TS = pa.timestamp("us", tz="UTC")
+
+
+def _data_schema(with_body: bool) -> pa.Schema:
+    fields = [
+        pa.field("url_key", pa.string(), nullable=False),
+        pa.field("url", pa.string(), nullable=False),
+        pa.field("attempt_timestamp", _TS, nullable=False),
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("chain_index", pa.uint16(), nullable=False),
+        pa.field("request_url", pa.string(), nullable=False),
+        pa.field("status_code", pa.int16(), nullable=False),
+        pa.field("headers", pa.string(), nullable=False),
+        pa.field("timestamp", _TS, nullable=False),
+        pa.field("retry_attempt", pa.uint8(), nullable=False),
+        pa.field("is_final", pa.bool_(), nullable=False),
+        pa.field("fetcher_name", pa.string(), nullable=False),
+        pa.field("fetcher_version", pa.string(), nullable=False),
+        pa.field("fetcher_calibre", pa.uint8(), nullable=False),
+    ]
+    if with_body:
+        fields.insert(8, pa.field("data", pa.large_binary(), nullable=False))
+    return pa.schema(fields)
+
+
+_METADATA = pa.schema(
+    [
+        pa.field("url_key", pa.string(), nullable=False),
+        pa.field("url", pa.string(), nullable=False),
+        pa.field("timestamp", _TS, nullable=False),
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),
+        pa.field("logs", pa.large_string()),
+        pa.field("traceback", pa.large_string()),
+        pa.field("run_time", pa.float64()),
+        pa.field("fetcher_name", pa.string(), nullable=False),
+        pa.field("fetcher_version", pa.string(), nullable=False),
+        pa.field("fetcher_calibre", pa.uint8(), nullable=False),
+    ]
+)
+
+SCHEMAS: dict[RecordType, pa.Schema] = {
+    RecordType.GET: _data_schema(with_body=True),
+    RecordType.HEAD: _data_schema(with_body=False),
+    RecordType.GET_METADATA: _METADATA,
+    RecordType.HEAD_METADATA: _METADATA,
+}
+
+# The column holding the attempt's start time, which every query matches on.
+TS_COLUMN: dict[RecordType, str] = {
+    RecordType.GET: "attempt_timestamp",
+    RecordType.HEAD: "attempt_timestamp",
+    RecordType.GET_METADATA: "timestamp",
+    RecordType.HEAD_METADATA: "timestamp",
+}
+
+SORT_KEYS: dict[RecordType, list[str]] = {
+    t: ["url_key", TS_COLUMN[t], "request_id"] + ([] if t.is_metadata else ["chain_index"])
+    for t in RecordType
+}
+
+# What a query reads before it knows which rows it returns: never a body.
+KEY_COLUMNS: dict[RecordType, list[str]] = {
+    t: ["url_key", TS_COLUMN[t], "request_id", "fetcher_calibre"] for t in RecordType
+}

@@ -1,0 +1,222 @@
+"""The store: files on a backend, the insert buffer, flushing and compaction."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import pyarrow as pa
+
+from web_index.ingest import Attempt
+from web_index.models import RecordType
+from web_index.storage._backend import Backend
+from web_index.storage._buffer import InsertBuffer, MethodPartition
+from web_index.storage._files import (
+    WriteOptions,
+    list_partition_files,
+    rows_to_table,
+    sort_dedupe,
+    visible_files,
+    write_partition_file,
+)
+from web_index.storage._layout import BUFFER_DIR, LOCK_DIR, Partition, StoredFile
+from web_index.storage._locks import partition_lock
+
+__all__ = ["FlushPolicy", "Store"]
+
+log = logging.getLogger("web_index.storage")
+
+_METHODS = (RecordType.GET, RecordType.HEAD)
+
+
+class FlushPolicy(NamedTuple):
+    """When buffered rows of a partition go to a Parquet part file.
+
+    ``compact_parts``: compact a partition by itself once it has that many
+    part files (0 disables automatic compaction).
+    """
+
+    max_rows: int = 100_000
+    max_bytes: int = 128 * 1024 * 1024
+    max_age_s: float = 900.0
+    compact_parts: int = 16
+
+
+def _crash_point(name: str) -> None:
+    # Fault injection for the crash tests: WEB_INDEX_CRASH_AT=<name> kills the
+    # process at that step as SIGKILL would, leaving whatever is on disk.
+    if os.environ.get("WEB_INDEX_CRASH_AT") == name:
+        os._exit(137)
+
+
+class Store:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        readonly: bool = False,
+        durable: bool = True,
+        policy: FlushPolicy | None = None,
+        write_options: WriteOptions | None = None,
+    ) -> None:
+        self.backend = backend
+        self.readonly = readonly
+        self.policy = policy or FlushPolicy()
+        self.write_options = write_options or WriteOptions()
+        buffer_dir = backend.local_folder(BUFFER_DIR) if not readonly else _maybe_folder(backend, BUFFER_DIR)
+        self.buffer = InsertBuffer(buffer_dir, durable=durable, readonly=readonly)
+        self._lock_dir = None if readonly else backend.local_folder(LOCK_DIR)
+        self._last_age_check = 0.0
+
+    def close(self) -> None:
+        self.buffer.close()
+
+    # -- listing ---------------------------------------------------------------
+
+    def months(self, type: RecordType) -> list[tuple[int, int]]:
+        """Months holding files of ``type``, newest first."""
+        out: list[tuple[int, int]] = []
+        for year in self.backend.list_folders(type.value):
+            if not (year.isdigit() and len(year) == 4):
+                continue
+            for month in self.backend.list_folders(f"{type.value}/{year}"):
+                if month.isdigit() and len(month) == 2 and 1 <= int(month) <= 12:
+                    out.append((int(year), int(month)))
+        return sorted(out, reverse=True)
+
+    def month_files(self, type: RecordType, year: int, month: int) -> dict[str, list[StoredFile]]:
+        folder = f"{type.value}/{year:04d}/{month:02d}"
+        return list_partition_files(self.backend, folder, type, year, month)
+
+    def partition_files(self, partition: Partition) -> list[StoredFile]:
+        by_domain = self.month_files(partition.type, partition.year, partition.month)
+        return by_domain.get(partition.domain, [])
+
+    def method_partitions(self) -> list[MethodPartition]:
+        """Every partition that has files or buffered rows."""
+        seen: set[MethodPartition] = set(self.buffer.partitions())
+        for method in _METHODS:
+            for type in (method, method.metadata):
+                for year, month in self.months(type):
+                    for domain in self.month_files(type, year, month):
+                        seen.add(MethodPartition(method, year, month, domain))
+        return sorted(seen)
+
+    # -- writing ---------------------------------------------------------------
+
+    def append(self, attempts: Sequence[Attempt]) -> None:
+        self.buffer.append(attempts)
+        _crash_point("after-append")
+        self.maybe_flush({MethodPartition(a.method, a.year, a.month, a.domain) for a in attempts})
+
+    def maybe_flush(self, touched: Iterable[MethodPartition] = ()) -> None:
+        """Flush partitions past a threshold (size checks now, age checks now and then)."""
+        p = self.policy
+        due = set(self.buffer.oversized(touched, p.max_rows, p.max_bytes))
+        now = time.monotonic()
+        if now - self._last_age_check >= min(5.0, p.max_age_s):
+            self._last_age_check = now
+            due.update(self.buffer.due(p.max_rows, p.max_bytes, p.max_age_s))
+        for mp in sorted(due):
+            self.flush_partition(mp)
+
+    def flush(self, partitions: Iterable[MethodPartition] | None = None) -> int:
+        """Move buffered rows into part files; return the number of attempts moved."""
+        targets = list(partitions) if partitions is not None else self.buffer.partitions()
+        return sum(self.flush_partition(mp) for mp in targets)
+
+    def flush_partition(self, mp: MethodPartition) -> int:
+        assert self._lock_dir is not None
+        moved = 0
+        with partition_lock(self._lock_dir, "flush", str(mp)):
+            # Holding the lock means no live flusher owns a claim on this
+            # partition: any claim left is from a flusher that died. Redo it;
+            # part names come from the flush id, so a redo overwrites, never doubles.
+            for flush_id in self.buffer.claims(mp):
+                moved += self._write_claim(mp, flush_id)
+            while True:
+                flush_id = str(uuid.uuid4())
+                if not self.buffer.claim(mp, flush_id, self.policy.max_rows):
+                    break
+                moved += self._write_claim(mp, flush_id)
+        if moved and self.policy.compact_parts:
+            parts = sum(
+                1 for f in self.partition_files(Partition(mp.method, mp.year, mp.month, mp.domain)) if f.part
+            )
+            if parts >= self.policy.compact_parts:
+                self.compact_partition(mp)
+        return moved
+
+    def _write_claim(self, mp: MethodPartition, flush_id: str) -> int:
+        attempts = list(self.buffer.claimed(flush_id))
+        responses = [r for a in attempts for r in a.responses]
+        _crash_point("flush-before-write")
+        if responses:
+            self._write_part(Partition(mp.method, mp.year, mp.month, mp.domain), flush_id, responses)
+        _crash_point("flush-between-writes")
+        metadata = [a.metadata for a in attempts]
+        self._write_part(Partition(mp.method.metadata, mp.year, mp.month, mp.domain), flush_id, metadata)
+        _crash_point("flush-before-complete")
+        self.buffer.complete(flush_id)
+        return len(attempts)
+
+    def _write_part(self, partition: Partition, flush_id: str, rows: list[dict[str, object]]) -> None:
+        table = sort_dedupe(partition.type, rows_to_table(partition.type, rows))
+        write_partition_file(self.backend, partition, table, self.write_options, part=flush_id)
+
+    # -- compaction ------------------------------------------------------------
+
+    def compact(self, partitions: Iterable[MethodPartition] | None = None, *, min_parts: int = 1) -> int:
+        """Compact partitions with at least ``min_parts`` part files; return how many."""
+        done = 0
+        for mp in partitions if partitions is not None else self.method_partitions():
+            if self.compact_partition(mp, min_parts=min_parts):
+                done += 1
+        return done
+
+    def compact_partition(self, mp: MethodPartition, *, min_parts: int = 1) -> bool:
+        assert self._lock_dir is not None
+        with partition_lock(self._lock_dir, "compact", str(mp)):
+            with partition_lock(self._lock_dir, "flush", str(mp)):
+                # Finish any flush that died, so that none can be redone later
+                # into a part this compaction has already absorbed.
+                for flush_id in self.buffer.claims(mp):
+                    self._write_claim(mp, flush_id)
+            changed = False
+            for type in (mp.method, mp.method.metadata):
+                changed |= self._compact_type(Partition(type, mp.year, mp.month, mp.domain), min_parts)
+            return changed
+
+    def _compact_type(self, partition: Partition, min_parts: int) -> bool:
+        files = self.partition_files(partition)
+        opened, dead = visible_files(self.backend, files)
+        live_parts = [f for f, _ in opened if f.part is not None]
+        if len(live_parts) < max(min_parts, 1):
+            for f in dead:  # leftovers of a compaction that died after its commit
+                self.backend.delete(f.path)
+            return bool(dead)
+        tables = [handle.read() for _, handle in opened]
+        merged = sort_dedupe(partition.type, pa.concat_tables(tables))
+        superseded = [f.part for f in files if f.part is not None]
+        _crash_point("compact-before-commit")
+        write_partition_file(
+            self.backend, partition, merged, self.write_options, part=None, superseded=superseded
+        )
+        _crash_point("compact-after-commit")
+        for f in files:
+            if f.part is not None:
+                self.backend.delete(f.path)
+                _crash_point("compact-during-delete")
+        return True
+
+
+def _maybe_folder(backend: Backend, name: str):  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    if hasattr(backend, "root"):
+        return Path(backend.root) / name
+    return backend.local_folder(name)
