@@ -45,8 +45,12 @@ class Backend(Protocol):
         """Remove ``path``; a missing file is not an error."""
         ...
 
-    def local_folder(self, name: str) -> Path:
+    def local_folder(self, name: str, *, create: bool = True) -> Path:
         """A local folder for the store's private state (buffer, locks)."""
+        ...
+
+    def exists(self) -> bool:
+        """Whether the store itself exists."""
         ...
 
 
@@ -110,10 +114,14 @@ class LocalBackend:
         with contextlib.suppress(FileNotFoundError):
             self._path(path).unlink()
 
-    def local_folder(self, name: str) -> Path:
+    def local_folder(self, name: str, *, create: bool = True) -> Path:
         folder = self._path(name)
-        folder.mkdir(parents=True, exist_ok=True)
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
         return folder
+
+    def exists(self) -> bool:
+        return self.root.is_dir()
 
 
 def _fsync_dir(path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
+from web_index.errors import StoreError
 from web_index.ingest import Attempt
 from web_index.models import RecordType
 from web_index.storage._backend import Backend
@@ -67,7 +68,9 @@ class Store:
         self.readonly = readonly
         self.policy = policy or FlushPolicy()
         self.write_options = write_options or WriteOptions()
-        buffer_dir = backend.local_folder(BUFFER_DIR) if not readonly else _maybe_folder(backend, BUFFER_DIR)
+        if readonly and not backend.exists():
+            raise StoreError(f"no store at {backend.url}")
+        buffer_dir = backend.local_folder(BUFFER_DIR, create=not readonly)
         self.buffer = InsertBuffer(buffer_dir, durable=durable, readonly=readonly)
         self._lock_dir = None if readonly else backend.local_folder(LOCK_DIR)
         self._last_age_check = 0.0
@@ -213,10 +216,3 @@ class Store:
                 _crash_point("compact-during-delete")
         return True
 
-
-def _maybe_folder(backend: Backend, name: str):  # type: ignore[no-untyped-def]
-    from pathlib import Path
-
-    if hasattr(backend, "root"):
-        return Path(backend.root) / name
-    return backend.local_folder(name)

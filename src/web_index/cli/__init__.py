@@ -1,0 +1,12 @@
+"""The ``web-index`` command line."""
+
+from __future__ import annotations
+
+from web_index.cli import _store  # noqa: F401 - registers the store commands
+from web_index.cli._app import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,409 @@
+"""Commands on the store: insert, query, presence, flush, compact, verify, stats."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, TextIO
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from web_index.cli._app import (
+    EXIT_FOUND_NOTHING,
+    EXIT_PROBLEMS,
+    EXIT_STORE_ERROR,
+    EXIT_USAGE,
+    app,
+)
+from web_index.errors import InvalidRecordError, StoreError
+from web_index.index import WebIndex
+from web_index.ingest import iter_insert_requests
+from web_index.models import (
+    AttemptMetadata,
+    Page,
+    PageKey,
+    Query,
+    RecordType,
+    SimplePageQuery,
+    TimeAwarePageQuery,
+    iter_queries,
+    query_from_dict,
+)
+from web_index.read_only import default_store
+
+err = Console(stderr=True)
+
+StoreOption = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        "-s",
+        envvar="WEB_INDEX_STORE",
+        help="Store folder or file:// URL [env: WEB_INDEX_STORE; default: per-user folder].",
+        show_default=False,
+    ),
+]
+
+
+def _store_or_default(store: str | None) -> str:
+    return store or default_store()
+
+
+def _fail(code: int, message: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+        disable=not err.is_terminal,
+    )
+
+
+@app.command()
+def insert(
+    source: Annotated[str, typer.Argument(help="JSONL file of insertion requests, or - for stdin.")] = "-",
+    store: StoreOption = "",
+    batch: Annotated[int, typer.Option(help="Requests per durable transaction.")] = 1000,
+    skip_invalid: Annotated[bool, typer.Option(help="Report invalid lines and go on.")] = False,
+) -> None:
+    """Insert fetch attempts from JSONL (the standard's insertion requests).
+
+    One request per line: {"type", "url", "timestamp", "metadata", "data"}, with
+    bodies base64-encoded. Lines are stored in batches; on an invalid line the
+    command stops (exit 2) after storing every valid line before it, and says so.
+    """
+    location = _store_or_default(store)
+    handle: TextIO = sys.stdin if source == "-" else Path(source).open(encoding="utf-8")  # noqa: SIM115
+    stored = skipped = 0
+    try:
+        with WebIndex(location) as index, _progress() as progress:
+            task = progress.add_task("inserting", total=None)
+            pending: list[Any] = []
+            line_of_first = 1
+            lines = iter_insert_requests(handle, source if source != "-" else "<stdin>")
+            while True:
+                try:
+                    request = next(lines, None)
+                except InvalidRecordError as exc:
+                    if skip_invalid:
+                        err.print(f"[yellow]skipped[/] {exc}", highlight=False)
+                        skipped += 1
+                        continue
+                    stored += _insert_batch(index, pending)
+                    raise _fail(EXIT_USAGE, f"{exc} (stored {stored} valid requests before it)") from None
+                if request is not None:
+                    pending.append(request)
+                if len(pending) >= batch or (request is None and pending):
+                    try:
+                        stored += _insert_batch(index, pending)
+                    except InvalidRecordError as exc:
+                        if not skip_invalid:
+                            raise _fail(
+                                EXIT_USAGE,
+                                f"{exc} in the batch starting at request {line_of_first}"
+                                f" (stored {stored} requests before that batch)",
+                            ) from None
+                        stored, skipped = _insert_one_by_one(index, pending, stored, skipped)
+                    line_of_first += len(pending)
+                    progress.update(task, completed=stored)
+                    pending = []
+                if request is None:
+                    break
+    except StoreError as exc:
+        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
+    err.print(f"stored {stored} attempts" + (f", skipped {skipped} invalid" if skipped else ""))
+
+
+def _insert_batch(index: WebIndex, pending: list[Any]) -> int:
+    if not pending:
+        return 0
+    index.insert_many((r.type, r.url, r.timestamp, r.metadata, r.data) for r in pending)
+    return len(pending)
+
+
+def _insert_one_by_one(index: WebIndex, pending: list[Any], stored: int, skipped: int) -> tuple[int, int]:
+    for r in pending:
+        try:
+            index.insert(r.type, r.url, r.timestamp, r.metadata, r.data)
+            stored += 1
+        except InvalidRecordError as exc:
+            err.print(f"[yellow]skipped[/] {r.url}: {exc}", highlight=False)
+            skipped += 1
+    return stored, skipped
+
+
+def _parse_time(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    from web_index.models._time import parse_ts
+
+    return parse_ts(value, name)
+
+
+def _collect_queries(
+    urls: list[str],
+    source: Path | None,
+    type: str,
+    calibre: int | None,
+    strict: bool,
+    at: str | None,
+    not_before: str | None,
+    not_after: str | None,
+    request_id: str | None,
+) -> Iterator[Query]:
+    record_type = RecordType.parse(type)
+    for url in urls:
+        if request_id is not None:
+            if at is None:
+                raise InvalidRecordError("--at", "a --request-id query needs --at (the attempt's timestamp)")
+            yield PageKey(url=url, timestamp=at, request_id=request_id, type=record_type)  # type: ignore[arg-type]
+        elif at is not None or not_before is not None or not_after is not None:
+            yield TimeAwarePageQuery(
+                url=url,
+                timestamp=_parse_time(at, "--at"),
+                not_before=_parse_time(not_before, "--not-before"),
+                not_after=_parse_time(not_after, "--not-after"),
+                calibre=calibre,
+                calibre_strict=strict,
+                type=record_type,
+            )
+        else:
+            yield SimplePageQuery(url=url, calibre=calibre, calibre_strict=strict, type=record_type)
+    if source is not None:
+        if source.suffix == ".parquet":
+            yield from iter_queries(source)
+        else:
+            with source.open(encoding="utf-8") as fh:
+                for number, line in enumerate(fh, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        yield query_from_dict(json.loads(line))
+                    except (ValueError, InvalidRecordError) as exc:
+                        raise InvalidRecordError(f"{source}:{number}", str(exc)) from None
+
+
+def _result_json(result: Page | AttemptMetadata | None, bodies: bool) -> Any:
+    if result is None:
+        return None
+    out = result.to_dict()
+    if isinstance(result, Page):
+        for response in out["responses"]:
+            body = response.pop("data")
+            if bodies and body is not None:
+                response["data"] = base64.b64encode(body).decode()
+            elif body is not None:
+                response["data_length"] = len(body)
+    return out
+
+
+QueryType = Annotated[str, typer.Option("--type", "-t", help="get, head, get-metadata or head-metadata.")]
+Calibre = Annotated[int | None, typer.Option(help="Only records of this calibre or higher.")]
+Strict = Annotated[bool, typer.Option("--strict", help="Only records of exactly --calibre.")]
+At = Annotated[str | None, typer.Option(help="Nearest to this ISO 8601 time (time-aware query).")]
+NotBefore = Annotated[str | None, typer.Option(help="Window start, inclusive (ISO 8601).")]
+NotAfter = Annotated[str | None, typer.Option(help="Window end, inclusive (ISO 8601).")]
+RequestId = Annotated[str | None, typer.Option(help="Exact attempt (with --at): a page key query.")]
+FromFile = Annotated[Path | None, typer.Option("--from", help="Queries from a .jsonl or .parquet file.")]
+FailMissing = Annotated[bool, typer.Option(help="Exit 1 if any query matched nothing.")]
+
+
+def _run(
+    kind: str,
+    urls: list[str],
+    store: str,
+    source: Path | None,
+    type: str,
+    calibre: int | None,
+    strict: bool,
+    at: str | None,
+    not_before: str | None,
+    not_after: str | None,
+    request_id: str | None,
+    bodies: bool,
+    fail_missing: bool,
+) -> None:
+    try:
+        queries = list(_collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id))
+    except (InvalidRecordError, OSError) as exc:
+        raise _fail(EXIT_USAGE, str(exc)) from None
+    if not queries:
+        raise _fail(EXIT_USAGE, "no queries: give URLs or --from FILE")
+    try:
+        index = WebIndex(_store_or_default(store), read_only=True)
+        with index:
+            if kind == "query":
+                results: list[Any] = index.query(queries)
+            else:
+                results = index.presence(queries)
+    except StoreError as exc:
+        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+    out = sys.stdout
+    missing = 0
+    for q, r in zip(queries, results, strict=True):
+        if kind == "query":
+            missing += r is None
+            line = {"query": q.to_dict(), "result": _result_json(r, bodies)}
+        else:
+            missing += not r
+            line = {"query": q.to_dict(), "present": r}
+        out.write(json.dumps(line, ensure_ascii=False) + "\n")
+    if fail_missing and missing:
+        raise typer.Exit(EXIT_FOUND_NOTHING)
+
+
+@app.command()
+def query(
+    urls: Annotated[list[str] | None, typer.Argument(help="URLs to look up.")] = None,
+    store: StoreOption = "",
+    source: FromFile = None,
+    type: QueryType = "get",
+    calibre: Calibre = None,
+    strict: Strict = False,
+    at: At = None,
+    not_before: NotBefore = None,
+    not_after: NotAfter = None,
+    request_id: RequestId = None,
+    bodies: Annotated[bool, typer.Option(help="Include bodies (base64) in the output.")] = False,
+    fail_missing: FailMissing = False,
+) -> None:
+    """Look up pages or metadata; print one JSON line per query, in input order.
+
+    Without time options a query is a simple (latest) query; --at / --not-before /
+    --not-after make it time-aware; --request-id with --at makes it a page key.
+    """
+    _run("query", urls or [], store, source, type, calibre, strict, at, not_before, not_after, request_id, bodies, fail_missing)
+
+
+@app.command()
+def presence(
+    urls: Annotated[list[str] | None, typer.Argument(help="URLs to look up.")] = None,
+    store: StoreOption = "",
+    source: FromFile = None,
+    type: QueryType = "get",
+    calibre: Calibre = None,
+    strict: Strict = False,
+    at: At = None,
+    not_before: NotBefore = None,
+    not_after: NotAfter = None,
+    request_id: RequestId = None,
+    fail_missing: FailMissing = False,
+) -> None:
+    """Whether each query matches anything (no bodies read); JSON lines out."""
+    _run("presence", urls or [], store, source, type, calibre, strict, at, not_before, not_after, request_id, False, fail_missing)
+
+
+@app.command()
+def flush(store: StoreOption = "") -> None:
+    """Write every buffered insert into Parquet part files."""
+    try:
+        with WebIndex(_store_or_default(store)) as index:
+            moved = index.flush()
+    except StoreError as exc:
+        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+    err.print(f"flushed {moved} attempts")
+
+
+@app.command()
+def compact(
+    store: StoreOption = "",
+    min_parts: Annotated[int, typer.Option(help="Only partitions with at least this many part files.")] = 1,
+) -> None:
+    """Roll each partition's part files into one <domain>.parquet (safe while others write)."""
+    try:
+        with WebIndex(_store_or_default(store)) as index:
+            index.flush()
+            store_ = index._store  # noqa: SLF001 - the CLI shows per-partition progress
+            partitions = store_.method_partitions()
+            done = 0
+            with _progress() as progress:
+                task = progress.add_task("compacting", total=len(partitions))
+                for mp in partitions:
+                    done += store_.compact_partition(mp, min_parts=min_parts)
+                    progress.advance(task)
+    except StoreError as exc:
+        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+    err.print(f"compacted {done} partitions")
+
+
+@app.command()
+def verify(store: StoreOption = "") -> None:
+    """Check every file and invariant of the store; report, change nothing.
+
+    Exit 0 if clean, 3 if problems were found.
+    """
+    from web_index.storage._verify import verify as run_verify
+
+    try:
+        with WebIndex(_store_or_default(store), read_only=True) as index, _progress() as progress:
+            task = progress.add_task("verifying", total=None)
+
+            def step(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            report = run_verify(index._store, step)  # noqa: SLF001
+    except StoreError as exc:
+        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+    for note in report.notes:
+        err.print(f"[cyan]note[/] {note}", highlight=False)
+    for problem in report.problems:
+        err.print(f"[red]problem[/] {problem}", highlight=False)
+    err.print(
+        f"checked {report.files} files, {report.records} records, {report.buffered_attempts} buffered attempts: "
+        + ("[green]clean[/]" if report.ok else f"[red]{len(report.problems)} problems[/]")
+    )
+    if not report.ok:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+@app.command()
+def stats(
+    store: StoreOption = "",
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+) -> None:
+    """Records, bytes and files per type, month and domain."""
+    try:
+        with WebIndex(_store_or_default(store), read_only=True) as index:
+            result = index.stats()
+    except StoreError as exc:
+        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+    if as_json:
+        from dataclasses import asdict
+
+        payload = {
+            "partitions": [asdict(p) for p in result.partitions],
+            "records": result.records,
+            "bytes": result.bytes,
+            "files": result.files,
+            "buffered_attempts": result.buffered_attempts,
+            "buffered_bytes": result.buffered_bytes,
+        }
+        sys.stdout.write(json.dumps(payload) + "\n")
+        return
+    table = Table(title=f"web-index store {index.location}")
+    for col in ("type", "month", "domain", "records", "bytes", "part files", "compacted"):
+        table.add_column(col, justify="right" if col in ("records", "bytes", "part files") else "left")
+    for p in result.partitions:
+        table.add_row(p.type, f"{p.year}-{p.month:02d}", p.domain, f"{p.records:,}", f"{p.bytes:,}", str(p.part_files), "yes" if p.compacted else "")
+    Console().print(table)
+    Console().print(
+        f"{result.records:,} records in {result.files} files ({result.bytes:,} bytes); "
+        f"{result.buffered_attempts:,} attempts buffered"
+    )

@@ -1,0 +1,73 @@
+"""``stats``: what a store holds, per type, month and domain (from footers only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from web_index.models import RecordType
+from web_index.storage._files import visible_files
+from web_index.storage._store import Store
+
+__all__ = ["PartitionStats", "StoreStats", "stats"]
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    type: str
+    year: int
+    month: int
+    domain: str
+    records: int
+    bytes: int
+    part_files: int
+    compacted: bool
+
+
+@dataclass
+class StoreStats:
+    partitions: list[PartitionStats] = field(default_factory=list)
+    buffered_attempts: int = 0
+    buffered_bytes: int = 0
+
+    @property
+    def records(self) -> int:
+        return sum(p.records for p in self.partitions)
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.bytes for p in self.partitions)
+
+    @property
+    def files(self) -> int:
+        return sum(p.part_files + p.compacted for p in self.partitions)
+
+
+def stats(store: Store) -> StoreStats:
+    out = StoreStats()
+    for (_mp, (attempts, _successes, nbytes)) in store.buffer.counts().items():
+        out.buffered_attempts += attempts
+        out.buffered_bytes += nbytes
+    for type in RecordType:
+        for year, month in store.months(type):
+            for domain, files in sorted(store.month_files(type, year, month).items()):
+                for _ in range(8):
+                    try:
+                        opened, _dead = visible_files(store.backend, files)
+                        break
+                    except FileNotFoundError:
+                        files = store.month_files(type, year, month).get(domain, [])
+                else:
+                    continue
+                out.partitions.append(
+                    PartitionStats(
+                        type=type.value,
+                        year=year,
+                        month=month,
+                        domain=domain,
+                        records=sum(h.metadata.num_rows for _, h in opened),
+                        bytes=sum(f.size for f, _ in opened),
+                        part_files=sum(1 for f, _ in opened if f.part is not None),
+                        compacted=any(f.part is None for f, _ in opened),
+                    )
+                )
+    return out

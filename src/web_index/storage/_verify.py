@@ -1,0 +1,172 @@
+"""``verify``: check every file and every invariant of a store; change nothing."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from web_index.errors import InvalidRecordError
+from web_index.models import RecordType
+from web_index.query._plan import month_bounds
+from web_index.storage._buffer import MethodPartition
+from web_index.storage._files import visible_files
+from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
+from web_index.storage._schema import SCHEMAS, SORT_KEYS, TS_COLUMN
+from web_index.storage._store import Store
+from web_index.urls import domain_of, url_key
+
+__all__ = ["Finding", "VerifyReport", "verify"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify` found. ``problems`` break an invariant; ``notes`` are
+    harmless leftovers of interrupted work that the next flush or compaction
+    tidies up."""
+
+    problems: list[Finding] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
+    files: int = 0
+    records: int = 0
+    buffered_attempts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(store: Store, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    report = VerifyReport()
+    # Per method partition: request ids of successful metadata and of data chains.
+    meta_success: dict[MethodPartition, set[str]] = defaultdict(set)
+    meta_all: dict[MethodPartition, set[str]] = defaultdict(set)
+    data_ids: dict[MethodPartition, set[str]] = defaultdict(set)
+
+    for mp, flush_id, attempt in store.buffer.iter_all():
+        report.buffered_attempts += 1
+        state = attempt.metadata.get("state")
+        meta_all[mp].add(attempt.request_id)
+        if state == "success":
+            meta_success[mp].add(attempt.request_id)
+        if attempt.responses:
+            data_ids[mp].add(attempt.request_id)
+        if flush_id is not None:
+            report.notes.append(Finding(f"buffer {mp}", f"flush {flush_id} was interrupted; the next flush redoes it"))
+
+    tmp = store.backend.list_files(TMP_DIR)
+    if tmp:
+        report.notes.append(Finding(TMP_DIR, f"{len(tmp)} temporary file(s) of interrupted writes"))
+
+    work: list[tuple[Partition, list[StoredFile]]] = []
+    for type in RecordType:
+        for year, month in store.months(type):
+            folder = f"{type.value}/{year:04d}/{month:02d}"
+            for name, _size in store.backend.list_files(folder):
+                if parse_file_name(name) is None:
+                    report.problems.append(Finding(f"{folder}/{name}", "foreign file name in the store layout"))
+            for domain, files in store.month_files(type, year, month).items():
+                work.append((Partition(type, year, month, domain), files))
+    total = len(work)
+    for n, (partition, files) in enumerate(work):
+        _verify_partition(store, partition, files, report, meta_success, meta_all, data_ids)
+        if progress is not None:
+            progress(n + 1, total)
+
+    for mp in set(meta_success) | set(data_ids):
+        for rid in sorted(data_ids[mp] - meta_success[mp]):
+            problem = "data without a metadata record" if rid not in meta_all[mp] else "data for a failed attempt"
+            report.problems.append(Finding(f"{mp}", f"request {rid}: {problem}"))
+        for rid in sorted(meta_success[mp] - data_ids[mp]):
+            report.problems.append(Finding(f"{mp}", f"request {rid}: successful attempt without data records"))
+    return report
+
+
+def _verify_partition(
+    store: Store,
+    partition: Partition,
+    files: list[StoredFile],
+    report: VerifyReport,
+    meta_success: dict[MethodPartition, set[str]],
+    meta_all: dict[MethodPartition, set[str]],
+    data_ids: dict[MethodPartition, set[str]],
+) -> None:
+    type = partition.type
+    mp = MethodPartition(type.method, partition.year, partition.month, partition.domain)
+    try:
+        opened, dead = visible_files(store.backend, files)
+    except Exception as exc:  # noqa: BLE001 - any failure to open is a finding
+        report.problems.append(Finding(str(partition), f"cannot open files: {exc}"))
+        return
+    for f in dead:
+        report.notes.append(Finding(f.path, "part already absorbed by the compacted file; next compaction deletes it"))
+    lo, hi = month_bounds(partition.year, partition.month)
+    seen: dict[tuple[str, int], str] = {}
+    schema = SCHEMAS[type]
+    for stored, handle in opened:
+        report.files += 1
+        where = stored.path
+        try:
+            table = handle.read()
+        except Exception as exc:  # noqa: BLE001
+            report.problems.append(Finding(where, f"unreadable: {exc}"))
+            continue
+        if not table.schema.remove_metadata().equals(schema):
+            report.problems.append(Finding(where, f"schema differs from the {type.value} schema"))
+            continue
+        report.records += table.num_rows
+        ts_col = TS_COLUMN[type]
+        keys = table.select(SORT_KEYS[type]).cast(
+            pa.schema([pa.field(c, pa.int64() if c == ts_col else table.schema.field(c).type) for c in SORT_KEYS[type]])
+        ).to_pylist()
+        rows = table.select(["url", "url_key"]).to_pylist()
+        if any(tuple(a.values()) > tuple(b.values()) for a, b in zip(keys, keys[1:], strict=False)):
+            report.problems.append(Finding(where, "rows are not sorted by (url_key, timestamp, request_id)"))
+        checked_urls: set[str] = set()
+        for key, row in zip(keys, rows, strict=True):
+            if not lo <= key[ts_col] < hi:
+                report.problems.append(Finding(where, f"request {key['request_id']}: timestamp outside {partition.year}-{partition.month:02d}"))
+            if row["url"] not in checked_urls:
+                checked_urls.add(row["url"])
+                try:
+                    if url_key(row["url"]) != row["url_key"]:
+                        report.problems.append(Finding(where, f"url_key of {row['url']!r} is stale"))
+                    if domain_of(row["url"]) != partition.domain:
+                        report.problems.append(Finding(where, f"{row['url']!r} belongs in domain {domain_of(row['url'])}"))
+                except InvalidRecordError as exc:
+                    report.problems.append(Finding(where, f"stored URL is invalid: {exc}"))
+            identity = (key["request_id"], key.get("chain_index", 0))
+            if identity in seen:
+                report.problems.append(Finding(where, f"request {key['request_id']} also stored in {seen[identity]}"))
+            seen[identity] = where
+        if type.is_metadata:
+            states = table.column("state").to_pylist()
+            for key, state in zip(keys, states, strict=True):
+                meta_all[mp].add(key["request_id"])
+                if state == "success":
+                    meta_success[mp].add(key["request_id"])
+        else:
+            finals = table.column("is_final").to_pylist()
+            chains: dict[str, list[tuple[int, bool]]] = defaultdict(list)
+            for key, final in zip(keys, finals, strict=True):
+                chains[key["request_id"]].append((key["chain_index"], final))
+            for rid, chain in chains.items():
+                data_ids[mp].add(rid)
+                indexes = sorted(i for i, _ in chain)
+                if indexes != list(range(len(chain))):
+                    report.problems.append(Finding(where, f"request {rid}: chain has gaps {indexes}"))
+                    continue
+                flags = [f for _, f in sorted(chain)]
+                if flags[-1] is not True or any(flags[:-1]):
+                    report.problems.append(Finding(where, f"request {rid}: is_final must mark the last response only"))
