@@ -1,0 +1,58 @@
+"""Building valid (and deliberately invalid) insertion requests for tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from web_index.models import AttemptMetadata, Response
+
+T0 = datetime(2024, 8, 1, 12, 0, tzinfo=UTC)
+
+
+def metadata(url: str, state: str = "success", calibre: int = 10, **extra: Any) -> AttemptMetadata:
+    return AttemptMetadata(
+        state=state, url=url, fetcher_name="test", fetcher_version="1.0", fetcher_calibre=calibre, **extra
+    )
+
+
+def chain(
+    url: str,
+    ts: datetime = T0,
+    hops: int = 1,
+    calibre: int = 10,
+    body: bytes | None = b"<html>ok</html>",
+    head: bool = False,
+) -> list[Response]:
+    out = []
+    for i in range(hops):
+        final = i == hops - 1
+        out.append(
+            Response(
+                url=url,
+                request_url=url if final else f"{url}?hop={i}",
+                status_code=200 if final else 301,
+                headers={"content-type": "text/html"} if final else {"location": url},
+                timestamp=ts + timedelta(milliseconds=10 * i),
+                data=None if head else (body if final else b""),
+                is_final=final,
+                fetcher_name="test",
+                fetcher_version="1.0",
+                fetcher_calibre=calibre,
+            )
+        )
+    return out
+
+
+def attempt(
+    url: str,
+    ts: datetime = T0,
+    *,
+    method: str = "get",
+    state: str = "success",
+    calibre: int = 10,
+    hops: int = 1,
+    body: bytes = b"<html>ok</html>",
+) -> tuple[str, str, datetime, AttemptMetadata, list[Response]]:
+    data = chain(url, ts, hops, calibre, body, head=method == "head") if state == "success" else []
+    return (method, url, ts, metadata(url, state, calibre), data)
