@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, settings
 from web_index import WebIndex
 
 settings.register_profile(
-    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    "default",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.register_profile(
     "ci",

@@ -41,7 +41,9 @@ URLS = [
 ]
 # Instants around month boundaries, with repeats so that exact ties happen.
 BASE = datetime(2024, 7, 31, 23, 0, tzinfo=UTC)
-TIMES = [BASE + timedelta(minutes=m) for m in (0, 30, 59, 60, 61, 90, 60 * 24 * 31, 60 * 24 * 31 + 1, 60 * 24 * 62)]
+TIMES = [
+    BASE + timedelta(minutes=m) for m in (0, 30, 59, 60, 61, 90, 60 * 24 * 31, 60 * 24 * 31 + 1, 60 * 24 * 62)
+]
 
 urls = st.sampled_from(URLS).flatmap(st.sampled_from)
 times = st.sampled_from(TIMES)
@@ -58,8 +60,13 @@ def time_aware(draw: st.DrawFn) -> TimeAwarePageQuery:
     if lo is not None and hi is not None and lo > hi:
         lo, hi = hi, lo
     return TimeAwarePageQuery(
-        url=draw(urls), not_before=lo, not_after=hi, timestamp=draw(maybe_time),
-        calibre=draw(st.none() | calibres), calibre_strict=draw(st.booleans()), type=draw(types),
+        url=draw(urls),
+        not_before=lo,
+        not_after=hi,
+        timestamp=draw(maybe_time),
+        calibre=draw(st.none() | calibres),
+        calibre_strict=draw(st.booleans()),
+        type=draw(types),
     )
 
 
@@ -147,13 +154,29 @@ class StoreMachine(RuleBasedStateMachine):
             success = meta.state.value == "success"
             assert key.type == (RecordType(method) if success else RecordType(method).metadata)
             self.records.append(
-                Ref(RecordType(method), url, url_key(url), ts, key.request_id, meta.fetcher_calibre,
-                    success, meta.state.value, len(data), data[-1].data if data and data[-1].data is not None else b"")
+                Ref(
+                    RecordType(method),
+                    url,
+                    url_key(url),
+                    ts,
+                    key.request_id,
+                    meta.fetcher_calibre,
+                    success,
+                    meta.state.value,
+                    len(data),
+                    data[-1].data if data and data[-1].data is not None else b"",
+                )
             )
             self.keys.append(key)
 
-    @rule(url=urls, ts=times, method=st.sampled_from(["get", "get", "head"]), state=states,
-          calibre=calibres, hops=st.integers(1, 3))
+    @rule(
+        url=urls,
+        ts=times,
+        method=st.sampled_from(["get", "get", "head"]),
+        state=states,
+        calibre=calibres,
+        hops=st.integers(1, 3),
+    )
     def insert(self, url: str, ts: datetime, method: str, state: str, calibre: int, hops: int) -> None:
         self.n += 1
         body = f"body {self.n}".encode()
@@ -187,8 +210,13 @@ class StoreMachine(RuleBasedStateMachine):
         data=st.data(),
         batch=st.lists(
             st.one_of(
-                st.builds(SimplePageQuery, url=urls, calibre=st.none() | calibres,
-                          calibre_strict=st.booleans(), type=types),
+                st.builds(
+                    SimplePageQuery,
+                    url=urls,
+                    calibre=st.none() | calibres,
+                    calibre_strict=st.booleans(),
+                    type=types,
+                ),
                 time_aware(),
             ),
             min_size=1,
@@ -202,10 +230,19 @@ class StoreMachine(RuleBasedStateMachine):
             picked = data.draw(st.lists(st.sampled_from(self.keys), max_size=4))
             batch = batch + picked
             # Page keys with the wrong type, url spelling or time must miss or match exactly.
-            batch += [PageKey(url=k.url, timestamp=k.timestamp + timedelta(seconds=1), request_id=k.request_id,
-                              type=k.type) for k in picked[:1]]
-            batch += [PageKey(url=k.url, timestamp=k.timestamp, request_id=k.request_id,
-                              type=k.type.metadata) for k in picked[:1]]
+            batch += [
+                PageKey(
+                    url=k.url,
+                    timestamp=k.timestamp + timedelta(seconds=1),
+                    request_id=k.request_id,
+                    type=k.type,
+                )
+                for k in picked[:1]
+            ]
+            batch += [
+                PageKey(url=k.url, timestamp=k.timestamp, request_id=k.request_id, type=k.type.metadata)
+                for k in picked[:1]
+            ]
         batch = batch + batch[:2]  # duplicates in one batch
         reader = WebIndex(self.dir, read_only=True) if readonly else self.index
         try:

@@ -241,7 +241,9 @@ def _run(
     fail_missing: bool,
 ) -> None:
     try:
-        queries = list(_collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id))
+        queries = list(
+            _collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id)
+        )
     except (InvalidRecordError, OSError) as exc:
         raise _fail(EXIT_USAGE, str(exc)) from None
     if not queries:
@@ -289,7 +291,21 @@ def query(
     Without time options a query is a simple (latest) query; --at / --not-before /
     --not-after make it time-aware; --request-id with --at makes it a page key.
     """
-    _run("query", urls or [], store, source, type, calibre, strict, at, not_before, not_after, request_id, bodies, fail_missing)
+    _run(
+        "query",
+        urls or [],
+        store,
+        source,
+        type,
+        calibre,
+        strict,
+        at,
+        not_before,
+        not_after,
+        request_id,
+        bodies,
+        fail_missing,
+    )
 
 
 @app.command()
@@ -307,7 +323,21 @@ def presence(
     fail_missing: FailMissing = False,
 ) -> None:
     """Whether each query matches anything (no bodies read); JSON lines out."""
-    _run("presence", urls or [], store, source, type, calibre, strict, at, not_before, not_after, request_id, False, fail_missing)
+    _run(
+        "presence",
+        urls or [],
+        store,
+        source,
+        type,
+        calibre,
+        strict,
+        at,
+        not_before,
+        not_after,
+        request_id,
+        False,
+        fail_missing,
+    )
 
 
 @app.command()
@@ -330,7 +360,7 @@ def compact(
     try:
         with WebIndex(_store_or_default(store)) as index:
             index.flush()
-            store_ = index._store  # noqa: SLF001 - the CLI shows per-partition progress
+            store_ = index._store
             partitions = store_.method_partitions()
             done = 0
             with _progress() as progress:
@@ -358,7 +388,7 @@ def verify(store: StoreOption = "") -> None:
             def step(done: int, total: int) -> None:
                 progress.update(task, completed=done, total=total)
 
-            report = run_verify(index._store, step)  # noqa: SLF001
+            report = run_verify(index._store, step)
     except StoreError as exc:
         raise _fail(EXIT_STORE_ERROR, str(exc)) from None
     for note in report.notes:
@@ -366,7 +396,8 @@ def verify(store: StoreOption = "") -> None:
     for problem in report.problems:
         err.print(f"[red]problem[/] {problem}", highlight=False)
     err.print(
-        f"checked {report.files} files, {report.records} records, {report.buffered_attempts} buffered attempts: "
+        f"checked {report.files} files, {report.records} records, "
+        f"{report.buffered_attempts} buffered attempts: "
         + ("[green]clean[/]" if report.ok else f"[red]{len(report.problems)} problems[/]")
     )
     if not report.ok:
@@ -401,7 +432,15 @@ def stats(
     for col in ("type", "month", "domain", "records", "bytes", "part files", "compacted"):
         table.add_column(col, justify="right" if col in ("records", "bytes", "part files") else "left")
     for p in result.partitions:
-        table.add_row(p.type, f"{p.year}-{p.month:02d}", p.domain, f"{p.records:,}", f"{p.bytes:,}", str(p.part_files), "yes" if p.compacted else "")
+        table.add_row(
+            p.type,
+            f"{p.year}-{p.month:02d}",
+            p.domain,
+            f"{p.records:,}",
+            f"{p.bytes:,}",
+            str(p.part_files),
+            "yes" if p.compacted else "",
+        )
     Console().print(table)
     Console().print(
         f"{result.records:,} records in {result.files} files ({result.bytes:,} bytes); "

@@ -33,7 +33,7 @@ class RecordType(enum.StrEnum):
     @classmethod
     def parse(cls, value: object, field: str = "type") -> RecordType:
         try:
-            return cls(value)
+            return cls(str(value)) if isinstance(value, str) else cls(value)  # type: ignore[arg-type]
         except ValueError:
             allowed = ", ".join(repr(t.value) for t in cls)
             raise InvalidRecordError(field, f"{value!r} is not one of {allowed}") from None
@@ -70,7 +70,7 @@ class AttemptState(enum.StrEnum):
     @classmethod
     def parse(cls, value: object, field: str = "state") -> AttemptState:
         try:
-            return cls(value)
+            return cls(str(value)) if isinstance(value, str) else cls(value)  # type: ignore[arg-type]
         except ValueError:
             allowed = ", ".join(repr(s.value) for s in cls)
             raise InvalidRecordError(field, f"{value!r} is not one of {allowed}") from None

@@ -13,8 +13,7 @@ from web_index.models._queries import KIND_OF, Query, query_from_dict
 __all__ = ["QUERY_SCHEMA", "iter_queries", "read_queries", "write_queries"]
 
 _TS = pa.timestamp("us", tz="UTC")
-QUERY_SCHEMA = pa.schema(
-    [
+_FIELDS: list[pa.Field[Any]] = [
         pa.field("kind", pa.string(), nullable=False),
         pa.field("type", pa.string(), nullable=False),
         pa.field("url", pa.string(), nullable=False),
@@ -24,8 +23,8 @@ QUERY_SCHEMA = pa.schema(
         pa.field("not_after", _TS),
         pa.field("calibre", pa.uint8()),
         pa.field("calibre_strict", pa.bool_()),
-    ]
-)
+]
+QUERY_SCHEMA = pa.schema(_FIELDS)
 
 
 def _row(query: Query) -> dict[str, Any]:
@@ -38,16 +37,14 @@ def _row(query: Query) -> dict[str, Any]:
     return row
 
 
-def write_queries(
-    path: str | os.PathLike[str], queries: Iterable[Query], *, batch_size: int = 65_536
-) -> int:
+def write_queries(path: str | os.PathLike[str], queries: Iterable[Query], *, batch_size: int = 65_536) -> int:
     """Write queries to a Parquet file (native UTC timestamps); return how many.
 
     Streams in batches, so a generator of millions of queries never sits in
     memory at once.
     """
     count = 0
-    with pq.ParquetWriter(path, QUERY_SCHEMA, compression="zstd") as writer:
+    with pq.ParquetWriter(os.fspath(path), QUERY_SCHEMA, compression="zstd") as writer:
         batch: list[dict[str, Any]] = []
         for query in queries:
             batch.append(_row(query))
@@ -67,7 +64,7 @@ def iter_queries(path: str | os.PathLike[str], *, batch_size: int = 65_536) -> I
     Also reads files whose timestamps are ISO 8601 strings (the standard's
     serialised form) and files without a ``kind`` column.
     """
-    file = pq.ParquetFile(path)
+    file = pq.ParquetFile(os.fspath(path))
     for batch in file.iter_batches(batch_size=batch_size):
         for row in batch.to_pylist():
             for name in ("timestamp", "not_before", "not_after"):

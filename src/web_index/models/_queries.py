@@ -65,7 +65,8 @@ class PageKey(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        return _build(cls, data)
+        result: Self = _build(cls, data)
+        return result
 
 
 class SimplePageQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,7 +98,8 @@ class SimplePageQuery(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        return _build(cls, data)
+        result: Self = _build(cls, data)
+        return result
 
 
 class TimeAwarePageQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -125,11 +127,7 @@ class TimeAwarePageQuery(msgspec.Struct, frozen=True, kw_only=True):
             value = getattr(self, name)
             if value is not None:
                 force_setattr(self, name, parse_ts(value, name))
-        if (
-            self.not_before is not None
-            and self.not_after is not None
-            and self.not_before > self.not_after
-        ):
+        if self.not_before is not None and self.not_after is not None and self.not_before > self.not_after:
             raise InvalidRecordError(
                 "not_before",
                 f"window is empty: not_before {format_ts(self.not_before)} is after "
@@ -153,7 +151,8 @@ class TimeAwarePageQuery(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        return _build(cls, data)
+        result: Self = _build(cls, data)
+        return result
 
 
 DeterministicQuery = PageKey

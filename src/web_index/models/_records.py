@@ -1,10 +1,10 @@
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping
 from datetime import datetime
-import base64
-import binascii
 from typing import TYPE_CHECKING, Any, Self
 
 import msgspec

@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 from web_index.errors import InvalidRecordError
 
-__all__ = ["format_ts", "parse_ts", "to_us", "from_us"]
+__all__ = ["format_ts", "from_us", "parse_ts", "to_us"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -23,9 +23,7 @@ def parse_ts(value: object, field: str) -> datetime:
     if not isinstance(value, datetime):
         raise InvalidRecordError(field, f"expected a datetime or ISO 8601 string, got {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidRecordError(
-            field, f"naive datetime {value.isoformat()!r}: give a timezone (e.g. UTC)"
-        )
+        raise InvalidRecordError(field, f"naive datetime {value.isoformat()!r}: give a timezone (e.g. UTC)")
     return value.astimezone(UTC)
 
 

@@ -19,7 +19,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -98,7 +98,9 @@ def _attempt(
     return retry
 
 
-def _from_buffer(store: Store, type: RecordType, plans: list[Plan], idxs: list[int], found: dict[int, _Found]) -> None:
+def _from_buffer(
+    store: Store, type: RecordType, plans: list[Plan], idxs: list[int], found: dict[int, _Found]
+) -> None:
     keys = {p.url_key for p in plans}
     by_key: dict[str, list[Candidate]] = defaultdict(list)
     for row in store.buffer.lookup(type.method, keys):
@@ -117,7 +119,9 @@ def _offer(found: dict[int, _Found], i: int, p: Plan, c: Candidate, source: _Fil
         found[i] = _Found(c, source)
 
 
-def _from_files(store: Store, type: RecordType, plans: list[Plan], idxs: list[int], found: dict[int, _Found]) -> None:
+def _from_files(
+    store: Store, type: RecordType, plans: list[Plan], idxs: list[int], found: dict[int, _Found]
+) -> None:
     active = list(idxs)
     for year, month in store.months(type):
         start, end = month_bounds(year, month)
@@ -131,7 +135,9 @@ def _from_files(store: Store, type: RecordType, plans: list[Plan], idxs: list[in
                     by_domain[plans[i].domain].append(i)
             for domain, members in by_domain.items():
                 _read_partition(store, type, year, month, domain, listing[domain], plans, members, found)
-        active = [i for i in active if not plans[i].settled(found[i].candidate if i in found else None, start)]
+        active = [
+            i for i in active if not plans[i].settled(found[i].candidate if i in found else None, start)
+        ]
         if not active:
             break
 
@@ -188,9 +194,11 @@ def _scan_keys(
     for g in range(meta.num_row_groups):
         rg = meta.row_group(g)
         stats = rg.column(key_idx).statistics
-        if stats is not None and stats.has_min_max:
-            lo = bisect.bisect_left(keys, stats.min)
-            if lo == len(keys) or keys[lo] > stats.max:
+        lo_key = stats.min if stats is not None and stats.has_min_max else None
+        hi_key = stats.max if stats is not None and stats.has_min_max else None
+        if isinstance(lo_key, str) and isinstance(hi_key, str):
+            lo = bisect.bisect_left(keys, lo_key)
+            if lo == len(keys) or keys[lo] > hi_key:
                 offset += rg.num_rows
                 continue
         groups.append(g)
@@ -204,14 +212,15 @@ def _scan_keys(
     for g, base in zip(groups, offsets, strict=True):
         table = handle.read_row_group(g, columns=columns)
         mask = pc.is_in(table.column("url_key"), value_set=wanted)
-        positions = pc.indices_nonzero(mask).to_pylist()
+        positions = cast(list[int], pc.indices_nonzero(mask).to_pylist())
         if not positions:
             continue
         sub = table.take(positions)
-        ks = sub.column("url_key").to_pylist()
-        ts = sub.column(ts_col).cast(pa.int64()).to_pylist()
-        rids = sub.column("request_id").to_pylist()
-        cals = sub.column("fetcher_calibre").to_pylist()
+        # Key columns are non-nullable in every schema.
+        ks = cast(list[str], sub.column("url_key").to_pylist())
+        ts = cast(list[int], sub.column(ts_col).cast(pa.int64()).to_pylist())
+        rids = cast(list[str], sub.column("request_id").to_pylist())
+        cals = cast(list[int], sub.column("fetcher_calibre").to_pylist())
         for j, pos in enumerate(positions):
             out.append((ks[j], ts[j], rids[j], cals[j], base + pos))
     return out
@@ -241,11 +250,11 @@ def _load(
                 continue
             answers[i] = _build(p.type, attempt.metadata, attempt.responses)
         else:
-            rows = [rows_of[(id(f.source.handle), r)] for r in f.source.rows]
+            chain = [rows_of[(id(f.source.handle), r)] for r in f.source.rows]
             if p.type.is_metadata:
-                answers[i] = _build(p.type, rows[0], [])
+                answers[i] = _build(p.type, chain[0], [])
             else:
-                answers[i] = _build(p.type, None, rows)
+                answers[i] = _build(p.type, None, chain)
 
 
 def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, Any]]:
@@ -319,4 +328,3 @@ def _response(type: RecordType, r: dict[str, Any]) -> Response:
         fetcher_version=r["fetcher_version"],
         fetcher_calibre=r["fetcher_calibre"],
     )
-

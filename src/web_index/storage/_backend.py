@@ -103,7 +103,7 @@ class LocalBackend:
             with tmp.open("rb") as fh:
                 os.fsync(fh.fileno())
             target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, target)
+            tmp.replace(target)
             _fsync_dir(target.parent)
         finally:
             with contextlib.suppress(FileNotFoundError):

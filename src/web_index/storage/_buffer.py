@@ -155,8 +155,21 @@ class InsertBuffer:
             meta = _encoder.encode(a.metadata)
             resp = _encoder.encode(a.responses)
             rows.append(
-                (a.method.value, a.year, a.month, a.domain, a.url_key, a.ts_us, a.request_id,
-                 a.calibre, int(a.success), len(meta) + len(resp), now, meta, resp)
+                (
+                    a.method.value,
+                    a.year,
+                    a.month,
+                    a.domain,
+                    a.url_key,
+                    a.ts_us,
+                    a.request_id,
+                    a.calibre,
+                    int(a.success),
+                    len(meta) + len(resp),
+                    now,
+                    meta,
+                    resp,
+                )
             )
         with self._lock:
             conn = self._write
@@ -173,7 +186,9 @@ class InsertBuffer:
                 conn.execute("ROLLBACK")
                 raise
 
-    def oversized(self, parts: Iterable[MethodPartition], max_rows: int, max_bytes: int) -> list[MethodPartition]:
+    def oversized(
+        self, parts: Iterable[MethodPartition], max_rows: int, max_bytes: int
+    ) -> list[MethodPartition]:
         """Which of ``parts`` hold at least ``max_rows`` rows or ``max_bytes`` bytes."""
         out: list[MethodPartition] = []
         with self._lock:
@@ -260,8 +275,8 @@ class InsertBuffer:
                 chunk = keys[i : i + _CHUNK]
                 marks = ",".join("?" * len(chunk))
                 cur = conn.execute(
-                    "SELECT url_key, ts_us, request_id, calibre, success FROM attempts"
-                    f" INDEXED BY attempts_lookup WHERE method=? AND url_key IN ({marks})",  # noqa: S608
+                    "SELECT url_key, ts_us, request_id, calibre, success FROM attempts"  # noqa: S608 - only "?" marks
+                    f" INDEXED BY attempts_lookup WHERE method=? AND url_key IN ({marks})",
                     (method.value, *chunk),
                 )
                 out.extend(BufferedKey(k, t, r, c, bool(s)) for k, t, r, c, s in cur.fetchall())

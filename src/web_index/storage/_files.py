@@ -110,7 +110,9 @@ def read_superseded(file: pq.ParquetFile, path: str) -> frozenset[str]:
         raise CorruptFileError(path, f"unreadable superseded list: {exc}") from None
 
 
-def list_partition_files(backend: Backend, folder: str, type: RecordType, year: int, month: int) -> dict[str, list[StoredFile]]:
+def list_partition_files(
+    backend: Backend, folder: str, type: RecordType, year: int, month: int
+) -> dict[str, list[StoredFile]]:
     """Every file of a month folder, grouped by domain."""
     out: dict[str, list[StoredFile]] = {}
     for name, size in backend.list_files(folder):

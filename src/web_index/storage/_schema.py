@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 from web_index.models import RecordType
 
-__all__ = ["KEY_COLUMNS", "SCHEMAS", "SORT_KEYS", "TS_COLUMN", "FORMAT_VERSION"]
+__all__ = ["FORMAT_VERSION", "KEY_COLUMNS", "SCHEMAS", "SORT_KEYS", "TS_COLUMN"]
 
 FORMAT_VERSION = "1"
 _TS = pa.timestamp("us", tz="UTC")
 
 
 def _data_schema(with_body: bool) -> pa.Schema:
-    fields = [
+    fields: list[pa.Field[Any]] = [
         pa.field("url_key", pa.string(), nullable=False),
         pa.field("url", pa.string(), nullable=False),
         pa.field("attempt_timestamp", _TS, nullable=False),
@@ -34,8 +36,7 @@ def _data_schema(with_body: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-_METADATA = pa.schema(
-    [
+_METADATA_FIELDS: list[pa.Field[Any]] = [
         pa.field("url_key", pa.string(), nullable=False),
         pa.field("url", pa.string(), nullable=False),
         pa.field("timestamp", _TS, nullable=False),
@@ -47,8 +48,8 @@ _METADATA = pa.schema(
         pa.field("fetcher_name", pa.string(), nullable=False),
         pa.field("fetcher_version", pa.string(), nullable=False),
         pa.field("fetcher_calibre", pa.uint8(), nullable=False),
-    ]
-)
+]
+_METADATA = pa.schema(_METADATA_FIELDS)
 
 SCHEMAS: dict[RecordType, pa.Schema] = {
     RecordType.GET: _data_schema(with_body=True),

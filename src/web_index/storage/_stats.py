@@ -44,7 +44,7 @@ class StoreStats:
 
 def stats(store: Store) -> StoreStats:
     out = StoreStats()
-    for (_mp, (attempts, _successes, nbytes)) in store.buffer.counts().items():
+    for _mp, (attempts, _successes, nbytes) in store.buffer.counts().items():
         out.buffered_attempts += attempts
         out.buffered_bytes += nbytes
     for type in RecordType:

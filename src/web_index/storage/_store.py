@@ -215,4 +215,3 @@ class Store:
                 self.backend.delete(f.path)
                 _crash_point("compact-during-delete")
         return True
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,7 +64,9 @@ def verify(store: Store, progress: Callable[[int, int], None] | None = None) -> 
         if attempt.responses:
             data_ids[mp].add(attempt.request_id)
         if flush_id is not None:
-            report.notes.append(Finding(f"buffer {mp}", f"flush {flush_id} was interrupted; the next flush redoes it"))
+            report.notes.append(
+                Finding(f"buffer {mp}", f"flush {flush_id} was interrupted; the next flush redoes it")
+            )
 
     tmp = store.backend.list_files(TMP_DIR)
     if tmp:
@@ -75,7 +78,9 @@ def verify(store: Store, progress: Callable[[int, int], None] | None = None) -> 
             folder = f"{type.value}/{year:04d}/{month:02d}"
             for name, _size in store.backend.list_files(folder):
                 if parse_file_name(name) is None:
-                    report.problems.append(Finding(f"{folder}/{name}", "foreign file name in the store layout"))
+                    report.problems.append(
+                        Finding(f"{folder}/{name}", "foreign file name in the store layout")
+                    )
             for domain, files in store.month_files(type, year, month).items():
                 work.append((Partition(type, year, month, domain), files))
     total = len(work)
@@ -86,10 +91,14 @@ def verify(store: Store, progress: Callable[[int, int], None] | None = None) -> 
 
     for mp in set(meta_success) | set(data_ids):
         for rid in sorted(data_ids[mp] - meta_success[mp]):
-            problem = "data without a metadata record" if rid not in meta_all[mp] else "data for a failed attempt"
+            problem = (
+                "data without a metadata record" if rid not in meta_all[mp] else "data for a failed attempt"
+            )
             report.problems.append(Finding(f"{mp}", f"request {rid}: {problem}"))
         for rid in sorted(meta_success[mp] - data_ids[mp]):
-            report.problems.append(Finding(f"{mp}", f"request {rid}: successful attempt without data records"))
+            report.problems.append(
+                Finding(f"{mp}", f"request {rid}: successful attempt without data records")
+            )
     return report
 
 
@@ -106,11 +115,13 @@ def _verify_partition(
     mp = MethodPartition(type.method, partition.year, partition.month, partition.domain)
     try:
         opened, dead = visible_files(store.backend, files)
-    except Exception as exc:  # noqa: BLE001 - any failure to open is a finding
+    except Exception as exc:
         report.problems.append(Finding(str(partition), f"cannot open files: {exc}"))
         return
     for f in dead:
-        report.notes.append(Finding(f.path, "part already absorbed by the compacted file; next compaction deletes it"))
+        report.notes.append(
+            Finding(f.path, "part already absorbed by the compacted file; next compaction deletes it")
+        )
     lo, hi = month_bounds(partition.year, partition.month)
     seen: dict[tuple[str, int], str] = {}
     schema = SCHEMAS[type]
@@ -119,7 +130,7 @@ def _verify_partition(
         where = stored.path
         try:
             table = handle.read()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             report.problems.append(Finding(where, f"unreadable: {exc}"))
             continue
         if not table.schema.remove_metadata().equals(schema):
@@ -127,28 +138,46 @@ def _verify_partition(
             continue
         report.records += table.num_rows
         ts_col = TS_COLUMN[type]
-        keys = table.select(SORT_KEYS[type]).cast(
-            pa.schema([pa.field(c, pa.int64() if c == ts_col else table.schema.field(c).type) for c in SORT_KEYS[type]])
-        ).to_pylist()
+        keys = (
+            table.select(SORT_KEYS[type])
+            .cast(
+                pa.schema(
+                    [
+                        pa.field(c, pa.int64() if c == ts_col else table.schema.field(c).type)
+                        for c in SORT_KEYS[type]
+                    ]
+                )
+            )
+            .to_pylist()
+        )
         rows = table.select(["url", "url_key"]).to_pylist()
-        if any(tuple(a.values()) > tuple(b.values()) for a, b in zip(keys, keys[1:], strict=False)):
+        if any(tuple(a.values()) > tuple(b.values()) for a, b in itertools.pairwise(keys)):
             report.problems.append(Finding(where, "rows are not sorted by (url_key, timestamp, request_id)"))
         checked_urls: set[str] = set()
         for key, row in zip(keys, rows, strict=True):
             if not lo <= key[ts_col] < hi:
-                report.problems.append(Finding(where, f"request {key['request_id']}: timestamp outside {partition.year}-{partition.month:02d}"))
+                report.problems.append(
+                    Finding(
+                        where,
+                        f"request {key['request_id']}: timestamp outside {partition.folder}",
+                    )
+                )
             if row["url"] not in checked_urls:
                 checked_urls.add(row["url"])
                 try:
                     if url_key(row["url"]) != row["url_key"]:
                         report.problems.append(Finding(where, f"url_key of {row['url']!r} is stale"))
                     if domain_of(row["url"]) != partition.domain:
-                        report.problems.append(Finding(where, f"{row['url']!r} belongs in domain {domain_of(row['url'])}"))
+                        report.problems.append(
+                            Finding(where, f"{row['url']!r} belongs in domain {domain_of(row['url'])}")
+                        )
                 except InvalidRecordError as exc:
                     report.problems.append(Finding(where, f"stored URL is invalid: {exc}"))
             identity = (key["request_id"], key.get("chain_index", 0))
             if identity in seen:
-                report.problems.append(Finding(where, f"request {key['request_id']} also stored in {seen[identity]}"))
+                report.problems.append(
+                    Finding(where, f"request {key['request_id']} also stored in {seen[identity]}")
+                )
             seen[identity] = where
         if type.is_metadata:
             states = table.column("state").to_pylist()
@@ -160,7 +189,7 @@ def _verify_partition(
             finals = table.column("is_final").to_pylist()
             chains: dict[str, list[tuple[int, bool]]] = defaultdict(list)
             for key, final in zip(keys, finals, strict=True):
-                chains[key["request_id"]].append((key["chain_index"], final))
+                chains[key["request_id"]].append((int(key["chain_index"]), bool(final)))
             for rid, chain in chains.items():
                 data_ids[mp].add(rid)
                 indexes = sorted(i for i, _ in chain)
@@ -169,4 +198,6 @@ def _verify_partition(
                     continue
                 flags = [f for _, f in sorted(chain)]
                 if flags[-1] is not True or any(flags[:-1]):
-                    report.problems.append(Finding(where, f"request {rid}: is_final must mark the last response only"))
+                    report.problems.append(
+                        Finding(where, f"request {rid}: is_final must mark the last response only")
+                    )
