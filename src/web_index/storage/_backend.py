@@ -53,6 +53,10 @@ class Backend(Protocol):
         """Whether the store itself exists."""
         ...
 
+    def remove_orphans(self) -> int:
+        """Delete temporary files of writers that died; return how many."""
+        ...
+
 
 class LocalBackend:
     """A store in a local folder."""
@@ -97,7 +101,8 @@ class LocalBackend:
     def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
         target = self._path(path)
         tmp_dir = self.local_folder(TMP_DIR)
-        tmp = tmp_dir / f"{uuid.uuid4()}.parquet.tmp"
+        # The pid in the name tells a dead writer's leftovers from a live one's.
+        tmp = tmp_dir / f"{os.getpid()}-{uuid.uuid4()}.parquet.tmp"
         try:
             pq.write_table(table, str(tmp), **options)  # type: ignore[arg-type]
             with tmp.open("rb") as fh:
@@ -122,6 +127,25 @@ class LocalBackend:
 
     def exists(self) -> bool:
         return self.root.is_dir()
+
+    def remove_orphans(self) -> int:
+        removed = 0
+        for name, _size in self.list_files(TMP_DIR):
+            pid = name.split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                self.delete(f"{TMP_DIR}/{name}")
+                removed += 1
+        return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _fsync_dir(path: Path) -> None:

@@ -129,6 +129,7 @@ class Store:
 
     def flush(self, partitions: Iterable[MethodPartition] | None = None) -> int:
         """Move buffered rows into part files; return the number of attempts moved."""
+        self.backend.remove_orphans()
         targets = list(partitions) if partitions is not None else self.buffer.partitions()
         return sum(self.flush_partition(mp) for mp in targets)
 
@@ -175,6 +176,7 @@ class Store:
 
     def compact(self, partitions: Iterable[MethodPartition] | None = None, *, min_parts: int = 1) -> int:
         """Compact partitions with at least ``min_parts`` part files; return how many."""
+        self.backend.remove_orphans()
         done = 0
         for mp in partitions if partitions is not None else self.method_partitions():
             if self.compact_partition(mp, min_parts=min_parts):

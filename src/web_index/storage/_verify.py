@@ -70,7 +70,9 @@ def verify(store: Store, progress: Callable[[int, int], None] | None = None) -> 
 
     tmp = store.backend.list_files(TMP_DIR)
     if tmp:
-        report.notes.append(Finding(TMP_DIR, f"{len(tmp)} temporary file(s) of interrupted writes"))
+        report.notes.append(
+            Finding(TMP_DIR, f"{len(tmp)} temporary file(s) of writes in progress or interrupted")
+        )
 
     work: list[tuple[Partition, list[StoredFile]]] = []
     for type in RecordType:
