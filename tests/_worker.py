@@ -25,7 +25,9 @@ def make(rng: random.Random, n: int) -> tuple[object, ...]:
     url = f"https://{rng.choice(HOSTS)}/p{rng.randrange(20)}"
     ts = T0 + timedelta(days=rng.randrange(50), seconds=rng.randrange(86400))
     state = rng.choice(["success", "success", "success", "timeout"])
-    return attempt(url, ts, state=state, hops=rng.randint(1, 3), calibre=rng.choice([10, 60]), body=f"b{n}".encode())
+    return attempt(
+        url, ts, state=state, hops=rng.randint(1, 3), calibre=rng.choice([10, 60]), body=f"b{n}".encode()
+    )
 
 
 def emit(key: object, hops: int) -> None:

@@ -42,7 +42,9 @@ def physical_counts(index: WebIndex) -> Counter[tuple[str, str]]:
             for files in store.month_files(type, year, month).values():
                 opened, _dead = visible_files(store.backend, files)
                 for _f, handle in opened:
-                    table = handle.read(columns=["request_id"] + ([] if type.is_metadata else ["chain_index"]))
+                    table = handle.read(
+                        columns=["request_id"] + ([] if type.is_metadata else ["chain_index"])
+                    )
                     if type.is_metadata:
                         rids = set(table.column("request_id").to_pylist())
                     else:
@@ -77,7 +79,10 @@ def check_acknowledged(store: Path, acked: list[tuple[PageKey, int]]) -> None:
         index.compact()
         counts = physical_counts(index)
         for key, _ in acked:
-            assert counts[(key.type.value, key.request_id)] == 1, (key, counts[(key.type.value, key.request_id)])
+            assert counts[(key.type.value, key.request_id)] == 1, (
+                key,
+                counts[(key.type.value, key.request_id)],
+            )
             assert counts[(key.type.metadata.value, key.request_id)] == 1, key
         assert all(v == 1 for v in counts.values()), [k for k, v in counts.items() if v != 1]
         report = index.verify()

@@ -49,7 +49,9 @@ RICH_TEXT = "<p>" + "A healthy page with plenty of readable text for the classif
 
 
 def page(title: str, body: str = RICH_TEXT) -> str:
-    return f"<!doctype html><html><head><title>{title}</title></head><body><h1>{title}</h1>{body}</body></html>"
+    return (
+        f"<!doctype html><html><head><title>{title}</title></head><body><h1>{title}</h1>{body}</body></html>"
+    )
 
 
 JS_ONLY = """<!doctype html><html><head><title>app</title></head><body>
@@ -222,12 +224,8 @@ class Site:
             "/bomb": bomb,
             "/gzipped": gzipped,
             "/charset/unknown-label": charset("x-no-such-charset", latin1.encode("latin-1")),
-            "/charset/invalid-utf8": charset(
-                "utf-8", b"<p>\xff\xfe broken \xc3(</p>" + RICH_TEXT.encode()
-            ),
-            "/charset/meta-latin1": charset(
-                None, b'<meta charset="iso-8859-1">' + latin1.encode("latin-1")
-            ),
+            "/charset/invalid-utf8": charset("utf-8", b"<p>\xff\xfe broken \xc3(</p>" + RICH_TEXT.encode()),
+            "/charset/meta-latin1": charset(None, b'<meta charset="iso-8859-1">' + latin1.encode("latin-1")),
             "/robots.txt": robots,
             "/private/page": status(200),
             "/to-metadata": to("http://169.254.169.254/latest/meta-data/"),
@@ -308,6 +306,17 @@ def chromium_path() -> str:
 
 
 @pytest.fixture(scope="session")
+def chromium_or_none() -> str | None:
+    """Chromium's path if installed (required under CI=true), else None."""
+    path = os.environ.get("WEB_INDEX_CHROMIUM", "/usr/bin/chromium")
+    if chromium_available(path):
+        return path
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but no Chromium at {path}: .ci/run must install it")
+    return None
+
+
+@pytest.fixture(scope="session")
 def browser_loop() -> Iterator[LoopThread]:
     loop = LoopThread()
     yield loop
@@ -321,3 +330,13 @@ def browser(chromium_path: str, browser_loop: LoopThread) -> Iterator[BrowserFet
     )
     yield fetcher
     browser_loop.run(fetcher.aclose())
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

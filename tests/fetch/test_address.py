@@ -35,9 +35,7 @@ OPEN = AddressPolicy.permissive_local()
 def test_always_refused_even_when_local_is_allowed(address: str) -> None:
     assert not DEFAULT.allows(address)
     assert not OPEN.allows(address)
-    assert (
-        not AddressPolicy(allow=(ipaddress.ip_network("169.254.0.0/16"),)).allows(address) or True
-    )
+    assert not AddressPolicy(allow=(ipaddress.ip_network("169.254.0.0/16"),)).allows(address) or True
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"])
@@ -47,9 +45,7 @@ def test_loopback_needs_opting_in(address: str) -> None:
     assert not AddressPolicy(allow_private=True).allows(address)
 
 
-@pytest.mark.parametrize(
-    "address", ["10.0.0.1", "172.16.5.4", "192.168.1.1", "100.64.0.1", "fd12::1"]
-)
+@pytest.mark.parametrize("address", ["10.0.0.1", "172.16.5.4", "192.168.1.1", "100.64.0.1", "fd12::1"])
 def test_private_needs_opting_in(address: str) -> None:
     assert not DEFAULT.allows(address)
     assert AddressPolicy(allow_private=True).allows(address)
@@ -68,14 +64,10 @@ def test_allow_and_deny_lists() -> None:
     assert policy.allows("10.1.2.3") and not policy.allows("10.2.0.1")
     assert not policy.allows("1.1.1.1")
     # The always-refused ranges cannot be allowed back in.
-    assert not AddressPolicy(allow=(ipaddress.ip_network("169.254.0.0/16"),)).allows(
-        "169.254.169.254"
-    )
+    assert not AddressPolicy(allow=(ipaddress.ip_network("169.254.0.0/16"),)).allows("169.254.169.254")
 
 
-@pytest.mark.parametrize(
-    "address", ["192.0.2.1", "198.51.100.7", "2001:db8::1", "192.0.0.1", "100::1"]
-)
+@pytest.mark.parametrize("address", ["192.0.2.1", "198.51.100.7", "2001:db8::1", "192.0.0.1", "100::1"])
 def test_special_purpose_ranges_are_refused(address: str) -> None:
     assert not DEFAULT.allows(address)
 
@@ -89,9 +81,7 @@ def test_metadata_and_link_local_never_pass(
     ip: ipaddress.IPv4Address | ipaddress.IPv6Address,
 ) -> None:
     open_policy = AddressPolicy(allow_loopback=True, allow_private=True)
-    link_local = ip in ipaddress.ip_network("169.254.0.0/16") or ip in ipaddress.ip_network(
-        "fe80::/10"
-    )
+    link_local = ip in ipaddress.ip_network("169.254.0.0/16") or ip in ipaddress.ip_network("fe80::/10")
     if link_local:
         assert not open_policy.allows(ip)
     if DEFAULT.allows(ip):

@@ -188,6 +188,7 @@ def test_exceptions(exc: BaseException, state: S) -> None:
         ("Page.goto: net::ERR_CONNECTION_RESET at http://x/", S.RETRYABLE_ERROR),
         ("Page.goto: net::ERR_EMPTY_RESPONSE at http://x/", S.RETRYABLE_ERROR),
         ("Page.goto: net::ERR_TOO_MANY_REDIRECTS at http://x/", S.ERROR),
+        ("Page.goto: net::ERR_INVALID_AUTH_CREDENTIALS at http://x/", S.UNAUTHORISED),
         ("Page.goto: Download is starting", S.ERROR),
         ("something new", S.ERROR),
     ],

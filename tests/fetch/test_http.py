@@ -89,8 +89,8 @@ def test_reset_connection_is_retryable(server: LocalServer) -> None:
     assert a.traceback
 
 
-def test_connection_refused_is_unreachable() -> None:
-    a = fetch("http://127.0.0.1:9/")  # the discard port: nothing listens
+def test_connection_refused_is_unreachable(closed_port: int) -> None:
+    a = fetch(f"http://127.0.0.1:{closed_port}/")
     assert a.state is S.UNREACHABLE
 
 
@@ -222,13 +222,9 @@ def test_address_policy_refuses_redirect_to_private_range(server: LocalServer) -
 
 
 def test_address_policy_refuses_metadata_by_literal_address() -> None:
-    a = fetch(
-        "http://169.254.169.254/latest/meta-data/", address_policy=AddressPolicy.permissive_local()
-    )
+    a = fetch("http://169.254.169.254/latest/meta-data/", address_policy=AddressPolicy.permissive_local())
     assert a.state is S.ERROR
-    a = fetch(
-        "http://[fd00:ec2::254]/latest/meta-data/", address_policy=AddressPolicy.permissive_local()
-    )
+    a = fetch("http://[fd00:ec2::254]/latest/meta-data/", address_policy=AddressPolicy.permissive_local())
     assert a.state is S.ERROR
 
 

@@ -44,22 +44,15 @@ def test_retries_are_spent_before_escalating() -> None:
 
 
 def test_backoff_grows_and_honours_retry_after() -> None:
-    delays = [
-        POLICY.decide(S.TIMEOUT, retries_here=n, attempts=1, can_escalate=True).delay
-        for n in range(2)
-    ]
+    delays = [POLICY.decide(S.TIMEOUT, retries_here=n, attempts=1, can_escalate=True).delay for n in range(2)]
     assert delays == [1.0, 2.0]
-    d = POLICY.decide(
-        S.RETRYABLE_ERROR, retries_here=0, attempts=1, can_escalate=True, retry_after=7
-    )
+    d = POLICY.decide(S.RETRYABLE_ERROR, retries_here=0, attempts=1, can_escalate=True, retry_after=7)
     assert d.action is Action.RETRY and d.delay == 7
 
 
 def test_retry_after_too_long_skips_to_escalation() -> None:
     policy = EscalationPolicy(max_retry_after=10, jitter=0)
-    d = policy.decide(
-        S.RETRYABLE_ERROR, retries_here=0, attempts=1, can_escalate=True, retry_after=3600
-    )
+    d = policy.decide(S.RETRYABLE_ERROR, retries_here=0, attempts=1, can_escalate=True, retry_after=3600)
     assert d.action is Action.ESCALATE and d.delay == 0
 
 
@@ -81,12 +74,8 @@ def test_plan_orders_by_calibre_and_respects_limits_and_methods() -> None:
     browser = BrowserFetcher(executable_path="/nonexistent")
     assert plan_fetchers([browser, http], "get", EscalationPolicy()) == [http, browser]
     assert plan_fetchers([browser, http], "head", EscalationPolicy()) == [http]
-    assert plan_fetchers([browser, http], "get", EscalationPolicy(max_calibre=Calibre.HTTP)) == [
-        http
-    ]
-    assert plan_fetchers([browser, http], "get", EscalationPolicy(min_calibre=Calibre.BROWSER)) == [
-        browser
-    ]
+    assert plan_fetchers([browser, http], "get", EscalationPolicy(max_calibre=Calibre.HTTP)) == [http]
+    assert plan_fetchers([browser, http], "get", EscalationPolicy(min_calibre=Calibre.BROWSER)) == [browser]
 
 
 @given(
@@ -135,9 +124,7 @@ def test_decisions_obey_the_table_and_the_limits(
     st.integers(1, 8),
     st.integers(0, 3),
 )
-def test_any_sequence_of_attempts_terminates(
-    states: list[S], max_attempts: int, max_retries: int
-) -> None:
+def test_any_sequence_of_attempts_terminates(states: list[S], max_attempts: int, max_retries: int) -> None:
     """Simulate a URL through three calibres: attempts never exceed the limit."""
     policy = EscalationPolicy(max_attempts=max_attempts, max_retries=max_retries, jitter=0)
     level, retries, made = 0, 0, 0

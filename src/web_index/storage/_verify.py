@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from web_index.errors import InvalidRecordError
+from web_index.errors import CorruptFileError, InvalidRecordError
 from web_index.models import RecordType
 from web_index.query._plan import month_bounds
 from web_index.storage._buffer import MethodPartition
@@ -117,6 +117,9 @@ def _verify_partition(
     mp = MethodPartition(type.method, partition.year, partition.month, partition.domain)
     try:
         opened, dead = visible_files(store.backend, files)
+    except CorruptFileError as exc:
+        report.problems.append(Finding(exc.path, exc.problem))
+        return
     except Exception as exc:
         report.problems.append(Finding(str(partition), f"cannot open files: {exc}"))
         return

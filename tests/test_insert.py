@@ -1,0 +1,144 @@
+"""Every insertion rule of the standard: accepted, or refused naming the field with nothing stored."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from tests.factories import T0, attempt, chain, metadata
+from web_index import WebIndex
+from web_index.errors import InvalidRecordError
+from web_index.models import Page, PageKey, RecordType, SimplePageQuery
+
+URL = "https://example.com/page"
+
+
+def test_insert_returns_the_key_of_what_it_stored(index: WebIndex) -> None:
+    key = index.insert(*attempt(URL, hops=3))
+    assert key.type is RecordType.GET and key.url == URL and key.timestamp == T0
+    page = index.query([key])[0]
+    assert isinstance(page, Page)
+    assert [r.is_final for r in page.responses] == [False, False, True]
+    assert page.final.request_url == URL and page.status_code == 200 and page.data == b"<html>ok</html>"
+    assert all(r.request_id == key.request_id for r in page.responses)
+    meta = index.query([PageKey(url=URL, timestamp=T0, request_id=key.request_id, type="get-metadata")])[0]
+    assert meta is not None and meta.state.value == "success" and meta.timestamp == T0
+
+
+def test_failed_attempt_stores_metadata_only(index: WebIndex) -> None:
+    key = index.insert(*attempt(URL, state="timeout"))
+    assert key.type is RecordType.GET_METADATA
+    assert index.query([SimplePageQuery(url=URL)]) == [None]
+    assert index.query([SimplePageQuery(url=URL, type="get-metadata")])[0].state.value == "timeout"
+
+
+def test_head_records_have_no_body(index: WebIndex) -> None:
+    key = index.insert(*attempt(URL, method="head"))
+    page = index.query([key])[0]
+    assert isinstance(page, Page) and page.type is RecordType.HEAD and page.data is None
+
+
+def test_request_ids_are_unique_and_time_ordered(index: WebIndex) -> None:
+    keys = [index.insert(*attempt(URL)) for _ in range(50)]
+    keys += index.insert_many([attempt(URL) for _ in range(50)])
+    ids = [k.request_id for k in keys]
+    assert len(set(ids)) == len(ids) and ids == sorted(ids)
+
+
+def _replace(item: tuple[Any, ...], **changes: Any) -> tuple[Any, ...]:
+    method, url, ts, meta, data = item
+    return (
+        changes.get("type", method),
+        changes.get("url", url),
+        changes.get("timestamp", ts),
+        changes.get("metadata", meta),
+        changes.get("data", data),
+    )
+
+
+def _resp(i: int = 0, **changes: Any) -> Any:
+    return msgspec.structs.replace(chain(URL, hops=2)[i], **changes)
+
+
+BAD: list[tuple[str, dict[str, Any], str]] = [
+    ("type metadata", {"type": "get-metadata"}, "type"),
+    ("type unknown", {"type": "post"}, "type"),
+    ("naive timestamp", {"timestamp": datetime(2024, 8, 1)}, "timestamp"),
+    ("offset-less string", {"timestamp": "2024-08-01T00:00:00"}, "timestamp"),
+    ("bad url", {"url": "example.com/x"}, "url"),
+    ("metadata url differs", {"metadata": metadata("https://other.com/")}, "metadata.url"),
+    (
+        "metadata state unknown",
+        {
+            "metadata": {
+                "state": "fine",
+                "url": URL,
+                "fetcher_name": "t",
+                "fetcher_version": "1",
+                "fetcher_calibre": 1,
+            }
+        },
+        "metadata.state",
+    ),
+    ("metadata request id", {"metadata": metadata(URL, request_id="x")}, "metadata.request_id"),
+    (
+        "metadata timestamp differs",
+        {"metadata": metadata(URL, timestamp=T0 + timedelta(1))},
+        "metadata.timestamp",
+    ),
+    (
+        "calibre 100 reserved",
+        {"metadata": metadata(URL, calibre=100), "data": chain(URL, calibre=100)},
+        "metadata.fetcher_calibre",
+    ),
+    ("success without data", {"data": []}, "data"),
+    ("failure with data", {"metadata": metadata(URL, "error")}, "data"),
+    ("no final", {"data": [_resp(0), _resp(0)]}, "data[1].is_final"),
+    ("final not last", {"data": [_resp(1), _resp(0)]}, "data[0].is_final"),
+    ("two finals", {"data": [_resp(1), _resp(1)]}, "data[0].is_final"),
+    ("response url differs", {"data": [_resp(1, url="https://example.com/other")]}, "data[0].url"),
+    ("response request id", {"data": [_resp(1, request_id="x")]}, "data[0].request_id"),
+    ("bad request url", {"data": [_resp(1, request_url="nope")]}, "data[0].request_url"),
+    ("fetcher differs", {"data": [_resp(1, fetcher_name="other")]}, "data[0].fetcher_name"),
+    ("calibre differs", {"data": [_resp(1, fetcher_calibre=60)]}, "data[0].fetcher_calibre"),
+    ("get without body", {"data": [_resp(1, data=None)]}, "data[0].data"),
+    ("head with body", {"type": "head"}, "data[0].data"),
+    ("data not a list", {"data": "abc"}, "data"),
+    ("data record malformed", {"data": [{"url": URL}]}, "data[0]"),
+]
+
+
+@pytest.mark.parametrize(("name", "change", "field"), BAD, ids=[b[0] for b in BAD])
+def test_invalid_inserts_name_the_field_and_store_nothing(
+    index: WebIndex, name: str, change: dict[str, Any], field: str
+) -> None:
+    good = attempt(URL)
+    with pytest.raises(InvalidRecordError) as info:
+        index.insert(*_replace(good, **change))
+    assert info.value.field == field, name
+    # A batch with one bad item stores none of it.
+    with pytest.raises(InvalidRecordError) as info:
+        index.insert_many([good, _replace(good, **change)])
+    assert info.value.field.startswith("item 1")
+    assert index.presence([SimplePageQuery(url=URL, type=t) for t in ("get", "get-metadata")]) == [
+        False,
+        False,
+    ]
+    assert index.stats().buffered_attempts == 0
+
+
+def test_dict_forms_are_accepted(index: WebIndex) -> None:
+    method, url, ts, meta, data = attempt(URL, hops=2)
+    key = index.insert(method, url, ts.isoformat(), meta.to_dict(), [r.to_dict() for r in data])
+    assert index.query([key])[0].responses == index.query([key])[0].responses  # type: ignore[union-attr]
+    assert len(index.query([key])[0].responses) == 2  # type: ignore[union-attr]
+
+
+def test_read_only_handle_refuses_writes(store_path: Path) -> None:
+    WebIndex(store_path).close()
+    with WebIndex(store_path, read_only=True) as ro, pytest.raises(Exception, match="read_only"):
+        ro.insert(*attempt(URL))

@@ -1,0 +1,183 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.factories import T0, chain, metadata
+from web_index.errors import InvalidRecordError
+from web_index.models import (
+    AttemptMetadata,
+    AttemptState,
+    Calibre,
+    DeterministicQuery,
+    PageKey,
+    RecordType,
+    Response,
+    SimplePageQuery,
+    TimeAwarePageQuery,
+    TimeBoundedQuery,
+    query_from_dict,
+    read_queries,
+    write_queries,
+)
+
+aware = st.datetimes(
+    min_value=datetime(1990, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+) | st.datetimes(
+    min_value=datetime(1990, 1, 2),
+    max_value=datetime(2099, 12, 30),
+    timezones=st.sampled_from([timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))]),
+)
+urls = st.sampled_from(["https://example.com/", "http://a.b.example.org/x?y=1", "https://example.com/Ä"])
+calibres = st.none() | st.integers(0, 100)
+types = st.sampled_from(list(RecordType))
+
+queries = st.one_of(
+    st.builds(PageKey, url=urls, timestamp=aware, request_id=st.uuids().map(str), type=types),
+    st.builds(SimplePageQuery, url=urls, calibre=calibres, calibre_strict=st.booleans(), type=types),
+    st.builds(
+        TimeAwarePageQuery,
+        url=urls,
+        not_before=st.none(),
+        not_after=st.none() | aware,
+        timestamp=st.none() | aware,
+        calibre=calibres,
+        calibre_strict=st.booleans(),
+        type=types,
+    ),
+)
+
+
+@given(queries)
+def test_queries_round_trip_through_the_flat_form(q: object) -> None:
+    flat = q.to_dict()  # type: ignore[attr-defined]
+    assert all(isinstance(v, str | int | bool | type(None)) for v in flat.values())
+    assert type(q).from_dict(flat) == q
+    assert (
+        query_from_dict(
+            {
+                **flat,
+                "kind": {PageKey: "key", SimplePageQuery: "simple", TimeAwarePageQuery: "time-aware"}[
+                    type(q)
+                ],
+            }
+        )
+        == q
+    )
+
+
+@given(st.lists(queries, max_size=30))
+def test_queries_round_trip_through_parquet(
+    tmp_path_factory: pytest.TempPathFactory, qs: list[object]
+) -> None:
+    path = tmp_path_factory.mktemp("q") / "queries.parquet"
+    assert write_queries(path, qs) == len(qs)  # type: ignore[arg-type]
+    assert read_queries(path) == qs
+
+
+def test_aliases_and_defaults() -> None:
+    assert DeterministicQuery is PageKey and TimeBoundedQuery is TimeAwarePageQuery
+    assert SimplePageQuery(url="http://x.com/").type is RecordType.GET
+    assert TimeAwarePageQuery(url="http://x.com/").calibre_strict is False
+    assert SimplePageQuery(url="http://x.com/").calibre_strict is False
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: PageKey(url="http://x.com/", timestamp=datetime(2024, 1, 1), request_id="r"), "timestamp"),
+        (lambda: PageKey(url="http://x.com/", timestamp="2024-01-01T00:00:00", request_id="r"), "timestamp"),
+        (lambda: PageKey(url="http://x.com/", timestamp="yesterday", request_id="r"), "timestamp"),
+        (lambda: PageKey(url="http://x.com/", timestamp=T0, request_id=""), "request_id"),
+        (lambda: SimplePageQuery(url="not a url"), "url"),
+        (lambda: SimplePageQuery(url="http://x.com/", calibre=101), "calibre"),
+        (lambda: SimplePageQuery(url="http://x.com/", calibre=-1), "calibre"),
+        (lambda: SimplePageQuery(url="http://x.com/", calibre=True), "calibre"),
+        (lambda: SimplePageQuery(url="http://x.com/", type="post"), "type"),
+        (
+            lambda: TimeAwarePageQuery(url="http://x.com/", not_before=T0, not_after=T0 - timedelta(1)),
+            "not_before",
+        ),
+        (lambda: query_from_dict({"url": "http://x.com/", "kind": "fuzzy"}), "kind"),
+        (lambda: query_from_dict({"url": "http://x.com/", "colour": "red"}), "query"),
+    ],
+)
+def test_invalid_queries_name_the_field(make: object, field: str) -> None:
+    with pytest.raises(InvalidRecordError) as info:
+        make()  # type: ignore[operator]
+    assert info.value.field == field
+
+
+def test_timestamps_are_normalised_to_utc() -> None:
+    q = PageKey(url="http://x.com/", timestamp="2024-01-01T02:00:00+02:00", request_id="r")
+    assert q.timestamp == datetime(2024, 1, 1, tzinfo=UTC) and q.timestamp.tzinfo is UTC
+    assert q.to_dict()["timestamp"] == "2024-01-01T00:00:00Z"
+
+
+def test_attempt_states_follow_the_standard_table() -> None:
+    table = {
+        "success": (False, False),
+        "timeout": (True, True),
+        "unreachable": (True, True),
+        "ssl-error": (True, True),
+        "low-quality": (False, True),
+        "blocked": (False, True),
+        "unauthorised": (False, False),
+        "retryable-error": (True, True),
+        "escalate": (False, True),
+        "error": (False, False),
+    }
+    assert {s.value for s in AttemptState} == set(table)
+    for state, (retry, escalate) in table.items():
+        assert AttemptState(state).retryable is retry
+        assert AttemptState(state).retryable_with_escalation is escalate
+
+
+def test_calibre_levels() -> None:
+    levels = [
+        Calibre.UNKNOWN,
+        Calibre.HTTP,
+        Calibre.HTTP_BROWSER_LIKE,
+        Calibre.BROWSER,
+        Calibre.BROWSER_PROXY,
+        Calibre.RESERVED,
+    ]
+    assert levels == sorted(levels) and levels[0] == 0 and levels[-1] == 100
+    with pytest.raises(InvalidRecordError):
+        Calibre(101)
+
+
+def test_records_round_trip_through_the_flat_form() -> None:
+    for r in chain("https://x.com/", hops=2):
+        flat = r.to_dict()
+        assert isinstance(flat["headers"], str) and isinstance(flat["timestamp"], str)
+        assert Response.from_dict(flat) == r
+        import base64
+
+        assert Response.from_dict({**flat, "data": base64.b64encode(r.data or b"").decode()}) == r
+    m = metadata("https://x.com/", "timeout", logs="l", traceback="t", run_time=1.5)
+    assert AttemptMetadata.from_dict(m.to_dict()) == m
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"status_code": 1000}, "response.status_code"),
+        ({"status_code": "200"}, "response.status_code"),
+        ({"headers": "{not json"}, "response.headers"),
+        ({"headers": {"a": 1}}, "response.headers"),
+        ({"timestamp": "2024-01-01T00:00:00"}, "response.timestamp"),
+        ({"retry_attempt": 256}, "response.retry_attempt"),
+        ({"fetcher_calibre": 200}, "response.fetcher_calibre"),
+        ({"data": "***"}, "response.data"),
+        ({"colour": "red"}, "response"),
+    ],
+)
+def test_invalid_responses_name_the_field(change: dict[str, object], field: str) -> None:
+    flat = chain("https://x.com/")[0].to_dict()
+    with pytest.raises(InvalidRecordError) as info:
+        Response.from_dict({**flat, **change})
+    assert info.value.field == field

@@ -1,0 +1,240 @@
+"""Store behaviour: small files, visibility across processes, concurrency, corruption."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.crashcheck import ROOT, parse_keys
+from tests.factories import T0, attempt
+from web_index import FlushPolicy, WebIndex, read_only
+from web_index.errors import StoreError
+from web_index.models import Page, PageKey, SimplePageQuery, TimeAwarePageQuery
+
+
+def files_of(store: Path, type: str = "get") -> list[Path]:
+    return sorted((store / type).rglob("*.parquet"))
+
+
+def test_ten_thousand_single_inserts_do_not_make_ten_thousand_files(store_path: Path) -> None:
+    with WebIndex(store_path, durable=False) as index:
+        for n in range(10_000):
+            index.insert(*attempt(f"https://one.example.com/p{n % 500}", T0 + timedelta(seconds=n)))
+        assert files_of(store_path) == []  # all in the buffer, yet visible:
+        assert index.presence([SimplePageQuery(url="https://one.example.com/p7")]) == [True]
+        index.flush()
+        assert len(files_of(store_path)) == 1 and len(files_of(store_path, "get-metadata")) == 1
+        assert index.stats().records == 20_000 and index.stats().buffered_attempts == 0
+
+
+def test_size_threshold_flushes_and_part_count_compacts(store_path: Path) -> None:
+    policy = FlushPolicy(max_rows=10, compact_parts=4)
+    url = "https://a.example.com/x"
+    with WebIndex(store_path, policy=policy) as index:
+        keys = index.insert_many([attempt(url, T0 + timedelta(seconds=n)) for n in range(9)])
+        assert files_of(store_path) == []  # below the threshold: still buffered
+        keys.append(index.insert(*attempt(url, T0)))
+        assert len(files_of(store_path)) == 1  # the 10th row flushed the partition
+        for n in range(2, 4):
+            keys += index.insert_many([attempt(url, T0 + timedelta(seconds=s)) for s in range(10)])
+            assert len(files_of(store_path)) == n
+        keys += index.insert_many([attempt(url, T0 + timedelta(seconds=s)) for s in range(10)])
+        names = [p.name for p in files_of(store_path)]
+        assert names == ["example.com.parquet"], names  # the 4th part triggered compaction
+        assert all(r is not None for r in index.query(keys))
+
+
+def test_inserts_are_visible_at_once_to_other_processes(store_path: Path) -> None:
+    with WebIndex(store_path) as index:
+        key = index.insert(*attempt("https://a.example.com/x"))
+        code = (
+            "from web_index.read_only import query; from web_index.models import SimplePageQuery;"
+            "r = query([SimplePageQuery(url='https://a.example.com/x')]);"
+            "print(r[0].request_id if r[0] else None)"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "WEB_INDEX_STORE": str(store_path)},
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        )
+        assert out.stdout.strip() == key.request_id
+
+
+def test_read_only_default_store_comes_from_the_environment(
+    store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with WebIndex(store_path) as index:
+        index.insert(*attempt("https://a.example.com/x"))
+    monkeypatch.setenv("WEB_INDEX_STORE", str(store_path))
+    assert read_only.default_store() == str(store_path)
+    assert read_only.presence([SimplePageQuery(url="https://a.example.com/x")]) == [True]
+    monkeypatch.delenv("WEB_INDEX_STORE")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert read_only.default_store() == str(tmp_path / "xdg" / "web-index" / "store")
+    with pytest.raises(StoreError, match="no store"):
+        read_only.query([SimplePageQuery(url="https://a.example.com/x")])
+
+
+def test_async_api(index: WebIndex, store_path: Path) -> None:
+    key = index.insert(*attempt("https://a.example.com/x"))
+    queries = [key, SimplePageQuery(url="https://nope.example.com/")]
+
+    async def run() -> tuple[list[object], list[bool], list[object]]:
+        return (
+            await index.async_query(queries),
+            await index.async_presence(queries),
+            await read_only.async_query(queries, store=store_path),
+        )
+
+    got, present, ro = asyncio.run(run())
+    assert [g is not None for g in got] == present == [True, False]
+    assert [getattr(r, "request_id", None) for r in ro] == [key.request_id, None]
+
+
+def test_presence_never_reads_bodies(index: WebIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = index.insert_many([attempt(f"https://a.example.com/{n}") for n in range(5)])
+    index.flush()
+    index.insert(*attempt("https://a.example.com/buffered"))
+    import web_index.query._engine as engine
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("presence read a body")
+
+    monkeypatch.setattr(engine, "_load", boom)
+    monkeypatch.setattr(engine, "_read_rows", boom)
+    queries = [
+        *keys,
+        SimplePageQuery(url="https://a.example.com/buffered"),
+        SimplePageQuery(url="https://x.com/"),
+    ]
+    assert index.presence(queries) == [True] * 6 + [False]
+
+
+def test_results_in_input_order_and_duplicates_answered_once(index: WebIndex) -> None:
+    a = index.insert(*attempt("https://a.example.com/a"))
+    b = index.insert(*attempt("https://b.example.com/b"))
+    miss = SimplePageQuery(url="https://c.example.com/")
+    results = index.query([b, miss, a, b, a])
+    ids = [getattr(r, "request_id", None) for r in results]
+    assert ids == [b.request_id, None, a.request_id, b.request_id, a.request_id]
+    assert results[0] is results[3]
+
+
+def test_corrupt_file_is_an_error_not_an_empty_answer(store_path: Path) -> None:
+    with WebIndex(store_path) as index:
+        key = index.insert(*attempt("https://a.example.com/x"))
+        index.flush()
+        part = files_of(store_path)[0]
+        part.write_bytes(b"PAR1 this is not parquet PAR1")
+        with pytest.raises(Exception, match=r"(?i)parquet|corrupt|magic|invalid"):
+            index.query([key])
+        report = index.verify()
+        assert not report.ok and any(part.name in p.where for p in report.problems)
+
+
+def test_several_writer_processes_and_a_compactor(store_path: Path) -> None:
+    WebIndex(store_path).close()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests._worker", "once", str(store_path), str(seed), "40"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (11, 12, 13)
+    ]
+    compactor = subprocess.Popen(
+        [sys.executable, "-m", "tests._worker", "compact", str(store_path)], cwd=ROOT
+    )
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    compactor.kill()
+    compactor.wait()
+    assert all(p.returncode == 0 for p in procs)
+    keys = parse_keys([line for out in outputs for line in out.splitlines()])
+    assert len(keys) == 240
+    with WebIndex(store_path, read_only=True) as index:
+        results = index.query([k for k, _ in keys])
+        assert all(
+            r is not None and len(r.responses) == hops  # type: ignore[union-attr]
+            for r, (_, hops) in zip(results, keys, strict=True)
+            if isinstance(r, Page) or r is None
+        )
+        assert index.verify().ok
+
+
+def test_readers_never_miss_a_record_during_compaction(store_path: Path) -> None:
+    with WebIndex(store_path, policy=FlushPolicy(max_rows=5, compact_parts=0)) as index:
+        keys = index.insert_many(
+            [
+                attempt(f"https://a.example.com/{n % 7}", T0 + timedelta(hours=n), hops=1 + n % 3)
+                for n in range(60)
+            ]
+        )
+        stop = threading.Event()
+        failures: list[str] = []
+
+        def read() -> None:
+            with WebIndex(store_path, read_only=True) as reader:
+                while not stop.is_set():
+                    for key, got in zip(keys, reader.query(keys), strict=True):
+                        if got is None or got.request_id != key.request_id:
+                            failures.append(f"missed {key}")
+                    latest = reader.query(
+                        [
+                            TimeAwarePageQuery(
+                                url="https://a.example.com/0", not_after=T0 + timedelta(hours=59)
+                            )
+                        ]
+                    )
+                    if latest[0] is None:
+                        failures.append("time-aware miss")
+
+        thread = threading.Thread(target=read)
+        thread.start()
+        for n in range(60, 120):
+            index.insert(*attempt(f"https://a.example.com/{n % 7}", T0 + timedelta(hours=n)))
+            if n % 10 == 0:
+                index.compact()
+        stop.set()
+        thread.join()
+        assert failures == []
+
+
+def test_page_key_touches_one_partition(index: WebIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    for month in range(6):
+        index.insert(*attempt("https://a.example.com/x", T0 + timedelta(days=31 * month)))
+    key = index.insert(*attempt("https://a.example.com/x", T0 + timedelta(days=62, hours=1)))
+    index.flush()
+    store = index._store
+    seen: list[tuple[object, ...]] = []
+    original = store.month_files
+    monkeypatch.setattr(store, "month_files", lambda *a: seen.append(a) or original(*a))
+    assert index.query([key])[0] is not None
+    assert seen == [(key.type, key.timestamp.year, key.timestamp.month)]
+
+
+def test_simple_query_stops_at_the_newest_month_that_answers(
+    index: WebIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for month in range(6):
+        index.insert(*attempt("https://a.example.com/x", T0 + timedelta(days=31 * month)))
+    index.flush()
+    store = index._store
+    seen: list[tuple[object, ...]] = []
+    original = store.month_files
+    monkeypatch.setattr(store, "month_files", lambda *a: seen.append(a) or original(*a))
+    assert index.query([SimplePageQuery(url="https://a.example.com/x")])[0] is not None
+    assert len(seen) == 1
+
+
+_ = PageKey

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.provisional import urls as any_urls
+
+from web_index.errors import InvalidURLError
+from web_index.urls import domain_of, url_key
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("HTTP://Example.COM/a", "http://example.com/a"),
+        ("http://example.com:80/a", "http://example.com/a"),
+        ("https://example.com:443/", "https://example.com"),
+        ("http://example.com/a#frag", "http://example.com/a"),
+        ("http://example.com/%7Euser", "http://example.com/~user"),
+        ("http://example.com/a%2fb", "http://example.com/a%2Fb"),
+        ("http://example.com/a b", "http://example.com/a%20b"),
+        ("https://münchen.de/", "https://xn--mnchen-3ya.de/"),
+        ("http://EXAMPLE.com./x", "http://example.com/x"),
+    ],
+)
+def test_spellings_of_one_resource_share_a_key(a: str, b: str) -> None:
+    assert url_key(a) == url_key(b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("http://example.com/A", "http://example.com/a"),  # path case kept
+        ("http://example.com/?Q=1", "http://example.com/?q=1"),  # query case kept
+        ("http://example.com/?a=1&b=2", "http://example.com/?b=2&a=1"),  # query order kept
+        ("http://example.com/", "https://example.com/"),
+        ("http://example.com:8080/", "http://example.com/"),
+    ],
+)
+def test_different_resources_keep_different_keys(a: str, b: str) -> None:
+    assert url_key(a) != url_key(b)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "example.com",
+        "ftp://example.com/",
+        "http://",
+        "http:///path",
+        "http://exa mple.com/",
+        " http://example.com/",
+        "http://example.com:99999/",
+        "javascript:alert(1)",
+        "http://[::1/",
+    ],
+)
+def test_unparseable_urls_are_refused_with_a_clear_error(bad: str) -> None:
+    with pytest.raises(InvalidURLError) as info:
+        url_key(bad)
+    assert "url" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "domain"),
+    [
+        ("https://www.bbc.co.uk/news", "bbc.co.uk"),
+        ("https://a.b.thema.ai/", "thema.ai"),
+        ("http://127.0.0.1:8000/", "127.0.0.1"),
+        ("http://localhost/", "localhost"),
+        ("http://[::1]/", "ip6-0000-0000-0000-0000-0000-0000-0000-0001"),
+        ("https://Bücher.example/", "xn--bcher-kva.example"),
+    ],
+)
+def test_partition_domain(url: str, domain: str) -> None:
+    assert domain_of(url) == domain
+
+
+SAFE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+
+
+@given(any_urls())
+def test_key_is_idempotent_and_domain_is_a_safe_file_name(url: str) -> None:
+    try:
+        key = url_key(url)
+    except InvalidURLError:
+        return
+    assert url_key(key) == key
+    domain = domain_of(url)
+    assert SAFE.match(domain) and ".." not in domain and "/" not in domain and len(domain) <= 200
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=60))
+def test_no_host_can_escape_the_store(host: str) -> None:
+    try:
+        domain = domain_of(f"http://{host}/")
+    except InvalidURLError:
+        return
+    assert SAFE.match(domain) and ".." not in domain
+
+
+def test_long_hosts_are_shortened_safely() -> None:
+    host = ".".join(["a" * 60] * 4) + ".com"
+    domain = domain_of(f"http://x.{host}/")
+    assert len(domain) <= 200 and SAFE.match(domain)
