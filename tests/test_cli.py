@@ -1,0 +1,135 @@
+"""The command line: JSONL in and out, exit codes scripts can rely on."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.factories import T0, attempt
+from web_index import WebIndex
+from web_index.cli import app
+from web_index.models import SimplePageQuery, write_queries
+
+runner = CliRunner()
+
+
+def request_line(url: str, state: str = "success", hops: int = 1) -> str:
+    method, url, ts, meta, data = attempt(url, T0, state=state, hops=hops)
+    out = {
+        "type": method,
+        "url": url,
+        "timestamp": ts.isoformat(),
+        "metadata": {k: v for k, v in meta.to_dict().items() if v is not None},
+        "data": [{**r.to_dict(), "data": base64.b64encode(r.data or b"").decode()} for r in data],
+    }
+    for r in out["data"]:
+        r.pop("request_id")
+    return json.dumps(out)
+
+
+def run(*args: str, input: str | None = None) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args), input=input)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_insert_query_presence_round_trip(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        "\n".join(
+            [
+                request_line("https://a.example.com/", hops=2),
+                request_line("https://b.example.com/", "timeout"),
+            ]
+        )
+        + "\n"
+    )
+    code, _out, err = run("insert", str(src), "--store", store)
+    assert code == 0 and "stored 2 attempts" in err
+    code, out, _ = run(
+        "query", "https://a.example.com/", "https://c.example.com/", "--store", store, "--bodies"
+    )
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert code == 0 and len(lines) == 2 and lines[1]["result"] is None
+    page = lines[0]["result"]
+    assert (
+        len(page["responses"]) == 2 and base64.b64decode(page["responses"][-1]["data"]) == b"<html>ok</html>"
+    )
+    code, out, _ = run("query", "https://a.example.com/", "--store", store)
+    assert "data" not in json.loads(out)["result"]["responses"][-1]  # bodies only on request
+    code, out, _ = run("query", "https://b.example.com/", "--type", "get-metadata", "--store", store)
+    assert json.loads(out)["result"]["state"] == "timeout"
+    code, out, _ = run(
+        "presence", "https://a.example.com/", "https://c.example.com/", "--store", store, "--fail-missing"
+    )
+    assert code == 1 and [json.loads(x)["present"] for x in out.splitlines()] == [True, False]
+
+
+def test_queries_from_parquet_and_jsonl_files(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    with WebIndex(store) as index:
+        key = index.insert(*attempt("https://a.example.com/"))
+    qs = [SimplePageQuery(url="https://a.example.com/"), key, SimplePageQuery(url="https://z.example.com/")]
+    write_queries(tmp_path / "q.parquet", qs)
+    (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(q.to_dict()) for q in qs))
+    for name in ("q.parquet", "q.jsonl"):
+        code, out, _ = run("presence", "--from", str(tmp_path / name), "--store", str(store))
+        assert code == 0 and [json.loads(x)["present"] for x in out.splitlines()] == [True, True, False]
+
+
+def test_invalid_line_stops_with_exit_2_keeping_what_came_before(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    lines = [
+        request_line("https://a.example.com/"),
+        '{"type": "get", "url": "nope"}',
+        request_line("https://b.example.com/"),
+    ]
+    code, _, err = run("insert", "-", "--store", store, "--batch", "1", input="\n".join(lines))
+    assert code == 2 and "<stdin>:2" in err and "stored 1" in err
+    code, out, _ = run("presence", "https://a.example.com/", "https://b.example.com/", "--store", store)
+    assert [json.loads(x)["present"] for x in out.splitlines()] == [True, False]
+    code, _, err = run("insert", "-", "--store", store, "--skip-invalid", input="\n".join(lines))
+    assert code == 0 and "skipped 1" in err
+
+
+def test_semantic_error_names_the_field(tmp_path: Path) -> None:
+    line = json.loads(request_line("https://a.example.com/"))
+    line["timestamp"] = "2024-08-01T12:00:00"  # no zone
+    code, _, err = run("insert", "-", "--store", str(tmp_path / "s"), input=json.dumps(line))
+    assert code == 2 and "timestamp" in err and "naive" in err
+
+
+@pytest.mark.parametrize(
+    "args", [["query"], ["query", "not a url"], ["query", "https://a.example.com/", "--calibre", "300"]]
+)
+def test_bad_query_arguments_exit_2(tmp_path: Path, args: list[str]) -> None:
+    WebIndex(tmp_path / "s").close()
+    assert run(*args, "--store", str(tmp_path / "s"))[0] == 2
+
+
+def test_missing_store_exits_4(tmp_path: Path) -> None:
+    assert run("query", "https://a.example.com/", "--store", str(tmp_path / "nothing"))[0] == 4
+
+
+def test_flush_compact_verify_stats(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    with WebIndex(store) as index:
+        index.insert_many([attempt(f"https://a.example.com/{n}") for n in range(5)])
+    assert run("flush", "--store", str(store))[0] == 0
+    with WebIndex(store) as index:
+        index.insert_many([attempt(f"https://a.example.com/{n}") for n in range(5)])
+        index.flush()
+    code, _, err = run("compact", "--store", str(store))
+    assert code == 0 and "compacted 1" in err
+    code, _, err = run("verify", "--store", str(store))
+    assert code == 0 and "clean" in err
+    code, out, _ = run("stats", "--store", str(store), "--json")
+    data = json.loads(out)
+    assert data["records"] == 20 and data["files"] == 2
+    next(store.rglob("*.parquet")).write_bytes(b"garbage")
+    code, _, err = run("verify", "--store", str(store))
+    assert code == 3 and "problem" in err
