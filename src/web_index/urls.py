@@ -146,7 +146,7 @@ def domain_of(url: str) -> str:
     if len(domain) > _MAX_DOMAIN:
         # Keep file names under NAME_MAX: long hosts keep a readable tail and a hash.
         digest = hashlib.sha256(domain.encode()).hexdigest()[:16]
-        domain = f"{digest}.{domain[-(_MAX_DOMAIN - 17):].lstrip('.-')}"
+        domain = f"{digest}.{domain[-(_MAX_DOMAIN - 17) :].lstrip('.-')}"
     if not _SAFE_DOMAIN.match(domain) or ".." in domain:
         raise InvalidURLError(url, f"cannot derive a safe partition name from host {host!r}")
     return domain

@@ -141,7 +141,9 @@ def validate_attempt(
             raise InvalidRecordError(f"{where}.data", "GET records need a body (b'' if empty)")
         for name in _FETCHER_FIELDS:
             if getattr(resp, name) != getattr(meta, name):
-                raise InvalidRecordError(f"{where}.{name}", "differs from the metadata's: one attempt, one fetcher")
+                raise InvalidRecordError(
+                    f"{where}.{name}", "differs from the metadata's: one attempt, one fetcher"
+                )
         row: dict[str, Any] = {
             "url_key": key,
             "url": url,
