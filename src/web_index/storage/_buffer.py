@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
@@ -25,7 +25,7 @@ from web_index.errors import StoreError
 from web_index.ingest import Attempt
 from web_index.models import RecordType
 
-__all__ = ["BufferedKey", "InsertBuffer", "MethodPartition"]
+__all__ = ["Buffer", "BufferedAttempt", "BufferedKey", "MethodPartition", "SqliteBuffer"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (
@@ -100,8 +100,38 @@ class BufferedAttempt(NamedTuple):
     responses: list[dict[str, Any]]
 
 
-class InsertBuffer:
-    """One SQLite database per store; safe for many threads and processes."""
+class Buffer(Protocol):
+    """What the store needs from an insert buffer (SQLite by default; Postgres for many machines).
+
+    Rows are whole attempts. A flush *claims* rows with a flush id, writes them
+    to part files and then *completes* the flush (deletes them). Readers see
+    claimed rows until they are completed.
+    """
+
+    readonly: bool
+
+    def close(self) -> None: ...
+    def append(self, attempts: Sequence[Attempt]) -> None:
+        """Store attempts durably in one transaction (all or none)."""
+        ...
+
+    def oversized(
+        self, parts: Iterable[MethodPartition], max_rows: int, max_bytes: int
+    ) -> list[MethodPartition]: ...
+    def due(self, max_rows: int, max_bytes: int, max_age_s: float) -> list[MethodPartition]: ...
+    def partitions(self) -> list[MethodPartition]: ...
+    def claims(self, part: MethodPartition) -> list[str]: ...
+    def claim(self, part: MethodPartition, flush_id: str, limit: int) -> int: ...
+    def claimed(self, flush_id: str) -> Iterator[BufferedAttempt]: ...
+    def complete(self, flush_id: str) -> None: ...
+    def lookup(self, method: RecordType, url_keys: Iterable[str]) -> list[BufferedKey]: ...
+    def load(self, request_ids: Iterable[str]) -> dict[str, BufferedAttempt]: ...
+    def iter_all(self) -> Iterator[tuple[MethodPartition, str | None, BufferedAttempt]]: ...
+    def counts(self) -> dict[MethodPartition, tuple[int, int, int]]: ...
+
+
+class SqliteBuffer:
+    """One SQLite database per store; safe for many threads and processes on one machine."""
 
     def __init__(self, folder: Path, *, durable: bool = True, readonly: bool = False) -> None:
         self.path = folder / "buffer.sqlite3"

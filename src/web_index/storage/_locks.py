@@ -1,4 +1,10 @@
-"""Inter-process locks for the local store (``flock``, released when a holder dies)."""
+"""Partition locks: who may flush or compact a partition right now.
+
+Two kinds exist, ``"flush"`` and ``"compact"``; a process takes at most one of
+each at a time, always ``compact`` before ``flush``, so no deadlock is possible.
+Locks must be released by the system when their holder dies (a killed
+flusher must not block a partition forever).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,30 @@ import fcntl
 import hashlib
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Protocol
 
-__all__ = ["partition_lock"]
+__all__ = ["FileLocks", "Locks", "partition_lock"]
+
+
+class Locks(Protocol):
+    """Mutual exclusion per (kind, partition), across processes (and machines, for shared stores)."""
+
+    def hold(self, kind: str, name: str, *, blocking: bool = True) -> AbstractContextManager[bool]:
+        """Hold the lock; the context yields whether it was taken (always ``True`` if blocking)."""
+        ...
+
+
+class FileLocks:
+    """``flock`` locks in a local folder: the kernel releases them when a holder dies."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def hold(self, kind: str, name: str, *, blocking: bool = True) -> AbstractContextManager[bool]:
+        return partition_lock(self.folder, kind, name, blocking=blocking)
+
 
 # Locks are striped over a fixed set of files, so the lock folder never grows
 # with the number of partitions; two partitions sharing a stripe only wait on

@@ -37,17 +37,17 @@ def _data_schema(with_body: bool) -> pa.Schema:
 
 
 _METADATA_FIELDS: list[pa.Field[Any]] = [
-        pa.field("url_key", pa.string(), nullable=False),
-        pa.field("url", pa.string(), nullable=False),
-        pa.field("timestamp", _TS, nullable=False),
-        pa.field("request_id", pa.string(), nullable=False),
-        pa.field("state", pa.string(), nullable=False),
-        pa.field("logs", pa.large_string()),
-        pa.field("traceback", pa.large_string()),
-        pa.field("run_time", pa.float64()),
-        pa.field("fetcher_name", pa.string(), nullable=False),
-        pa.field("fetcher_version", pa.string(), nullable=False),
-        pa.field("fetcher_calibre", pa.uint8(), nullable=False),
+    pa.field("url_key", pa.string(), nullable=False),
+    pa.field("url", pa.string(), nullable=False),
+    pa.field("timestamp", _TS, nullable=False),
+    pa.field("request_id", pa.string(), nullable=False),
+    pa.field("state", pa.string(), nullable=False),
+    pa.field("logs", pa.large_string()),
+    pa.field("traceback", pa.large_string()),
+    pa.field("run_time", pa.float64()),
+    pa.field("fetcher_name", pa.string(), nullable=False),
+    pa.field("fetcher_version", pa.string(), nullable=False),
+    pa.field("fetcher_calibre", pa.uint8(), nullable=False),
 ]
 _METADATA = pa.schema(_METADATA_FIELDS)
 

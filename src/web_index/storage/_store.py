@@ -15,7 +15,7 @@ from web_index.errors import StoreError
 from web_index.ingest import Attempt
 from web_index.models import RecordType
 from web_index.storage._backend import Backend
-from web_index.storage._buffer import InsertBuffer, MethodPartition
+from web_index.storage._buffer import Buffer, MethodPartition, SqliteBuffer
 from web_index.storage._files import (
     WriteOptions,
     list_partition_files,
@@ -25,7 +25,7 @@ from web_index.storage._files import (
     write_partition_file,
 )
 from web_index.storage._layout import BUFFER_DIR, LOCK_DIR, Partition, StoredFile
-from web_index.storage._locks import partition_lock
+from web_index.storage._locks import FileLocks, Locks
 
 __all__ = ["FlushPolicy", "Store"]
 
@@ -63,6 +63,8 @@ class Store:
         durable: bool = True,
         policy: FlushPolicy | None = None,
         write_options: WriteOptions | None = None,
+        buffer: Buffer | None = None,
+        locks: Locks | None = None,
     ) -> None:
         self.backend = backend
         self.readonly = readonly
@@ -70,9 +72,13 @@ class Store:
         self.write_options = write_options or WriteOptions()
         if readonly and not backend.exists():
             raise StoreError(f"no store at {backend.url}")
-        buffer_dir = backend.local_folder(BUFFER_DIR, create=not readonly)
-        self.buffer = InsertBuffer(buffer_dir, durable=durable, readonly=readonly)
-        self._lock_dir = None if readonly else backend.local_folder(LOCK_DIR)
+        if buffer is None:
+            buffer_dir = backend.local_folder(BUFFER_DIR, create=not readonly)
+            buffer = SqliteBuffer(buffer_dir, durable=durable, readonly=readonly)
+        self.buffer = buffer
+        if locks is None and not readonly:
+            locks = FileLocks(backend.local_folder(LOCK_DIR))
+        self._locks = locks
         self._last_age_check = 0.0
 
     def close(self) -> None:
@@ -111,6 +117,11 @@ class Store:
 
     # -- writing ---------------------------------------------------------------
 
+    def _writable_locks(self) -> Locks:
+        if self._locks is None:
+            raise StoreError("this store was opened read-only")
+        return self._locks
+
     def append(self, attempts: Sequence[Attempt]) -> None:
         self.buffer.append(attempts)
         _crash_point("after-append")
@@ -134,9 +145,9 @@ class Store:
         return sum(self.flush_partition(mp) for mp in targets)
 
     def flush_partition(self, mp: MethodPartition) -> int:
-        assert self._lock_dir is not None
+        locks = self._writable_locks()
         moved = 0
-        with partition_lock(self._lock_dir, "flush", str(mp)):
+        with locks.hold("flush", str(mp)):
             # Holding the lock means no live flusher owns a claim on this
             # partition: any claim left is from a flusher that died. Redo it;
             # part names come from the flush id, so a redo overwrites, never doubles.
@@ -184,9 +195,9 @@ class Store:
         return done
 
     def compact_partition(self, mp: MethodPartition, *, min_parts: int = 1) -> bool:
-        assert self._lock_dir is not None
-        with partition_lock(self._lock_dir, "compact", str(mp)):
-            with partition_lock(self._lock_dir, "flush", str(mp)):
+        locks = self._writable_locks()
+        with locks.hold("compact", str(mp)):
+            with locks.hold("flush", str(mp)):
                 # Finish any flush that died, so that none can be redone later
                 # into a part this compaction has already absorbed.
                 for flush_id in self.buffer.claims(mp):
