@@ -81,7 +81,7 @@ class Ref:
     success: bool
     state: str
     hops: int
-    body: bytes
+    body: bytes | None
 
 
 def reference(q: Query, records: list[Ref]) -> Ref | None:
@@ -164,7 +164,7 @@ class StoreMachine(RuleBasedStateMachine):
                     success,
                     meta.state.value,
                     len(data),
-                    data[-1].data if data and data[-1].data is not None else b"",
+                    data[-1].data if data else None,
                 )
             )
             self.keys.append(key)

@@ -1,0 +1,221 @@
+"""Commands that reach the web: ``fetch`` and ``demo``.
+
+The fetch machinery (Playwright, httpx) is imported inside the commands, so
+that the store commands start as fast without it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from web_index.cli._app import EXIT_OK, EXIT_STORE_ERROR, EXIT_USAGE, app
+from web_index.read_only import default_store
+
+__all__ = ["demo", "fetch", "parse_calibre"]
+
+_out = Console()
+_err = Console(stderr=True)
+
+_CALIBRE_NAMES = {
+    "http": 10,
+    "http-browser-like": 30,
+    "browser": 60,
+    "browser-proxy": 80,
+}
+
+StoreOption = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        "-s",
+        envvar="WEB_INDEX_STORE",
+        help="Store folder or file:// URL [env: WEB_INDEX_STORE; default: per-user folder].",
+        show_default=False,
+    ),
+]
+
+
+def _fail(code: int, message: str) -> typer.Exit:
+    _err.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def parse_calibre(value: str) -> int:
+    """A calibre from a name (``http``, ``browser``, ...) or a number 0-100."""
+    name = value.strip().lower().replace("_", "-")
+    if name in _CALIBRE_NAMES:
+        return _CALIBRE_NAMES[name]
+    if name.isascii() and name.isdigit() and 0 <= int(name) <= 100:
+        return int(name)
+    names = ", ".join(_CALIBRE_NAMES)
+    raise typer.BadParameter(f"{value!r}: give a number 0-100 or one of {names}")
+
+
+def _read_urls(urls: list[str], source: Path | None) -> list[str]:
+    found = list(urls)
+    if source is not None:
+        text = sys.stdin.read() if str(source) == "-" else source.read_text(encoding="utf-8")
+        for line in text.splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                found.append(line)
+    # The same URL twice in one run would only fetch it twice.
+    return list(dict.fromkeys(found))
+
+
+@app.command("fetch")
+def fetch(
+    urls: Annotated[list[str] | None, typer.Argument(help="URLs to fetch.", show_default=False)] = None,
+    source: Annotated[
+        Path | None, typer.Option("--from", help="A file of URLs, one a line ('-': stdin).")
+    ] = None,
+    store: StoreOption = "",
+    method: Annotated[str, typer.Option(help="get or head.")] = "get",
+    calibre: Annotated[
+        str, typer.Option(help="Calibre to start at: a number or http, browser, ...")
+    ] = "http",
+    max_calibre: Annotated[str, typer.Option(help="Highest calibre escalation may reach.")] = "browser",
+    concurrency: Annotated[int, typer.Option(min=1, help="Attempts in flight at once.")] = 16,
+    per_domain: Annotated[int, typer.Option(min=1, help="Attempts in flight per domain.")] = 2,
+    delay: Annotated[float, typer.Option(min=0, help="Seconds between attempt starts on one domain.")] = 0.0,
+    max_retries: Annotated[int, typer.Option(min=0, help="Retries per calibre.")] = 2,
+    max_attempts: Annotated[int, typer.Option(min=1, help="Attempts per URL in all.")] = 8,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds per attempt.")] = 30.0,
+    max_body: Annotated[int, typer.Option(min=1, help="Largest body in bytes.")] = 16 * 2**20,
+    ignore_robots: Annotated[bool, typer.Option(help="Do not obey robots.txt.")] = False,
+    allow_loopback: Annotated[bool, typer.Option(help="Allow 127.0.0.0/8 and ::1.")] = False,
+    allow_private: Annotated[
+        bool, typer.Option(help="Allow private ranges (10/8, 172.16/12, 192.168/16, fc00::/7).")
+    ] = False,
+    chromium: Annotated[Path, typer.Option(help="The Chromium executable.")] = Path("/usr/bin/chromium"),
+    user_agent: Annotated[str | None, typer.Option(help="User-Agent of the HTTP fetcher.")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per URL instead of tables.")
+    ] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Fetch URLs with escalation and record every attempt into the store.
+
+    Each URL starts at --calibre; retryable failures are retried with backoff,
+    escalatable ones move up to the next fetcher, up to --max-calibre. Exits
+    0 when every attempt was recorded, whatever the states.
+    """
+    from web_index.errors import StoreError, WebIndexError
+    from web_index.fetch import (
+        AddressPolicy,
+        EscalationPolicy,
+        FetchConfig,
+        FetchLimits,
+        outcome_table,
+        run_fetch,
+        state_counts_table,
+    )
+    from web_index.fetch._http import DEFAULT_USER_AGENT
+    from web_index.index import WebIndex
+    from web_index.urls import url_key
+
+    if method not in ("get", "head"):
+        raise _fail(EXIT_USAGE, f"--method must be get or head, not {method!r}")
+    try:
+        low, high = parse_calibre(calibre), parse_calibre(max_calibre)
+        todo = _read_urls(urls or [], source)
+    except (typer.BadParameter, OSError) as exc:
+        raise _fail(EXIT_USAGE, str(exc)) from None
+    if not todo:
+        raise _fail(EXIT_USAGE, "no URLs: give URLs or --from FILE")
+    if low > high:
+        raise _fail(EXIT_USAGE, f"--calibre {low} is above --max-calibre {high}")
+    for url in todo:
+        try:
+            url_key(url)
+        except WebIndexError as exc:
+            raise _fail(EXIT_USAGE, str(exc)) from None
+    config = FetchConfig(
+        policy=EscalationPolicy(
+            max_retries=max_retries, max_attempts=max_attempts, min_calibre=low, max_calibre=high
+        ),
+        limits=FetchLimits(
+            timeout=timeout,
+            connect_timeout=min(timeout, 10.0),
+            read_timeout=min(timeout, 20.0),
+            max_body_bytes=max_body,
+            max_decoded_bytes=max(max_body, 2 * max_body),
+        ),
+        address_policy=AddressPolicy(allow_loopback=allow_loopback, allow_private=allow_private),
+        obey_robots=not ignore_robots,
+        chromium=chromium,
+        user_agent=user_agent or DEFAULT_USER_AGENT,
+        concurrency=concurrency,
+        per_domain=per_domain,
+        domain_delay=delay,
+    )
+    try:
+        with WebIndex(store or default_store()) as index:
+            outcomes = run_fetch(
+                index,
+                todo,
+                config,
+                method="head" if method == "head" else "get",
+                console=_err,
+                show_progress=progress and _err.is_terminal,
+            )
+    except StoreError as exc:
+        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+    except ValueError as exc:
+        raise _fail(EXIT_USAGE, str(exc)) from None
+    if as_json:
+        for outcome in outcomes:
+            final = outcome.final
+            key = outcome.key
+            row = {
+                "url": outcome.url,
+                "state": str(final.state),
+                "status_code": final.status_code,
+                "calibre": final.fetcher_calibre,
+                "fetcher": final.fetcher_name,
+                "attempts": [
+                    {"fetcher": a.fetcher_name, "state": str(a.state), "run_time": a.run_time}
+                    for a in outcome.attempts
+                ],
+                "key": None if key is None else key.to_dict(),
+            }
+            print(json.dumps(row), flush=True)
+    else:
+        if len(outcomes) <= 200:
+            _out.print(outcome_table(outcomes))
+        _out.print(state_counts_table(outcomes))
+    raise typer.Exit(EXIT_OK)
+
+
+@app.command("demo")
+def demo(
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            "-s",
+            envvar="WEB_INDEX_STORE",
+            help="Store to fetch into [env: WEB_INDEX_STORE; default: a new temporary folder].",
+        ),
+    ] = None,
+    chromium: Annotated[Path, typer.Option(help="The Chromium executable.")] = Path("/usr/bin/chromium"),
+    slow_seconds: Annotated[float, typer.Option(help="How long the slow page takes.")] = 3.0,
+) -> None:
+    """Serve a bundled sample site on 127.0.0.1, fetch it into a store with
+    escalation, print the state table, then query the store."""
+    from web_index.errors import StoreError
+    from web_index.fetch import run_demo
+
+    location = store or tempfile.mkdtemp(prefix="web-index-demo-")
+    try:
+        code = run_demo(location, chromium=chromium, console=_out, slow_seconds=slow_seconds)
+    except StoreError as exc:
+        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+    raise typer.Exit(code)

@@ -1,0 +1,94 @@
+"""``web-index demo``: fetch the bundled sample site into a store, then query it.
+
+Everything runs on 127.0.0.1: the site is served from a thread, the address
+policy is opened to loopback for it, and nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from web_index.fetch._address import AddressPolicy
+from web_index.fetch._base import FetchLimits
+from web_index.fetch._browser import DEFAULT_CHROMIUM, chromium_available
+from web_index.fetch._config import FetchConfig
+from web_index.fetch._policy import EscalationPolicy
+from web_index.fetch._report import outcome_table, run_fetch, state_counts_table
+from web_index.fetch._sample_site import LocalServer, sample_routes, sample_urls
+from web_index.models import Calibre, Page, RecordType, SimplePageQuery
+
+__all__ = ["run_demo"]
+
+
+def _title(body: bytes | None) -> str:
+    if not body:
+        return ""
+    from selectolax.lexbor import LexborHTMLParser
+
+    tree = LexborHTMLParser(body.decode("utf-8", "replace"))
+    node = tree.css_first("h1") or tree.css_first("title")
+    return node.text(strip=True)[:40] if node is not None else ""
+
+
+def run_demo(
+    store_path: str | os.PathLike[str],
+    *,
+    chromium: str | Path = DEFAULT_CHROMIUM,
+    console: Console | None = None,
+    slow_seconds: float = 3.0,
+    timeout: float = 1.5,
+    port: int = 0,
+) -> int:
+    """Serve the sample site, fetch it into ``store_path`` with escalation,
+    print the state table, then answer queries from the store. Returns an
+    exit code. ``port`` 0 picks a free port."""
+    from web_index.index import WebIndex
+
+    console = console or Console()
+    has_browser = chromium_available(chromium)
+    top = Calibre.BROWSER if has_browser else Calibre.HTTP
+    config = FetchConfig(
+        policy=EscalationPolicy(max_retries=1, backoff_base=0.2, max_calibre=top),
+        limits=FetchLimits(timeout=timeout, connect_timeout=timeout, read_timeout=timeout),
+        address_policy=AddressPolicy(allow_loopback=True),
+        chromium=chromium,
+        browser_settle=0.5,
+    )
+    with LocalServer(sample_routes(slow_seconds=slow_seconds), port=port) as site:
+        urls = sample_urls(site.base_url)
+        console.print(f"[bold]Sample site[/] at {site.base_url}/ -> store [bold]{store_path}[/]")
+        if not has_browser:
+            console.print(f"[yellow]No Chromium at {chromium}: fetching with httpx only.[/]")
+        with WebIndex(store_path) as index:
+            outcomes = run_fetch(index, urls, config, console=console)
+            console.print(outcome_table(outcomes, base=site.base_url))
+            console.print(state_counts_table(outcomes))
+            pages = index.query([SimplePageQuery(url=u, type=RecordType.GET) for u in urls])
+            metas = index.query([SimplePageQuery(url=u, type=RecordType.GET_METADATA) for u in urls])
+    table = Table(title="Answered from the store")
+    for column in ("url", "latest attempt", "page", "status", "calibre", "hops", "title"):
+        table.add_column(column, overflow="fold")
+    for url, page, meta in zip(urls, pages, metas, strict=True):
+        state = str(getattr(meta, "state", "")) if meta is not None else "-"
+        if isinstance(page, Page):
+            table.add_row(
+                url.removeprefix(site.base_url),
+                state,
+                "yes",
+                str(page.status_code),
+                str(page.calibre),
+                str(len(page.responses)),
+                _title(page.data),
+            )
+        else:
+            table.add_row(url.removeprefix(site.base_url), state, "no", "", "", "", "")
+    console.print(table)
+    console.print(
+        f"Ask the store again: [bold]web-index query --store {store_path} --type get-metadata {urls[3]}[/]",
+        soft_wrap=True,
+    )
+    return 0
