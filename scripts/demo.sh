@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: a local store in ./demo-store.
+# The main job on the embedded default: serve the bundled sample site on 127.0.0.1, fetch it with
+# escalation into a local store (./demo-store), print the state table, then query the store.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
 export WEB_INDEX_STORE="${WEB_INDEX_STORE:-$PWD/demo-store}"
-if .venv/bin/web-index demo --help >/dev/null 2>&1; then
-  exec .venv/bin/web-index demo
-fi
-exec .venv/bin/python scripts/store_demo.py
+exec .venv/bin/web-index demo "$@"
