@@ -16,8 +16,10 @@
 from __future__ import annotations
 
 import bisect
+import os
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -111,6 +113,18 @@ def _from_buffer(
             _offer(found, i, p, c, None)
 
 
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(
+            max_workers=min(16, 4 * (os.cpu_count() or 1)), thread_name_prefix="wi-read"
+        )
+    return _POOL
+
+
 def _offer(found: dict[int, _Found], i: int, p: Plan, c: Candidate, source: _FileRows | None) -> None:
     if not p.accepts(c):
         return
@@ -133,8 +147,30 @@ def _from_files(
             for i in wanted:
                 if plans[i].domain in listing:
                     by_domain[plans[i].domain].append(i)
-            for domain, members in by_domain.items():
-                _read_partition(store, type, year, month, domain, listing[domain], plans, members, found)
+            # Partitions are independent: read them concurrently (Parquet decoding
+            # and object-store requests release the GIL), merge here.
+            jobs = [
+                (
+                    members,
+                    _pool().submit(
+                        _read_partition,
+                        store,
+                        type,
+                        year,
+                        month,
+                        domain,
+                        listing[domain],
+                        sorted({plans[i].url_key for i in members}),
+                    ),
+                )
+                for domain, members in by_domain.items()
+            ]
+            for members, job in jobs:
+                per_key = job.result()
+                for i in members:
+                    p = plans[i]
+                    for cand, src in per_key.get(p.url_key, {}).values():
+                        _offer(found, i, p, cand, src)
         active = [
             i for i in active if not plans[i].settled(found[i].candidate if i in found else None, start)
         ]
@@ -149,11 +185,9 @@ def _read_partition(
     month: int,
     domain: str,
     files: list[StoredFile],
-    plans: list[Plan],
-    members: list[int],
-    found: dict[int, _Found],
-) -> None:
-    keys = sorted({plans[i].url_key for i in members})
+    keys: list[str],
+) -> dict[str, dict[str, tuple[Candidate, _FileRows]]]:
+    """Candidates per URL key and request id in one partition (key columns only)."""
     for _ in range(_RETRIES):
         try:
             opened, _dead = visible_files(store.backend, files)
@@ -176,10 +210,7 @@ def _read_partition(
             elif entry[1].handle is not handle:
                 continue  # the same attempt seen in an older file: already have it
             entry[1].rows.append(row)
-    for i in members:
-        p = plans[i]
-        for cand, src in per_key.get(p.url_key, {}).values():
-            _offer(found, i, p, cand, src)
+    return per_key
 
 
 def _scan_keys(
