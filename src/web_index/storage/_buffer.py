@@ -61,10 +61,14 @@ CREATE TRIGGER IF NOT EXISTS totals_insert AFTER INSERT ON attempts BEGIN
     INSERT INTO totals VALUES (NEW.method, NEW.year, NEW.month, NEW.domain, 1, NEW.nbytes)
     ON CONFLICT DO UPDATE SET rows = rows + 1, nbytes = nbytes + NEW.nbytes;
 END;
-CREATE TRIGGER IF NOT EXISTS totals_delete AFTER DELETE ON attempts BEGIN
+DROP TRIGGER IF EXISTS totals_delete;
+CREATE TRIGGER totals_delete AFTER DELETE ON attempts BEGIN
     UPDATE totals SET rows = rows - 1, nbytes = nbytes - OLD.nbytes
     WHERE method = OLD.method AND year = OLD.year AND month = OLD.month AND domain = OLD.domain;
-    DELETE FROM totals WHERE rows <= 0;
+    -- Keyed on the partition (primary key), not a scan of every partition's total.
+    DELETE FROM totals
+    WHERE method = OLD.method AND year = OLD.year AND month = OLD.month AND domain = OLD.domain
+      AND rows <= 0;
 END;
 """
 

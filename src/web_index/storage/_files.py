@@ -42,8 +42,13 @@ _FORMAT_KEY = b"web_index.format"
 class WriteOptions:
     """How part and compacted files are written (tuned in ``docs/performance.md``)."""
 
-    def __init__(self, *, row_group_rows: int = 4096, compression_level: int = 3) -> None:
+    def __init__(
+        self, *, row_group_rows: int = 4096, body_row_group_rows: int = 1024, compression_level: int = 3
+    ) -> None:
         self.row_group_rows = row_group_rows
+        # Files with bodies get smaller row groups: a lookup decodes a whole row
+        # group of the body column to return one body.
+        self.body_row_group_rows = body_row_group_rows
         self.compression_level = compression_level
 
 
@@ -90,7 +95,9 @@ def write_partition_file(
         table,
         compression="zstd",
         compression_level=options.compression_level,
-        row_group_size=options.row_group_rows,
+        row_group_size=(
+            options.body_row_group_rows if partition.type is RecordType.GET else options.row_group_rows
+        ),
         use_dictionary=["fetcher_name", "fetcher_version", "state"],
         write_statistics=["url_key", TS_COLUMN[partition.type], "request_id"],
         sorting_columns=sorting,
