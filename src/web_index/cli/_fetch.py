@@ -15,13 +15,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from web_index.cli._app import EXIT_OK, EXIT_STORE_ERROR, EXIT_USAGE, app
+from web_index.cli._app import EXIT_OK, EXIT_STORE_ERROR, EXIT_USAGE, StoreOption, app, err, fail
 from web_index.read_only import default_store
 
 __all__ = ["demo", "fetch", "parse_calibre"]
 
 _out = Console()
-_err = Console(stderr=True)
 
 _CALIBRE_NAMES = {
     "http": 10,
@@ -29,22 +28,6 @@ _CALIBRE_NAMES = {
     "browser": 60,
     "browser-proxy": 80,
 }
-
-StoreOption = Annotated[
-    str,
-    typer.Option(
-        "--store",
-        "-s",
-        envvar="WEB_INDEX_STORE",
-        help="Store folder or file:// URL [env: WEB_INDEX_STORE; default: per-user folder].",
-        show_default=False,
-    ),
-]
-
-
-def _fail(code: int, message: str) -> typer.Exit:
-    _err.print(f"[bold red]error:[/] {message}", highlight=False)
-    return typer.Exit(code)
 
 
 def parse_calibre(value: str) -> int:
@@ -122,21 +105,21 @@ def fetch(
     from web_index.urls import url_key
 
     if method not in ("get", "head"):
-        raise _fail(EXIT_USAGE, f"--method must be get or head, not {method!r}")
+        raise fail(EXIT_USAGE, f"--method must be get or head, not {method!r}")
     try:
         low, high = parse_calibre(calibre), parse_calibre(max_calibre)
         todo = _read_urls(urls or [], source)
     except (typer.BadParameter, OSError) as exc:
-        raise _fail(EXIT_USAGE, str(exc)) from None
+        raise fail(EXIT_USAGE, str(exc)) from None
     if not todo:
-        raise _fail(EXIT_USAGE, "no URLs: give URLs or --from FILE")
+        raise fail(EXIT_USAGE, "no URLs: give URLs or --from FILE")
     if low > high:
-        raise _fail(EXIT_USAGE, f"--calibre {low} is above --max-calibre {high}")
+        raise fail(EXIT_USAGE, f"--calibre {low} is above --max-calibre {high}")
     for url in todo:
         try:
             url_key(url)
         except WebIndexError as exc:
-            raise _fail(EXIT_USAGE, str(exc)) from None
+            raise fail(EXIT_USAGE, str(exc)) from None
     config = FetchConfig(
         policy=EscalationPolicy(
             max_retries=max_retries, max_attempts=max_attempts, min_calibre=low, max_calibre=high
@@ -163,13 +146,13 @@ def fetch(
                 todo,
                 config,
                 method="head" if method == "head" else "get",
-                console=_err,
-                show_progress=progress and _err.is_terminal,
+                console=err,
+                show_progress=progress and err.is_terminal,
             )
     except StoreError as exc:
-        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+        raise fail(EXIT_STORE_ERROR, str(exc)) from None
     except ValueError as exc:
-        raise _fail(EXIT_USAGE, str(exc)) from None
+        raise fail(EXIT_USAGE, str(exc)) from None
     if as_json:
         for outcome in outcomes:
             final = outcome.final
@@ -217,5 +200,5 @@ def demo(
     try:
         code = run_demo(location, chromium=chromium, console=_out, slow_seconds=slow_seconds)
     except StoreError as exc:
-        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+        raise fail(EXIT_STORE_ERROR, str(exc)) from None
     raise typer.Exit(code)

@@ -20,7 +20,10 @@ from web_index.cli._app import (
     EXIT_PROBLEMS,
     EXIT_STORE_ERROR,
     EXIT_USAGE,
+    StoreOption,
     app,
+    err,
+    fail,
 )
 from web_index.errors import InvalidRecordError, StoreError
 from web_index.index import WebIndex
@@ -38,27 +41,9 @@ from web_index.models import (
 )
 from web_index.read_only import default_store
 
-err = Console(stderr=True)
-
-StoreOption = Annotated[
-    str,
-    typer.Option(
-        "--store",
-        "-s",
-        envvar="WEB_INDEX_STORE",
-        help="Store folder or file:// URL [env: WEB_INDEX_STORE; default: per-user folder].",
-        show_default=False,
-    ),
-]
-
 
 def _store_or_default(store: str | None) -> str:
     return store or default_store()
-
-
-def _fail(code: int, message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    return typer.Exit(code)
 
 
 def _progress() -> Progress:
@@ -104,7 +89,7 @@ def insert(
                         skipped += 1
                         continue
                     stored += _insert_batch(index, pending)
-                    raise _fail(EXIT_USAGE, f"{exc} (stored {stored} valid requests before it)") from None
+                    raise fail(EXIT_USAGE, f"{exc} (stored {stored} valid requests before it)") from None
                 if request is not None:
                     pending.append(request)
                 if len(pending) >= batch or (request is None and pending):
@@ -112,7 +97,7 @@ def insert(
                         stored += _insert_batch(index, pending)
                     except InvalidRecordError as exc:
                         if not skip_invalid:
-                            raise _fail(
+                            raise fail(
                                 EXIT_USAGE,
                                 f"{exc} in the batch starting at request {line_of_first}"
                                 f" (stored {stored} requests before that batch)",
@@ -124,7 +109,7 @@ def insert(
                 if request is None:
                     break
     except StoreError as exc:
-        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+        raise fail(EXIT_STORE_ERROR, str(exc)) from None
     finally:
         if handle is not sys.stdin:
             handle.close()
@@ -245,9 +230,9 @@ def _run(
             _collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id)
         )
     except (InvalidRecordError, OSError) as exc:
-        raise _fail(EXIT_USAGE, str(exc)) from None
+        raise fail(EXIT_USAGE, str(exc)) from None
     if not queries:
-        raise _fail(EXIT_USAGE, "no queries: give URLs or --from FILE")
+        raise fail(EXIT_USAGE, "no queries: give URLs or --from FILE")
     try:
         index = WebIndex(_store_or_default(store), read_only=True)
         with index:
@@ -256,7 +241,7 @@ def _run(
             else:
                 results = index.presence(queries)
     except StoreError as exc:
-        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+        raise fail(EXIT_STORE_ERROR, str(exc)) from None
     out = sys.stdout
     missing = 0
     for q, r in zip(queries, results, strict=True):
@@ -347,7 +332,7 @@ def flush(store: StoreOption = "") -> None:
         with WebIndex(_store_or_default(store)) as index:
             moved = index.flush()
     except StoreError as exc:
-        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+        raise fail(EXIT_STORE_ERROR, str(exc)) from None
     err.print(f"flushed {moved} attempts")
 
 
@@ -369,7 +354,7 @@ def compact(
                     done += store_.compact_partition(mp, min_parts=min_parts)
                     progress.advance(task)
     except StoreError as exc:
-        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+        raise fail(EXIT_STORE_ERROR, str(exc)) from None
     err.print(f"compacted {done} partitions")
 
 
@@ -390,7 +375,7 @@ def verify(store: StoreOption = "") -> None:
 
             report = run_verify(index._store, step)
     except StoreError as exc:
-        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+        raise fail(EXIT_STORE_ERROR, str(exc)) from None
     for note in report.notes:
         err.print(f"[cyan]note[/] {note}", highlight=False)
     for problem in report.problems:
@@ -414,7 +399,7 @@ def stats(
         with WebIndex(_store_or_default(store), read_only=True) as index:
             result = index.stats()
     except StoreError as exc:
-        raise _fail(EXIT_STORE_ERROR, str(exc)) from None
+        raise fail(EXIT_STORE_ERROR, str(exc)) from None
     if as_json:
         from dataclasses import asdict
 
