@@ -218,7 +218,7 @@ def _scan_keys(
 ) -> list[tuple[str, int, str, int, int]]:
     """``(url_key, ts_us, request_id, calibre, row)`` of rows whose key is asked for."""
     meta = handle.metadata
-    key_idx = handle.schema_arrow.get_field_index("url_key")
+    key_idx = meta.schema.names.index("url_key")
     groups: list[int] = []
     offsets: list[int] = []
     offset = 0
@@ -246,7 +246,7 @@ def _scan_keys(
         positions = cast(list[int], pc.indices_nonzero(mask).to_pylist())
         if not positions:
             continue
-        sub = table.take(positions)
+        sub = table.filter(mask)
         # Key columns are non-nullable in every schema.
         ks = cast(list[str], sub.column("url_key").to_pylist())
         ts = cast(list[int], sub.column(ts_col).cast(pa.int64()).to_pylist())

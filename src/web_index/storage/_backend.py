@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import uuid
 from pathlib import Path
 from typing import Protocol
@@ -70,11 +71,12 @@ class LocalBackend:
 
     def _path(self, rel: str) -> Path:
         # Store paths come from validated partitions, but check once more: a
-        # path that escapes the root is a bug we refuse to act on.
-        path = (self.root / rel).resolve()
-        if path != self.root and self.root not in path.parents:
+        # path that escapes the root is a bug we refuse to act on. Lexically:
+        # resolve() would cost an lstat per path component on every read.
+        norm = posixpath.normpath(rel)
+        if norm.startswith(("/", "..")) or "\x00" in norm:
             raise StoreError(f"refusing a path outside the store: {rel!r}")
-        return path
+        return self.root if norm == "." else self.root / norm
 
     def list_files(self, folder: str) -> list[tuple[str, int]]:
         out: list[tuple[str, int]] = []

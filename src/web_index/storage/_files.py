@@ -106,7 +106,8 @@ def write_partition_file(
 
 
 def read_superseded(file: pq.ParquetFile, path: str) -> frozenset[str]:
-    meta = file.schema_arrow.metadata or {}
+    # The footer's key-value metadata, without building the Arrow schema.
+    meta = file.metadata.metadata or {}
     raw = meta.get(SUPERSEDED_KEY)
     if raw is None:
         return frozenset()
