@@ -9,6 +9,8 @@ from hypothesis import HealthCheck, settings
 
 from web_index import WebIndex
 
+pytest_plugins = ["tests.servers"]
+
 settings.register_profile(
     "default",
     deadline=None,

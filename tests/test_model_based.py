@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from tests.factories import attempt
+from tests.servers import BUCKET, SeaweedFS
 from web_index import FlushPolicy, WebIndex
 from web_index.models import (
     AttemptMetadata,
@@ -131,7 +139,7 @@ def expected(q: Query, r: Ref | None) -> Any:
 class StoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.dir = Path(tempfile.mkdtemp(prefix="wi-model-"))
+        self.location = self.new_location()
         self.records: list[Ref] = []
         self.keys: list[PageKey] = []
         self.index: WebIndex | None = None
@@ -140,12 +148,21 @@ class StoreMachine(RuleBasedStateMachine):
     @initialize(max_rows=st.sampled_from([3, 50, 100_000]), compact_parts=st.sampled_from([0, 2, 5]))
     def open(self, max_rows: int, compact_parts: int) -> None:
         self.policy = FlushPolicy(max_rows=max_rows, compact_parts=compact_parts)
-        self.index = WebIndex(self.dir, policy=self.policy)
+        self.index = self.open_index(policy=self.policy)
+
+    def open_index(self, **kwargs: Any) -> WebIndex:
+        return WebIndex(self.location, **kwargs)
+
+    def new_location(self) -> str:
+        return tempfile.mkdtemp(prefix="wi-model-")
+
+    def drop_location(self) -> None:
+        shutil.rmtree(self.location, ignore_errors=True)
 
     def teardown(self) -> None:
         if self.index is not None:
             self.index.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.drop_location()
 
     def _store(self, items: list[tuple[Any, ...]]) -> None:
         assert self.index is not None
@@ -204,7 +221,7 @@ class StoreMachine(RuleBasedStateMachine):
     def reopen(self) -> None:
         assert self.index is not None
         self.index.close()
-        self.index = WebIndex(self.dir, policy=self.policy)
+        self.index = self.open_index(policy=self.policy)
 
     @rule(
         data=st.data(),
@@ -244,7 +261,7 @@ class StoreMachine(RuleBasedStateMachine):
                 for k in picked[:1]
             ]
         batch = batch + batch[:2]  # duplicates in one batch
-        reader = WebIndex(self.dir, read_only=True) if readonly else self.index
+        reader = self.open_index(read_only=True) if readonly else self.index
         try:
             got = reader.query(batch)
             present = reader.presence(batch)
@@ -266,5 +283,20 @@ class StoreMachine(RuleBasedStateMachine):
         assert report.ok, report.problems
 
 
-StoreMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+MODEL_SETTINGS = settings(max_examples=60, stateful_step_count=25, deadline=None)
+StoreMachine.TestCase.settings = MODEL_SETTINGS
 TestStoreModel = StoreMachine.TestCase
+
+
+class S3StoreMachine(StoreMachine):
+    """The same machine on an S3 store (SeaweedFS), one fresh prefix per example."""
+
+    def new_location(self) -> str:
+        return f"s3://{BUCKET}/model-{uuid.uuid4().hex[:12]}"
+
+    def drop_location(self) -> None:
+        pass  # the server's temp dir goes at the end of the session
+
+
+def test_store_model_s3(seaweed: SeaweedFS) -> None:
+    run_state_machine_as_test(S3StoreMachine, settings=MODEL_SETTINGS)

@@ -238,3 +238,15 @@ def test_simple_query_stops_at_the_newest_month_that_answers(
 
 
 _ = PageKey
+
+
+def test_latest_in_a_window_is_not_settled_by_an_older_buffered_record(index: WebIndex) -> None:
+    # Regression: a buffered July record must not stop the search before the
+    # August file holding a later record inside the window is read.
+    url = "https://b.example.com/"
+    newer = index.insert(*attempt(url, T0.replace(day=1, hour=0, minute=1), state="timeout"))
+    index.insert(*attempt(url, T0.replace(month=10), state="timeout"))
+    index.flush()  # files for August and October; the July record stays buffered
+    index.insert(*attempt(url, T0.replace(month=7, day=31, hour=23, minute=0), state="timeout"))
+    q = TimeAwarePageQuery(url=url, not_after=newer.timestamp + timedelta(seconds=1), type="get-metadata")
+    assert index.query([q])[0].request_id == newer.request_id  # type: ignore[union-attr]

@@ -2,6 +2,6 @@
 
 from web_index._version import __version__
 from web_index.index import WebIndex
-from web_index.storage import FlushPolicy, WriteOptions
+from web_index.storage import CacheConfig, FlushPolicy, WriteOptions
 
-__all__ = ["FlushPolicy", "WebIndex", "WriteOptions", "__version__"]
+__all__ = ["CacheConfig", "FlushPolicy", "WebIndex", "WriteOptions", "__version__"]

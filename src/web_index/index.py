@@ -15,8 +15,13 @@ from web_index.models import AttemptMetadata, PageKey, Query, RecordType, Respon
 from web_index.models._time import from_us
 from web_index.query import Result, run_queries
 from web_index.storage import FlushPolicy, MethodPartition, Store, WriteOptions, open_backend
+from web_index.storage._buffer import Buffer
+from web_index.storage._cache import CacheConfig, CachingBackend
+from web_index.storage._s3 import S3Backend
 
 __all__ = ["InsertItem", "WebIndex"]
+
+_RETRIES = 8
 
 InsertItem = tuple[
     RecordType | str,
@@ -34,6 +39,11 @@ class WebIndex:
     any process. Use as a context manager, or call :meth:`close`.
 
     ``read_only=True`` opens without creating anything and refuses writes.
+    ``buffer``: the insert buffer; by default SQLite (in the store folder, or
+    in a local per-store folder for an ``s3://`` store: one writer machine);
+    ``"postgresql://..."`` shares one buffer between writers on many machines.
+    ``cache``: the read-through cache of listings, footers and row groups
+    (``CacheConfig``); on by default for ``s3://`` stores.
     ``durable=False`` trades power-loss durability for speed (a killed process
     still loses nothing acknowledged). ``policy`` decides when buffered inserts
     become Parquet part files and when partitions compact themselves.
@@ -47,14 +57,34 @@ class WebIndex:
         durable: bool = True,
         policy: FlushPolicy | None = None,
         write_options: WriteOptions | None = None,
+        buffer: str | Buffer | None = None,
+        cache: bool | CacheConfig | None = None,
     ) -> None:
         self.location = os.fspath(location)
+        backend = open_backend(location)
+        if cache is None:
+            cache = isinstance(backend, S3Backend)  # on by default for object stores
+        if cache is not False:
+            if not isinstance(backend, S3Backend):
+                from web_index.errors import StoreError
+
+                raise StoreError("the read-through cache is for object stores (s3://...)")
+            backend = CachingBackend(backend, cache if isinstance(cache, CacheConfig) else None)
+        if isinstance(buffer, str):
+            if not buffer.startswith(("postgresql://", "postgres://")):
+                from web_index.errors import StoreError
+
+                raise StoreError(f"a shared buffer is a postgresql:// URL, got {buffer.split('@')[-1]!r}")
+            from web_index.storage._pgbuffer import PostgresBuffer
+
+            buffer = PostgresBuffer(buffer, readonly=read_only)
         self._store = Store(
-            open_backend(location),
+            backend,
             readonly=read_only,
             durable=durable,
             policy=policy,
             write_options=write_options,
+            buffer=buffer,
         )
         self.read_only = read_only
 
@@ -145,12 +175,25 @@ class WebIndex:
     def query(self, queries: Sequence[Query]) -> list[Result]:
         """Answer queries in input order: a :class:`Page` (``get``/``head``), an
         :class:`AttemptMetadata` (``*-metadata``) or ``None`` for each."""
-        return run_queries(self._store, list(queries), bodies=True)  # type: ignore[return-value]
+        return self._run(queries, bodies=True)  # type: ignore[return-value]
 
     def presence(self, queries: Sequence[Query]) -> list[bool]:
         """Whether each query matches anything, exactly as ``query(...) is not None``,
         without reading any body."""
-        return run_queries(self._store, list(queries), bodies=False)  # type: ignore[return-value]
+        return self._run(queries, bodies=False)  # type: ignore[return-value]
+
+    def _run(self, queries: Sequence[Query], *, bodies: bool) -> list[Result | bool]:
+        # On an object store a file can vanish (or be replaced) between opening
+        # it and reading its row groups, when a compaction commits: the cache
+        # has dropped that listing, so answering again sees the new files.
+        for _ in range(_RETRIES):
+            try:
+                return run_queries(self._store, list(queries), bodies=bodies)
+            except FileNotFoundError:
+                continue
+        from web_index.errors import StoreError
+
+        raise StoreError("the store kept changing under this query batch; try again")
 
     async def async_query(self, queries: Sequence[Query]) -> list[Result]:
         """:meth:`query` off the event loop."""

@@ -64,7 +64,9 @@ class Plan:
         if best is None:
             return False
         if self.near_us is None:
-            return True  # anything older is not later
+            # Only a record at or after the boundary beats everything older; a
+            # candidate found earlier (in the buffer, say) may be older still.
+            return best.ts_us >= before_us
         # Older records are further than near - before_us, and lose ties.
         return self.near_us - before_us >= abs(best.ts_us - self.near_us)
 

@@ -39,7 +39,12 @@ class Backend(Protocol):
         ...
 
     def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
-        """Write ``table`` to ``path`` atomically (all or nothing); return bytes written."""
+        """Write ``table`` to ``path`` atomically (all or nothing); return bytes written.
+
+        ``if_match=<version>`` / ``create=True``: an object store writes only if
+        the object is still that version / does not exist yet, else raises
+        ``PreconditionFailed`` (local stores rely on their locks and ignore these).
+        """
         ...
 
     def delete(self, path: str) -> None:
@@ -101,6 +106,9 @@ class LocalBackend:
         return pq.ParquetFile(str(self._path(path)), memory_map=True)
 
     def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
+        # Conditions for object stores; flock locks already serialise local writers.
+        options.pop("if_match", None)
+        options.pop("create", None)
         target = self._path(path)
         tmp_dir = self.local_folder(TMP_DIR)
         # The pid in the name tells a dead writer's leftovers from a live one's.
@@ -159,8 +167,12 @@ def _fsync_dir(path: Path) -> None:
 
 
 def open_backend(location: str | os.PathLike[str]) -> Backend:
-    """The backend for a store location: a path or ``file://`` URL."""
+    """The backend for a store location: a path, a ``file://`` URL or ``s3://bucket/prefix``."""
     text = os.fspath(location)
+    if text.startswith(("s3://", "s3a://")):
+        from web_index.storage._s3 import S3Backend
+
+        return S3Backend(text)
     if text.startswith("file://"):
         from urllib.parse import unquote, urlsplit
 

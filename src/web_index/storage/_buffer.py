@@ -57,6 +57,12 @@ CREATE TABLE IF NOT EXISTS totals (
     rows INTEGER NOT NULL, nbytes INTEGER NOT NULL,
     PRIMARY KEY (method, year, month, domain)
 ) WITHOUT ROWID;
+-- Bumped by every completed flush of a month, so that read caches elsewhere
+-- know a listing is stale; (method, 0, 0) is bumped by a month's first flush.
+CREATE TABLE IF NOT EXISTS generations (
+    method TEXT NOT NULL, year INTEGER NOT NULL, month INTEGER NOT NULL, gen INTEGER NOT NULL,
+    PRIMARY KEY (method, year, month)
+) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS totals_insert AFTER INSERT ON attempts BEGIN
     INSERT INTO totals VALUES (NEW.method, NEW.year, NEW.month, NEW.domain, 1, NEW.nbytes)
     ON CONFLICT DO UPDATE SET rows = rows + 1, nbytes = nbytes + NEW.nbytes;
@@ -132,6 +138,9 @@ class Buffer(Protocol):
     def load(self, request_ids: Iterable[str]) -> dict[str, BufferedAttempt]: ...
     def iter_all(self) -> Iterator[tuple[MethodPartition, str | None, BufferedAttempt]]: ...
     def counts(self) -> dict[MethodPartition, tuple[int, int, int]]: ...
+    def generation(self, method: RecordType, year: int, month: int) -> int:
+        """A counter bumped by every completed flush of that month (``0, 0``: of a new month)."""
+        ...
 
 
 class SqliteBuffer:
@@ -293,7 +302,29 @@ class SqliteBuffer:
     def complete(self, flush_id: str) -> None:
         """Forget the rows of a flush whose part files are in place."""
         with self._lock:
-            self._write.execute("DELETE FROM attempts WHERE flush_id=?", (flush_id,))
+            conn = self._write
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                months = conn.execute(
+                    "SELECT DISTINCT method, year, month FROM attempts WHERE flush_id=?", (flush_id,)
+                ).fetchall()
+                conn.execute("DELETE FROM attempts WHERE flush_id=?", (flush_id,))
+                for m, y, mo in months:
+                    gen = conn.execute(
+                        "INSERT INTO generations VALUES (?, ?, ?, 1) ON CONFLICT DO UPDATE"
+                        " SET gen = gen + 1 RETURNING gen",
+                        (m, y, mo),
+                    ).fetchone()
+                    if gen is not None and gen[0] == 1:
+                        conn.execute(
+                            "INSERT INTO generations VALUES (?, 0, 0, 1)"
+                            " ON CONFLICT DO UPDATE SET gen = gen + 1",
+                            (m,),
+                        )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
 
     # -- reading ---------------------------------------------------------------
 
@@ -348,6 +379,20 @@ class SqliteBuffer:
         for m, y, mo, d, fid, rid, meta, resp in rows:
             part = MethodPartition(RecordType(m), y, mo, d)
             yield part, fid, BufferedAttempt(rid, _decoder.decode(meta), _decoder.decode(resp))
+
+    def generation(self, method: RecordType, year: int, month: int) -> int:
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return 0
+            try:
+                row = conn.execute(
+                    "SELECT gen FROM generations WHERE method=? AND year=? AND month=?",
+                    (method.value, year, month),
+                ).fetchone()
+            except sqlite3.OperationalError:  # a buffer from before generations, opened read-only
+                return 0
+            return int(row[0]) if row else 0
 
     def counts(self) -> dict[MethodPartition, tuple[int, int, int]]:
         """Per partition: (attempts, successful attempts, bytes)."""

@@ -82,8 +82,13 @@ def write_partition_file(
     *,
     part: str | None,
     superseded: Sequence[str] = (),
+    condition: dict[str, object] | None = None,
 ) -> int:
-    """Write a sorted table as a part file (``part`` given) or the compacted file."""
+    """Write a sorted table as a part file (``part`` given) or the compacted file.
+
+    ``condition`` (``{"if_match": version}`` or ``{"create": True}``) makes the
+    write conditional on an object store (see ``Backend.write_parquet``).
+    """
     meta = {_FORMAT_KEY: FORMAT_VERSION.encode()}
     if part is None:
         meta[SUPERSEDED_KEY] = json.dumps(sorted(superseded)).encode()
@@ -102,6 +107,7 @@ def write_partition_file(
         write_statistics=["url_key", TS_COLUMN[partition.type], "request_id"],
         sorting_columns=sorting,
         write_page_index=True,
+        **(condition or {}),
     )
 
 

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["FileLocks", "Locks", "partition_lock"]
+__all__ = ["FileLocks", "KindLocks", "Locks", "partition_lock"]
 
 
 class Locks(Protocol):
@@ -35,6 +35,16 @@ class FileLocks:
 
     def hold(self, kind: str, name: str, *, blocking: bool = True) -> AbstractContextManager[bool]:
         return partition_lock(self.folder, kind, name, blocking=blocking)
+
+
+class KindLocks:
+    """Different lock implementations per kind (e.g. Postgres flush locks, S3 compact leases)."""
+
+    def __init__(self, by_kind: dict[str, Locks]) -> None:
+        self.by_kind = by_kind
+
+    def hold(self, kind: str, name: str, *, blocking: bool = True) -> AbstractContextManager[bool]:
+        return self.by_kind[kind].hold(kind, name, blocking=blocking)
 
 
 # Locks are striped over a fixed set of files, so the lock folder never grows

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from web_index.models import RecordType
+from web_index.storage._cache import CacheStats
 from web_index.storage._files import visible_files
 from web_index.storage._store import Store
 
@@ -28,6 +29,8 @@ class StoreStats:
     partitions: list[PartitionStats] = field(default_factory=list)
     buffered_attempts: int = 0
     buffered_bytes: int = 0
+    # The read-through cache's counters (object stores), taken before these stats were gathered.
+    cache: CacheStats | None = None
 
     @property
     def records(self) -> int:
@@ -44,6 +47,9 @@ class StoreStats:
 
 def stats(store: Store) -> StoreStats:
     out = StoreStats()
+    cache_stats = getattr(store.backend, "stats", None)
+    if callable(cache_stats):
+        out.cache = cache_stats()
     for _mp, (attempts, _successes, nbytes) in store.buffer.counts().items():
         out.buffered_attempts += attempts
         out.buffered_bytes += nbytes

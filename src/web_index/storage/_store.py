@@ -25,7 +25,8 @@ from web_index.storage._files import (
     write_partition_file,
 )
 from web_index.storage._layout import BUFFER_DIR, LOCK_DIR, Partition, StoredFile
-from web_index.storage._locks import FileLocks, Locks
+from web_index.storage._locks import FileLocks, KindLocks, Locks
+from web_index.storage._s3 import PreconditionFailed, S3Backend, handle_version
 
 __all__ = ["FlushPolicy", "Store"]
 
@@ -45,6 +46,29 @@ class FlushPolicy(NamedTuple):
     max_bytes: int = 128 * 1024 * 1024
     max_age_s: float = 900.0
     compact_parts: int = 16
+
+
+def _default_locks(backend: Backend, buffer: Buffer) -> Locks:
+    """Flush locks from a shared buffer if it has them (Postgres), else local ``flock``;
+    compaction locks as leases in the bucket for an object store, else local ``flock``."""
+    inner = getattr(backend, "inner", backend)  # through the read cache
+    local: Locks | None = None
+
+    def local_locks() -> Locks:
+        nonlocal local
+        if local is None:
+            local = FileLocks(backend.local_folder(LOCK_DIR))
+        return local
+
+    shared_flush = getattr(buffer, "locks", None)
+    flush: Locks = shared_flush() if callable(shared_flush) else local_locks()
+    if isinstance(inner, S3Backend):
+        from web_index.storage._lease import LeaseLocks
+
+        compact: Locks = LeaseLocks(inner)
+    else:
+        compact = local_locks()
+    return KindLocks({"flush": flush, "compact": compact})
 
 
 def _crash_point(name: str) -> None:
@@ -76,8 +100,11 @@ class Store:
             buffer_dir = backend.local_folder(BUFFER_DIR, create=not readonly)
             buffer = SqliteBuffer(buffer_dir, durable=durable, readonly=readonly)
         self.buffer = buffer
+        set_generation_source = getattr(backend, "set_generation_source", None)
+        if callable(set_generation_source):
+            set_generation_source(buffer.generation)
         if locks is None and not readonly:
-            locks = FileLocks(backend.local_folder(LOCK_DIR))
+            locks = _default_locks(backend, buffer)
         self._locks = locks
         self._last_age_check = 0.0
 
@@ -125,7 +152,12 @@ class Store:
     def append(self, attempts: Sequence[Attempt]) -> None:
         self.buffer.append(attempts)
         _crash_point("after-append")
-        self.maybe_flush({MethodPartition(a.method, a.year, a.month, a.domain) for a in attempts})
+        try:
+            self.maybe_flush({MethodPartition(a.method, a.year, a.month, a.domain) for a in attempts})
+        except StoreError as exc:
+            # The attempts are durable and visible already: a flush that failed
+            # (the object store unreachable) is redone by a later one.
+            log.warning("flush after insert failed, will retry later: %s", exc)
 
     def maybe_flush(self, touched: Iterable[MethodPartition] = ()) -> None:
         """Flush partitions past a threshold (size checks now, age checks now and then)."""
@@ -209,7 +241,14 @@ class Store:
 
     def _compact_type(self, partition: Partition, min_parts: int) -> bool:
         files = self.partition_files(partition)
-        opened, dead = visible_files(self.backend, files)
+        for _ in range(8):
+            try:
+                opened, dead = visible_files(self.backend, files)
+                break
+            except FileNotFoundError:  # changed under us (a compactor that lost its lease)
+                files = self.partition_files(partition)
+        else:
+            raise StoreError(f"partition {partition} kept changing during compaction")
         live_parts = [f for f, _ in opened if f.part is not None]
         if len(live_parts) < max(min_parts, 1):
             for f in dead:  # leftovers of a compaction that died after its commit
@@ -218,10 +257,26 @@ class Store:
         tables = [handle.read() for _, handle in opened]
         merged = sort_dedupe(partition.type, pa.concat_tables(tables))
         superseded = [f.part for f in files if f.part is not None]
+        # On an object store the commit is conditional on the compacted file
+        # being the version we read (or still absent): a compactor that lost
+        # its lease can never overwrite a newer compacted file.
+        old = [handle for f, handle in opened if f.part is None]
+        version = handle_version(old[0]) if old else None
+        condition: dict[str, object] = {"if_match": version} if version else {} if old else {"create": True}
         _crash_point("compact-before-commit")
-        write_partition_file(
-            self.backend, partition, merged, self.write_options, part=None, superseded=superseded
-        )
+        try:
+            write_partition_file(
+                self.backend,
+                partition,
+                merged,
+                self.write_options,
+                part=None,
+                superseded=superseded,
+                condition=condition,
+            )
+        except PreconditionFailed:
+            log.warning("compaction of %s lost to a concurrent compaction; nothing deleted", partition)
+            return False
         _crash_point("compact-after-commit")
         for f in files:
             if f.part is not None:

@@ -1,0 +1,305 @@
+"""The read-through cache of an object-store backend (after the W3 indexing design).
+
+Object storage costs 10-100 ms a request, so a query batch must not pay twice
+for the same listing or footer. :class:`CachingBackend` wraps an
+:class:`~web_index.storage._s3.S3Backend` and keeps, in memory:
+
+* a byte-bounded LRU of **positive** entries: folder listings (with each
+  object's ETag), object tails (the footer, and the whole object for small
+  part files) with their parsed Parquet footer, and byte ranges read later
+  (row groups); data entries are keyed by ``(path, ETag)`` so a replaced
+  object can never be served from a stale entry;
+* a separate, smaller LRU (by entry count) of **negative** entries: folders
+  that are empty or missing (a month or partition with no files), so misses
+  cannot evict hits;
+* **invalidation on write**: this process's writes and deletes drop the
+  listing of the folder (and the negative entries of its parents) and put
+  what was written into the cache (**cache-on-write**);
+* **expiry**: listings expire after ``ttl_s`` (others may have written), and
+  at once when the insert buffer's generation of that month changed (a flush
+  anywhere completed: rows left the buffer for a part this listing lacks);
+  an object found gone or replaced drops its folder's listing, and the
+  reader lists again;
+* counters (hits, misses, evictions, per LRU, and object-store requests) in
+  :meth:`CachingBackend.stats`, shown by ``WebIndex.stats().cache``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from web_index.models import RecordType
+from web_index.storage._s3 import ObjectFile, ObjectInfo, S3Backend
+
+__all__ = ["CacheConfig", "CacheStats", "CachingBackend"]
+
+GenerationSource = Callable[[RecordType, int, int], int]
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Sizes and expiry of the read-through cache."""
+
+    max_bytes: int = 256 * 1024 * 1024
+    negative_entries: int = 4096
+    ttl_s: float = 5.0
+    cache_ranges: bool = True
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    negative_hits: int = 0
+    negative_misses: int = 0
+    negative_evictions: int = 0
+    invalidations: int = 0
+    bytes: int = 0
+    entries: int = 0
+    negative_entries: int = 0
+    requests: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def store_requests(self) -> int:
+        return sum(self.requests.values())
+
+
+class _LRU:
+    """An LRU bounded by total bytes (or by entry count, with ``size=1`` per entry)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.items: OrderedDict[Hashable, tuple[Any, int, float]] = OrderedDict()
+        self.used = 0
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    def get(self, key: Hashable, now: float) -> Any | None:
+        entry = self.items.get(key)
+        if entry is None or entry[2] < now:
+            if entry is not None:
+                self.pop(key)
+            self.misses += 1
+            return None
+        self.items.move_to_end(key)
+        self.hits += 1
+        return entry[0]
+
+    def put(self, key: Hashable, value: Any, size: int, expires: float) -> None:
+        self.pop(key)
+        if size > self.capacity:
+            return
+        self.items[key] = (value, size, expires)
+        self.used += size
+        while self.used > self.capacity:
+            _, (_, old, _) = self.items.popitem(last=False)
+            self.used -= old
+            self.evictions += 1
+
+    def pop(self, key: Hashable) -> bool:
+        entry = self.items.pop(key, None)
+        if entry is None:
+            return False
+        self.used -= entry[1]
+        return True
+
+
+_FOREVER = float("inf")
+
+
+class CachingBackend:
+    """A read-through cache in front of an object-store backend (same ``Backend`` protocol)."""
+
+    def __init__(self, inner: S3Backend, config: CacheConfig | None = None) -> None:
+        self.inner = inner
+        self.config = config or CacheConfig()
+        self._lru = _LRU(self.config.max_bytes)
+        self._negative = _LRU(self.config.negative_entries)
+        self._lock = threading.Lock()
+        self._etags: dict[str, str | None] = {}
+        self._invalidations = 0
+        self._generation: GenerationSource | None = None
+        inner.on_written = self._written
+
+    def set_generation_source(self, source: GenerationSource | None) -> None:
+        self._generation = source
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    @property
+    def requests(self) -> Any:
+        return self.inner.requests
+
+    def __repr__(self) -> str:
+        return f"CachingBackend({self.inner!r})"
+
+    # -- counters --------------------------------------------------------------
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(
+                hits=self._lru.hits,
+                misses=self._lru.misses,
+                evictions=self._lru.evictions,
+                negative_hits=self._negative.hits,
+                negative_misses=self._negative.misses,
+                negative_evictions=self._negative.evictions,
+                invalidations=self._invalidations,
+                bytes=self._lru.used,
+                entries=len(self._lru.items),
+                negative_entries=len(self._negative.items),
+                requests=dict(self.inner.requests.counts),
+            )
+
+    # -- listings --------------------------------------------------------------
+
+    def _folder_generation(self, folder: str) -> int | None:
+        if self._generation is None:
+            return None
+        bits = folder.strip("/").split("/")
+        try:
+            method = RecordType(bits[0]).method
+        except ValueError:
+            return None
+        if len(bits) == 3 and bits[1].isdigit() and bits[2].isdigit():
+            return self._generation(method, int(bits[1]), int(bits[2]))
+        if len(bits) <= 2:
+            return self._generation(method, 0, 0)
+        return None
+
+    def _listing(self, folder: str) -> tuple[list[ObjectInfo], list[str]]:
+        key = ("L", folder.strip("/"))
+        # The generation is read before listing: a flush completing meanwhile
+        # leaves an entry that is stale at the next look.
+        gen = self._folder_generation(folder)
+        now = time.monotonic()
+        with self._lock:
+            for lru in (self._lru, self._negative):
+                entry = lru.items.get(key)
+                if entry is not None:
+                    files, folders, entry_gen = entry[0]
+                    if entry_gen == gen and entry[2] >= now:
+                        lru.get(key, now)
+                        return files, folders
+                    lru.pop(key)
+            # Counted as a miss of the LRU the fresh entry will go to, below.
+        files, folders = self.inner.list_objects(folder)
+        expires = time.monotonic() + self.config.ttl_s
+        with self._lock:
+            for o in files:
+                self._etags[f"{folder.strip('/')}/{o.name}"] = o.etag
+            value = (files, folders, gen)
+            if files or folders:
+                self._lru.misses += 1
+                size = 200 + sum(len(o.name) + 80 for o in files) + sum(len(f) + 50 for f in folders)
+                self._lru.put(key, value, size, expires)
+            else:
+                self._negative.misses += 1
+                self._negative.put(key, value, 1, expires)
+        return files, folders
+
+    def list_files(self, folder: str) -> list[tuple[str, int]]:
+        return [(o.name, o.size) for o in self._listing(folder)[0]]
+
+    def list_folders(self, folder: str) -> list[str]:
+        return self._listing(folder)[1]
+
+    def invalidate(self, path: str) -> None:
+        """Forget the listings that ``path`` is in (and the negative entries of its parents)."""
+        bits = path.strip("/").split("/")
+        with self._lock:
+            self._invalidations += 1
+            self._etags.pop(path.strip("/"), None)
+            for n in range(len(bits)):
+                key = ("L", "/".join(bits[:n]))
+                self._lru.pop(key)
+                self._negative.pop(key)
+
+    # -- objects ---------------------------------------------------------------
+
+    def open_parquet(self, path: str) -> pq.ParquetFile:
+        now = time.monotonic()
+        with self._lock:
+            etag = self._etags.get(path)
+            cached = self._lru.get(("T", path, etag), now) if etag is not None else None
+            if etag is None:
+                self._lru.misses += 1
+        if cached is not None:
+            size, tail, meta = cached
+            return self._file(path, size, etag, tail).parquet(metadata=meta)
+        data, size, etag = self.inner.get_tail(path, self.inner.tail_bytes)
+        handle = self._file(path, size, etag, data).parquet()
+        self._remember(path, size, etag, data, handle.metadata)
+        return handle
+
+    def _remember(self, path: str, size: int, etag: str | None, tail: bytes, meta: pq.FileMetaData) -> None:
+        if etag is None:
+            return
+        with self._lock:
+            self._etags[path] = etag
+            self._lru.put(
+                ("T", path, etag), (size, tail, meta), len(tail) + meta.serialized_size + 200, _FOREVER
+            )
+
+    def _file(self, path: str, size: int, etag: str | None, tail: bytes) -> ObjectFile:
+        def fetch(start: int, end: int) -> bytes:
+            key = ("R", path, etag, start, end)
+            if self.config.cache_ranges:
+                with self._lock:
+                    hit = self._lru.get(key, time.monotonic())
+                if hit is not None:
+                    return bytes(hit)
+            data = self.inner.get_range(path, start, end, etag)
+            if self.config.cache_ranges:
+                with self._lock:
+                    self._lru.put(key, data, len(data) + 100, _FOREVER)
+            return data
+
+        return ObjectFile(self.inner, path, size, etag, tail, on_gone=self.invalidate, fetch=fetch)
+
+    def _written(self, path: str, data: bytes, etag: str | None) -> None:
+        # Cache-on-write: what this process just wrote is read from memory.
+        self.invalidate(path)
+        if etag is None:
+            return
+        tail = data[-self.inner.tail_bytes :]
+        try:
+            meta = pq.ParquetFile(pa.BufferReader(data)).metadata
+        except pa.ArrowException:
+            return
+        self._remember(path, len(data), etag, tail, meta)
+
+    # -- the rest of the Backend protocol --------------------------------------
+
+    def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
+        try:
+            return self.inner.write_parquet(path, table, **options)  # the hook caches what was written
+        except BaseException:
+            self.invalidate(path)  # a failed conditional write: what is there now is unknown
+            raise
+
+    def delete(self, path: str) -> None:
+        self.inner.delete(path)
+        self.invalidate(path)
+
+    def local_folder(self, name: str, *, create: bool = True) -> Path:
+        return self.inner.local_folder(name, create=create)
+
+    def exists(self) -> bool:
+        return self.inner.exists()
+
+    def remove_orphans(self) -> int:
+        return self.inner.remove_orphans()

@@ -1,0 +1,434 @@
+"""A shared insert buffer on PostgreSQL, for writers on many machines.
+
+Same semantics as :class:`~web_index.storage._buffer.SqliteBuffer`: an insert
+is one committed transaction (durable and visible to every reader when it
+returns), flushes claim rows with a flush id, write part files, then complete
+(delete) them. Claims are one ``UPDATE ... WHERE flush_id IS NULL`` over rows
+picked ``FOR UPDATE SKIP LOCKED``, so two flushers never claim the same row.
+
+Flush locks are session-level advisory locks (``pg_advisory_lock``) on a
+dedicated connection: the server releases them when the holder's connection
+dies, so a killed flusher never blocks a partition, and the next flusher redoes
+its claim (part names come from the flush id: a redo overwrites, never doubles).
+
+Only parameterised SQL is used.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
+
+import msgspec
+import psycopg
+
+from web_index.errors import StoreError
+from web_index.ingest import Attempt
+from web_index.models import RecordType
+from web_index.storage._buffer import BufferedAttempt, BufferedKey, MethodPartition
+
+__all__ = ["PgAdvisoryLocks", "PostgresBuffer"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS web_index_attempts (
+    seq        BIGSERIAL PRIMARY KEY,
+    method     TEXT     NOT NULL,
+    year       SMALLINT NOT NULL,
+    month      SMALLINT NOT NULL,
+    domain     TEXT     NOT NULL,
+    url_key    TEXT     NOT NULL,
+    ts_us      BIGINT   NOT NULL,
+    request_id TEXT     NOT NULL UNIQUE,
+    calibre    SMALLINT NOT NULL,
+    success    BOOLEAN  NOT NULL,
+    nbytes     BIGINT   NOT NULL,
+    added_us   BIGINT   NOT NULL,
+    flush_id   TEXT,
+    metadata   BYTEA    NOT NULL,
+    responses  BYTEA    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS web_index_attempts_lookup
+    ON web_index_attempts (method, url_key) INCLUDE (ts_us, request_id, calibre, success);
+CREATE INDEX IF NOT EXISTS web_index_attempts_partition
+    ON web_index_attempts (method, year, month, domain, flush_id);
+CREATE INDEX IF NOT EXISTS web_index_attempts_flush ON web_index_attempts (flush_id);
+-- Running totals per partition (as in SQLite), so that the size check after
+-- every insert is one primary-key read, not a count over the partition's rows.
+CREATE TABLE IF NOT EXISTS web_index_totals (
+    method TEXT NOT NULL, year SMALLINT NOT NULL, month SMALLINT NOT NULL, domain TEXT NOT NULL,
+    rows BIGINT NOT NULL, nbytes BIGINT NOT NULL,
+    PRIMARY KEY (method, year, month, domain)
+);
+CREATE OR REPLACE FUNCTION web_index_totals_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO web_index_totals VALUES (NEW.method, NEW.year, NEW.month, NEW.domain, 1, NEW.nbytes)
+    ON CONFLICT (method, year, month, domain) DO UPDATE
+    SET rows = web_index_totals.rows + 1, nbytes = web_index_totals.nbytes + EXCLUDED.nbytes;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE FUNCTION web_index_totals_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE web_index_totals SET rows = rows - 1, nbytes = nbytes - OLD.nbytes
+    WHERE method = OLD.method AND year = OLD.year AND month = OLD.month AND domain = OLD.domain;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER web_index_totals_insert AFTER INSERT ON web_index_attempts
+    FOR EACH ROW EXECUTE FUNCTION web_index_totals_insert();
+CREATE OR REPLACE TRIGGER web_index_totals_delete AFTER DELETE ON web_index_attempts
+    FOR EACH ROW EXECUTE FUNCTION web_index_totals_delete();
+CREATE TABLE IF NOT EXISTS web_index_generations (
+    method TEXT NOT NULL, year SMALLINT NOT NULL, month SMALLINT NOT NULL, gen BIGINT NOT NULL,
+    PRIMARY KEY (method, year, month)
+);
+"""
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+# One lock-id namespace for web-index advisory locks (first 4 bytes of a hash).
+_LOCK_SPACE = int.from_bytes(hashlib.sha256(b"web-index").digest()[:4], "big", signed=True)
+
+
+class _DroppedError(StoreError):
+    """The buffer's connection failed (the operation did not happen, or its outcome is unknown)."""
+
+
+def _retry_once(fn: _F) -> _F:
+    """Retry a read once on a fresh connection (reads are idempotent)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except _DroppedError:
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _lock_key(kind: str, name: str) -> int:
+    return int.from_bytes(
+        hashlib.blake2b(f"{kind} {name}".encode(), digest_size=4).digest(), "big", signed=True
+    )
+
+
+class PostgresBuffer:
+    """The :class:`~web_index.storage._buffer.Buffer` protocol on a PostgreSQL database."""
+
+    def __init__(self, dsn: str, *, readonly: bool = False, connect_timeout_s: float = 10.0) -> None:
+        self.dsn = dsn
+        self.readonly = readonly
+        self._connect_timeout = connect_timeout_s
+        self._lock = threading.RLock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._schema_ready = False
+        self._lock_conns: list[psycopg.Connection[Any]] = []
+        self._lock_conns_lock = threading.Lock()
+        conn = self._connection()
+        if not readonly:
+            with conn.transaction():
+                # Serialise schema creation between processes starting at once.
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_SPACE,))
+                conn.execute(_SCHEMA)
+        self._schema_ready = True
+
+    def __repr__(self) -> str:
+        return f"PostgresBuffer({_safe_dsn(self.dsn)!r})"
+
+    def _open(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self.dsn, autocommit=True, connect_timeout=int(self._connect_timeout))
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to the insert buffer {_safe_dsn(self.dsn)}: {exc}") from None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = self._open()
+        return self._conn
+
+    @contextmanager
+    def _cursor(self, *, write: bool = False) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor in a transaction; a dropped connection is reopened on the next call."""
+        if write and self.readonly:
+            raise StoreError("the insert buffer is read-only in this handle")
+        with self._lock:
+            conn = self._connection()
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    yield cur
+            except psycopg.OperationalError as exc:
+                if conn.broken or conn.closed:
+                    self._conn = None
+                raise _DroppedError(f"insert buffer {_safe_dsn(self.dsn)}: {exc}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        with self._lock_conns_lock:
+            for c in self._lock_conns:
+                c.close()
+            self._lock_conns = []
+
+    # -- writing ---------------------------------------------------------------
+
+    def append(self, attempts: Sequence[Attempt]) -> None:
+        now = time.time_ns() // 1000
+        rows = []
+        for a in attempts:
+            meta = _encoder.encode(a.metadata)
+            resp = _encoder.encode(a.responses)
+            rows.append(
+                (
+                    a.method.value,
+                    a.year,
+                    a.month,
+                    a.domain,
+                    a.url_key,
+                    a.ts_us,
+                    a.request_id,
+                    a.calibre,
+                    a.success,
+                    len(meta) + len(resp),
+                    now,
+                    meta,
+                    resp,
+                )
+            )
+        # Sorted by partition, so that concurrent multi-partition inserts lock the
+        # totals rows in one order (no deadlock).
+        rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
+        # Not retried: a lost connection during COMMIT leaves the outcome unknown,
+        # and the caller was not told the insert is durable.
+        with self._cursor(write=True) as cur:
+            cur.executemany(
+                "INSERT INTO web_index_attempts (method, year, month, domain, url_key, ts_us, request_id,"
+                " calibre, success, nbytes, added_us, metadata, responses)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                rows,
+            )
+
+    def oversized(
+        self, parts: Iterable[MethodPartition], max_rows: int, max_bytes: int
+    ) -> list[MethodPartition]:
+        out: list[MethodPartition] = []
+        with self._cursor() as cur:
+            for part in parts:
+                cur.execute(
+                    "SELECT rows, nbytes FROM web_index_totals"
+                    " WHERE method=%s AND year=%s AND month=%s AND domain=%s",
+                    (part.method.value, part.year, part.month, part.domain),
+                )
+                row = cur.fetchone()
+                if row is not None and (row[0] >= max_rows or row[1] >= max_bytes):
+                    out.append(part)
+        return out
+
+    @_retry_once
+    def due(self, max_rows: int, max_bytes: int, max_age_s: float) -> list[MethodPartition]:
+        oldest = time.time_ns() // 1000 - int(max_age_s * 1_000_000)
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT method, year, month, domain FROM web_index_attempts WHERE flush_id IS NULL"
+                " GROUP BY method, year, month, domain"
+                " HAVING COUNT(*) >= %s OR SUM(nbytes) >= %s OR MIN(added_us) <= %s",
+                (max_rows, max_bytes, oldest),
+            )
+            return [MethodPartition(RecordType(m), y, mo, d) for m, y, mo, d in cur.fetchall()]
+
+    @_retry_once
+    def partitions(self) -> list[MethodPartition]:
+        with self._cursor() as cur:
+            cur.execute("SELECT DISTINCT method, year, month, domain FROM web_index_attempts")
+            return [MethodPartition(RecordType(m), y, mo, d) for m, y, mo, d in cur.fetchall()]
+
+    def claims(self, part: MethodPartition) -> list[str]:
+        with self._cursor(write=True) as cur:
+            cur.execute(
+                "SELECT DISTINCT flush_id FROM web_index_attempts WHERE method=%s AND year=%s AND month=%s"
+                " AND domain=%s AND flush_id IS NOT NULL",
+                (part.method.value, part.year, part.month, part.domain),
+            )
+            return [row[0] for row in cur.fetchall()]
+
+    def claim(self, part: MethodPartition, flush_id: str, limit: int) -> int:
+        with self._cursor(write=True) as cur:
+            cur.execute(
+                "UPDATE web_index_attempts SET flush_id=%s WHERE seq IN (SELECT seq FROM web_index_attempts"
+                " WHERE method=%s AND year=%s AND month=%s AND domain=%s AND flush_id IS NULL"
+                " ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED) AND flush_id IS NULL",
+                (flush_id, part.method.value, part.year, part.month, part.domain, limit),
+            )
+            return cur.rowcount
+
+    def claimed(self, flush_id: str) -> Iterator[BufferedAttempt]:
+        with self._cursor(write=True) as cur:
+            cur.execute(
+                "SELECT request_id, metadata, responses FROM web_index_attempts"
+                " WHERE flush_id=%s ORDER BY seq",
+                (flush_id,),
+            )
+            rows = cur.fetchall()
+        for rid, meta, resp in rows:
+            yield BufferedAttempt(rid, _decoder.decode(meta), _decoder.decode(resp))
+
+    def complete(self, flush_id: str) -> None:
+        with self._cursor(write=True) as cur:
+            cur.execute(
+                "DELETE FROM web_index_attempts WHERE flush_id=%s RETURNING method, year, month", (flush_id,)
+            )
+            months = {(m, y, mo) for m, y, mo in cur.fetchall()}
+            for m, y, mo in months:
+                _bump(cur, m, y, mo)
+
+    # -- reading ---------------------------------------------------------------
+
+    @_retry_once
+    def lookup(self, method: RecordType, url_keys: Iterable[str]) -> list[BufferedKey]:
+        keys = list(url_keys)
+        if not keys:
+            return []
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT url_key, ts_us, request_id, calibre, success FROM web_index_attempts"
+                " WHERE method=%s AND url_key = ANY(%s)",
+                (method.value, keys),
+            )
+            return [BufferedKey(k, t, r, c, bool(s)) for k, t, r, c, s in cur.fetchall()]
+
+    @_retry_once
+    def load(self, request_ids: Iterable[str]) -> dict[str, BufferedAttempt]:
+        ids = list(request_ids)
+        if not ids:
+            return {}
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT request_id, metadata, responses FROM web_index_attempts WHERE request_id = ANY(%s)",
+                (ids,),
+            )
+            rows = cur.fetchall()
+        return {rid: BufferedAttempt(rid, _decoder.decode(m), _decoder.decode(r)) for rid, m, r in rows}
+
+    def iter_all(self) -> Iterator[tuple[MethodPartition, str | None, BufferedAttempt]]:
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT method, year, month, domain, flush_id, request_id, metadata, responses"
+                " FROM web_index_attempts ORDER BY seq"
+            )
+            rows = cur.fetchall()
+        for m, y, mo, d, fid, rid, meta, resp in rows:
+            part = MethodPartition(RecordType(m), y, mo, d)
+            yield part, fid, BufferedAttempt(rid, _decoder.decode(meta), _decoder.decode(resp))
+
+    @_retry_once
+    def counts(self) -> dict[MethodPartition, tuple[int, int, int]]:
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT method, year, month, domain, COUNT(*), SUM(success::int), SUM(nbytes)"
+                " FROM web_index_attempts GROUP BY method, year, month, domain"
+            )
+            rows = cur.fetchall()
+        return {
+            MethodPartition(RecordType(m), y, mo, d): (int(n), int(s), int(b))
+            for m, y, mo, d, n, s, b in rows
+        }
+
+    @_retry_once
+    def generation(self, method: RecordType, year: int, month: int) -> int:
+        """Bumped by every completed flush of that month (``0, 0``: a month's first flush)."""
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT gen FROM web_index_generations WHERE method=%s AND year=%s AND month=%s",
+                (method.value, year, month),
+            )
+            row = cur.fetchone()
+            return int(row[0]) if row else 0
+
+    # -- locks -----------------------------------------------------------------
+
+    def locks(self) -> PgAdvisoryLocks:
+        return PgAdvisoryLocks(self)
+
+    def _lock_conn(self) -> psycopg.Connection[Any]:
+        with self._lock_conns_lock:
+            while self._lock_conns:
+                conn = self._lock_conns.pop()
+                if not (conn.closed or conn.broken):
+                    return conn
+        return self._open()
+
+    def _return_lock_conn(self, conn: psycopg.Connection[Any]) -> None:
+        if conn.closed or conn.broken:
+            return
+        with self._lock_conns_lock:
+            self._lock_conns.append(conn)
+
+
+def _bump(cur: psycopg.Cursor[Any], method: str, year: int, month: int) -> None:
+    cur.execute(
+        "INSERT INTO web_index_generations VALUES (%s, %s, %s, 1)"
+        " ON CONFLICT (method, year, month) DO UPDATE SET gen = web_index_generations.gen + 1"
+        " RETURNING gen",
+        (method, year, month),
+    )
+    row = cur.fetchone()
+    if row is not None and row[0] == 1:  # a month's first flush: the list of months changed
+        cur.execute(
+            "INSERT INTO web_index_generations VALUES (%s, 0, 0, 1)"
+            " ON CONFLICT (method, year, month) DO UPDATE SET gen = web_index_generations.gen + 1",
+            (method,),
+        )
+
+
+class PgAdvisoryLocks:
+    """Session-level advisory locks: released by the server when the holder's connection dies."""
+
+    def __init__(self, buffer: PostgresBuffer) -> None:
+        self.buffer = buffer
+
+    def hold(self, kind: str, name: str, *, blocking: bool = True) -> AbstractContextManager[bool]:
+        return self._hold(kind, name, blocking)
+
+    @contextmanager
+    def _hold(self, kind: str, name: str, blocking: bool) -> Iterator[bool]:
+        conn = self.buffer._lock_conn()
+        key = _lock_key(kind, name)
+        try:
+            if blocking:
+                conn.execute("SELECT pg_advisory_lock(%s, %s)", (_LOCK_SPACE, key))
+            else:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, key)).fetchone()
+                if not (row and row[0]):
+                    self.buffer._return_lock_conn(conn)
+                    yield False
+                    return
+        except psycopg.Error as exc:
+            conn.close()
+            raise StoreError(f"cannot take the {kind} lock of {name}: {exc}") from None
+        try:
+            yield True
+        finally:
+            try:
+                conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_LOCK_SPACE, key))
+                self.buffer._return_lock_conn(conn)
+            except psycopg.Error:
+                conn.close()  # the server releases the lock with the session
+
+
+def _safe_dsn(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        params = conninfo_to_dict(dsn)
+        if "password" in params:
+            params["password"] = "***"  # noqa: S105 - masking, not a password
+        return make_conninfo(**params)  # type: ignore[arg-type]
+    except Exception:
+        return dsn.split("@")[-1]

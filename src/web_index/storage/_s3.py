@@ -1,0 +1,433 @@
+"""A store in an S3-compatible bucket (AWS S3, MinIO, R2, SeaweedFS), through ``obstore``.
+
+``s3://bucket/prefix`` holds the same layout as a local store. Endpoint and
+credentials come from the usual AWS settings: ``AWS_ENDPOINT_URL``,
+``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``,
+``AWS_REGION``, or a profile of ``~/.aws/credentials`` and ``~/.aws/config``
+(``AWS_PROFILE``). Plain ``http://`` endpoints are allowed (a loopback MinIO or
+SeaweedFS).
+
+Writes are single PUTs of the whole object, which S3 makes visible atomically
+(readers see the old object or the new one). Reads go through
+:class:`ObjectFile`, a file-like object that fetches the tail of the object
+(footer, and the whole object if it is small) in one request and any other
+byte range on demand, each pinned to the ETag of the first read (``If-Match``),
+so a reader never mixes the bytes of two versions of an object: a replaced or
+deleted object raises ``FileNotFoundError`` and the reader lists again.
+
+Transient errors (5xx, dropped connections, timeouts) are retried with
+exponential backoff by obstore; a permanent one (missing bucket, bad
+credentials) raises :class:`~web_index.errors.StoreError` naming the store.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import io
+import os
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
+
+import obstore as obs
+import pyarrow as pa
+import pyarrow.parquet as pq
+from obstore.exceptions import (
+    AlreadyExistsError,
+    BaseError,
+    NotFoundError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
+from obstore.store import S3Store
+
+from web_index.errors import StoreError
+
+__all__ = [
+    "ObjectFile",
+    "ObjectInfo",
+    "PreconditionFailed",
+    "RequestCounter",
+    "S3Backend",
+    "handle_version",
+]
+
+# One GET of the last TAIL bytes reads the footer, and the whole object when it
+# is smaller: part files are, so opening one costs one request.
+TAIL = 1 << 20
+
+
+# The object version (ETag) each open Parquet handle reads, for conditional commits.
+_VERSIONS: weakref.WeakKeyDictionary[pq.ParquetFile, str] = weakref.WeakKeyDictionary()
+
+
+def handle_version(handle: pq.ParquetFile) -> str | None:
+    """The ETag of the object version ``handle`` reads (``None`` for local files)."""
+    return _VERSIONS.get(handle)
+
+
+class PreconditionFailed(StoreError):  # noqa: N818 - it names the S3 condition
+    """A conditional write lost: the object exists already, or changed since it was read."""
+
+
+class ObjectInfo(NamedTuple):
+    name: str
+    size: int
+    etag: str | None
+
+
+class RequestCounter:
+    """Object-store requests by kind, for ``stats`` and the benchmark."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+
+    def add(self, kind: str) -> None:
+        with self._lock:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self.counts = {}
+
+
+def _profile_settings() -> dict[str, str]:
+    """Credentials, region and endpoint of ``AWS_PROFILE`` (or ``default``) from ``~/.aws``."""
+    profile = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or "default"
+    out: dict[str, str] = {}
+    creds = Path(os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")).expanduser()
+    config = Path(os.environ.get("AWS_CONFIG_FILE", "~/.aws/config")).expanduser()
+    for path, section in (
+        (config, "default" if profile == "default" else f"profile {profile}"),
+        (creds, profile),
+    ):
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path)
+        except (OSError, configparser.Error):
+            continue
+        if parser.has_section(section):
+            out.update(parser[section])
+    keys = {
+        "aws_access_key_id": "access_key_id",
+        "aws_secret_access_key": "secret_access_key",
+        "aws_session_token": "token",
+        "region": "region",
+        "endpoint_url": "endpoint",
+    }
+    return {keys[k]: v for k, v in out.items() if k in keys}
+
+
+def _store_config(bucket: str) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    env_has_keys = bool(os.environ.get("AWS_ACCESS_KEY_ID"))
+    for key, value in _profile_settings().items():
+        # Environment variables win over the profile, as in the AWS CLI.
+        if key in ("access_key_id", "secret_access_key", "token") and env_has_keys:
+            continue
+        env = {"region": "AWS_REGION", "endpoint": "AWS_ENDPOINT_URL"}.get(key)
+        if env and os.environ.get(env):
+            continue
+        config[key] = value
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        config["endpoint"] = endpoint
+    if str(config.get("endpoint", "")).startswith("http://"):
+        config["allow_http"] = True
+    if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "region" in config):
+        config["region"] = "us-east-1"
+    return config
+
+
+class S3Backend:
+    """A store under ``s3://bucket/prefix``."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        max_retries: int = 6,
+        retry_timeout_s: float = 60.0,
+        tail_bytes: int = TAIL,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("s3", "s3a") or not parts.netloc:
+            raise StoreError(f"an S3 store location is s3://bucket/prefix, got {url!r}")
+        self.bucket = parts.netloc
+        self.prefix = parts.path.strip("/")
+        self._url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        settings = {**_store_config(self.bucket), **(config or {})}
+        self.endpoint = str(settings.get("endpoint", "aws"))
+        self.tail_bytes = tail_bytes
+        self.requests = RequestCounter()
+        # Set by the read-through cache: cache-on-write of what this process wrote.
+        self.on_written: Callable[[str, bytes, str | None], None] | None = None
+        try:
+            self.store = S3Store(
+                self.bucket,
+                prefix=self.prefix or None,
+                config=settings,  # type: ignore[arg-type]
+                client_options={"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=60)},
+                retry_config={
+                    "max_retries": max_retries,
+                    "retry_timeout": timedelta(seconds=retry_timeout_s),
+                    "backoff": {
+                        "init_backoff": timedelta(milliseconds=50),
+                        "max_backoff": timedelta(seconds=5),
+                        "base": 2,
+                    },
+                },
+            )
+        except BaseError as exc:
+            raise StoreError(f"cannot configure the S3 store {self._url}: {exc}") from None
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def __repr__(self) -> str:
+        return f"S3Backend({self._url!r}, endpoint={self.endpoint!r})"
+
+    # -- errors ----------------------------------------------------------------
+
+    def _fail(self, exc: BaseException, what: str) -> StoreError:
+        text = str(exc).split("\n", 1)[0]
+        if isinstance(exc, UnauthenticatedError | PermissionDeniedError) or " 403 " in text:
+            return StoreError(f"{self._url}: access denied while {what} (check the credentials): {text}")
+        if "NoSuchBucket" in str(exc) or (" 404 " in text and "list" in what):
+            return StoreError(f"{self._url}: the bucket {self.bucket!r} does not exist ({what})")
+        return StoreError(f"{self._url}: object store error while {what}: {text}")
+
+    # -- listing ---------------------------------------------------------------
+
+    def list_objects(self, folder: str) -> tuple[list[ObjectInfo], list[str]]:
+        """Objects directly in ``folder`` and its sub-folders' names: one LIST request."""
+        prefix = folder.strip("/") + "/"
+        self.requests.add("list")
+        try:
+            result = obs.list_with_delimiter(self.store, prefix)
+        except NotFoundError as exc:
+            # Listing a missing prefix is an empty result; a 404 means the bucket is gone.
+            raise self._fail(exc, f"listing {prefix}") from None
+        except BaseError as exc:
+            raise self._fail(exc, f"listing {prefix}") from None
+        except OSError as exc:
+            raise self._fail(exc, f"listing {prefix}") from None
+        files = [
+            ObjectInfo(str(m["path"]).rsplit("/", 1)[-1], int(m["size"]), m.get("e_tag"))
+            for m in result["objects"]
+        ]
+        folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"]]
+        return files, folders
+
+    def list_files(self, folder: str) -> list[tuple[str, int]]:
+        return [(o.name, o.size) for o in self.list_objects(folder)[0]]
+
+    def list_folders(self, folder: str) -> list[str]:
+        return self.list_objects(folder)[1]
+
+    # -- reading ---------------------------------------------------------------
+
+    def get_tail(self, path: str, length: int) -> tuple[bytes, int, str | None]:
+        """The last ``length`` bytes of an object, its size and ETag (one GET)."""
+        self.requests.add("get")
+        try:
+            result = obs.get(self.store, path, options={"range": {"suffix": length}})
+            data = bytes(result.bytes())
+        except NotFoundError:
+            raise FileNotFoundError(path) from None
+        except BaseError as exc:
+            raise self._fail(exc, f"reading {path}") from None
+        return data, int(result.meta["size"]), result.meta.get("e_tag")
+
+    def get_range(self, path: str, start: int, end: int, etag: str | None) -> bytes:
+        """Bytes ``[start, end)`` of the version ``etag`` of an object."""
+        self.requests.add("get")
+        options: dict[str, Any] = {"range": (start, end)}
+        if etag is not None:
+            options["if_match"] = etag
+        try:
+            return bytes(obs.get(self.store, path, options=options).bytes())  # type: ignore[arg-type]
+        except (NotFoundError, PreconditionError):
+            # Deleted or replaced (a compaction committed): the caller lists again.
+            raise FileNotFoundError(path) from None
+        except BaseError as exc:
+            raise self._fail(exc, f"reading {path}") from None
+
+    def open_parquet(self, path: str) -> pq.ParquetFile:
+        return self.open_object(path).parquet()
+
+    def open_object(self, path: str, on_gone: Callable[[str], None] | None = None) -> ObjectFile:
+        data, size, etag = self.get_tail(path, self.tail_bytes)
+        return ObjectFile(self, path, size, etag, data, on_gone=on_gone)
+
+    def read_object(self, path: str) -> bytes:
+        self.requests.add("get")
+        try:
+            return bytes(obs.get(self.store, path).bytes())
+        except NotFoundError:
+            raise FileNotFoundError(path) from None
+        except BaseError as exc:
+            raise self._fail(exc, f"reading {path}") from None
+
+    def head(self, path: str) -> ObjectInfo | None:
+        self.requests.add("head")
+        try:
+            meta = obs.head(self.store, path)
+        except NotFoundError:
+            return None
+        except BaseError as exc:
+            raise self._fail(exc, f"reading {path}") from None
+        return ObjectInfo(path.rsplit("/", 1)[-1], int(meta["size"]), meta.get("e_tag"))
+
+    # -- writing ---------------------------------------------------------------
+
+    def put(self, path: str, data: bytes, *, if_match: str | None = None, create: bool = False) -> str | None:
+        """PUT an object in one request; conditional on ``if_match`` or on absence (``create``).
+
+        Returns the new ETag. A failed condition raises :class:`PreconditionFailed`.
+        """
+        mode: Any = "overwrite"
+        if create:
+            mode = "create"
+        elif if_match is not None:
+            mode = {"e_tag": if_match}
+        self.requests.add("put")
+        try:
+            result = obs.put(self.store, path, data, mode=mode, use_multipart=False)
+        except (AlreadyExistsError, PreconditionError):
+            raise PreconditionFailed(f"{self._url}/{path}: conditional write lost") from None
+        except BaseError as exc:
+            raise self._fail(exc, f"writing {path}") from None
+        return result.get("e_tag")
+
+    def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
+        if_match = options.pop("if_match", None)
+        create = bool(options.pop("create", False))
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, **options)  # type: ignore[arg-type]
+        data = sink.getvalue().to_pybytes()
+        etag = self.put(path, data, if_match=if_match if isinstance(if_match, str) else None, create=create)
+        if self.on_written is not None:
+            self.on_written(path, data, etag)
+        return len(data)
+
+    def delete(self, path: str) -> None:
+        self.requests.add("delete")
+        try:
+            obs.delete(self.store, path)
+        except NotFoundError:
+            return
+        except BaseError as exc:
+            raise self._fail(exc, f"deleting {path}") from None
+
+    # -- the rest of the Backend protocol --------------------------------------
+
+    def local_folder(self, name: str, *, create: bool = True) -> Path:
+        """A local per-store folder (``$XDG_CACHE_HOME/web-index/<sha of url>/``) for a local buffer."""
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "web-index"
+        # Keyed by the store URL alone: the same store through another endpoint
+        # (a proxy, a second gateway of one cluster) shares the local buffer.
+        key = hashlib.sha256(self._url.encode()).hexdigest()[:24]
+        folder = base / key / name
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def exists(self) -> bool:
+        """Whether the bucket is there (a store under a prefix needs nothing more)."""
+        self.list_objects("")
+        return True
+
+    def remove_orphans(self) -> int:
+        return 0  # single PUTs leave no temporary objects
+
+
+class ObjectFile(io.RawIOBase):
+    """A seekable read-only file over one version of an object, by range requests."""
+
+    def __init__(
+        self,
+        backend: S3Backend,
+        path: str,
+        size: int,
+        etag: str | None,
+        tail: bytes,
+        *,
+        on_gone: Callable[[str], None] | None = None,
+        fetch: Callable[[int, int], bytes] | None = None,
+    ) -> None:
+        super().__init__()
+        self.backend = backend
+        self.path = path
+        self._size = size
+        self.etag = etag
+        self.tail = tail
+        self._tail_start = size - len(tail)
+        self._pos = 0
+        self._on_gone = on_gone
+        self._fetch = fetch
+
+    def parquet(self, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+        handle = pq.ParquetFile(pa.PythonFile(self, mode="r"), metadata=metadata)
+        if self.etag is not None:
+            _VERSIONS[handle] = self.etag
+        return handle
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def size(self) -> int:
+        return self._size
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            self._pos = offset
+        elif whence == io.SEEK_CUR:
+            self._pos += offset
+        else:
+            self._pos = self._size + offset
+        return self._pos
+
+    def read(self, size: int = -1) -> bytes:
+        start = self._pos
+        end = self._size if size is None or size < 0 else min(self._size, start + size)
+        if end <= start:
+            return b""
+        self._pos = end
+        if start >= self._tail_start:
+            return self.tail[start - self._tail_start : end - self._tail_start]
+        try:
+            if self._fetch is not None:
+                return self._fetch(start, end)
+            return self.backend.get_range(self.path, start, end, self.etag)
+        except FileNotFoundError:
+            if self._on_gone is not None:
+                self._on_gone(self.path)
+            raise
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)

@@ -1,0 +1,150 @@
+"""The shared insert buffer on a real PostgreSQL: same semantics as SQLite, safe claims, locks."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from tests.factories import T0, attempt
+from tests.servers import BUCKET, Postgres, SeaweedFS
+from tests.test_model_based import StoreMachine
+from web_index import FlushPolicy, WebIndex
+from web_index.errors import StoreError
+from web_index.ingest import validate_attempt
+from web_index.storage._buffer import MethodPartition
+from web_index.storage._pgbuffer import PostgresBuffer
+
+
+def test_insert_visible_to_other_handles_at_once(postgres: Postgres, tmp_path: Path) -> None:
+    dsn = postgres.new_database()
+    store = tmp_path / "store"
+    with WebIndex(store, buffer=dsn) as a, WebIndex(store, buffer=dsn, read_only=True) as b:
+        key = a.insert(*attempt("https://a.example.com/x", T0))
+        assert b.query([key])[0] is not None
+        assert a.stats().buffered_attempts == 1
+        assert a.flush() == 1
+        assert b.query([key])[0] is not None
+        assert a.stats().buffered_attempts == 0
+        assert a.verify().ok
+
+
+def test_claims_are_disjoint(postgres: Postgres) -> None:
+    buf = PostgresBuffer(postgres.new_database())
+    attempts = [validate_attempt(*attempt(f"https://a.example.com/{i}", T0)) for i in range(200)]
+    buf.append(attempts)
+    mp = MethodPartition(attempts[0].method, attempts[0].year, attempts[0].month, attempts[0].domain)
+    claimed: list[int] = []
+
+    def grab() -> None:
+        other = PostgresBuffer(buf.dsn)
+        while n := other.claim(mp, str(uuid.uuid4()), 7):
+            claimed.append(n)
+        other.close()
+
+    threads = [threading.Thread(target=grab) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(claimed) == 200
+    rows = list(buf.iter_all())
+    assert len(rows) == 200 and all(fid is not None for _, fid, _ in rows)
+    assert len({fid for _, fid, _ in rows}) == len(claimed)
+    buf.close()
+
+
+def test_advisory_lock_released_when_holder_dies(postgres: Postgres) -> None:
+    buf = PostgresBuffer(postgres.new_database())
+    locks = buf.locks()
+    with locks.hold("flush", "p") as taken:
+        assert taken
+        other = PostgresBuffer(buf.dsn).locks()
+        with other.hold("flush", "p", blocking=False) as second:
+            assert not second
+    holder = PostgresBuffer(buf.dsn)
+    cm = holder.locks().hold("flush", "q")
+    cm.__enter__()
+    holder._lock_conns.clear()
+    holder.close()
+    # Dying = the connection going away: kill the backend holding the lock.
+    import psycopg
+
+    with psycopg.connect(buf.dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND pid <> pg_backend_pid()"
+        )
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:
+        with locks.hold("flush", "q", blocking=False) as taken:
+            if taken or time.monotonic() > deadline:
+                break
+        time.sleep(0.05)
+    assert taken
+
+
+def test_bad_dsn_is_a_clear_error(postgres: Postgres, tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="cannot connect"):
+        WebIndex(tmp_path / "s", buffer=f"postgresql://postgres@127.0.0.1:{postgres.port}/no_such_db")
+
+
+class PgS3Machine(StoreMachine):
+    """The semantics suite with both shared pieces: S3 files and a Postgres buffer."""
+
+    dsn = ""
+
+    def new_location(self) -> str:
+        return f"s3://{BUCKET}/pg-{uuid.uuid4().hex[:12]}"
+
+    def drop_location(self) -> None:
+        pass
+
+    def open_index(self, **kwargs: object) -> WebIndex:
+        return WebIndex(self.location, buffer=self.dsn, **kwargs)  # type: ignore[arg-type]
+
+
+def test_store_model_s3_postgres(seaweed: SeaweedFS, postgres: Postgres) -> None:
+    def factory() -> PgS3Machine:
+        PgS3Machine.dsn = postgres.new_database()
+        return PgS3Machine()
+
+    run_state_machine_as_test(
+        factory, settings=settings(max_examples=25, stateful_step_count=25, deadline=None)
+    )
+
+
+def test_many_writer_processes_share_one_buffer(postgres: Postgres, seaweed: SeaweedFS) -> None:
+    dsn = postgres.new_database()
+    loc = seaweed.new_store()
+    keys: list[object] = []
+    lock = threading.Lock()
+
+    def writer(n: int) -> None:
+        with WebIndex(loc, buffer=dsn, policy=FlushPolicy(max_rows=5, compact_parts=3)) as index:
+            for i in range(25):
+                url = f"https://h{i % 3}.example.com/{n}/{i}"
+                k = index.insert(*attempt(url, T0 + timedelta(days=i % 35)))
+                with lock:
+                    keys.append(k)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with WebIndex(loc, buffer=dsn) as index:
+        assert all(r is not None for r in index.query(keys))  # type: ignore[arg-type]
+        index.flush()
+        index.compact()
+        assert all(r is not None for r in index.query(keys))  # type: ignore[arg-type]
+        report = index.verify()
+        assert report.ok, report.problems
+        assert sum(p.records for p in index.stats().partitions if p.type == "get-metadata") == 100

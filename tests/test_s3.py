@@ -1,0 +1,166 @@
+"""The S3 store on a real SeaweedFS server: backend, conditional writes, leases, compaction."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pyarrow as pa
+import pytest
+
+from tests.factories import T0, attempt
+from tests.servers import BUCKET, SeaweedFS
+from web_index import FlushPolicy, WebIndex
+from web_index.errors import StoreError
+from web_index.models import SimplePageQuery
+from web_index.read_only import query as ro_query
+from web_index.storage._lease import LeaseLocks
+from web_index.storage._s3 import PreconditionFailed, S3Backend
+
+
+def fill(index: WebIndex, n: int, hosts: int = 3) -> list[object]:
+    keys = []
+    for i in range(n):
+        url = f"https://h{i % hosts}.example.com/p{i % 7}"
+        keys += index.insert_many([attempt(url, T0 + timedelta(days=i % 40), body=f"b{i}".encode())])
+    return keys
+
+
+def test_layout_and_answers_match_local(seaweed: SeaweedFS, tmp_path: object) -> None:
+    loc = seaweed.new_store()
+    with (
+        WebIndex(loc, policy=FlushPolicy(max_rows=5, compact_parts=0)) as s3,
+        WebIndex(str(tmp_path) + "/local", policy=FlushPolicy(max_rows=5, compact_parts=0)) as local,
+    ):
+        keys = fill(s3, 30)
+        fill(local, 30)
+        s3.flush()
+        names = S3Backend(loc).list_files("get/2024/08")
+        assert names and all(n.endswith(".parquet") for n, _ in names)
+        assert any(n.startswith("example.com.") for n, _ in names)
+        got = s3.query(keys)  # type: ignore[arg-type]
+        assert all(r is not None for r in got)
+        qs = [SimplePageQuery(url=f"https://h{i}.example.com/p{j}") for i in range(3) for j in range(7)]
+        a = [None if r is None else r.data for r in s3.query(qs)]
+        b = [None if r is None else r.data for r in local.query(qs)]
+        assert [x is None for x in a] == [x is None for x in b]
+        s3.compact()
+        assert s3.query(keys) == got
+        assert s3.verify().ok
+    # The read-only functional API on the same store (same machine: same local buffer).
+    assert [r is not None for r in ro_query(keys, store=loc)] == [True] * len(keys)  # type: ignore[arg-type]
+
+
+def test_conditional_puts(seaweed: SeaweedFS) -> None:
+    b = S3Backend(seaweed.new_store())
+    etag = b.put("x/lease", b"1", create=True)
+    with pytest.raises(PreconditionFailed):
+        b.put("x/lease", b"2", create=True)
+    with pytest.raises(PreconditionFailed):
+        b.put("x/lease", b"3", if_match='"not-the-etag"')
+    new = b.put("x/lease", b"4", if_match=etag)
+    assert new != etag
+    with pytest.raises(PreconditionFailed):
+        b.put("x/lease", b"5", if_match=etag)  # stale
+    assert b.read_object("x/lease") == b"4"
+
+
+def test_reads_pinned_to_a_version(seaweed: SeaweedFS) -> None:
+    b = S3Backend(seaweed.new_store(), tail_bytes=16)
+    b.put("f", bytes(range(100)))
+    f = b.open_object("f")
+    assert f.read(4) == bytes(range(4))
+    b.put("f", bytes(100))  # replaced
+    f.seek(10)
+    with pytest.raises(FileNotFoundError):
+        f.read(4)
+
+
+def test_permanent_errors_are_clear(seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(StoreError, match=r"does not exist|bucket"):
+        WebIndex("s3://no-such-bucket-wi/x", read_only=True).query([SimplePageQuery(url="https://a.com/")])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(StoreError, match="access denied"):
+        WebIndex(f"s3://{BUCKET}/x", read_only=True)
+    with pytest.raises(StoreError, match="access denied"):
+        S3Backend(f"s3://{BUCKET}/x").list_files("get")
+
+
+def test_lease_excludes_and_takes_over(seaweed: SeaweedFS) -> None:
+    b = S3Backend(seaweed.new_store())
+    locks = LeaseLocks(b, ttl_s=1.0, poll_s=0.02)
+    inside = 0
+    most = 0
+    guard = threading.Lock()
+
+    def work() -> None:
+        nonlocal inside, most
+        for _ in range(3):
+            with locks.hold("compact", "p") as taken:
+                assert taken
+                with guard:
+                    inside += 1
+                    most = max(most, inside)
+                time.sleep(0.03)
+                with guard:
+                    inside -= 1
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == 1
+    # A holder that died: its lease stays; a waiter takes it over after the TTL.
+    dead = locks.acquire("compact", "q")
+    assert dead is not None  # never renewed, never released
+    with locks.hold("compact", "q", blocking=False) as taken:
+        assert not taken
+    start = time.monotonic()
+    with locks.hold("compact", "q") as taken:
+        assert taken
+        assert time.monotonic() - start >= 0.9
+    # Renewal keeps a live holder's lease.
+    with locks.hold("compact", "r"):
+        time.sleep(2.5)
+        with locks.hold("compact", "r", blocking=False) as taken:
+            assert not taken
+
+
+def test_compaction_commit_is_conditional(seaweed: SeaweedFS) -> None:
+    loc = seaweed.new_store()
+    with WebIndex(loc, policy=FlushPolicy(max_rows=4, compact_parts=0)) as index:
+        keys = fill(index, 20, hosts=1)
+        index.flush()
+        store = index._store
+        partition = next(p for p in store.method_partitions())
+        # Someone else writes the compacted file between our read and our commit.
+        real = store.backend.write_parquet
+        raced = False
+
+        def racing(path: str, table: pa.Table, **options: object) -> int:
+            nonlocal raced
+            if path.endswith(f"{partition.domain}.parquet") and not raced:
+                raced = True
+                store.backend.inner.put(path, b"someone else's compaction")  # type: ignore[attr-defined]
+            return real(path, table, **options)
+
+        store.backend.write_parquet = racing  # type: ignore[method-assign]
+        store.compact_partition(partition)  # the data commit loses; the metadata one goes through
+        assert raced
+        store.backend.write_parquet = real  # type: ignore[method-assign]
+        parts = [f for f in store.partition_files(store_partition(partition)) if f.part]
+        assert parts, "a compaction that lost its commit deletes nothing"
+        store.backend.delete(
+            f"{partition.method.value}/{partition.year:04d}/{partition.month:02d}/{partition.domain}.parquet"
+        )
+        assert index.compact() >= 1
+        assert all(r is not None for r in index.query(keys))  # type: ignore[arg-type]
+        assert index.verify().ok
+
+
+def store_partition(mp: object) -> object:
+    from web_index.storage import Partition
+
+    return Partition(mp.method, mp.year, mp.month, mp.domain)  # type: ignore[attr-defined]
