@@ -65,25 +65,30 @@ def physical_counts(index: WebIndex) -> Counter[tuple[str, str]]:
 def check_acknowledged(store: Path, acked: list[tuple[PageKey, int]]) -> None:
     """Every acknowledged attempt is found, exactly once, and verify is clean."""
     with WebIndex(store) as index:
-        report = index.verify()
-        assert report.ok, report.problems
-        results = index.query([k for k, _ in acked])
-        for (key, hops), page in zip(acked, results, strict=True):
-            assert page is not None, f"acknowledged {key} lost"
-            assert page.request_id == key.request_id
-            if isinstance(page, Page):
-                assert len(page.responses) == hops, key
-        # Recovery (redoing interrupted flushes, removing absorbed parts) and
-        # then the physical count: each record stored exactly once.
-        index.flush()
-        index.compact()
-        counts = physical_counts(index)
-        for key, _ in acked:
-            assert counts[(key.type.value, key.request_id)] == 1, (
-                key,
-                counts[(key.type.value, key.request_id)],
-            )
-            assert counts[(key.type.metadata.value, key.request_id)] == 1, key
-        assert all(v == 1 for v in counts.values()), [k for k, v in counts.items() if v != 1]
-        report = index.verify()
-        assert report.ok and not report.notes, (report.problems, report.notes)
+        check_index(index, acked)
+
+
+def check_index(index: WebIndex, acked: list[tuple[PageKey, int]]) -> None:
+    """:func:`check_acknowledged` on an open index (any backend and buffer)."""
+    report = index.verify()
+    assert report.ok, report.problems
+    results = index.query([k for k, _ in acked])
+    for (key, hops), page in zip(acked, results, strict=True):
+        assert page is not None, f"acknowledged {key} lost"
+        assert page.request_id == key.request_id
+        if isinstance(page, Page):
+            assert len(page.responses) == hops, key
+    # Recovery (redoing interrupted flushes, removing absorbed parts) and
+    # then the physical count: each record stored exactly once.
+    index.flush()
+    index.compact()
+    counts = physical_counts(index)
+    for key, _ in acked:
+        assert counts[(key.type.value, key.request_id)] == 1, (
+            key,
+            counts[(key.type.value, key.request_id)],
+        )
+        assert counts[(key.type.metadata.value, key.request_id)] == 1, key
+    assert all(v == 1 for v in counts.values()), [k for k, v in counts.items() if v != 1]
+    report = index.verify()
+    assert report.ok and not report.notes, (report.problems, report.notes)

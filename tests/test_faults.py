@@ -24,10 +24,10 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.crashcheck import ROOT, parse_keys, physical_counts
+from tests.crashcheck import ROOT, check_index, parse_keys
 from tests.servers import Postgres, Proxy, SeaweedFS
 from web_index import FlushPolicy, WebIndex
-from web_index.models import Page, PageKey
+from web_index.models import PageKey
 
 pytestmark = pytest.mark.slow
 
@@ -123,23 +123,7 @@ def check(location: str, buffer: str, acked_lines: list[str]) -> None:
     acked: list[tuple[PageKey, int]] = parse_keys(acked_lines)
     assert acked
     with _open(location, buffer) as index:
-        report = index.verify()
-        assert report.ok, report.problems
-        results = index.query([k for k, _ in acked])
-        for (key, hops), page in zip(acked, results, strict=True):
-            assert page is not None, f"acknowledged {key} lost"
-            assert page.request_id == key.request_id
-            if isinstance(page, Page):
-                assert len(page.responses) == hops, key
-        index.flush()
-        index.compact()
-        counts = physical_counts(index)
-        for key, _ in acked:
-            assert counts[(key.type.value, key.request_id)] == 1, key
-            assert counts[(key.type.metadata.value, key.request_id)] == 1, key
-        assert all(v == 1 for v in counts.values()), [k for k, v in counts.items() if v != 1]
-        report = index.verify()
-        assert report.ok and not report.notes, (report.problems, report.notes)
+        check_index(index, acked)
 
 
 def chaos(fleet: Fleet, rng: random.Random, rounds: int, action: Callable[[], None] | None = None) -> None:

@@ -25,7 +25,7 @@ from web_index.errors import StoreError
 from web_index.ingest import Attempt
 from web_index.models import RecordType
 
-__all__ = ["Buffer", "BufferedAttempt", "BufferedKey", "MethodPartition", "SqliteBuffer"]
+__all__ = ["Buffer", "BufferedAttempt", "BufferedKey", "MethodPartition", "SqliteBuffer", "buffer_rows"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (
@@ -110,6 +110,35 @@ class BufferedAttempt(NamedTuple):
     responses: list[dict[str, Any]]
 
 
+def buffer_rows(attempts: Sequence[Attempt]) -> list[tuple[object, ...]]:
+    """One buffer row per attempt, in the column order every buffer's ``attempts`` table uses:
+    method, year, month, domain, url_key, ts_us, request_id, calibre, success, nbytes,
+    added_us, metadata (msgpack), responses (msgpack)."""
+    now = time.time_ns() // 1000
+    rows: list[tuple[object, ...]] = []
+    for a in attempts:
+        meta = _encoder.encode(a.metadata)
+        resp = _encoder.encode(a.responses)
+        rows.append(
+            (
+                a.method.value,
+                a.year,
+                a.month,
+                a.domain,
+                a.url_key,
+                a.ts_us,
+                a.request_id,
+                a.calibre,
+                a.success,
+                len(meta) + len(resp),
+                now,
+                meta,
+                resp,
+            )
+        )
+    return rows
+
+
 class Buffer(Protocol):
     """What the store needs from an insert buffer (SQLite by default; Postgres for many machines).
 
@@ -192,28 +221,7 @@ class SqliteBuffer:
 
     def append(self, attempts: Sequence[Attempt]) -> None:
         """Store attempts durably in one transaction (all or none)."""
-        now = time.time_ns() // 1000
-        rows = []
-        for a in attempts:
-            meta = _encoder.encode(a.metadata)
-            resp = _encoder.encode(a.responses)
-            rows.append(
-                (
-                    a.method.value,
-                    a.year,
-                    a.month,
-                    a.domain,
-                    a.url_key,
-                    a.ts_us,
-                    a.request_id,
-                    a.calibre,
-                    int(a.success),
-                    len(meta) + len(resp),
-                    now,
-                    meta,
-                    resp,
-                )
-            )
+        rows = buffer_rows(attempts)
         with self._lock:
             conn = self._write
             conn.execute("BEGIN IMMEDIATE")

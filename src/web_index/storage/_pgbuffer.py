@@ -30,7 +30,7 @@ import psycopg
 from web_index.errors import StoreError
 from web_index.ingest import Attempt
 from web_index.models import RecordType
-from web_index.storage._buffer import BufferedAttempt, BufferedKey, MethodPartition
+from web_index.storage._buffer import BufferedAttempt, BufferedKey, MethodPartition, buffer_rows
 
 __all__ = ["PgAdvisoryLocks", "PostgresBuffer"]
 
@@ -179,28 +179,7 @@ class PostgresBuffer:
     # -- writing ---------------------------------------------------------------
 
     def append(self, attempts: Sequence[Attempt]) -> None:
-        now = time.time_ns() // 1000
-        rows = []
-        for a in attempts:
-            meta = _encoder.encode(a.metadata)
-            resp = _encoder.encode(a.responses)
-            rows.append(
-                (
-                    a.method.value,
-                    a.year,
-                    a.month,
-                    a.domain,
-                    a.url_key,
-                    a.ts_us,
-                    a.request_id,
-                    a.calibre,
-                    a.success,
-                    len(meta) + len(resp),
-                    now,
-                    meta,
-                    resp,
-                )
-            )
+        rows = buffer_rows(attempts)
         # Sorted by partition, so that concurrent multi-partition inserts lock the
         # totals rows in one order (no deadlock).
         rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
