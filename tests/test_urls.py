@@ -56,6 +56,9 @@ def test_different_resources_keep_different_keys(a: str, b: str) -> None:
         "http://example.com:99999/",
         "javascript:alert(1)",
         "http://[::1/",
+        "http://exa\x00mple.com/",
+        "http://example.com/a\x7fb",
+        "http://example.com/a\nb",
     ],
 )
 def test_unparseable_urls_are_refused_with_a_clear_error(bad: str) -> None:

@@ -29,6 +29,7 @@ _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 _SAFE_PATH = _UNRESERVED | frozenset("!$&'()*+,;=:@/%")
 _SAFE_QUERY = _SAFE_PATH | frozenset("?")
 _PCT = re.compile(r"%([0-9A-Fa-f]{2})")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # A domain used in a file name: letters, digits, dots and dashes only, so that a
 # name derived from a URL can never contain a separator or climb a folder.
 _SAFE_DOMAIN = re.compile(r"^[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?$")
@@ -82,7 +83,7 @@ def _encode_host(host: str, url: str) -> str:
 def _split(url: str) -> tuple[str, str, int | None, str, str]:
     if not isinstance(url, str):
         raise InvalidURLError(repr(url), "URL must be a string")
-    if not url or url != url.strip() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+    if not url or url != url.strip() or _CONTROL.search(url):
         raise InvalidURLError(url, "URL is empty or has whitespace or control characters")
     try:
         parts = urlsplit(url)
