@@ -31,7 +31,7 @@ from web_index.models import AttemptMetadata, Page, Query, RecordType, Response
 from web_index.models._time import from_us
 from web_index.query._plan import Candidate, Plan, month_bounds, plan
 from web_index.storage._files import visible_files
-from web_index.storage._layout import StoredFile
+from web_index.storage._layout import Partition, StoredFile
 from web_index.storage._schema import KEY_COLUMNS, TS_COLUMN
 from web_index.storage._store import Store
 
@@ -194,7 +194,7 @@ def _read_partition(
             break
         except FileNotFoundError:
             # A compaction replaced files after we listed them: list again.
-            files = store.month_files(type, year, month).get(domain, [])
+            files = store.partition_files(Partition(type, year, month, domain))
     else:
         from web_index.errors import StoreError
 

@@ -211,8 +211,8 @@ class CachingBackend:
                 self._negative.put(key, value, 1, expires)
         return files, folders
 
-    def list_files(self, folder: str) -> list[tuple[str, int]]:
-        return [(o.name, o.size) for o in self._listing(folder)[0]]
+    def list_files(self, folder: str, prefix: str = "") -> list[tuple[str, int]]:
+        return [(o.name, o.size) for o in self._listing(folder)[0] if o.name.startswith(prefix)]
 
     def list_folders(self, folder: str) -> list[str]:
         return self._listing(folder)[1]

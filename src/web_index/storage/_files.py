@@ -125,11 +125,11 @@ def read_superseded(file: pq.ParquetFile, path: str) -> frozenset[str]:
 
 
 def list_partition_files(
-    backend: Backend, folder: str, type: RecordType, year: int, month: int
+    backend: Backend, folder: str, type: RecordType, year: int, month: int, domain: str | None = None
 ) -> dict[str, list[StoredFile]]:
-    """Every file of a month folder, grouped by domain."""
+    """Every file of a month folder (or of one domain in it), grouped by domain."""
     out: dict[str, list[StoredFile]] = {}
-    for name, size in backend.list_files(folder):
+    for name, size in backend.list_files(folder, "" if domain is None else f"{domain}."):
         parsed = parse_file_name(name)
         if parsed is None:
             continue

@@ -232,8 +232,8 @@ class S3Backend:
         folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"]]
         return files, folders
 
-    def list_files(self, folder: str) -> list[tuple[str, int]]:
-        return [(o.name, o.size) for o in self.list_objects(folder)[0]]
+    def list_files(self, folder: str, prefix: str = "") -> list[tuple[str, int]]:
+        return [(o.name, o.size) for o in self.list_objects(folder)[0] if o.name.startswith(prefix)]
 
     def list_folders(self, folder: str) -> list[str]:
         return self.list_objects(folder)[1]

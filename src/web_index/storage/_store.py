@@ -129,8 +129,9 @@ class Store:
         return list_partition_files(self.backend, folder, type, year, month)
 
     def partition_files(self, partition: Partition) -> list[StoredFile]:
-        by_domain = self.month_files(partition.type, partition.year, partition.month)
-        return by_domain.get(partition.domain, [])
+        p = partition
+        by_domain = list_partition_files(self.backend, p.folder, p.type, p.year, p.month, p.domain)
+        return by_domain.get(p.domain, [])
 
     def method_partitions(self) -> list[MethodPartition]:
         """Every partition that has files or buffered rows."""
