@@ -71,6 +71,20 @@ class Attempt:
     retry_after: float | None = None
     status_code: int | None = None
 
+    @classmethod
+    def begin(cls, fetcher: Fetcher, url: str, method: Method, retry_attempt: int) -> Attempt:
+        """A new attempt by ``fetcher``, starting now, ``error`` until it says otherwise."""
+        return cls(
+            url=url,
+            method=method,
+            state=AttemptState.ERROR,
+            started=utc_now(),
+            fetcher_name=fetcher.name,
+            fetcher_version=fetcher.version,
+            fetcher_calibre=fetcher.calibre,
+            retry_attempt=retry_attempt,
+        )
+
     @property
     def final(self) -> Response | None:
         return self.responses[-1] if self.responses else None

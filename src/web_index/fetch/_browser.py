@@ -161,16 +161,7 @@ class BrowserFetcher:
         await self.aclose()
 
     async def fetch(self, url: str, method: Method = "get", retry_attempt: int = 0) -> Attempt:
-        attempt = Attempt(
-            url=url,
-            method=method,
-            state=AttemptState.ERROR,
-            started=utc_now(),
-            fetcher_name=self.name,
-            fetcher_version=self.version,
-            fetcher_calibre=self.calibre,
-            retry_attempt=retry_attempt,
-        )
+        attempt = Attempt.begin(self, url, method, retry_attempt)
         watch = Stopwatch()
         if method != "get":
             attempt.log("the browser fetcher does not make HEAD requests")

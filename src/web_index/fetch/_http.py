@@ -31,7 +31,7 @@ from web_index.fetch._base import Attempt, FetchLimits, Method, Stopwatch, join_
 from web_index.fetch._classify import classify_exception, classify_response, parse_retry_after
 from web_index.fetch._decode import BoundedDecoder, supported_encodings
 from web_index.fetch._errors import BadRedirectError, BodyTooLargeError, TooManyRedirectsError
-from web_index.models import AttemptState, Calibre, Response
+from web_index.models import Calibre, Response
 from web_index.urls import url_key
 
 __all__ = ["DEFAULT_USER_AGENT", "HttpFetcher"]
@@ -222,21 +222,9 @@ class HttpFetcher:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def _attempt(self, url: str, method: Method, retry_attempt: int) -> Attempt:
-        return Attempt(
-            url=url,
-            method=method,
-            state=AttemptState.ERROR,
-            started=utc_now(),
-            fetcher_name=self.name,
-            fetcher_version=self.version,
-            fetcher_calibre=self.calibre,
-            retry_attempt=retry_attempt,
-        )
-
     async def fetch(self, url: str, method: Method = "get", retry_attempt: int = 0) -> Attempt:
         """Fetch ``url`` once, following redirects; never raises for network trouble."""
-        attempt = self._attempt(url, method, retry_attempt)
+        attempt = Attempt.begin(self, url, method, retry_attempt)
         watch = Stopwatch()
         hops: list[Response] = []
         try:

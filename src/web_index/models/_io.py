@@ -14,15 +14,15 @@ __all__ = ["QUERY_SCHEMA", "iter_queries", "read_queries", "write_queries"]
 
 _TS = pa.timestamp("us", tz="UTC")
 _FIELDS: list[pa.Field[Any]] = [
-        pa.field("kind", pa.string(), nullable=False),
-        pa.field("type", pa.string(), nullable=False),
-        pa.field("url", pa.string(), nullable=False),
-        pa.field("timestamp", _TS),
-        pa.field("request_id", pa.string()),
-        pa.field("not_before", _TS),
-        pa.field("not_after", _TS),
-        pa.field("calibre", pa.uint8()),
-        pa.field("calibre_strict", pa.bool_()),
+    pa.field("kind", pa.string(), nullable=False),
+    pa.field("type", pa.string(), nullable=False),
+    pa.field("url", pa.string(), nullable=False),
+    pa.field("timestamp", _TS),
+    pa.field("request_id", pa.string()),
+    pa.field("not_before", _TS),
+    pa.field("not_after", _TS),
+    pa.field("calibre", pa.uint8()),
+    pa.field("calibre_strict", pa.bool_()),
 ]
 QUERY_SCHEMA = pa.schema(_FIELDS)
 

@@ -61,6 +61,9 @@ def _from_mapping(cls: type[msgspec.Struct], data: Mapping[str, Any], field: str
         return cls(**data)
     except TypeError as exc:
         raise InvalidRecordError(field, str(exc)) from None
+    except InvalidRecordError as exc:
+        # Name the field inside the record: "data[1].status_code", not "status_code".
+        raise InvalidRecordError(f"{field}.{exc.field}", exc.problem) from None
 
 
 class Response(msgspec.Struct, frozen=True, kw_only=True):
@@ -125,12 +128,7 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
                 data = {**data, "data": base64.b64decode(body, validate=True)}
             except (binascii.Error, ValueError):
                 raise InvalidRecordError(f"{field}.data", "body string is not valid base64") from None
-        try:
-            result: Self = _from_mapping(cls, data, field)
-        except InvalidRecordError as exc:
-            if exc.field == field:
-                raise
-            raise InvalidRecordError(f"{field}.{exc.field}", exc.problem) from None
+        result: Self = _from_mapping(cls, data, field)
         return result
 
 
@@ -180,12 +178,7 @@ class AttemptMetadata(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], field: str = "metadata") -> Self:
-        try:
-            result: Self = _from_mapping(cls, data, field)
-        except InvalidRecordError as exc:
-            if exc.field == field:
-                raise
-            raise InvalidRecordError(f"{field}.{exc.field}", exc.problem) from None
+        result: Self = _from_mapping(cls, data, field)
         return result
 
 
