@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -30,7 +31,9 @@ import pyarrow.parquet as pq
 from web_index.models import AttemptMetadata, Page, Query, RecordType, Response
 from web_index.models._time import from_us
 from web_index.query._plan import Candidate, Plan, month_bounds, plan
-from web_index.storage._files import visible_files
+from web_index.storage._backend import LocalBackend
+from web_index.storage._files import open_checked, visible_files
+from web_index.storage._index import IndexHit, open_month_index
 from web_index.storage._layout import Partition, StoredFile
 from web_index.storage._schema import KEY_COLUMNS, TS_COLUMN
 from web_index.storage._store import Store
@@ -45,8 +48,11 @@ _RETRIES = 8
 class _FileRows:
     """Where a candidate's rows are in a file."""
 
-    handle: pq.ParquetFile
+    path: str
+    size: int
+    handle: pq.ParquetFile | None  # None: not opened yet (found through the month index)
     rows: list[int] = field(default_factory=list)
+    from_index: bool = False  # the month index said so: check the rows hold the record
 
 
 @dataclass(slots=True)
@@ -63,10 +69,11 @@ def run_queries(store: Store, queries: Sequence[Query], *, bodies: bool) -> list
     plans = [plan(q) for q in unique]
     answers: list[Result | bool] = [None] * len(plans)
     pending = list(range(len(plans)))
+    no_index: set[int] = set()  # plans the month index misled: read their partitions
     for _ in range(_RETRIES):
         if not pending:
             break
-        pending = _attempt(store, plans, pending, answers, bodies)
+        pending = _attempt(store, plans, pending, answers, bodies, no_index)
     if pending:
         from web_index.errors import StoreError
 
@@ -77,7 +84,12 @@ def run_queries(store: Store, queries: Sequence[Query], *, bodies: bool) -> list
 
 
 def _attempt(
-    store: Store, plans: list[Plan], todo: list[int], answers: list[Result | bool], bodies: bool
+    store: Store,
+    plans: list[Plan],
+    todo: list[int],
+    answers: list[Result | bool],
+    bodies: bool,
+    no_index: set[int],
 ) -> list[int]:
     found: dict[int, _Found] = {}  # plan index -> best so far
     by_type: dict[RecordType, list[int]] = defaultdict(list)
@@ -86,7 +98,7 @@ def _attempt(
 
     for type, idxs in by_type.items():
         _from_buffer(store, type, [plans[i] for i in idxs], idxs, found)
-        _from_files(store, type, plans, idxs, found)
+        _from_files(store, type, plans, idxs, found, no_index)
 
     retry: list[int] = []
     if not bodies:
@@ -96,7 +108,7 @@ def _attempt(
     for i in todo:
         if i not in found:
             answers[i] = None
-    _load(store, plans, found, answers, retry)
+    _load(store, plans, found, answers, retry, no_index)
     return retry
 
 
@@ -134,7 +146,12 @@ def _offer(found: dict[int, _Found], i: int, p: Plan, c: Candidate, source: _Fil
 
 
 def _from_files(
-    store: Store, type: RecordType, plans: list[Plan], idxs: list[int], found: dict[int, _Found]
+    store: Store,
+    type: RecordType,
+    plans: list[Plan],
+    idxs: list[int],
+    found: dict[int, _Found],
+    no_index: set[int],
 ) -> None:
     active = list(idxs)
     for year, month in store.months(type):
@@ -142,40 +159,80 @@ def _from_files(
         # Queries whose window reaches this month and that older records can still improve.
         wanted = [i for i in active if plans[i].lo_us < end and plans[i].hi_us >= start]
         if wanted:
-            listing = store.month_files(type, year, month)
-            by_domain: dict[str, list[int]] = defaultdict(list)
-            for i in wanted:
-                if plans[i].domain in listing:
-                    by_domain[plans[i].domain].append(i)
-            # Partitions are independent: read them concurrently (Parquet decoding
-            # and object-store requests release the GIL), merge here.
-            jobs = [
-                (
-                    members,
-                    _pool().submit(
-                        _read_partition,
-                        store,
-                        type,
-                        year,
-                        month,
-                        domain,
-                        listing[domain],
-                        sorted({plans[i].url_key for i in members}),
-                    ),
-                )
-                for domain, members in by_domain.items()
-            ]
-            for members, job in jobs:
-                per_key = job.result()
-                for i in members:
-                    p = plans[i]
-                    for cand, src in per_key.get(p.url_key, {}).values():
-                        _offer(found, i, p, cand, src)
+            _from_month(store, type, year, month, plans, wanted, found, no_index)
         active = [
             i for i in active if not plans[i].settled(found[i].candidate if i in found else None, start)
         ]
         if not active:
             break
+
+
+def _from_month(
+    store: Store,
+    type: RecordType,
+    year: int,
+    month: int,
+    plans: list[Plan],
+    wanted: list[int],
+    found: dict[int, _Found],
+    no_index: set[int],
+) -> None:
+    listing = store.month_files(type, year, month)
+    index = open_month_index(store.backend, type, year, month)
+    trusted: dict[str, bool] = {}  # domain -> whether the index covers its files exactly
+    by_domain: dict[str, list[int]] = defaultdict(list)
+    indexed: list[int] = []
+    for i in wanted:
+        domain = plans[i].domain
+        if domain not in listing:
+            continue
+        if index is not None and i not in no_index:
+            if domain not in trusted:
+                trusted[domain] = index.authoritative(domain, listing[domain])
+            if trusted[domain]:
+                indexed.append(i)
+                continue
+        by_domain[domain].append(i)
+    # Partitions the index does not cover are read from their files, concurrently
+    # (Parquet decoding and object-store requests release the GIL).
+    jobs = [
+        (
+            members,
+            _pool().submit(
+                _read_partition,
+                store,
+                type,
+                year,
+                month,
+                domain,
+                listing[domain],
+                sorted({plans[i].url_key for i in members}),
+            ),
+        )
+        for domain, members in by_domain.items()
+    ]
+    if indexed:
+        assert index is not None
+        hits: dict[str, list[IndexHit]] = defaultdict(list)
+        for hit in index.lookup(sorted({plans[i].url_key for i in indexed})):
+            hits[hit.url_key].append(hit)
+        for i in indexed:
+            p = plans[i]
+            for h in hits.get(p.url_key, ()):
+                rows = list(range(h.row, h.row + h.rows))
+                _offer(
+                    found,
+                    i,
+                    p,
+                    Candidate(h.ts_us, h.request_id, h.calibre),
+                    _FileRows(h.path, h.size, None, rows, from_index=True),
+                )
+    for members, job in jobs:
+        per_key = job.result()
+        for i in members:
+            p = plans[i]
+            for cand, src in per_key.get(p.url_key, {}).values():
+                _offer(found, i, p, cand, src)
 
 
 def _read_partition(
@@ -201,11 +258,11 @@ def _read_partition(
         raise StoreError(f"partition {type.value}/{year}/{month:02d}/{domain} kept changing while read")
     per_key: dict[str, dict[str, tuple[Candidate, _FileRows]]] = defaultdict(dict)
     ts_col = TS_COLUMN[type]
-    for _file, handle in opened:
+    for file, handle in opened:
         for key, ts, rid, cal, row in _scan_keys(handle, type, keys, ts_col):
             entry = per_key[key].get(rid)
             if entry is None:
-                entry = (Candidate(ts, rid, cal), _FileRows(handle))
+                entry = (Candidate(ts, rid, cal), _FileRows(file.path, file.size, handle))
                 per_key[key][rid] = entry
             elif entry[1].handle is not handle:
                 continue  # the same attempt seen in an older file: already have it
@@ -241,7 +298,7 @@ def _scan_keys(
     out: list[tuple[str, int, str, int, int]] = []
     wanted = pa.array(keys, type=pa.string())
     for g, base in zip(groups, offsets, strict=True):
-        table = handle.read_row_group(g, columns=columns)
+        table = handle.read_row_group(g, columns=columns, use_threads=False)
         mask = pc.is_in(table.column("url_key"), value_set=wanted)
         positions = cast(list[int], pc.indices_nonzero(mask).to_pylist())
         if not positions:
@@ -257,35 +314,130 @@ def _scan_keys(
     return out
 
 
+# Files up to this size are read whole, many at once by polars' multi-file
+# reader: per-file overhead, not bytes, is the cost of a batch that touches
+# thousands of small partitions. Bigger files are read by row group.
+_SMALL_FILE = 256 * 1024
+_SMALL_BATCH_BYTES = 64 * 1024 * 1024  # bounds the memory of one multi-file read
+
+
 def _load(
-    store: Store, plans: list[Plan], found: dict[int, _Found], answers: list[Result | bool], retry: list[int]
+    store: Store,
+    plans: list[Plan],
+    found: dict[int, _Found],
+    answers: list[Result | bool],
+    retry: list[int],
+    no_index: set[int],
 ) -> None:
     from_buffer = {f.candidate.request_id for f in found.values() if f.source is None}
     buffered = store.buffer.load(from_buffer) if from_buffer else {}
-    # Group file reads by file so each row group is read once.
-    by_handle: dict[int, tuple[pq.ParquetFile, set[int]]] = {}
+    local = store.backend if isinstance(store.backend, LocalBackend) else None
+    small: dict[str, set[str]] = defaultdict(set)  # type folder -> request ids
+    small_paths: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    large: dict[str, tuple[pq.ParquetFile | None, set[int]]] = {}
     for f in found.values():
-        if f.source is not None:
-            entry = by_handle.setdefault(id(f.source.handle), (f.source.handle, set()))
-            entry[1].update(f.source.rows)
-    rows_of: dict[tuple[int, int], dict[str, Any]] = {}
-    for hid, (handle, rows) in by_handle.items():
-        for row, values in _read_rows(handle, sorted(rows)).items():
-            rows_of[(hid, row)] = values
+        src = f.source
+        if src is None:
+            continue
+        if local is not None and src.size <= _SMALL_FILE:
+            kind = src.path.split("/", 1)[0]
+            small[kind].add(f.candidate.request_id)
+            small_paths[kind].add((src.path, src.size))
+            continue
+        handle, rows = large.setdefault(src.path, (src.handle, set()))
+        if handle is None and src.handle is not None:
+            large[src.path] = (src.handle, rows)
+        rows.update(src.rows)
+    jobs = {
+        path: _pool().submit(_read_file_rows, store, path, handle, sorted(rows))
+        for path, (handle, rows) in large.items()
+    }
+    chains: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    if local is not None:
+        for kind, paths in small.items():
+            chains.update(_read_small_files(local, sorted(small_paths[kind]), paths))
+    rows_of = {path: job.result() for path, job in jobs.items()}
     for i, f in found.items():
         p = plans[i]
-        if f.source is None:
+        src = f.source
+        if src is None:
             attempt = buffered.get(f.candidate.request_id)
             if attempt is None:
                 retry.append(i)  # flushed meanwhile: look again, it is in a file now
                 continue
             answers[i] = _build(p.type, attempt.metadata, attempt.responses)
+            continue
+        rid = f.candidate.request_id
+        if src.path in rows_of:
+            in_file = rows_of[src.path]
+            chain = [in_file[r] for r in src.rows if r in in_file]
         else:
-            chain = [rows_of[(id(f.source.handle), r)] for r in f.source.rows]
-            if p.type.is_metadata:
-                answers[i] = _build(p.type, chain[0], [])
-            else:
-                answers[i] = _build(p.type, None, chain)
+            chain = chains.get((src.path, rid), [])
+        if len(chain) != len(src.rows) or any(_mismatch(r, p, f.candidate) for r in chain):
+            if not src.from_index:
+                retry.append(i)  # the file changed under us: look again
+                continue
+            # The month index pointed at rows that hold something else now.
+            no_index.add(i)
+            retry.append(i)
+            continue
+        if p.type.is_metadata:
+            answers[i] = _build(p.type, chain[0], [])
+        else:
+            answers[i] = _build(p.type, None, chain)
+
+
+def _mismatch(row: dict[str, Any], p: Plan, c: Candidate) -> bool:
+    ts = row["timestamp"] if p.type.is_metadata else row["attempt_timestamp"]
+    return bool(row["request_id"] != c.request_id or row["url_key"] != p.url_key or ts != c.ts_us)
+
+
+def _read_small_files(
+    backend: LocalBackend, paths: list[tuple[str, int]], request_ids: set[str]
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The rows of these records in these ``(store path, size)`` files, by (store path, request id)."""
+    wanted = sorted(request_ids)
+    out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for chunk in _chunks(paths, _SMALL_BATCH_BYTES):
+        files = {str(backend.file_path(p)): p for p, _size in chunk}
+        try:
+            # Read whole and filter here: a pushed-down is_in over thousands of
+            # ids costs polars more per file than decoding the (small) file.
+            frame = pl.read_parquet(list(files), include_file_paths="_file")
+        except (FileNotFoundError, pl.exceptions.ComputeError, OSError):
+            # A file vanished or changed (a compaction committed): whatever is
+            # missing is read again by the caller's retry.
+            continue
+        frame = frame.filter(pl.col("request_id").is_in(wanted)).with_columns(
+            pl.col(pl.Datetime).dt.epoch("us")
+        )
+        for row in frame.to_dicts():
+            out[(files[row.pop("_file")], row["request_id"])].append(row)
+    for chain in out.values():
+        if len(chain) > 1:
+            chain.sort(key=lambda r: r.get("chain_index", 0))
+    return out
+
+
+def _chunks(paths: list[tuple[str, int]], budget: int) -> list[list[tuple[str, int]]]:
+    """Consecutive groups of files of at most ``budget`` bytes (at least one file each)."""
+    out: list[list[tuple[str, int]]] = []
+    used = budget
+    for item in paths:
+        if used + item[1] > budget:
+            out.append([])
+            used = 0
+        out[-1].append(item)
+        used += item[1]
+    return out
+
+
+def _read_file_rows(
+    store: Store, path: str, handle: pq.ParquetFile | None, rows: list[int]
+) -> dict[int, dict[str, Any]]:
+    if handle is None:
+        handle = open_checked(store.backend, path)
+    return _read_rows(handle, rows)
 
 
 def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, Any]]:
@@ -298,10 +450,11 @@ def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, A
         offset += meta.row_group(g).num_rows
     by_group: dict[int, list[int]] = defaultdict(list)
     for r in rows:
-        by_group[bisect.bisect_right(starts, r) - 1].append(r)
+        if 0 <= r < offset:  # out of range: a stale index entry, caught by the caller
+            by_group[bisect.bisect_right(starts, r) - 1].append(r)
     out: dict[int, dict[str, Any]] = {}
     for g, members in by_group.items():
-        table = _timestamps_as_int(handle.read_row_group(g))
+        table = _timestamps_as_int(handle.read_row_group(g, use_threads=False))
         # A chain's rows are contiguous (sorted by request id, chain index):
         # zero-copy slices of each run instead of a gathering take().
         for first, run in _runs(members):

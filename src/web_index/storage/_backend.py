@@ -84,6 +84,10 @@ class LocalBackend:
             raise StoreError(f"refusing a path outside the store: {rel!r}")
         return self.root if norm == "." else self.root / norm
 
+    def file_path(self, rel: str) -> Path:
+        """The filesystem path of a store path (checked to stay inside the store)."""
+        return self._path(rel)
+
     def list_files(self, folder: str, prefix: str = "") -> list[tuple[str, int]]:
         out: list[tuple[str, int]] = []
         try:

@@ -13,10 +13,11 @@ from typing import NamedTuple
 
 from web_index.models import RecordType
 
-__all__ = ["BUFFER_DIR", "LOCK_DIR", "TMP_DIR", "Partition", "StoredFile", "parse_file_name"]
+__all__ = ["BUFFER_DIR", "INDEX_DIR", "LOCK_DIR", "TMP_DIR", "Partition", "StoredFile", "parse_file_name"]
 
 BUFFER_DIR = "_buffer"
 LOCK_DIR = "_locks"
+INDEX_DIR = "_index"  # month key indexes (storage/_index.py)
 TMP_DIR = "_tmp"
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"

@@ -24,6 +24,7 @@ from web_index.storage._files import (
     visible_files,
     write_partition_file,
 )
+from web_index.storage._index import build_month_index
 from web_index.storage._layout import BUFFER_DIR, LOCK_DIR, Partition, StoredFile
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._s3 import PreconditionFailed, S3Backend, handle_version
@@ -219,13 +220,39 @@ class Store:
     # -- compaction ------------------------------------------------------------
 
     def compact(self, partitions: Iterable[MethodPartition] | None = None, *, min_parts: int = 1) -> int:
-        """Compact partitions with at least ``min_parts`` part files; return how many."""
+        """Compact partitions with at least ``min_parts`` part files; return how many.
+
+        Then bring the month key index of every month touched (all months when
+        ``partitions`` is ``None``) up to date.
+        """
         self.backend.remove_orphans()
         done = 0
-        for mp in partitions if partitions is not None else self.method_partitions():
+        if partitions is None:
+            targets = self._partitions_with_parts()
+            months = {
+                (t, y, m) for method in _METHODS for t in (method, method.metadata) for y, m in self.months(t)
+            }
+        else:
+            targets = sorted(set(partitions))
+            months = {(t, mp.year, mp.month) for mp in targets for t in (mp.method, mp.method.metadata)}
+        for mp in targets:
             if self.compact_partition(mp, min_parts=min_parts):
                 done += 1
+        for type, year, month in sorted(months):
+            build_month_index(self.backend, type, year, month)
         return done
+
+    def _partitions_with_parts(self) -> list[MethodPartition]:
+        """Partitions with a part file in either type, from one listing per month folder
+        (listing each partition's files separately is quadratic in the domains of a month)."""
+        found: set[MethodPartition] = set()
+        for method in _METHODS:
+            for type in (method, method.metadata):
+                for year, month in self.months(type):
+                    for domain, files in self.month_files(type, year, month).items():
+                        if any(f.part is not None for f in files):
+                            found.add(MethodPartition(method, year, month, domain))
+        return sorted(found)
 
     def compact_partition(self, mp: MethodPartition, *, min_parts: int = 1) -> bool:
         locks = self._writable_locks()

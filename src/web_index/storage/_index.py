@@ -1,0 +1,274 @@
+"""The month key index: where every record of a month is, in one sorted file.
+
+The standard's layout puts each (type, month, domain) in its own files, so a
+batch of queries over thousands of domains would open thousands of files just
+to learn which of them hold the keys it asks for, and a latest-page query
+would do so for every month. The month index answers that from one file per
+(type, month): ``_index/<type>/<yyyy>/<mm>.parquet``, one row per record
+(``url_key``, attempt time, ``request_id``, calibre, and where its rows are:
+file number, first row, row count), sorted by ``url_key`` in row groups small
+enough for their statistics to prune.
+
+The index is derived data, written by compaction, and never trusted blindly:
+
+* its footer lists the files it covers, by name and size (``covers``); a
+  domain whose files in the month folder are not exactly those (a flush or a
+  compaction since) is read from its own files instead;
+* a reader checks the ``request_id`` at the row the index points to, and
+  falls back to the partition's files if it differs.
+
+So a stale, missing or deleted index costs speed, never an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from web_index.errors import CorruptFileError
+from web_index.models import RecordType
+from web_index.storage._backend import Backend
+from web_index.storage._files import list_partition_files, visible_files
+from web_index.storage._layout import INDEX_DIR, StoredFile
+from web_index.storage._schema import TS_COLUMN
+
+__all__ = ["INDEX_ROW_GROUP", "IndexHit", "MonthIndex", "build_month_index", "index_path", "open_month_index"]
+
+INDEX_ROW_GROUP = 8192
+_COVERS_KEY = b"web_index.index.covers"
+_VERSION_KEY = b"web_index.index.version"
+_VERSION = b"1"
+
+_FIELDS: list[pa.Field[Any]] = [
+    pa.field("url_key", pa.string(), nullable=False),
+    pa.field("ts_us", pa.int64(), nullable=False),
+    pa.field("request_id", pa.string(), nullable=False),
+    pa.field("calibre", pa.uint8(), nullable=False),
+    pa.field("file_no", pa.uint32(), nullable=False),
+    pa.field("row", pa.uint32(), nullable=False),
+    pa.field("rows", pa.uint32(), nullable=False),
+]
+_SCHEMA = pa.schema(_FIELDS)
+_LOOKUP_COLUMNS = _SCHEMA.names
+
+
+def index_path(type: RecordType, year: int, month: int) -> str:
+    return f"{INDEX_DIR}/{type.value}/{year:04d}/{month:02d}.parquet"
+
+
+@dataclass(frozen=True, slots=True)
+class Covered:
+    name: str  # file name in the month folder
+    size: int
+    domain: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndexHit:
+    """One record the index knows of, and where its rows are."""
+
+    url_key: str
+    ts_us: int
+    request_id: str
+    calibre: int
+    path: str  # store path of the file holding its rows
+    size: int  # of that file
+    row: int
+    rows: int
+
+
+class MonthIndex:
+    """An opened month index: its coverage and a sorted lookup by URL key."""
+
+    def __init__(self, folder: str, handle: pq.ParquetFile, covers: list[Covered], size: int) -> None:
+        self.folder = folder
+        self.handle = handle
+        self.covers = covers
+        self.size = size
+        by_domain: dict[str, dict[str, int]] = {}
+        for c in covers:
+            by_domain.setdefault(c.domain, {})[c.name] = c.size
+        self._by_domain = by_domain
+        meta = handle.metadata
+        self._groups: list[tuple[str, str]] = []
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(0).statistics
+            if stats is None or not stats.has_min_max:
+                self._groups.append(("", "\U0010ffff"))
+            else:
+                self._groups.append((str(stats.min), str(stats.max)))
+
+    def authoritative(self, domain: str, files: Iterable[StoredFile]) -> bool:
+        """Whether the index holds exactly what ``domain``'s listed files hold."""
+        covered = self._by_domain.get(domain)
+        if covered is None:
+            return False
+        listed = {f.path.rsplit("/", 1)[-1]: f.size for f in files}
+        return listed == covered
+
+    def lookup(self, keys: list[str]) -> list[IndexHit]:
+        """Every indexed record whose ``url_key`` is in ``keys`` (sorted)."""
+        import bisect
+
+        groups = []
+        for g, (lo, hi) in enumerate(self._groups):
+            i = bisect.bisect_left(keys, lo)
+            if i < len(keys) and keys[i] <= hi:
+                groups.append(g)
+        if not groups:
+            return []
+        table = self.handle.read_row_groups(groups, columns=_LOOKUP_COLUMNS, use_threads=False)
+        mask = pc.is_in(table.column("url_key"), value_set=pa.array(keys, type=pa.string()))
+        sub = table.filter(mask)
+        if not sub.num_rows:
+            return []
+        names = [f"{self.folder}/{c.name}" for c in self.covers]
+        sizes = [c.size for c in self.covers]
+        cols = [sub.column(n).to_pylist() for n in _LOOKUP_COLUMNS]
+        return [
+            IndexHit(k, ts, rid, cal, names[fno], sizes[fno], row, n)
+            for k, ts, rid, cal, fno, row, n in zip(*cols, strict=True)
+        ]
+
+
+# Opened indexes by (store URL, path): a footer parsed once per process, reopened
+# when the file's size changes (a rebuilt index is a new file under the same name).
+_OPEN: dict[tuple[str, str], MonthIndex] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_month_index(backend: Backend, type: RecordType, year: int, month: int) -> MonthIndex | None:
+    """The month's index, or ``None`` if there is none (or it is unreadable)."""
+    path = index_path(type, year, month)
+    folder, name = path.rsplit("/", 1)
+    size = next((s for n, s in backend.list_files(folder, name) if n == name), None)
+    key = (backend.url, path)
+    if size is None:
+        with _OPEN_LOCK:
+            _OPEN.pop(key, None)
+        return None
+    with _OPEN_LOCK:
+        cached = _OPEN.get(key)
+    if cached is not None and cached.size == size:
+        return cached
+    try:
+        handle = backend.open_parquet(path)
+        covers = _read_covers(handle)
+    except FileNotFoundError:
+        return None
+    except (pa.ArrowException, OSError, CorruptFileError):
+        return None  # a damaged index only costs speed: read the partitions instead
+    opened = MonthIndex(f"{type.value}/{year:04d}/{month:02d}", handle, covers, size)
+    with _OPEN_LOCK:
+        _OPEN[key] = opened
+    return opened
+
+
+def _read_covers(handle: pq.ParquetFile) -> list[Covered]:
+    meta = handle.metadata.metadata or {}
+    if meta.get(_VERSION_KEY) != _VERSION or _COVERS_KEY not in meta:
+        raise CorruptFileError("index", "not a month index of this version")
+    try:
+        return [Covered(str(n), int(s), str(d)) for n, s, d in json.loads(meta[_COVERS_KEY])]
+    except (ValueError, TypeError) as exc:
+        raise CorruptFileError("index", f"unreadable covers list: {exc}") from None
+
+
+def build_month_index(backend: Backend, type: RecordType, year: int, month: int) -> bool:
+    """Write the month's index if it is missing or out of date; return whether written.
+
+    Domains whose files are unchanged since the previous index keep their
+    rows; only the others are read (key columns only).
+    """
+    folder = f"{type.value}/{year:04d}/{month:02d}"
+    listing = list_partition_files(backend, folder, type, year, month)
+    covers = [
+        Covered(f.path.rsplit("/", 1)[-1], f.size, domain)
+        for domain in sorted(listing)
+        for f in sorted(listing[domain], key=lambda f: f.path)
+    ]
+    previous = open_month_index(backend, type, year, month)
+    if previous is not None and previous.covers == covers:
+        return False
+    file_no = {c.name: n for n, c in enumerate(covers)}
+    pieces: list[pl.DataFrame] = []
+    reuse: dict[int, int] = {}  # old file number -> new, for domains unchanged
+    if previous is not None:
+        for domain, files in listing.items():
+            if previous.authoritative(domain, files):
+                for n, c in enumerate(previous.covers):
+                    if c.domain == domain:
+                        reuse[n] = file_no[c.name]
+        if reuse:
+            old = pl.from_arrow(previous.handle.read(columns=_LOOKUP_COLUMNS))
+            assert isinstance(old, pl.DataFrame)
+            mapping = pl.DataFrame(
+                {"file_no": list(reuse), "new_no": list(reuse.values())},
+                schema={"file_no": pl.UInt32, "new_no": pl.UInt32},
+            )
+            pieces.append(old.join(mapping, on="file_no").drop("file_no").rename({"new_no": "file_no"}))
+    kept = {covers[n].domain for n in reuse.values()}
+    for domain, files in listing.items():
+        if domain in kept:
+            continue
+        opened, _dead = visible_files(backend, files)
+        for f, handle in opened:
+            pieces.append(_file_rows(type, handle, file_no[f.path.rsplit("/", 1)[-1]]))
+    empty = pl.from_arrow(_SCHEMA.empty_table())
+    assert isinstance(empty, pl.DataFrame)
+    frame = pl.concat([p.select(_LOOKUP_COLUMNS) for p in [empty, *pieces]], how="vertical_relaxed")
+    # The same attempt in two visible files (a flush redone beside its own
+    # compaction) is one record: keep one.
+    frame = frame.unique(subset=["request_id"], keep="first").sort(["url_key", "ts_us", "request_id"])
+    table = frame.to_arrow().cast(_SCHEMA)
+    table = table.replace_schema_metadata(
+        {
+            _VERSION_KEY: _VERSION,
+            _COVERS_KEY: json.dumps([[c.name, c.size, c.domain] for c in covers]).encode(),
+        }
+    )
+    backend.write_parquet(
+        index_path(type, year, month),
+        table,
+        compression="zstd",
+        row_group_size=INDEX_ROW_GROUP,
+        write_statistics=["url_key"],
+        use_dictionary=False,
+    )
+    return True
+
+
+def _file_rows(type: RecordType, handle: pq.ParquetFile, number: int) -> pl.DataFrame:
+    """One row per record of one file: its key columns and where its rows are."""
+    ts = TS_COLUMN[type]
+    table = handle.read(columns=["url_key", ts, "request_id", "fetcher_calibre"])
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    frame = frame.with_row_index("row").select(
+        pl.col("url_key"),
+        pl.col(ts).cast(pl.Int64).alias("ts_us"),
+        pl.col("request_id"),
+        pl.col("fetcher_calibre").alias("calibre"),
+        pl.col("row"),
+    )
+    # A chain's rows are contiguous (files are sorted by key, time, request id,
+    # chain index): a record is its first row and a count.
+    return (
+        frame.group_by("request_id", maintain_order=True)
+        .agg(
+            pl.col("url_key").first(),
+            pl.col("ts_us").first(),
+            pl.col("calibre").first(),
+            pl.col("row").min(),
+            pl.len().alias("rows"),
+        )
+        .with_columns(pl.lit(number, dtype=pl.UInt32).alias("file_no"))
+    )

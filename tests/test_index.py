@@ -1,0 +1,224 @@
+"""The month key index: used when it covers a partition, never trusted blindly.
+
+Each test compares the answers of a store whose index is in some state
+(fresh, stale, tampered with, corrupt, missing) with the answers of the same
+store read without any index; they must be equal, whatever the index says.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.factories import T0, attempt
+from web_index import FlushPolicy, WebIndex
+from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
+from web_index.query import _engine
+from web_index.storage import _index
+
+DOMAINS = ["alpha.com", "beta.org", "gamma.net", "delta.io"]
+
+
+def _populate(root: Path, seed: int, n: int = 120) -> list[PageKey]:
+    rng = random.Random(seed)
+    items = []
+    for k in range(n):
+        domain = rng.choice(DOMAINS)
+        url = f"https://www.{domain}/p/{rng.randrange(25)}"
+        ts = T0 + timedelta(days=rng.randrange(80), seconds=k)
+        state = "success" if rng.random() < 0.85 else "timeout"
+        method = "head" if rng.random() < 0.15 else "get"
+        items.append(
+            attempt(
+                url,
+                ts,
+                method=method,
+                state=state,
+                calibre=rng.choice([10, 30, 60]),
+                hops=rng.choice([1, 1, 2]),
+            )
+        )
+    policy = FlushPolicy(max_rows=17, compact_parts=0)
+    with WebIndex(root, policy=policy) as idx:
+        keys = idx.insert_many(items)
+    return keys
+
+
+def _queries(keys: list[PageKey], seed: int) -> list[Query]:
+    rng = random.Random(seed)
+    out: list[Query] = []
+    for key in keys:
+        out.append(key)
+        for type in ("get", "head", "get-metadata"):
+            out.append(SimplePageQuery(type=type, url=key.url, calibre=rng.choice([None, 30])))
+        out.append(
+            TimeAwarePageQuery(
+                type="get",
+                url=key.url,
+                timestamp=key.timestamp + timedelta(days=rng.randrange(-20, 20)),
+                not_before=key.timestamp - timedelta(days=30),
+                not_after=key.timestamp + timedelta(days=30),
+            )
+        )
+    out.append(SimplePageQuery(type="get", url="https://www.alpha.com/never"))
+    return out
+
+
+def _describe(results: list[Any]) -> list[Any]:
+    out = []
+    for r in results:
+        if r is None:
+            out.append(None)
+        elif hasattr(r, "responses"):
+            out.append((r.request_id, [(x.request_url, x.data, x.status_code) for x in r.responses]))
+        else:
+            out.append((r.request_id, r.state))
+    return out
+
+
+def _answers(root: Path, queries: list[Query]) -> tuple[list[Any], list[bool]]:
+    with WebIndex(root, read_only=True) as idx:
+        return _describe(idx.query(queries)), idx.presence(queries)
+
+
+def _without_index(root: Path, tmp_path: Path, queries: list[Query]) -> tuple[list[Any], list[bool]]:
+    plain = tmp_path / "plain"
+    shutil.copytree(root, plain)
+    shutil.rmtree(plain / "_index", ignore_errors=True)
+    return _answers(plain, queries)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[Path, list[Query]]:
+    root = tmp_path / "store"
+    keys = _populate(root, seed=1)
+    with WebIndex(root) as idx:
+        idx.flush()
+        idx.compact()
+    return root, _queries(keys, seed=2)
+
+
+def test_compaction_writes_an_index_per_type_and_month(store: tuple[Path, list[Query]]) -> None:
+    root, _ = store
+    written = sorted(p.relative_to(root / "_index").as_posix() for p in (root / "_index").rglob("*.parquet"))
+    months = sorted(
+        f"{t.value}/{p.parent.name}/{p.name}"
+        for t in RecordType
+        for p in (root / t.value).glob("*/*")
+        if any(p.iterdir())
+    )
+    assert [w.removesuffix(".parquet") for w in written] == months
+    # One index row per stored record of the month, pointing at its rows.
+    for path in (root / "_index" / "get-metadata").rglob("*.parquet"):
+        year, month = path.parent.name, path.stem
+        stored = sum(pq.read_metadata(f).num_rows for f in (root / "get-metadata" / year / month).iterdir())
+        assert pq.read_metadata(path).num_rows == stored
+
+
+def test_indexed_answers_equal_unindexed_and_skip_partition_reads(
+    store: tuple[Path, list[Query]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, queries = store
+    expected = _without_index(root, tmp_path, queries)
+    calls: list[Any] = []
+    original = _engine._read_partition
+    monkeypatch.setattr(_engine, "_read_partition", lambda *a: calls.append(a) or original(*a))
+    assert _answers(root, queries) == expected
+    assert calls == []  # every partition was covered by its month's index
+    assert sum(1 for a in expected[0] if a) > 50
+
+
+@pytest.mark.parametrize("small_file", [0, 1 << 30])
+def test_both_file_readers_give_the_same_answers(
+    store: tuple[Path, list[Query]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_file: int
+) -> None:
+    root, queries = store
+    expected = _without_index(root, tmp_path, queries)
+    monkeypatch.setattr(_engine, "_SMALL_FILE", small_file)
+    assert _answers(root, queries) == expected
+
+
+def test_new_parts_after_the_index_are_read_from_their_files(
+    store: tuple[Path, list[Query]], tmp_path: Path
+) -> None:
+    root, queries = store
+    more = _populate(root, seed=3, n=40)  # flushed into part files the index does not cover
+    queries = queries + _queries(more, seed=4)
+    assert _answers(root, queries) == _without_index(root, tmp_path, queries)
+
+
+@pytest.mark.parametrize("small_file", [0, 1 << 30])
+@pytest.mark.parametrize("column", ["row", "rows"])
+def test_a_tampered_index_is_caught_by_the_row_check(
+    store: tuple[Path, list[Query]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    column: str,
+    small_file: int,
+) -> None:
+    root, queries = store
+    expected = _without_index(root, tmp_path, queries)
+    monkeypatch.setattr(_engine, "_SMALL_FILE", small_file)
+    # Same covers (so every partition looks covered) but every pointer wrong:
+    # other rows, or chains one row too long. (An index whose covers match the files is trusted
+    # for which records exist and when: that is what the covers check is for.)
+    for path in (root / "_index").rglob("*.parquet"):
+        table = pq.read_table(path)
+        values = table.column(column).to_pylist()
+        values = [v + 1 for v in values]
+        i = table.schema.get_field_index(column)
+        table = table.set_column(i, column, pa.array(values, type=table.schema.field(i).type))
+        pq.write_table(table, path)
+    assert _answers(root, queries) == expected
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "deleted"])
+def test_a_damaged_or_missing_index_costs_speed_not_answers(
+    store: tuple[Path, list[Query]], tmp_path: Path, damage: str
+) -> None:
+    root, queries = store
+    expected = _without_index(root, tmp_path, queries)
+    for path in (root / "_index").rglob("*.parquet"):
+        if damage == "garbage":
+            path.write_bytes(b"not parquet at all" * 10)
+        elif damage == "truncated":
+            path.write_bytes(path.read_bytes()[:-40])
+        else:
+            path.unlink()
+    assert _answers(root, queries) == expected
+
+
+def test_an_incremental_rebuild_equals_a_fresh_one(store: tuple[Path, list[Query]], tmp_path: Path) -> None:
+    root, _ = store
+    _populate(root, seed=5, n=30)
+    with WebIndex(root) as idx:
+        idx.flush()
+        idx.compact()  # rebuilds from the old index, rereading changed domains only
+    incremental = {p.relative_to(root): _rows(p) for p in (root / "_index").rglob("*.parquet")}
+    shutil.rmtree(root / "_index")
+    _index._OPEN.clear()
+    with WebIndex(root) as idx:
+        idx.compact()
+    fresh = {p.relative_to(root): _rows(p) for p in (root / "_index").rglob("*.parquet")}
+    assert incremental == fresh
+
+
+def _rows(path: Path) -> list[tuple[Any, ...]]:
+    # File numbers are positions in the covers list, which both builds order alike.
+    table = pq.read_table(path)
+    return sorted(zip(*(table.column(n).to_pylist() for n in table.schema.names), strict=True))
+
+
+def test_an_unchanged_month_is_not_rewritten(store: tuple[Path, list[Query]]) -> None:
+    root, _ = store
+    before = {p: p.stat().st_mtime_ns for p in (root / "_index").rglob("*.parquet")}
+    with WebIndex(root) as idx:
+        idx.compact()
+    assert {p: p.stat().st_mtime_ns for p in (root / "_index").rglob("*.parquet")} == before
