@@ -216,12 +216,40 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
             )
             pieces.append(old.join(mapping, on="file_no").drop("file_no").rename({"new_no": "file_no"}))
     kept = {covers[n].domain for n in reuse.values()}
+    alone: list[StoredFile] = []  # compacted files with no parts beside them: all visible
     for domain, files in listing.items():
         if domain in kept:
             continue
+        if len(files) == 1 and files[0].part is None:
+            alone.append(files[0])
+            continue
         opened, _dead = visible_files(backend, files)
         for f, handle in opened:
-            pieces.append(_file_rows(type, handle, file_no[f.path.rsplit("/", 1)[-1]]))
+            pieces.append(_file_rows(type, handle.read(columns=_key_columns(type)), file_no[_name(f)]))
+    local = getattr(backend, "file_path", None)
+    for start in range(0, len(alone), _BATCH_FILES):
+        batch = alone[start : start + _BATCH_FILES]
+        if callable(local):
+            # One multi-file read instead of thousands of opens: per-file
+            # overhead is most of the cost of a month of small partitions.
+            paths = {str(local(f.path)): file_no[_name(f)] for f in batch}
+            frame = (
+                pl.scan_parquet(list(paths), include_file_paths="_file", row_index_name="_row")
+                .select("_row", "_file", *_key_columns(type))
+                .collect()
+            )
+            numbers = pl.DataFrame(
+                {"_file": list(paths), "file_no": list(paths.values())},
+                schema={"_file": pl.String, "file_no": pl.UInt32},
+            )
+            frame = frame.join(numbers, on="_file").with_columns(
+                (pl.col("_row") - pl.col("_row").min().over("_file")).alias("_row")
+            )
+            pieces.append(_records(type, frame))
+        else:
+            for f in batch:
+                handle = backend.open_parquet(f.path)
+                pieces.append(_file_rows(type, handle.read(columns=_key_columns(type)), file_no[_name(f)]))
     empty = pl.from_arrow(_SCHEMA.empty_table())
     assert isinstance(empty, pl.DataFrame)
     frame = pl.concat([p.select(_LOOKUP_COLUMNS) for p in [empty, *pieces]], how="vertical_relaxed")
@@ -246,29 +274,33 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     return True
 
 
-def _file_rows(type: RecordType, handle: pq.ParquetFile, number: int) -> pl.DataFrame:
-    """One row per record of one file: its key columns and where its rows are."""
-    ts = TS_COLUMN[type]
-    table = handle.read(columns=["url_key", ts, "request_id", "fetcher_calibre"])
+_BATCH_FILES = 2000
+
+
+def _name(f: StoredFile) -> str:
+    return f.path.rsplit("/", 1)[-1]
+
+
+def _key_columns(type: RecordType) -> list[str]:
+    return ["url_key", TS_COLUMN[type], "request_id", "fetcher_calibre"]
+
+
+def _file_rows(type: RecordType, table: pa.Table, number: int) -> pl.DataFrame:
+    """One row per record of one file's key columns."""
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
-    frame = frame.with_row_index("row").select(
-        pl.col("url_key"),
-        pl.col(ts).cast(pl.Int64).alias("ts_us"),
-        pl.col("request_id"),
-        pl.col("fetcher_calibre").alias("calibre"),
-        pl.col("row"),
-    )
+    frame = frame.with_row_index("_row").with_columns(pl.lit(number, dtype=pl.UInt32).alias("file_no"))
+    return _records(type, frame)
+
+
+def _records(type: RecordType, frame: pl.DataFrame) -> pl.DataFrame:
+    """Index rows from key columns plus ``file_no`` and the row within the file (``_row``)."""
     # A chain's rows are contiguous (files are sorted by key, time, request id,
     # chain index): a record is its first row and a count.
-    return (
-        frame.group_by("request_id", maintain_order=True)
-        .agg(
-            pl.col("url_key").first(),
-            pl.col("ts_us").first(),
-            pl.col("calibre").first(),
-            pl.col("row").min(),
-            pl.len().alias("rows"),
-        )
-        .with_columns(pl.lit(number, dtype=pl.UInt32).alias("file_no"))
+    return frame.group_by("file_no", "request_id").agg(
+        pl.col("url_key").first(),
+        pl.col(TS_COLUMN[type]).first().cast(pl.Int64).alias("ts_us"),
+        pl.col("fetcher_calibre").first().alias("calibre"),
+        pl.col("_row").min().cast(pl.UInt32).alias("row"),
+        pl.len().cast(pl.UInt32).alias("rows"),
     )
