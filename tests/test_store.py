@@ -16,7 +16,7 @@ from tests.crashcheck import ROOT, parse_keys
 from tests.factories import T0, attempt
 from web_index import FlushPolicy, WebIndex, read_only
 from web_index.errors import StoreError
-from web_index.models import Page, PageKey, SimplePageQuery, TimeAwarePageQuery
+from web_index.models import Page, PageKey, RecordType, SimplePageQuery, TimeAwarePageQuery
 
 
 def files_of(store: Path, type: str = "get") -> list[Path]:
@@ -250,3 +250,26 @@ def test_latest_in_a_window_is_not_settled_by_an_older_buffered_record(index: We
     index.insert(*attempt(url, T0.replace(month=7, day=31, hour=23, minute=0), state="timeout"))
     q = TimeAwarePageQuery(url=url, not_after=newer.timestamp + timedelta(seconds=1), type="get-metadata")
     assert index.query([q])[0].request_id == newer.request_id  # type: ignore[union-attr]
+
+
+def test_a_reused_month_listing_sees_every_later_change(store_path: Path) -> None:
+    # Month listings are reused while the folder's mtime stays put, and only
+    # once that mtime is old enough that no change can share its clock tick.
+    import time
+
+    url = "https://a.example.com/x"
+    policy = FlushPolicy(compact_parts=0)
+    with WebIndex(store_path, policy=policy) as idx:
+        idx.insert(*attempt(url, T0))
+        idx.flush()
+        time.sleep(2.2)
+        store = idx._store
+        first = store.month_files(RecordType.GET, 2024, 8)
+        assert store.month_files(RecordType.GET, 2024, 8) is first  # unchanged folder: reused
+        for k in range(1, 4):  # changes right after the reuse, within one tick of each other
+            newer = idx.insert(*attempt(url, T0 + timedelta(hours=k)))
+            idx.flush()
+            assert idx.query([SimplePageQuery(url=url)])[0].request_id == newer.request_id  # type: ignore[union-attr]
+        idx.compact()
+        assert len(store.month_files(RecordType.GET, 2024, 8)["example.com"]) == 1
+        assert idx.query([SimplePageQuery(url=url)])[0].request_id == newer.request_id  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import time
 import uuid
 from pathlib import Path
 from typing import Protocol
@@ -20,6 +21,8 @@ from web_index.errors import StoreError
 from web_index.storage._layout import TMP_DIR
 
 __all__ = ["Backend", "LocalBackend", "open_backend"]
+
+_RACY_NS = 2_000_000_000
 
 
 class Backend(Protocol):
@@ -34,6 +37,11 @@ class Backend(Protocol):
         ...
 
     def list_folders(self, folder: str) -> list[str]: ...
+
+    def folder_version(self, folder: str) -> object | None:
+        """A token that changes whenever ``folder``'s listing changes, or ``None``
+        if there is no cheap one (then listings must not be reused)."""
+        ...
 
     def open_parquet(self, path: str) -> pq.ParquetFile:
         """Open a Parquet file; ``FileNotFoundError`` if it is gone."""
@@ -101,6 +109,19 @@ class LocalBackend:
         except (FileNotFoundError, NotADirectoryError):
             return []
         return out
+
+    def folder_version(self, folder: str) -> object | None:
+        # A directory's mtime changes with every file created, renamed or
+        # removed in it, but only at the kernel's clock tick: two changes in one
+        # tick share an mtime. A listing taken once the mtime is a safe margin in
+        # the past is therefore current until the mtime moves (git's "racy" rule).
+        try:
+            st = self._path(folder).stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if time.time_ns() - st.st_mtime_ns < _RACY_NS:
+            return None
+        return (st.st_ino, st.st_mtime_ns)
 
     def list_folders(self, folder: str) -> list[str]:
         try:

@@ -214,6 +214,9 @@ class CachingBackend:
     def list_files(self, folder: str, prefix: str = "") -> list[tuple[str, int]]:
         return [(o.name, o.size) for o in self._listing(folder)[0] if o.name.startswith(prefix)]
 
+    def folder_version(self, folder: str) -> object | None:
+        return None  # no cheap change token for a prefix: listings are not reused
+
     def list_folders(self, folder: str) -> list[str]:
         return self._listing(folder)[1]
 

@@ -42,7 +42,7 @@ from web_index.storage._schema import TS_COLUMN
 
 __all__ = ["INDEX_ROW_GROUP", "IndexHit", "MonthIndex", "build_month_index", "index_path", "open_month_index"]
 
-INDEX_ROW_GROUP = 8192
+INDEX_ROW_GROUP = 4096
 _COVERS_KEY = b"web_index.index.covers"
 _VERSION_KEY = b"web_index.index.version"
 _VERSION = b"1"
@@ -125,11 +125,14 @@ class MonthIndex:
                 groups.append(g)
         if not groups:
             return []
-        table = self.handle.read_row_groups(groups, columns=_LOOKUP_COLUMNS, use_threads=False)
-        mask = pc.is_in(table.column("url_key"), value_set=pa.array(keys, type=pa.string()))
-        sub = table.filter(mask)
-        if not sub.num_rows:
+        # The key column first: most lookups of a month find nothing, and then
+        # the other columns are never decoded.
+        key_column = self.handle.read_row_groups(groups, columns=["url_key"], use_threads=False)
+        mask = pc.is_in(key_column.column("url_key"), value_set=pa.array(keys, type=pa.string()))
+        if not pc.any(mask).as_py():
             return []
+        table = self.handle.read_row_groups(groups, columns=_LOOKUP_COLUMNS, use_threads=False)
+        sub = table.filter(mask)
         names = [f"{self.folder}/{c.name}" for c in self.covers]
         sizes = [c.size for c in self.covers]
         cols = [sub.column(n).to_pylist() for n in _LOOKUP_COLUMNS]

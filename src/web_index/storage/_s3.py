@@ -235,6 +235,9 @@ class S3Backend:
     def list_files(self, folder: str, prefix: str = "") -> list[tuple[str, int]]:
         return [(o.name, o.size) for o in self.list_objects(folder)[0] if o.name.startswith(prefix)]
 
+    def folder_version(self, folder: str) -> object | None:
+        return None  # no cheap change token for a prefix: listings are not reused
+
     def list_folders(self, folder: str) -> list[str]:
         return self.list_objects(folder)[1]
 

@@ -108,6 +108,8 @@ class Store:
             locks = _default_locks(backend, buffer)
         self._locks = locks
         self._last_age_check = 0.0
+        # Month listings, reused while the backend says the folder is unchanged.
+        self._listings: dict[str, tuple[object, dict[str, list[StoredFile]]]] = {}
 
     def close(self) -> None:
         self.buffer.close()
@@ -126,11 +128,25 @@ class Store:
         return sorted(out, reverse=True)
 
     def month_files(self, type: RecordType, year: int, month: int) -> dict[str, list[StoredFile]]:
+        """The files of a month folder by domain (shared: do not modify)."""
         folder = f"{type.value}/{year:04d}/{month:02d}"
-        return list_partition_files(self.backend, folder, type, year, month)
+        # The version is taken before listing: a change during the listing
+        # leaves an older version next to it, so the next call lists again.
+        version = self.backend.folder_version(folder)
+        if version is not None:
+            cached = self._listings.get(folder)
+            if cached is not None and cached[0] == version:
+                return cached[1]
+        listing = list_partition_files(self.backend, folder, type, year, month)
+        if version is not None:
+            self._listings[folder] = (version, listing)
+        return listing
 
     def partition_files(self, partition: Partition) -> list[StoredFile]:
         p = partition
+        cached = self._listings.get(p.folder)
+        if cached is not None and cached[0] == self.backend.folder_version(p.folder):
+            return list(cached[1].get(p.domain, []))
         by_domain = list_partition_files(self.backend, p.folder, p.type, p.year, p.month, p.domain)
         return by_domain.get(p.domain, [])
 
