@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -176,6 +177,30 @@ class WebIndex:
         """Answer queries in input order: a :class:`Page` (``get``/``head``), an
         :class:`AttemptMetadata` (``*-metadata``) or ``None`` for each."""
         return self._run(queries, bodies=True)  # type: ignore[return-value]
+
+    def iter_query(
+        self, queries: Iterable[Query], *, batch_size: int = 20_000
+    ) -> Iterator[tuple[Query, Result]]:
+        """Answer a stream of queries ``batch_size`` at a time, yielding
+        ``(query, result)`` in input order: memory depends on the batch, not on
+        the number of queries or the size of the store."""
+        it = iter(queries)
+        while batch := list(itertools.islice(it, batch_size)):
+            yield from zip(batch, self.query(batch), strict=True)
+
+    def query_file(
+        self,
+        source: str | os.PathLike[str],
+        destination: str | os.PathLike[str],
+        *,
+        batch_size: int = 20_000,
+    ) -> int:
+        """Answer every query of a Parquet file (see :func:`~web_index.models.write_queries`)
+        into a Parquet file of results (:data:`~web_index.models.RESULT_SCHEMA`), one row
+        per query in input order, streaming; return how many."""
+        from web_index.models import iter_queries, write_results
+
+        return write_results(destination, self.iter_query(iter_queries(source), batch_size=batch_size))
 
     def presence(self, queries: Sequence[Query]) -> list[bool]:
         """Whether each query matches anything, exactly as ``query(...) is not None``,

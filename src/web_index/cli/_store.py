@@ -38,6 +38,7 @@ from web_index.models import (
     TimeAwarePageQuery,
     iter_queries,
     query_from_dict,
+    write_results,
 )
 from web_index.read_only import default_store
 
@@ -224,7 +225,13 @@ def _run(
     request_id: str | None,
     bodies: bool,
     fail_missing: bool,
+    output: Path | None = None,
 ) -> None:
+    if output is not None:
+        _run_to_parquet(
+            urls, store, source, type, calibre, strict, at, not_before, not_after, request_id, output
+        )
+        return
     try:
         queries = list(
             _collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id)
@@ -256,6 +263,42 @@ def _run(
         raise typer.Exit(EXIT_FOUND_NOTHING)
 
 
+def _run_to_parquet(
+    urls: list[str],
+    store: str,
+    source: Path | None,
+    type: str,
+    calibre: int | None,
+    strict: bool,
+    at: str | None,
+    not_before: str | None,
+    not_after: str | None,
+    request_id: str | None,
+    output: Path,
+) -> None:
+    # Streams: queries are read, answered and written a batch at a time.
+    queries = _collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id)
+    try:
+        with WebIndex(_store_or_default(store), read_only=True) as index, _progress() as progress:
+            task = progress.add_task("answering", total=None)
+
+            def counted() -> Iterator[tuple[Query, Any]]:
+                for n, pair in enumerate(index.iter_query(queries, batch_size=_BULK_BATCH), start=1):
+                    if n % 1000 == 0:
+                        progress.update(task, completed=n)
+                    yield pair
+
+            count = write_results(output, counted())
+    except (InvalidRecordError, OSError, ValueError) as exc:
+        raise fail(EXIT_USAGE, str(exc)) from None
+    except StoreError as exc:
+        raise fail(EXIT_STORE_ERROR, str(exc)) from None
+    err.print(f"{count} results written to {output}")
+
+
+_BULK_BATCH = 20_000
+
+
 @app.command()
 def query(
     urls: Annotated[list[str] | None, typer.Argument(help="URLs to look up.")] = None,
@@ -270,11 +313,19 @@ def query(
     request_id: RequestId = None,
     bodies: Annotated[bool, typer.Option(help="Include bodies (base64) in the output.")] = False,
     fail_missing: FailMissing = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Write results to this Parquet file (streamed, bodies included)."
+        ),
+    ] = None,
 ) -> None:
     """Look up pages or metadata; print one JSON line per query, in input order.
 
     Without time options a query is a simple (latest) query; --at / --not-before /
     --not-after make it time-aware; --request-id with --at makes it a page key.
+    With --output, results go to a Parquet file instead, a batch at a time, so
+    millions of queries from --from FILE.parquet run in bounded memory.
     """
     _run(
         "query",
@@ -290,6 +341,7 @@ def query(
         request_id,
         bodies,
         fail_missing,
+        output,
     )
 
 
@@ -341,18 +393,18 @@ def compact(
     store: StoreOption = "",
     min_parts: Annotated[int, typer.Option(help="Only partitions with at least this many part files.")] = 1,
 ) -> None:
-    """Roll each partition's part files into one <domain>.parquet (safe while others write)."""
+    """Roll each partition's part files into one <domain>.parquet (safe while others write),
+    then bring the month key indexes up to date."""
     try:
         with WebIndex(_store_or_default(store)) as index:
             index.flush()
-            store_ = index._store
-            partitions = store_.method_partitions()
-            done = 0
             with _progress() as progress:
-                task = progress.add_task("compacting", total=len(partitions))
-                for mp in partitions:
-                    done += store_.compact_partition(mp, min_parts=min_parts)
-                    progress.advance(task)
+                task = progress.add_task("compacting", total=None)
+
+                def advance(done: int, total: int) -> None:
+                    progress.update(task, completed=done, total=total)
+
+                done = index._store.compact(min_parts=min_parts, on_progress=advance)
     except StoreError as exc:
         raise fail(EXIT_STORE_ERROR, str(exc)) from None
     err.print(f"compacted {done} partitions")

@@ -2,11 +2,12 @@
 
 Every model converts to and from the standard's flat serialised form with
 ``to_dict()`` / ``from_dict()``; lists of queries go to and from Parquet with
-:func:`write_queries` / :func:`read_queries`.
+:func:`write_queries` / :func:`read_queries`, and answers to Parquet with
+:func:`write_results`.
 """
 
 from web_index.models._enums import AttemptState, Calibre, RecordType
-from web_index.models._io import iter_queries, read_queries, write_queries
+from web_index.models._io import RESULT_SCHEMA, iter_queries, read_queries, write_queries, write_results
 from web_index.models._queries import (
     DeterministicQuery,
     PageKey,
@@ -19,6 +20,7 @@ from web_index.models._queries import (
 from web_index.models._records import AttemptMetadata, Page, Response
 
 __all__ = [
+    "RESULT_SCHEMA",
     "AttemptMetadata",
     "AttemptState",
     "Calibre",
@@ -35,4 +37,5 @@ __all__ = [
     "query_from_dict",
     "read_queries",
     "write_queries",
+    "write_results",
 ]

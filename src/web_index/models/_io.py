@@ -9,8 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.models._queries import KIND_OF, Query, query_from_dict
+from web_index.models._records import AttemptMetadata, Page
 
-__all__ = ["QUERY_SCHEMA", "iter_queries", "read_queries", "write_queries"]
+__all__ = ["QUERY_SCHEMA", "RESULT_SCHEMA", "iter_queries", "read_queries", "write_queries", "write_results"]
 
 _TS = pa.timestamp("us", tz="UTC")
 _FIELDS: list[pa.Field[Any]] = [
@@ -77,3 +78,102 @@ def iter_queries(path: str | os.PathLike[str], *, batch_size: int = 65_536) -> I
 def read_queries(path: str | os.PathLike[str]) -> list[Query]:
     """All queries of a Parquet file, in file order."""
     return list(iter_queries(path))
+
+
+_RESPONSE = pa.struct(
+    [
+        pa.field("url", pa.string()),
+        pa.field("request_url", pa.string()),
+        pa.field("status_code", pa.int16()),
+        pa.field("headers", pa.map_(pa.string(), pa.string())),
+        pa.field("timestamp", _TS),
+        pa.field("data", pa.large_binary()),
+        pa.field("retry_attempt", pa.uint8()),
+        pa.field("is_final", pa.bool_()),
+    ]
+)
+_RESULT_FIELDS: list[pa.Field[Any]] = [
+    pa.field("query", pa.int64(), nullable=False),
+    pa.field("type", pa.string(), nullable=False),
+    pa.field("url", pa.string(), nullable=False),
+    pa.field("found", pa.bool_(), nullable=False),
+    pa.field("request_id", pa.string()),
+    pa.field("timestamp", _TS),
+    pa.field("fetcher_name", pa.string()),
+    pa.field("fetcher_version", pa.string()),
+    pa.field("fetcher_calibre", pa.uint8()),
+    pa.field("responses", pa.list_(_RESPONSE)),
+    pa.field("state", pa.string()),
+    pa.field("logs", pa.large_string()),
+    pa.field("traceback", pa.large_string()),
+    pa.field("run_time", pa.float64()),
+]
+RESULT_SCHEMA = pa.schema(_RESULT_FIELDS)
+"""One row per query: ``query`` is its position in the input; ``found`` false
+leaves the rest null. Pages fill ``responses`` (chain order), metadata fills
+``state``/``logs``/``traceback``/``run_time``."""
+
+
+def _result_row(position: int, query: Query, result: Page | AttemptMetadata | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"query": position, "type": query.type.value, "url": query.url, "found": False}
+    if isinstance(result, Page):
+        final = result.final
+        row.update(
+            found=True,
+            request_id=result.request_id,
+            timestamp=result.timestamp,
+            fetcher_name=final.fetcher_name,
+            fetcher_version=final.fetcher_version,
+            fetcher_calibre=final.fetcher_calibre,
+            responses=[
+                {
+                    "url": r.url,
+                    "request_url": r.request_url,
+                    "status_code": r.status_code,
+                    "headers": list(r.headers.items()),
+                    "timestamp": r.timestamp,
+                    "data": r.data,
+                    "retry_attempt": r.retry_attempt,
+                    "is_final": r.is_final,
+                }
+                for r in result.responses
+            ],
+        )
+    elif isinstance(result, AttemptMetadata):
+        row.update(
+            found=True,
+            request_id=result.request_id,
+            timestamp=result.timestamp,
+            fetcher_name=result.fetcher_name,
+            fetcher_version=result.fetcher_version,
+            fetcher_calibre=result.fetcher_calibre,
+            state=result.state.value,
+            logs=result.logs,
+            traceback=result.traceback,
+            run_time=result.run_time,
+        )
+    return row
+
+
+def write_results(
+    path: str | os.PathLike[str],
+    results: Iterable[tuple[Query, Page | AttemptMetadata | None]],
+    *,
+    batch_size: int = 4096,
+) -> int:
+    """Write ``(query, result)`` pairs to a Parquet file (:data:`RESULT_SCHEMA`), streaming.
+
+    Rows are numbered in input order; return how many were written.
+    """
+    count = 0
+    with pq.ParquetWriter(os.fspath(path), RESULT_SCHEMA, compression="zstd") as writer:
+        batch: list[dict[str, Any]] = []
+        for query, result in results:
+            batch.append(_result_row(count, query, result))
+            count += 1
+            if len(batch) >= batch_size:
+                writer.write_table(pa.Table.from_pylist(batch, schema=RESULT_SCHEMA))
+                batch = []
+        if batch or count == 0:
+            writer.write_table(pa.Table.from_pylist(batch, schema=RESULT_SCHEMA))
+    return count

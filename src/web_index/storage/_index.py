@@ -40,7 +40,15 @@ from web_index.storage._files import list_partition_files, visible_files
 from web_index.storage._layout import INDEX_DIR, StoredFile
 from web_index.storage._schema import TS_COLUMN
 
-__all__ = ["INDEX_ROW_GROUP", "IndexHit", "MonthIndex", "build_month_index", "index_path", "open_month_index"]
+__all__ = [
+    "INDEX_ROW_GROUP",
+    "IndexHit",
+    "MonthIndex",
+    "build_month_index",
+    "index_note",
+    "index_path",
+    "open_month_index",
+]
 
 INDEX_ROW_GROUP = 4096
 _COVERS_KEY = b"web_index.index.covers"
@@ -173,6 +181,25 @@ def open_month_index(backend: Backend, type: RecordType, year: int, month: int) 
     with _OPEN_LOCK:
         _OPEN[key] = opened
     return opened
+
+
+def index_note(backend: Backend, type: RecordType, year: int, month: int) -> str | None:
+    """What ``verify`` should say about a month's index: ``None`` if it is
+    current or absent, else why it is not used (in full or in part)."""
+    path = index_path(type, year, month)
+    folder, name = path.rsplit("/", 1)
+    if not any(n == name for n, _ in backend.list_files(folder, name)):
+        return None
+    index = open_month_index(backend, type, year, month)
+    if index is None:
+        return "month index unreadable: queries read the partitions; `web-index compact` rebuilds it"
+    listing = list_partition_files(backend, f"{type.value}/{year:04d}/{month:02d}", type, year, month)
+    stale = sum(1 for domain, files in listing.items() if not index.authoritative(domain, files))
+    if stale:
+        return (
+            f"month index does not cover {stale} partition(s) changed since; `web-index compact` refreshes it"
+        )
+    return None
 
 
 def _read_covers(handle: pq.ParquetFile) -> list[Covered]:

@@ -6,7 +6,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -235,7 +235,13 @@ class Store:
 
     # -- compaction ------------------------------------------------------------
 
-    def compact(self, partitions: Iterable[MethodPartition] | None = None, *, min_parts: int = 1) -> int:
+    def compact(
+        self,
+        partitions: Iterable[MethodPartition] | None = None,
+        *,
+        min_parts: int = 1,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> int:
         """Compact partitions with at least ``min_parts`` part files; return how many.
 
         Then bring the month key index of every month touched (all months when
@@ -251,11 +257,16 @@ class Store:
         else:
             targets = sorted(set(partitions))
             months = {(t, mp.year, mp.month) for mp in targets for t in (mp.method, mp.method.metadata)}
-        for mp in targets:
+        total = len(targets) + len(months)
+        for n, mp in enumerate(targets, start=1):
             if self.compact_partition(mp, min_parts=min_parts):
                 done += 1
-        for type, year, month in sorted(months):
+            if on_progress is not None:
+                on_progress(n, total)
+        for n, (type, year, month) in enumerate(sorted(months), start=len(targets) + 1):
             build_month_index(self.backend, type, year, month)
+            if on_progress is not None:
+                on_progress(n, total)
         return done
 
     def _partitions_with_parts(self) -> list[MethodPartition]:

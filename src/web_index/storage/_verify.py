@@ -14,6 +14,7 @@ from web_index.models import RecordType
 from web_index.query._plan import month_bounds
 from web_index.storage._buffer import MethodPartition
 from web_index.storage._files import visible_files
+from web_index.storage._index import index_note, index_path
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
 from web_index.storage._schema import SCHEMAS, SORT_KEYS, TS_COLUMN
 from web_index.storage._store import Store
@@ -85,6 +86,9 @@ def verify(store: Store, progress: Callable[[int, int], None] | None = None) -> 
                     )
             for domain, files in store.month_files(type, year, month).items():
                 work.append((Partition(type, year, month, domain), files))
+            note = index_note(store.backend, type, year, month)
+            if note is not None:  # derived data: costs speed, never answers
+                report.notes.append(Finding(index_path(type, year, month), note))
     total = len(work)
     for n, (partition, files) in enumerate(work):
         _verify_partition(store, partition, files, report, meta_success, meta_all, data_ids)
