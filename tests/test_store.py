@@ -273,3 +273,34 @@ def test_a_reused_month_listing_sees_every_later_change(store_path: Path) -> Non
         idx.compact()
         assert len(store.month_files(RecordType.GET, 2024, 8)["example.com"]) == 1
         assert idx.query([SimplePageQuery(url=url)])[0].request_id == newer.request_id  # type: ignore[union-attr]
+
+
+def test_files_written_with_the_arrow_schema_still_compact_with_new_ones(store_path: Path) -> None:
+    # Format 1 files first stored the Arrow schema in the footer (large_binary,
+    # large_string); newer ones do not. Both kinds must mix in one partition.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from web_index.storage._schema import SCHEMAS
+
+    url = "https://a.example.com/x"
+    with WebIndex(store_path, policy=FlushPolicy(compact_parts=0)) as idx:
+        old = idx.insert(*attempt(url, T0, hops=2))
+        idx.flush()
+        for path in files_of(store_path) + files_of(store_path, "get-metadata"):
+            kind = RecordType.GET if path in files_of(store_path) else RecordType.GET_METADATA
+            table = pq.read_table(path).cast(SCHEMAS[kind])
+            metadata = pq.read_metadata(path).metadata
+            pq.write_table(table.replace_schema_metadata(metadata), path, compression="zstd")
+            assert pq.read_schema(path).field("data" if kind is RecordType.GET else "logs").type in (
+                pa.large_binary(),
+                pa.large_string(),
+            )
+            assert b"ARROW:schema" in (pq.read_metadata(path).metadata or {})
+        new = idx.insert(*attempt(url, T0 + timedelta(hours=1)))
+        idx.flush()
+        assert idx.compact() == 1
+        assert idx.verify().problems == []
+        got = idx.query([old, new, SimplePageQuery(url=url)])
+        assert [p.request_id for p in got] == [old.request_id, new.request_id, new.request_id]  # type: ignore[union-attr]
+        assert got[0].responses[1].data == b"<html>ok</html>"  # type: ignore[union-attr]

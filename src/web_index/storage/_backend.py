@@ -142,7 +142,7 @@ class LocalBackend:
         # The pid in the name tells a dead writer's leftovers from a live one's.
         tmp = tmp_dir / f"{os.getpid()}-{uuid.uuid4()}.parquet.tmp"
         try:
-            pq.write_table(table, str(tmp), **options)  # type: ignore[arg-type]
+            write_table(table, str(tmp), **options)
             with tmp.open("rb") as fh:
                 os.fsync(fh.fileno())
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -174,6 +174,17 @@ class LocalBackend:
                 self.delete(f"{TMP_DIR}/{name}")
                 removed += 1
         return removed
+
+
+def write_table(table: pa.Table, where: str | pa.NativeFile, **options: object) -> None:
+    """``pq.write_table`` that keeps the table's key-value metadata in the footer
+    even with ``store_schema=False`` (which would otherwise drop it)."""
+    row_group_size = options.pop("row_group_size", None)
+    metadata = table.schema.metadata or {}
+    with pq.ParquetWriter(where, table.schema, **options) as writer:  # type: ignore[arg-type]
+        writer.write_table(table, row_group_size=row_group_size)  # type: ignore[arg-type]
+        if metadata and options.get("store_schema") is False:
+            writer.add_key_value_metadata({k.decode(): v.decode() for k, v in metadata.items()})
 
 
 def _alive(pid: int) -> bool:

@@ -29,7 +29,9 @@ __all__ = [
     "WriteOptions",
     "list_partition_files",
     "read_superseded",
+    "read_table",
     "rows_to_table",
+    "schema_matches",
     "sort_dedupe",
     "visible_files",
     "write_partition_file",
@@ -106,9 +108,37 @@ def write_partition_file(
         use_dictionary=["fetcher_name", "fetcher_version", "state"],
         write_statistics=["url_key", TS_COLUMN[partition.type], "request_id"],
         sorting_columns=sorting,
-        write_page_index=True,
+        # A partition file is small (tens of rows is typical): its footer is a
+        # large part of it. The Arrow schema copy (~1.4 KB, base64) and the page
+        # index (no reader of ours uses it) would add ~1.5 KB to every file;
+        # readers get the types back from the Parquet schema (see read_table).
+        store_schema=False,
+        write_page_index=False,
         **(condition or {}),
     )
+
+
+def read_table(type: RecordType, handle: pq.ParquetFile) -> pa.Table:
+    """A whole store file with the type's exact Arrow schema (files written
+    without the stored Arrow schema read back ``binary``/``string`` where the
+    schema says ``large_binary``/``large_string``)."""
+    return handle.read().replace_schema_metadata(None).cast(SCHEMAS[type])
+
+
+def schema_matches(type: RecordType, schema: pa.Schema) -> bool:
+    """Whether a file's Arrow schema is the type's, up to large/small variants."""
+    return _normalised(schema.remove_metadata()).equals(_normalised(SCHEMAS[type]))
+
+
+def _normalised(schema: pa.Schema) -> pa.Schema:
+    fields: list[pa.Field[Any]] = []
+    for f in schema:
+        if pa.types.is_large_binary(f.type):
+            f = f.with_type(pa.binary())
+        elif pa.types.is_large_string(f.type):
+            f = f.with_type(pa.string())
+        fields.append(f)
+    return pa.schema(fields)
 
 
 def read_superseded(file: pq.ParquetFile, path: str) -> frozenset[str]:

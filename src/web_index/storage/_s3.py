@@ -48,6 +48,7 @@ from obstore.exceptions import (
 from obstore.store import S3Store
 
 from web_index.errors import StoreError
+from web_index.storage._backend import write_table
 
 __all__ = [
     "ObjectFile",
@@ -320,7 +321,7 @@ class S3Backend:
         if_match = options.pop("if_match", None)
         create = bool(options.pop("create", False))
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, **options)  # type: ignore[arg-type]
+        write_table(table, sink, **options)
         data = sink.getvalue().to_pybytes()
         etag = self.put(path, data, if_match=if_match if isinstance(if_match, str) else None, create=create)
         if self.on_written is not None:

@@ -19,6 +19,7 @@ from web_index.storage._buffer import Buffer, MethodPartition, SqliteBuffer
 from web_index.storage._files import (
     WriteOptions,
     list_partition_files,
+    read_table,
     rows_to_table,
     sort_dedupe,
     visible_files,
@@ -309,7 +310,7 @@ class Store:
             for f in dead:  # leftovers of a compaction that died after its commit
                 self.backend.delete(f.path)
             return bool(dead)
-        tables = [handle.read() for _, handle in opened]
+        tables = [read_table(partition.type, handle) for _, handle in opened]
         merged = sort_dedupe(partition.type, pa.concat_tables(tables))
         superseded = [f.part for f in files if f.part is not None]
         # On an object store the commit is conditional on the compacted file

@@ -13,7 +13,7 @@ from web_index.errors import CorruptFileError, InvalidRecordError
 from web_index.models import RecordType
 from web_index.query._plan import month_bounds
 from web_index.storage._buffer import MethodPartition
-from web_index.storage._files import visible_files
+from web_index.storage._files import schema_matches, visible_files
 from web_index.storage._index import index_note, index_path
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
 from web_index.storage._schema import SCHEMAS, SORT_KEYS, TS_COLUMN
@@ -137,7 +137,7 @@ def _verify_partition(
     for stored, handle in opened:
         report.files += 1
         where = stored.path
-        if not handle.schema_arrow.remove_metadata().equals(schema):
+        if not schema_matches(type, handle.schema_arrow):
             report.problems.append(Finding(where, f"schema differs from the {type.value} schema"))
             continue
         # Bodies, logs and tracebacks are decoded (checksums, decompression)
