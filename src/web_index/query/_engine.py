@@ -314,10 +314,11 @@ def _scan_keys(
     return out
 
 
-# Files up to this size are read whole, many at once by polars' multi-file
-# reader: per-file overhead, not bytes, is the cost of a batch that touches
-# thousands of small partitions. Bigger files are read by row group.
-_SMALL_FILE = 256 * 1024
+# Files up to this size (about one row group of bodies) are read whole, many
+# at once by polars' multi-file reader: per-file overhead, not bytes, is the
+# cost of a batch that touches thousands of small partitions. Bigger files are
+# read by row group, only those holding a winner.
+_SMALL_FILE = 128 * 1024
 _SMALL_BATCH_BYTES = 64 * 1024 * 1024  # bounds the memory of one multi-file read
 
 

@@ -45,7 +45,7 @@ class WriteOptions:
     """How part and compacted files are written (tuned in ``docs/performance.md``)."""
 
     def __init__(
-        self, *, row_group_rows: int = 4096, body_row_group_rows: int = 1024, compression_level: int = 3
+        self, *, row_group_rows: int = 4096, body_row_group_rows: int = 128, compression_level: int = 3
     ) -> None:
         self.row_group_rows = row_group_rows
         # Files with bodies get smaller row groups: a lookup decodes a whole row
