@@ -10,6 +10,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
+from msgspec.structs import force_setattr
+
 from web_index.ingest import validate_attempt
 from web_index.ingest._validate import Attempt
 from web_index.models import AttemptMetadata, PageKey, Query, RecordType, Response
@@ -256,6 +258,17 @@ class WebIndex:
         return stats(self._store)
 
 
+_KEY = PageKey(url="http://example.com/", timestamp=from_us(0), request_id="-")
+_METADATA_OF = {RecordType.GET: RecordType.GET_METADATA, RecordType.HEAD: RecordType.HEAD_METADATA}
+
+
 def _key_of(a: Attempt) -> PageKey:
-    type = a.method if a.success else a.method.metadata
-    return PageKey(type=type, url=a.url, timestamp=from_us(a.ts_us), request_id=a.request_id)
+    # Every field was validated with the attempt (url, UTC timestamp, type):
+    # a copy with the fields set skips PageKey's checks, which would redo the
+    # URL normalisation that insert's fast path avoided.
+    key: PageKey = _KEY.__copy__()  # type: ignore[attr-defined]
+    force_setattr(key, "url", a.url)
+    force_setattr(key, "timestamp", a.timestamp)
+    force_setattr(key, "request_id", a.request_id)
+    force_setattr(key, "type", a.method if a.success else _METADATA_OF[a.method])
+    return key

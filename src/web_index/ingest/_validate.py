@@ -3,28 +3,27 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
 from web_index.errors import InvalidRecordError
+from web_index.ingest._keys import is_plain_url, key_and_domain
 from web_index.models import AttemptMetadata, AttemptState, Calibre, RecordType, Response
 from web_index.models._time import parse_ts, to_us
-from web_index.urls import domain_of, url_key
+from web_index.urls import url_key
 
 __all__ = ["Attempt", "new_request_id", "validate_attempt"]
 
-_FETCHER_FIELDS = ("fetcher_name", "fetcher_version", "fetcher_calibre")
 
-
-class Attempt(msgspec.Struct, frozen=True, kw_only=True):
-    """One validated fetch attempt, ready to be stored.
+class Attempt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One validated fetch attempt, ready to be stored (never in a reference cycle: ``gc=False``).
 
     ``metadata`` and ``responses`` are flat rows in the store's column layout
-    (timestamps as microseconds since the epoch).
+    (timestamps as microseconds since the epoch). ``timestamp`` is the
+    attempt's start in UTC (``ts_us`` as a datetime).
     """
 
     method: RecordType
@@ -34,6 +33,7 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     year: int
     month: int
     ts_us: int
+    timestamp: datetime
     request_id: str
     calibre: int
     success: bool
@@ -43,6 +43,21 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
 
 _lock = threading.Lock()
 _last = [0, 0]  # last (millisecond, counter) handed out by this process
+_POOL_IDS = 512
+_random = ""  # hex digits of random bits for the next ids (16 each), read from ``_used`` on
+_used = 0
+_prefix = (-1, "")  # a millisecond and the first 15 characters of its ids
+# The variant's two bits (0b10) and two random bits, from one random hex digit.
+_VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
+
+
+def _forget_pool() -> None:
+    # A forked child must not hand out its parent's random bits.
+    global _random, _used
+    _random, _used = "", 0
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def new_request_id() -> str:
@@ -52,6 +67,7 @@ def new_request_id() -> str:
     within a millisecond); ids from different processes order by millisecond
     and are unique by 62 random bits.
     """
+    global _random, _used, _prefix
     with _lock:
         ms = time.time_ns() // 1_000_000
         if ms <= _last[0]:
@@ -61,9 +77,15 @@ def new_request_id() -> str:
         else:
             counter = 0
         _last[0], _last[1] = ms, counter
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
-    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand
-    return str(uuid.UUID(int=value))
+        if _used >= len(_random):
+            _random, _used = os.urandom(8 * _POOL_IDS).hex(), 0
+        rand = _random[_used : _used + 16]
+        _used += 16
+        if _prefix[0] != ms:
+            h = f"{ms & ((1 << 48) - 1):012x}"
+            _prefix = (ms, f"{h[:8]}-{h[8:]}-7")
+        prefix = _prefix[1]
+    return f"{prefix}{counter:03x}-{_VARIANT[rand[0]]}{rand[1:4]}-{rand[4:]}"
 
 
 def _coerce(cls: type[Any], value: object, field: str) -> Any:
@@ -72,6 +94,12 @@ def _coerce(cls: type[Any], value: object, field: str) -> Any:
     if isinstance(value, Mapping):
         return cls.from_dict(value, field)
     raise InvalidRecordError(field, f"expected {cls.__name__} or a mapping, got {type(value).__name__}")
+
+
+_METHODS: dict[str, RecordType] = {"get": RecordType.GET, "head": RecordType.HEAD}
+_SUCCESS = AttemptState.SUCCESS
+_STATE_VALUES = {s: s.value for s in AttemptState}
+_encode_json = msgspec.json.Encoder().encode
 
 
 def validate_attempt(
@@ -88,18 +116,30 @@ def validate_attempt(
     Raises :class:`InvalidRecordError` naming the first offending field; on
     success returns the rows to store, with a fresh ``request_id``.
     """
-    method = RecordType.parse(type)
-    if method.is_metadata:
-        raise InvalidRecordError("type", f"insert a 'get' or 'head' attempt, not {method.value!r}")
+    # The common case (records built as structs, a UTC datetime, a list) skips
+    # the generic coercions; anything else takes them, with the same errors.
+    method = _METHODS.get(type) if isinstance(type, str) else None
+    if method is None:
+        method = RecordType.parse(type)
+        if method.is_metadata:
+            raise InvalidRecordError("type", f"insert a 'get' or 'head' attempt, not {method.value!r}")
     if not isinstance(url, str):
         raise InvalidRecordError("url", f"expected a string, got {url!r}")
-    key = url_key(url)
-    domain = domain_of(url)
-    start = parse_ts(timestamp, "timestamp")
-    meta: AttemptMetadata = _coerce(AttemptMetadata, metadata, "metadata")
-    if isinstance(data, str | bytes) or not isinstance(data, Sequence):
+    key, domain = key_and_domain(url)
+    if isinstance(timestamp, datetime) and timestamp.tzinfo is UTC and timestamp.__class__ is datetime:
+        start = timestamp  # what parse_ts would return
+    else:
+        start = parse_ts(timestamp, "timestamp")
+    meta: AttemptMetadata = (
+        metadata if isinstance(metadata, AttemptMetadata) else _coerce(AttemptMetadata, metadata, "metadata")
+    )
+    if not (data.__class__ is list or data.__class__ is tuple) and (
+        isinstance(data, str | bytes) or not isinstance(data, Sequence)
+    ):
         raise InvalidRecordError("data", "expected a list of data records")
-    chain: list[Response] = [_coerce(Response, r, f"data[{i}]") for i, r in enumerate(data)]
+    chain: list[Response] = [
+        r if isinstance(r, Response) else _coerce(Response, r, f"data[{i}]") for i, r in enumerate(data)
+    ]
 
     if meta.url != url:
         raise InvalidRecordError("metadata.url", f"{meta.url!r} differs from the attempt's url {url!r}")
@@ -107,8 +147,10 @@ def validate_attempt(
         raise InvalidRecordError("metadata.timestamp", "differs from the attempt's timestamp")
     if meta.request_id is not None:
         raise InvalidRecordError("metadata.request_id", "must not be supplied: the store assigns it")
-    Calibre.check(meta.fetcher_calibre, "metadata.fetcher_calibre", allow_reserved=False)
-    success = meta.state is AttemptState.SUCCESS
+    calibre = meta.fetcher_calibre
+    if calibre.__class__ is not int or not 0 <= calibre < Calibre.MAX:
+        Calibre.check(calibre, "metadata.fetcher_calibre", allow_reserved=False)
+    success = meta.state is _SUCCESS
     if success and not chain:
         raise InvalidRecordError("data", "a successful attempt needs a non-empty response chain")
     if not success and chain:
@@ -118,50 +160,62 @@ def validate_attempt(
 
     rid = request_id or new_request_id()
     ts_us = to_us(start)
+    fetcher_name, fetcher_version = meta.fetcher_name, meta.fetcher_version
+    is_get = method is RecordType.GET
     responses: list[dict[str, Any]] = []
     last = len(chain) - 1
     for i, resp in enumerate(chain):
-        where = f"data[{i}]"
         if resp.request_id is not None:
-            raise InvalidRecordError(f"{where}.request_id", "must not be supplied: the store assigns it")
+            raise InvalidRecordError(f"data[{i}].request_id", "must not be supplied: the store assigns it")
         if resp.url != url:
-            raise InvalidRecordError(f"{where}.url", f"{resp.url!r} differs from the attempt's url {url!r}")
-        if not resp.request_url:
-            raise InvalidRecordError(f"{where}.request_url", "must be the URL of this request")
-        try:
-            url_key(resp.request_url)
-        except InvalidRecordError as exc:
-            raise InvalidRecordError(f"{where}.request_url", exc.problem) from None
+            raise InvalidRecordError(f"data[{i}].url", f"{resp.url!r} differs from the attempt's url {url!r}")
+        request_url = resp.request_url
+        if not request_url:
+            raise InvalidRecordError(f"data[{i}].request_url", "must be the URL of this request")
+        if request_url != url and not is_plain_url(request_url):
+            try:
+                url_key(request_url)
+            except InvalidRecordError as exc:
+                raise InvalidRecordError(f"data[{i}].request_url", exc.problem) from None
         if resp.is_final != (i == last):
             expected = "the last record, and only it, has is_final=true"
-            raise InvalidRecordError(f"{where}.is_final", expected)
-        if method is RecordType.HEAD and resp.data is not None:
-            raise InvalidRecordError(f"{where}.data", "HEAD records have no body: use data=None")
-        if method is RecordType.GET and resp.data is None:
-            raise InvalidRecordError(f"{where}.data", "GET records need a body (b'' if empty)")
-        for name in _FETCHER_FIELDS:
-            if getattr(resp, name) != getattr(meta, name):
-                raise InvalidRecordError(
-                    f"{where}.{name}", "differs from the metadata's: one attempt, one fetcher"
-                )
+            raise InvalidRecordError(f"data[{i}].is_final", expected)
+        body = resp.data
+        if body is None:
+            if is_get:
+                raise InvalidRecordError(f"data[{i}].data", "GET records need a body (b'' if empty)")
+        elif not is_get:
+            raise InvalidRecordError(f"data[{i}].data", "HEAD records have no body: use data=None")
+        if resp.fetcher_name != fetcher_name:
+            raise InvalidRecordError(
+                f"data[{i}].fetcher_name", "differs from the metadata's: one attempt, one fetcher"
+            )
+        if resp.fetcher_version != fetcher_version:
+            raise InvalidRecordError(
+                f"data[{i}].fetcher_version", "differs from the metadata's: one attempt, one fetcher"
+            )
+        if resp.fetcher_calibre != calibre:
+            raise InvalidRecordError(
+                f"data[{i}].fetcher_calibre", "differs from the metadata's: one attempt, one fetcher"
+            )
         row: dict[str, Any] = {
             "url_key": key,
             "url": url,
             "attempt_timestamp": ts_us,
             "request_id": rid,
             "chain_index": i,
-            "request_url": resp.request_url,
+            "request_url": request_url,
             "status_code": resp.status_code,
-            "headers": msgspec.json.encode(resp.headers).decode(),
+            "headers": _encode_json(resp.headers).decode(),
             "timestamp": to_us(resp.timestamp),
             "retry_attempt": resp.retry_attempt,
             "is_final": resp.is_final,
-            "fetcher_name": resp.fetcher_name,
-            "fetcher_version": resp.fetcher_version,
-            "fetcher_calibre": resp.fetcher_calibre,
+            "fetcher_name": fetcher_name,
+            "fetcher_version": fetcher_version,
+            "fetcher_calibre": calibre,
         }
-        if method is RecordType.GET:
-            row["data"] = resp.data
+        if is_get:
+            row["data"] = body
         responses.append(row)
 
     metadata_row: dict[str, Any] = {
@@ -169,13 +223,13 @@ def validate_attempt(
         "url": url,
         "timestamp": ts_us,
         "request_id": rid,
-        "state": meta.state.value,
+        "state": _STATE_VALUES[meta.state],
         "logs": meta.logs,
         "traceback": meta.traceback,
         "run_time": meta.run_time,
-        "fetcher_name": meta.fetcher_name,
-        "fetcher_version": meta.fetcher_version,
-        "fetcher_calibre": meta.fetcher_calibre,
+        "fetcher_name": fetcher_name,
+        "fetcher_version": fetcher_version,
+        "fetcher_calibre": calibre,
     }
     return Attempt(
         method=method,
@@ -185,8 +239,9 @@ def validate_attempt(
         year=start.year,
         month=start.month,
         ts_us=ts_us,
+        timestamp=start,
         request_id=rid,
-        calibre=meta.fetcher_calibre,
+        calibre=calibre,
         success=success,
         metadata=metadata_row,
         responses=responses,

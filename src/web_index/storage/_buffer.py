@@ -6,8 +6,13 @@ fsync'd transaction, so it survives ``kill -9`` the instant ``insert``
 returns), readers in any process consult it, and flushes move whole
 partitions from it into Parquet part files.
 
-Each buffered row is one attempt: key columns for lookups, and the metadata
-row and response rows (with bodies) as msgpack blobs read only for results.
+Each buffered row is one attempt: the few key columns readers and flushes
+select by, and one msgpack blob (the metadata row and the response rows, with
+bodies) read only for results. The indexes are narrow, because every insert
+pays for each of them: a 32-bit hash of the URL key for lookups (the key
+itself is checked on the rows found), and the partition as a small integer
+(``parts``, which also keeps each partition's running totals). An insert of
+many attempts updates each partition's totals once, not once per row.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -27,61 +33,68 @@ from web_index.models import RecordType
 
 __all__ = ["Buffer", "BufferedAttempt", "BufferedKey", "MethodPartition", "SqliteBuffer", "buffer_rows"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS attempts (
-    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-    method     TEXT    NOT NULL,
-    year       INTEGER NOT NULL,
-    month      INTEGER NOT NULL,
-    domain     TEXT    NOT NULL,
-    url_key    TEXT    NOT NULL,
-    ts_us      INTEGER NOT NULL,
-    request_id TEXT    NOT NULL UNIQUE,
-    calibre    INTEGER NOT NULL,
-    success    INTEGER NOT NULL,
-    nbytes     INTEGER NOT NULL,
-    added_us   INTEGER NOT NULL,
-    flush_id   TEXT,
-    metadata   BLOB    NOT NULL,
-    responses  BLOB    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS attempts_lookup
-    ON attempts (method, url_key, ts_us, request_id, calibre, success);
-CREATE INDEX IF NOT EXISTS attempts_partition
-    ON attempts (method, year, month, domain, flush_id);
-CREATE INDEX IF NOT EXISTS attempts_flush ON attempts (flush_id);
--- Running totals per partition, so that the size check after every insert
--- costs one indexed read, not a scan of the partition's rows.
-CREATE TABLE IF NOT EXISTS totals (
-    method TEXT NOT NULL, year INTEGER NOT NULL, month INTEGER NOT NULL, domain TEXT NOT NULL,
-    rows INTEGER NOT NULL, nbytes INTEGER NOT NULL,
-    PRIMARY KEY (method, year, month, domain)
-) WITHOUT ROWID;
--- Bumped by every completed flush of a month, so that read caches elsewhere
--- know a listing is stale; (method, 0, 0) is bumped by a month's first flush.
-CREATE TABLE IF NOT EXISTS generations (
-    method TEXT NOT NULL, year INTEGER NOT NULL, month INTEGER NOT NULL, gen INTEGER NOT NULL,
-    PRIMARY KEY (method, year, month)
-) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS totals_insert AFTER INSERT ON attempts BEGIN
-    INSERT INTO totals VALUES (NEW.method, NEW.year, NEW.month, NEW.domain, 1, NEW.nbytes)
-    ON CONFLICT DO UPDATE SET rows = rows + 1, nbytes = nbytes + NEW.nbytes;
-END;
-DROP TRIGGER IF EXISTS totals_delete;
-CREATE TRIGGER totals_delete AFTER DELETE ON attempts BEGIN
-    UPDATE totals SET rows = rows - 1, nbytes = nbytes - OLD.nbytes
-    WHERE method = OLD.method AND year = OLD.year AND month = OLD.month AND domain = OLD.domain;
-    -- Keyed on the partition (primary key), not a scan of every partition's total.
-    DELETE FROM totals
-    WHERE method = OLD.method AND year = OLD.year AND month = OLD.month AND domain = OLD.domain
-      AND rows <= 0;
-END;
-"""
+# The layout below is number 2 (``PRAGMA user_version``). Layout 1 (0 in the
+# file) kept one row per attempt in ``attempts`` with wide indexes and totals
+# kept by triggers; a writable open converts it in one transaction.
+_LAYOUT = 2
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS parts (
+        pid    INTEGER PRIMARY KEY,
+        method TEXT    NOT NULL,
+        year   INTEGER NOT NULL,
+        month  INTEGER NOT NULL,
+        domain TEXT    NOT NULL,
+        rows   INTEGER NOT NULL,  -- buffered attempts (claimed or not)
+        nbytes INTEGER NOT NULL,  -- and the size of their blobs
+        UNIQUE (method, year, month, domain)
+    )""",
+    """CREATE TABLE IF NOT EXISTS buffered (
+        seq        INTEGER PRIMARY KEY,
+        pid        INTEGER NOT NULL,  -- parts.pid
+        khash      INTEGER NOT NULL,  -- _khash(method, url_key)
+        url_key    TEXT    NOT NULL,
+        ts_us      INTEGER NOT NULL,
+        request_id TEXT    NOT NULL UNIQUE,
+        calibre    INTEGER NOT NULL,
+        success    INTEGER NOT NULL,
+        nbytes     INTEGER NOT NULL,
+        added_us   INTEGER NOT NULL,
+        flush_id   TEXT,
+        body       BLOB    NOT NULL   -- msgpack [metadata row, [response rows]]
+    )""",
+    "CREATE INDEX IF NOT EXISTS buffered_key ON buffered (khash)",
+    # Claims take a partition's unclaimed rows oldest first; due() reads the
+    # oldest unclaimed row of each partition from this index alone.
+    "CREATE INDEX IF NOT EXISTS buffered_part ON buffered (pid, flush_id, added_us)",
+    "CREATE INDEX IF NOT EXISTS buffered_flush ON buffered (flush_id) WHERE flush_id IS NOT NULL",
+    # Bumped by every completed flush of a month, so that read caches elsewhere
+    # know a listing is stale; (method, 0, 0) is bumped by a month's first flush.
+    """CREATE TABLE IF NOT EXISTS generations (
+        method TEXT NOT NULL, year INTEGER NOT NULL, month INTEGER NOT NULL, gen INTEGER NOT NULL,
+        PRIMARY KEY (method, year, month)
+    ) WITHOUT ROWID""",
+]
+# Bigger pages than SQLite's 4 KiB suit rows of a few KB (fewer pages and WAL
+# frames per insert); only a new database takes it.
+_PAGE_SIZE = 16384
+_CACHE_KIB = 32768
 
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder()
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder().decode
 # SQLite allows 999 host parameters per statement in old builds; stay below.
 _CHUNK = 900
+_SEEDS = {m: zlib.crc32(f"{m.value}\0".encode()) for m in RecordType}
+
+_INSERT = (
+    "INSERT INTO buffered (pid, khash, url_key, ts_us, request_id, calibre, success, nbytes, added_us, body)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?)"
+)
+_PART_OF = "SELECT pid FROM parts WHERE method=? AND year=? AND month=? AND domain=?"
+
+
+def _khash(method: RecordType, url_key: str) -> int:
+    """The lookup index's key: a 32-bit hash of method and URL key (collisions only cost a row read)."""
+    return zlib.crc32(url_key.encode(), _SEEDS[method])
 
 
 class MethodPartition(NamedTuple):
@@ -111,14 +124,14 @@ class BufferedAttempt(NamedTuple):
 
 
 def buffer_rows(attempts: Sequence[Attempt]) -> list[tuple[object, ...]]:
-    """One buffer row per attempt, in the column order every buffer's ``attempts`` table uses:
+    """One row per attempt in the Postgres buffer's column order:
     method, year, month, domain, url_key, ts_us, request_id, calibre, success, nbytes,
     added_us, metadata (msgpack), responses (msgpack)."""
     now = time.time_ns() // 1000
     rows: list[tuple[object, ...]] = []
     for a in attempts:
-        meta = _encoder.encode(a.metadata)
-        resp = _encoder.encode(a.responses)
+        meta = _encode(a.metadata)
+        resp = _encode(a.responses)
         rows.append(
             (
                 a.method.value,
@@ -137,6 +150,11 @@ def buffer_rows(attempts: Sequence[Attempt]) -> list[tuple[object, ...]]:
             )
         )
     return rows
+
+
+def _attempt(request_id: str, body: bytes) -> BufferedAttempt:
+    meta, responses = _decode(body)
+    return BufferedAttempt(request_id, meta, responses)
 
 
 class Buffer(Protocol):
@@ -188,21 +206,50 @@ class SqliteBuffer:
         if self._conn is not None:
             return self._conn
         if self.readonly:
-            if not self.path.exists():
-                return None
-            uri = f"{self.path.as_uri()}?mode=ro"
-            conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=60)
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, check_same_thread=False, timeout=60, isolation_level=None)
+            return self._connect_readonly()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, check_same_thread=False, timeout=60, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout=60000")
+            conn.execute(f"PRAGMA page_size={_PAGE_SIZE}")
             conn.execute("PRAGMA journal_mode=WAL")
             # FULL: the WAL is fsync'd at every commit, so an acknowledged insert
             # survives power loss too, not only a killed process.
             conn.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'NORMAL'}")
-            conn.executescript(_SCHEMA)
-        conn.execute("PRAGMA busy_timeout=60000")
+            conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+            if conn.execute("PRAGMA user_version").fetchone()[0] != _LAYOUT:
+                _create(conn)
+        except BaseException:
+            conn.close()
+            raise
         self._conn = conn
         return conn
+
+    def _connect_readonly(self) -> sqlite3.Connection | None:
+        """A read-only connection, or ``None`` while there is no buffer (nothing buffered)."""
+        if not self.path.exists():
+            return None
+        uri = f"{self.path.as_uri()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=60)
+        conn.execute("PRAGMA busy_timeout=60000")
+        conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+        if conn.execute("PRAGMA user_version").fetchone()[0] == _LAYOUT:
+            self._conn = conn
+            return conn
+        # Not created yet, or an older layout that a writable open converts:
+        # readable here only if it holds nothing. Look again next time.
+        try:
+            old = conn.execute("SELECT 1 FROM attempts LIMIT 1").fetchone()
+        except sqlite3.OperationalError:  # no such table: a buffer being created
+            old = None
+        finally:
+            conn.close()
+        if old is not None:
+            raise StoreError(
+                f"the insert buffer {self.path} is in an older layout:"
+                " open the store writable once to convert it"
+            )
+        return None
 
     def close(self) -> None:
         with self._lock:
@@ -221,16 +268,34 @@ class SqliteBuffer:
 
     def append(self, attempts: Sequence[Attempt]) -> None:
         """Store attempts durably in one transaction (all or none)."""
-        rows = buffer_rows(attempts)
+        now = time.time_ns() // 1000
+        parts: dict[tuple[RecordType, int, int, str], list[int]] = {}
+        rows: list[tuple[Any, ...]] = []
+        keys: list[tuple[RecordType, int, int, str]] = []
+        for a in attempts:
+            body = _encode((a.metadata, a.responses))
+            key = (a.method, a.year, a.month, a.domain)
+            total = parts.get(key)
+            if total is None:
+                parts[key] = [1, len(body)]
+            else:
+                total[0] += 1
+                total[1] += len(body)
+            keys.append(key)
+            rows.append((a.url_key, a.ts_us, a.request_id, a.calibre, a.success, len(body), now, body))
+        if not rows:
+            return
         with self._lock:
             conn = self._write
             conn.execute("BEGIN IMMEDIATE")
             try:
+                pids = _add_to_parts(conn, parts)
                 conn.executemany(
-                    "INSERT INTO attempts (method, year, month, domain, url_key, ts_us, request_id,"
-                    " calibre, success, nbytes, added_us, metadata, responses)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    rows,
+                    _INSERT,
+                    [
+                        (pids[key], zlib.crc32(row[0].encode(), _SEEDS[key[0]]), *row)
+                        for key, row in zip(keys, rows, strict=True)
+                    ],
                 )
                 conn.execute("COMMIT")
             except BaseException:
@@ -241,16 +306,23 @@ class SqliteBuffer:
         self, parts: Iterable[MethodPartition], max_rows: int, max_bytes: int
     ) -> list[MethodPartition]:
         """Which of ``parts`` hold at least ``max_rows`` rows or ``max_bytes`` bytes."""
+        wanted = list(parts)
         out: list[MethodPartition] = []
+        step = _CHUNK // 4
         with self._lock:
             conn = self._write
-            for part in parts:
-                row = conn.execute(
-                    "SELECT rows, nbytes FROM totals WHERE method=? AND year=? AND month=? AND domain=?",
-                    (part.method.value, part.year, part.month, part.domain),
-                ).fetchone()
-                if row is not None and (row[0] >= max_rows or row[1] >= max_bytes):
-                    out.append(part)
+            for i in range(0, len(wanted), step):
+                chunk = wanted[i : i + step]
+                marks = ",".join(["(?,?,?,?)"] * len(chunk))
+                cur = conn.execute(
+                    f"WITH t(method, year, month, domain) AS (VALUES {marks})"  # noqa: S608 - only "?" marks
+                    " SELECT p.method, p.year, p.month, p.domain FROM t"
+                    " JOIN parts p ON p.method = t.method AND p.year = t.year AND p.month = t.month"
+                    " AND p.domain = t.domain WHERE p.rows >= ? OR p.nbytes >= ?",
+                    [v for mp in chunk for v in (mp.method.value, mp.year, mp.month, mp.domain)]
+                    + [max_rows, max_bytes],
+                )
+                out.extend(MethodPartition(RecordType(m), y, mo, d) for m, y, mo, d in cur.fetchall())
         return out
 
     def due(self, max_rows: int, max_bytes: int, max_age_s: float) -> list[MethodPartition]:
@@ -260,10 +332,13 @@ class SqliteBuffer:
             conn = self._connect()
             if conn is None:
                 return []
+            # Totals count claimed rows too (a flush in progress): take those off.
             cur = conn.execute(
-                "SELECT method, year, month, domain FROM attempts WHERE flush_id IS NULL"
-                " GROUP BY method, year, month, domain"
-                " HAVING COUNT(*) >= ? OR SUM(nbytes) >= ? OR MIN(added_us) <= ?",
+                "SELECT p.method, p.year, p.month, p.domain FROM parts p LEFT JOIN"
+                " (SELECT pid, COUNT(*) AS n, SUM(nbytes) AS b FROM buffered INDEXED BY buffered_flush"
+                "  WHERE flush_id IS NOT NULL GROUP BY pid) c ON c.pid = p.pid"
+                " WHERE p.rows - IFNULL(c.n, 0) >= ? OR p.nbytes - IFNULL(c.b, 0) >= ?"
+                " OR (SELECT MIN(added_us) FROM buffered b WHERE b.pid = p.pid AND b.flush_id IS NULL) <= ?",
                 (max_rows, max_bytes, oldest),
             )
             return [MethodPartition(RecordType(m), y, mo, d) for m, y, mo, d in cur.fetchall()]
@@ -273,15 +348,14 @@ class SqliteBuffer:
             conn = self._connect()
             if conn is None:
                 return []
-            cur = conn.execute("SELECT DISTINCT method, year, month, domain FROM attempts")
+            cur = conn.execute("SELECT method, year, month, domain FROM parts")
             return [MethodPartition(RecordType(m), y, mo, d) for m, y, mo, d in cur.fetchall()]
 
     def claims(self, part: MethodPartition) -> list[str]:
         """Flush ids holding rows of ``part`` (stale if no flusher holds the lock)."""
         with self._lock:
             cur = self._write.execute(
-                "SELECT DISTINCT flush_id FROM attempts WHERE method=? AND year=? AND month=?"
-                " AND domain=? AND flush_id IS NOT NULL",
+                f"SELECT DISTINCT flush_id FROM buffered WHERE pid = ({_PART_OF}) AND flush_id IS NOT NULL",  # noqa: S608
                 (part.method.value, part.year, part.month, part.domain),
             )
             return [row[0] for row in cur.fetchall()]
@@ -290,9 +364,8 @@ class SqliteBuffer:
         """Mark up to ``limit`` unclaimed rows of ``part`` as being flushed; return how many."""
         with self._lock:
             cur = self._write.execute(
-                "UPDATE attempts SET flush_id=? WHERE seq IN (SELECT seq FROM attempts"
-                " WHERE method=? AND year=? AND month=? AND domain=? AND flush_id IS NULL"
-                " ORDER BY seq LIMIT ?)",
+                "UPDATE buffered SET flush_id=? WHERE seq IN (SELECT seq FROM buffered"  # noqa: S608
+                f" WHERE pid = ({_PART_OF}) AND flush_id IS NULL ORDER BY added_us, seq LIMIT ?)",
                 (flush_id, part.method.value, part.year, part.month, part.domain, limit),
             )
             return cur.rowcount
@@ -300,12 +373,11 @@ class SqliteBuffer:
     def claimed(self, flush_id: str) -> Iterator[BufferedAttempt]:
         with self._lock:
             cur = self._write.execute(
-                "SELECT request_id, metadata, responses FROM attempts WHERE flush_id=? ORDER BY seq",
-                (flush_id,),
+                "SELECT request_id, body FROM buffered WHERE flush_id=? ORDER BY seq", (flush_id,)
             )
             rows = cur.fetchall()
-        for rid, meta, resp in rows:
-            yield BufferedAttempt(rid, _decoder.decode(meta), _decoder.decode(resp))
+        for rid, body in rows:
+            yield _attempt(rid, body)
 
     def complete(self, flush_id: str) -> None:
         """Forget the rows of a flush whose part files are in place."""
@@ -313,11 +385,25 @@ class SqliteBuffer:
             conn = self._write
             conn.execute("BEGIN IMMEDIATE")
             try:
-                months = conn.execute(
-                    "SELECT DISTINCT method, year, month FROM attempts WHERE flush_id=?", (flush_id,)
+                gone = conn.execute(
+                    "SELECT pid, COUNT(*), SUM(nbytes) FROM buffered WHERE flush_id=? GROUP BY pid",
+                    (flush_id,),
                 ).fetchall()
-                conn.execute("DELETE FROM attempts WHERE flush_id=?", (flush_id,))
-                for m, y, mo in months:
+                conn.execute("DELETE FROM buffered WHERE flush_id=?", (flush_id,))
+                months: set[tuple[str, int, int]] = set()
+                for pid, n, nbytes in gone:
+                    row = conn.execute(
+                        "UPDATE parts SET rows = rows - ?, nbytes = nbytes - ? WHERE pid=?"
+                        " RETURNING method, year, month",
+                        (n, nbytes, pid),
+                    ).fetchone()
+                    if row is not None:
+                        months.add((row[0], row[1], row[2]))
+                    conn.execute(
+                        "DELETE FROM parts WHERE pid=? AND NOT EXISTS (SELECT 1 FROM buffered WHERE pid=?)",
+                        (pid, pid),
+                    )
+                for m, y, mo in sorted(months):
                     gen = conn.execute(
                         "INSERT INTO generations VALUES (?, ?, ?, 1) ON CONFLICT DO UPDATE"
                         " SET gen = gen + 1 RETURNING gen",
@@ -338,21 +424,33 @@ class SqliteBuffer:
 
     def lookup(self, method: RecordType, url_keys: Iterable[str]) -> list[BufferedKey]:
         """Key columns of every buffered attempt of ``method`` for these URL keys."""
-        keys = list(url_keys)
+        by_hash: dict[int, str | set[str]] = {}
+        for key in url_keys:
+            h = _khash(method, key)
+            seen = by_hash.setdefault(h, key)
+            if seen != key:  # a collision: the hash stands for several keys
+                both = seen if isinstance(seen, set) else {seen}
+                both.add(key)
+                by_hash[h] = both
+        hashes = list(by_hash)
         out: list[BufferedKey] = []
         with self._lock:
             conn = self._connect()
             if conn is None:
                 return out
-            for i in range(0, len(keys), _CHUNK):
-                chunk = keys[i : i + _CHUNK]
+            for i in range(0, len(hashes), _CHUNK):
+                chunk = hashes[i : i + _CHUNK]
                 marks = ",".join("?" * len(chunk))
                 cur = conn.execute(
-                    "SELECT url_key, ts_us, request_id, calibre, success FROM attempts"  # noqa: S608 - only "?" marks
-                    f" INDEXED BY attempts_lookup WHERE method=? AND url_key IN ({marks})",
-                    (method.value, *chunk),
+                    "SELECT b.khash, b.url_key, b.ts_us, b.request_id, b.calibre, b.success"  # noqa: S608
+                    f" FROM buffered b INDEXED BY buffered_key JOIN parts p ON p.pid = b.pid"
+                    f" WHERE b.khash IN ({marks}) AND p.method = ?",
+                    (*chunk, method.value),
                 )
-                out.extend(BufferedKey(k, t, r, c, bool(s)) for k, t, r, c, s in cur.fetchall())
+                for h, k, t, r, c, s in cur.fetchall():
+                    want = by_hash[h]
+                    if k == want or (isinstance(want, set) and k in want):
+                        out.append(BufferedKey(k, t, r, c, bool(s)))
         return out
 
     def load(self, request_ids: Iterable[str]) -> dict[str, BufferedAttempt]:
@@ -367,11 +465,11 @@ class SqliteBuffer:
                 chunk = ids[i : i + _CHUNK]
                 marks = ",".join("?" * len(chunk))
                 cur = conn.execute(
-                    f"SELECT request_id, metadata, responses FROM attempts WHERE request_id IN ({marks})",  # noqa: S608
+                    f"SELECT request_id, body FROM buffered WHERE request_id IN ({marks})",  # noqa: S608
                     chunk,
                 )
-                for rid, meta, resp in cur.fetchall():
-                    out[rid] = BufferedAttempt(rid, _decoder.decode(meta), _decoder.decode(resp))
+                for rid, body in cur.fetchall():
+                    out[rid] = _attempt(rid, body)
         return out
 
     def iter_all(self) -> Iterator[tuple[MethodPartition, str | None, BufferedAttempt]]:
@@ -381,25 +479,21 @@ class SqliteBuffer:
             if conn is None:
                 return
             rows = conn.execute(
-                "SELECT method, year, month, domain, flush_id, request_id, metadata, responses"
-                " FROM attempts ORDER BY seq"
+                "SELECT p.method, p.year, p.month, p.domain, b.flush_id, b.request_id, b.body"
+                " FROM buffered b JOIN parts p ON p.pid = b.pid ORDER BY b.seq"
             ).fetchall()
-        for m, y, mo, d, fid, rid, meta, resp in rows:
-            part = MethodPartition(RecordType(m), y, mo, d)
-            yield part, fid, BufferedAttempt(rid, _decoder.decode(meta), _decoder.decode(resp))
+        for m, y, mo, d, fid, rid, body in rows:
+            yield MethodPartition(RecordType(m), y, mo, d), fid, _attempt(rid, body)
 
     def generation(self, method: RecordType, year: int, month: int) -> int:
         with self._lock:
             conn = self._connect()
             if conn is None:
                 return 0
-            try:
-                row = conn.execute(
-                    "SELECT gen FROM generations WHERE method=? AND year=? AND month=?",
-                    (method.value, year, month),
-                ).fetchone()
-            except sqlite3.OperationalError:  # a buffer from before generations, opened read-only
-                return 0
+            row = conn.execute(
+                "SELECT gen FROM generations WHERE method=? AND year=? AND month=?",
+                (method.value, year, month),
+            ).fetchone()
             return int(row[0]) if row else 0
 
     def counts(self) -> dict[MethodPartition, tuple[int, int, int]]:
@@ -409,7 +503,77 @@ class SqliteBuffer:
             if conn is None:
                 return {}
             rows = conn.execute(
-                "SELECT method, year, month, domain, COUNT(*), SUM(success), SUM(nbytes)"
-                " FROM attempts GROUP BY method, year, month, domain"
+                "SELECT p.method, p.year, p.month, p.domain, COUNT(*), SUM(b.success), SUM(b.nbytes)"
+                " FROM buffered b JOIN parts p ON p.pid = b.pid GROUP BY b.pid"
             ).fetchall()
         return {MethodPartition(RecordType(m), y, mo, d): (n, s, b) for m, y, mo, d, n, s, b in rows}
+
+
+def _add_to_parts(
+    conn: sqlite3.Connection, parts: dict[tuple[RecordType, int, int, str], list[int]]
+) -> dict[tuple[RecordType, int, int, str], int]:
+    """Add rows and bytes to partitions' totals (creating them); return their ids."""
+    pids: dict[tuple[RecordType, int, int, str], int] = {}
+    items = list(parts.items())
+    step = _CHUNK // 6
+    for i in range(0, len(items), step):
+        chunk = items[i : i + step]
+        marks = ",".join(["(?,?,?,?,?,?)"] * len(chunk))
+        cur = conn.execute(
+            f"INSERT INTO parts (method, year, month, domain, rows, nbytes) VALUES {marks}"  # noqa: S608
+            " ON CONFLICT DO UPDATE SET rows = rows + excluded.rows, nbytes = nbytes + excluded.nbytes"
+            " RETURNING pid, method, year, month, domain",
+            [v for (m, y, mo, d), (n, b) in chunk for v in (m.value, y, mo, d, n, b)],
+        )
+        for pid, m, y, mo, d in cur.fetchall():
+            pids[(RecordType(m), y, mo, d)] = pid
+    return pids
+
+
+def _create(conn: sqlite3.Connection) -> None:
+    """Create the current layout, converting a buffer of the older one (one transaction)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] != _LAYOUT:  # not done meanwhile
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            old = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='attempts'"
+            ).fetchone()
+            if old is not None:
+                _convert(conn)
+            conn.execute(f"PRAGMA user_version={_LAYOUT}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _convert(conn: sqlite3.Connection) -> None:
+    """Move the rows of layout 1 (``attempts``, ``totals``) into this layout."""
+    conn.create_function("wi_khash", 2, lambda m, k: _khash(RecordType(m), k), deterministic=True)
+    conn.create_function(
+        "wi_body", 2, lambda meta, resp: _encode((_decode(meta), _decode(resp))), deterministic=True
+    )
+    conn.execute(
+        "INSERT INTO buffered (seq, pid, khash, url_key, ts_us, request_id, calibre, success, nbytes,"
+        " added_us, flush_id, body)"
+        " SELECT a.seq, 0, wi_khash(a.method, a.url_key), a.url_key, a.ts_us, a.request_id, a.calibre,"
+        " a.success, 0, a.added_us, a.flush_id, wi_body(a.metadata, a.responses)"
+        " FROM attempts a ORDER BY a.seq"
+    )
+    conn.execute("UPDATE buffered SET nbytes = length(body)")
+    conn.execute(
+        "INSERT INTO parts (method, year, month, domain, rows, nbytes)"
+        " SELECT method, year, month, domain, 0, 0 FROM attempts GROUP BY method, year, month, domain"
+    )
+    conn.execute(
+        "UPDATE buffered SET pid = (SELECT p.pid FROM attempts a JOIN parts p ON p.method = a.method"
+        " AND p.year = a.year AND p.month = a.month AND p.domain = a.domain WHERE a.seq = buffered.seq)"
+    )
+    conn.execute(
+        "UPDATE parts SET rows = (SELECT COUNT(*) FROM buffered b WHERE b.pid = parts.pid),"
+        " nbytes = (SELECT IFNULL(SUM(nbytes), 0) FROM buffered b WHERE b.pid = parts.pid)"
+    )
+    conn.execute("DROP TABLE attempts")  # with its indexes and triggers
+    conn.execute("DROP TABLE IF EXISTS totals")
