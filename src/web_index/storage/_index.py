@@ -22,8 +22,10 @@ So a stale, missing or deleted index costs speed, never an answer.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +55,7 @@ __all__ = [
 INDEX_ROW_GROUP = 4096
 _COVERS_KEY = b"web_index.index.covers"
 _VERSION_KEY = b"web_index.index.version"
-_VERSION = b"1"
+_VERSION = b"2"
 
 _FIELDS: list[pa.Field[Any]] = [
     pa.field("url_key", pa.string(), nullable=False),
@@ -207,8 +209,9 @@ def _read_covers(handle: pq.ParquetFile) -> list[Covered]:
     if meta.get(_VERSION_KEY) != _VERSION or _COVERS_KEY not in meta:
         raise CorruptFileError("index", "not a month index of this version")
     try:
-        return [Covered(str(n), int(s), str(d)) for n, s, d in json.loads(meta[_COVERS_KEY])]
-    except (ValueError, TypeError) as exc:
+        covers = json.loads(zlib.decompress(base64.b64decode(meta[_COVERS_KEY])))
+        return [Covered(str(n), int(s), str(d)) for n, s, d in covers]
+    except (ValueError, TypeError, zlib.error) as exc:
         raise CorruptFileError("index", f"unreadable covers list: {exc}") from None
 
 
@@ -290,7 +293,10 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     table = table.replace_schema_metadata(
         {
             _VERSION_KEY: _VERSION,
-            _COVERS_KEY: json.dumps([[c.name, c.size, c.domain] for c in covers]).encode(),
+            # One entry per file of the month (tens of thousands): compressed.
+            _COVERS_KEY: base64.b64encode(
+                zlib.compress(json.dumps([[c.name, c.size, c.domain] for c in covers]).encode())
+            ),
         }
     )
     backend.write_parquet(
@@ -300,6 +306,8 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
         row_group_size=INDEX_ROW_GROUP,
         write_statistics=["url_key"],
         use_dictionary=False,
+        column_encoding={"url_key": "DELTA_BYTE_ARRAY"},  # sorted keys share prefixes
+        store_schema=False,
     )
     return True
 
