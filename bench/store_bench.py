@@ -3,13 +3,15 @@
     .venv/bin/python bench/store_bench.py                 # default: 200,000 GET records, a few minutes
     .venv/bin/python bench/store_bench.py --scale S       # 1,000,000 GET records over 10,000 domains
     .venv/bin/python bench/store_bench.py --workloads simple-10k,key-10k --reuse-store PATH
+    .venv/bin/python bench/store_bench.py --scale S --workloads key-1k --sides baseline
+    .venv/bin/python bench/store_bench.py --compare results/store-S.json results/store-2S.json
 
 Every workload runs each side (web-index, baseline) in its own subprocess, so
 that the peak RSS reported is that side's own. Answers of the two sides are
 compared query by query (request id, chain length, crc32 of the final body)
-and any mismatch fails the run. The insert buffer is flushed before querying
-(the generator flushes and compacts), so the Parquet files hold every record
-and the baseline may read them alone. See bench/README.md.
+and any mismatch fails the run (``--sides`` runs one side only, unchecked).
+The generator writes every record into compacted Parquet files (the insert
+buffer is empty), so the baseline may read the files alone. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -91,10 +93,13 @@ class QueryMaker:
 
     def __init__(self, manifest: pa.Table, seed: int) -> None:
         self.rng = random.Random(seed)
-        rows = manifest.to_pylist()
-        self.get_pages = [r for r in rows if r["method"] == "get" and r["success"]]
-        self.get_urls = sorted({r["url"] for r in rows if r["method"] == "get"})
-        self.head_urls = sorted({r["url"] for r in rows if r["method"] == "head"})
+        cols = {name: manifest.column(name).to_pylist() for name in ("url", "method", "ts_us", "request_id")}
+        success = manifest.column("success").to_pylist()
+        rows = zip(cols["url"], cols["method"], cols["ts_us"], cols["request_id"], success, strict=True)
+        # (url, ts_us, request_id) of every successful GET attempt, in manifest order.
+        self.get_pages = [(u, t, r) for u, m, t, r, ok in rows if m == "get" and ok]
+        self.get_urls = sorted({u for u, m in zip(cols["url"], cols["method"], strict=True) if m == "get"})
+        self.head_urls = sorted({u for u, m in zip(cols["url"], cols["method"], strict=True) if m == "head"})
         self.t0 = synth.START
         self.span = timedelta(days=182)
 
@@ -148,16 +153,15 @@ class QueryMaker:
     def keys(self, n: int) -> list[Query]:
         out: list[Query] = []
         for _ in range(n):
-            row = self.rng.choice(self.get_pages)
-            ts = _EPOCH + timedelta(microseconds=row["ts_us"])
-            rid = row["request_id"]
+            url, ts_us, rid = self.rng.choice(self.get_pages)
+            ts = _EPOCH + timedelta(microseconds=ts_us)
             r = self.rng.random()
             if r > HIT_RATE:  # a miss: right key, wrong time; or a request id from another attempt
                 if r > (1 + HIT_RATE) / 2:
                     ts += timedelta(seconds=1)
                 else:
-                    rid = self.rng.choice(self.get_pages)["request_id"]
-            out.append(PageKey(url=row["url"], timestamp=ts, request_id=rid))
+                    rid = self.rng.choice(self.get_pages)[2]
+            out.append(PageKey(url=url, timestamp=ts, request_id=rid))
         return out
 
     def mixed(self, n: int) -> list[Query]:
@@ -415,32 +419,46 @@ def query_workload(w: Workload, maker: QueryMaker, ctx: dict[str, Any], tmp: Pat
         **ctx["opts"],
     }
     sides = {}
-    for side in ("web-index", "baseline"):
+    for side in ctx["sides"]:
         sides[side] = run_side(
             {**base, "side": side, "out": str(tmp / f"{w.name}.{side}.results.parquet")}, tmp
         )
-    wi, bl = sides["web-index"], sides["baseline"]
+    wi, bl = sides.get("web-index"), sides.get("baseline")
+    out: dict[str, Any] = {"queries": len(queries)}
     if w.kind == "latency":
-        take, per = bl["take"], w.size
-        idx = [k * per + i for k in range(3) for i in range(take)]
-        hits = check(w.name, [wi["answers"][i] for i in idx], bl["answers"])
-    else:
-        hits = check(w.name, wi["answers"], bl["answers"], queries)
-    out = {
-        "queries": len(queries),
-        "hits": hits,
-        "web_index_s": wi["seconds"],
-        "baseline_s": bl["seconds"],
-        "ratio": bl["seconds"] / wi["seconds"],
-        "web_index_rss_mb": wi["peak_rss_mb"],
-        "baseline_rss_mb": bl["peak_rss_mb"],
-    }
-    if w.kind == "latency":
-        # Totals of different query counts: only per-kind p50s compare.
-        del out["ratio"]
-        out["latency"] = {"web_index": wi["latency"], "baseline": bl["latency"]}
-        out["ratio_p50"] = {k: bl["latency"][k]["p50_ms"] / v["p50_ms"] for k, v in wi["latency"].items()}
-        out["hits_checked"] = len(idx)
+        out["latency"] = {}
+        if wi is not None:
+            out["latency"]["web_index"] = wi["latency"]
+        if bl is not None:
+            out["latency"]["baseline"] = bl["latency"]
+    if wi is not None and bl is not None:
+        if w.kind == "latency":
+            take, per = bl["take"], w.size
+            idx = [k * per + i for k in range(3) for i in range(take)]
+            out["hits"] = check(w.name, [wi["answers"][i] for i in idx], bl["answers"])
+            out["hits_checked"] = len(idx)
+        else:
+            out["hits"] = check(w.name, wi["answers"], bl["answers"], queries)
+    else:  # one side only: nothing to compare the answers with
+        only = wi if wi is not None else bl
+        assert only is not None
+        out["hits"] = sum(1 for x in only["answers"] if x)
+        out["unchecked"] = True
+    if wi is not None:
+        out["web_index_s"] = wi["seconds"]
+        out["web_index_rss_mb"] = wi["peak_rss_mb"]
+    if bl is not None:
+        out["baseline_s"] = bl["seconds"]
+        out["baseline_rss_mb"] = bl["peak_rss_mb"]
+    if wi is not None and bl is not None:
+        if w.kind == "latency":
+            # Totals of different query counts: only per-kind p50s compare.
+            lat = out["latency"]
+            out["ratio_p50"] = {
+                k: lat["baseline"][k]["p50_ms"] / v["p50_ms"] for k, v in lat["web_index"].items()
+            }
+        else:
+            out["ratio"] = bl["seconds"] / wi["seconds"]
     return out
 
 
@@ -515,6 +533,63 @@ def _store_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*.parquet"))
 
 
+def store_stats(root: Path) -> dict[str, Any]:
+    """Files and bytes per type (and of the key index), with the Parquet footers' share.
+
+    A footer's length is in the file's last 8 bytes (4-byte length, ``PAR1``):
+    the serialised ``FileMetaData``, i.e. ``metadata.serialized_size``. The
+    page indexes (column and offset indexes) sit before it and are not counted.
+    """
+    out: dict[str, Any] = {}
+    groups = {t.value: root / t.value for t in RecordType} | {"index": root / "_index"}
+    for name, folder in groups.items():
+        files = nbytes = footer = 0
+        for path in folder.rglob("*.parquet"):
+            with path.open("rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - 8))
+                tail = fh.read(8)
+            files += 1
+            nbytes += size
+            if len(tail) == 8 and tail[4:] == b"PAR1":
+                footer += int.from_bytes(tail[:4], "little") + 8
+        out[name] = {"files": files, "bytes": nbytes, "footer_bytes": footer}
+    data = [v for k, v in out.items() if k != "index"]
+    out["data"] = {k: sum(v[k] for v in data) for k in ("files", "bytes", "footer_bytes")}
+    out["all"] = {k: out["data"][k] + out["index"][k] for k in ("files", "bytes", "footer_bytes")}
+    return out
+
+
+def size_target(stats: dict[str, Any], info: dict[str, Any]) -> dict[str, Any] | None:
+    """The issue's target: store bytes <= 1.1 x zstd(bodies, each alone) + 200 bytes a record.
+
+    Two readings of "record": a successful GET (a page), or any stored attempt
+    (GET and HEAD, failures included). Store bytes: every Parquet file, key
+    index included (the insert buffer is empty).
+    """
+    zstd = info.get("body_zstd_bytes")
+    if zstd is None:  # a dataset from an older generator
+        return None
+    store, data = stats["all"]["bytes"], stats["data"]["bytes"]
+    out: dict[str, Any] = {
+        "store_bytes": store,
+        "data_bytes": data,  # without the key index
+        "body_bytes": info["body_bytes"],
+        "body_zstd_bytes": zstd,
+    }
+    for reading, records in (("per_get_record", info["get_pages"]), ("per_attempt", info["attempts"])):
+        limit = 1.1 * zstd + 200 * records
+        out[reading] = {
+            "records": records,
+            "limit_bytes": round(limit),
+            "ratio": store / limit,
+            "ok": store <= limit,
+            "ratio_without_index": data / limit,
+            "overhead_bytes_per_record": (store - 1.1 * zstd) / records,
+        }
+    return out
+
+
 def machine_info() -> dict[str, Any]:
     import duckdb
     import polars
@@ -557,57 +632,48 @@ def machine_info() -> dict[str, Any]:
 
 def print_report(report: dict[str, Any]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console(width=150)
-    table = Table(title=f"web-index store benchmark ({report['label']})")
-    for col in ("workload", "queries", "hits", "web-index s", "DuckDB s", "ratio", "RSS wi/duck MB"):
-        table.add_column(col, justify="right" if col != "workload" else "left", no_wrap=True)
-    for name, r in report["workloads"].items():
-        if "ratio" in r:
-            table.add_row(
-                name,
-                f"{r['queries']:,}",
-                f"{r['hits']:,}",
-                f"{r['web_index_s']:.2f}",
-                f"{r['baseline_s']:.2f}",
-                f"{r['ratio']:.1f}x",
-                f"{r['web_index_rss_mb']:.0f} / {r['baseline_rss_mb']:.0f}",
-            )
-    console.print(table)
-    # The rest (store size, latency, ingest, compaction) as the markdown snippet has it.
-    text = markdown(report)
-    console.print(text[text.index("Store:") : text.index("| workload")], markup=False)
-    tables = text[text.index("| workload") :]
-    console.print(tables[tables.find("\n\n") :], markup=False)
+    # The markdown snippet is also the console report: it is plain enough to read.
+    Console(width=150).print(markdown(report), markup=False, highlight=False)
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
 def markdown(report: dict[str, Any]) -> str:
     ds, m, w = report["dataset"], report["machine"], report["workloads"]
+    st = report["store"]
     lines = [
         f"### Store benchmark, {report['label']} ({report['date']})",
         "",
         f"Store: {ds['get_pages']:,} GET records ({ds['get_response_rows']:,} response rows), "
         f"{ds['get_failed']:,} failed GET attempts, {ds['head_attempts']:,} HEAD attempts, "
         f"{ds['urls']:,} URLs over {ds['domains']:,} domains, six months; "
-        f"{report['store']['files']:,} Parquet files, {report['store']['bytes'] / 1e6:,.0f} MB "
-        f"({report['store']['bytes_per_get_record']:,.0f} bytes per GET record, all types included).",
+        f"{st['files']:,} Parquet files, {st['bytes'] / 1e6:,.0f} MB "
+        f"({st['bytes_per_get_record']:,.0f} bytes per GET record, all types and the key index included).",
         f"Machine: {m['cpu_count']} x {m['cpu_model']}, {m['memory_gib']} GiB; Python {m['python']}, "
         f"pyarrow {m['pyarrow']}, DuckDB {m['duckdb']}, polars {m['polars']}; commit {m['git_commit'][:10]}"
         f"{' (src modified)' if m['src_dirty'] else ''}.",
         "Baseline: one DuckDB statement per batch over every file of the type (linear scan), same semantics; "
-        "answers checked equal query by query. Warm OS page cache.",
+        "answers checked equal query by query"
+        + ("" if report.get("sides", "both") == "both" else f" (not here: {report['sides']} side only)")
+        + ". Warm OS page cache.",
+    ]
+    lines += _size_lines(st)
+    lines += [
         "",
         "| workload | queries | hits | web-index s | DuckDB scan s | ratio (scan / web-index) "
         "| peak RSS web-index / DuckDB (MB) |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in w.items():
-        if "ratio" in r:
+        if "queries" in r and name != "latency":
             lines.append(
-                f"| {name} | {r['queries']:,} | {r['hits']:,} | {r['web_index_s']:.2f} "
-                f"| {r['baseline_s']:.2f} | {r['ratio']:.1f}x "
-                f"| {r['web_index_rss_mb']:.0f} / {r['baseline_rss_mb']:.0f} |"
+                f"| {name} | {r['queries']:,} | {r['hits']:,}{' (unchecked)' if r.get('unchecked') else ''} "
+                f"| {_fmt(r.get('web_index_s'), '.2f')} | {_fmt(r.get('baseline_s'), '.2f')} "
+                f"| {_fmt(r.get('ratio'), '.1f', 'x')} "
+                f"| {_fmt(r.get('web_index_rss_mb'), '.0f')} / {_fmt(r.get('baseline_rss_mb'), '.0f')} |"
             )
     if "latency" in w:
         lines += [
@@ -617,10 +683,13 @@ def markdown(report: dict[str, Any]) -> str:
         ]
         lat = w["latency"]["latency"]
         for kind in ("simple", "time-aware", "key"):
-            a, b = lat["web_index"][kind], lat["baseline"][kind]
+            a, b = lat.get("web_index", {}).get(kind), lat.get("baseline", {}).get(kind)
+            ratio = b["p50_ms"] / a["p50_ms"] if a and b else None
             lines.append(
-                f"| {kind} (n={a['n']} / {b['n']}) | {a['p50_ms']:.1f} / {a['p99_ms']:.1f} "
-                f"| {b['p50_ms']:.0f} / {b['p99_ms']:.0f} | {b['p50_ms'] / a['p50_ms']:.0f}x |"
+                f"| {kind} (n={a['n'] if a else 0} / {b['n'] if b else 0}) "
+                f"| {_fmt(a and a['p50_ms'], '.1f')} / {_fmt(a and a['p99_ms'], '.1f')} "
+                f"| {_fmt(b and b['p50_ms'], '.0f')} / {_fmt(b and b['p99_ms'], '.0f')} "
+                f"| {_fmt(ratio, '.0f', 'x')} |"
             )
     if "ingest" in w:
         lines += [
@@ -641,14 +710,48 @@ def markdown(report: dict[str, Any]) -> str:
             f"{c['mb_per_s']:.1f} MB/s); flush {c['flush_attempts_per_s']:,.0f} attempts/s"
         )
     g = ds.get("seconds", {})
-    if g:
+    if "validate" in g:
+        if "compaction" not in w:  # else the compaction line opened the list
+            lines.append("")
         lines.append(
-            f"- generation (non-durable insert_many of {ds['attempts']:,} attempts): "
-            f"insert {g['insert_non_durable']} s "
-            f"({ds['attempts'] / g['insert_non_durable']:,.0f} attempts/s), "
-            f"flush {g['flush']} s, compact {g['compact']} s (listing memoised, see README)"
+            f"- generation ({ds['attempts']:,} attempts, {ds.get('workers', 2)} worker processes, files "
+            f"written directly in compacted form; per phase the slowest worker): plan {g['plan']} s, "
+            f"build + validate {g['validate']} s, tables {g['tables']} s, write {g['write']} s; "
+            f"workers {g['workers']} s, then compact() {g['compact']} s; total {g['total']} s"
         )
     return "\n".join(lines) + "\n"
+
+
+def _size_lines(st: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "| files | count | MB | footers MB | footer share |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in (*(t.value for t in RecordType), "index", "all"):
+        t = st["types"][name]
+        share = t["footer_bytes"] / t["bytes"] if t["bytes"] else 0.0
+        lines.append(
+            f"| {name} | {t['files']:,} | {t['bytes'] / 1e6:,.1f} | {t['footer_bytes'] / 1e6:,.1f} "
+            f"| {share:.0%} |"
+        )
+    target = st.get("target")
+    if target:
+        lines.append("")
+        lines.append(
+            f"Size target (store <= 1.1 x zstd-3 of each final body alone + 200 bytes a record): "
+            f"store {target['store_bytes'] / 1e6:,.1f} MB, bodies {target['body_bytes'] / 1e6:,.1f} MB raw, "
+            f"{target['body_zstd_bytes'] / 1e6:,.1f} MB zstd."
+        )
+        for reading, label in (("per_get_record", "GET record"), ("per_attempt", "stored attempt")):
+            r = target[reading]
+            lines.append(
+                f"- a record = a {label} ({r['records']:,}): limit {r['limit_bytes'] / 1e6:,.1f} MB, "
+                f"store / limit = {r['ratio']:.3f} ({'met' if r['ok'] else 'NOT met'}; "
+                f"{r.get('ratio_without_index', r['ratio']):.3f} without the key index); "
+                f"{r['overhead_bytes_per_record']:,.0f} bytes a record beyond 1.1 x zstd"
+            )
+    return lines
 
 
 # -- main ------------------------------------------------------------------------------
@@ -660,6 +763,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--scale", choices=sorted(SCALES), help="S = 1,000,000 GET records, 2S = 2,000,000")
     ap.add_argument("--domains", type=int, help="default: 1,000 (10,000 with --scale)")
     ap.add_argument("--workloads", default="all", help="comma-separated names, or 'all'")
+    ap.add_argument(
+        "--sides",
+        choices=["both", "web-index", "baseline"],
+        default="both",
+        help="run both sides (and compare answers) or one; one side writes store-<tag>-<side>.json",
+    )
     ap.add_argument("--keep-store", type=Path, help="build (or reuse) the dataset in this folder")
     ap.add_argument("--reuse-store", type=Path, help="use the finished dataset in this folder; never build")
     ap.add_argument("--bulk-queries", type=int, help="default 30,000 (1,000,000 with --scale)")
@@ -669,6 +778,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--baseline-latency-n", type=int, default=5, help="single queries per kind for the scan")
     ap.add_argument("--duckdb-threads", type=int, help="default: DuckDB's own (all cores)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("SMALL", "LARGE"),
+        help="no run: table of LARGE/SMALL time ratios per workload from two result files "
+        "(e.g. results/store-S.json results/store-2S.json)",
+    )
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -682,6 +799,8 @@ def dataset_for(args: argparse.Namespace) -> tuple[Path, dict[str, Any], str]:
         info = synth.load_info(args.reuse_store)
         if info is None:
             raise SystemExit(f"no finished dataset in {args.reuse_store}")
+        if not args.scale:
+            label = f"{info['params']['records']:,} records"
         return args.reuse_store, info, label
     folder = args.keep_store or synth.dataset_dir(params)
     return folder, synth.ensure_dataset(params, folder), label
@@ -695,31 +814,52 @@ def main(argv: Sequence[str] | None = None) -> None:
         result["peak_rss_mb"] = peak_rss_mb()
         Path(spec["result"]).write_text(json.dumps(result))
         return
+    if args.compare:
+        text = compare_scales(*args.compare)
+        out = RESULTS / f"scales-{args.compare[0].stem}-vs-{args.compare[1].stem}.md"
+        out.write_text(text)
+        print(text + f"\n(written to {out})")
+        return
     folder, info, label = dataset_for(args)
     store = folder / "store"
-    nfiles = baseline.assert_no_superseded(store)
+    baseline.assert_no_superseded(store)
     bulk = args.bulk_queries or (1_000_000 if args.scale else 30_000)
     catalogue = workloads(bulk)
     names = list(catalogue) if args.workloads == "all" else [n.strip() for n in args.workloads.split(",")]
     unknown = [n for n in names if n not in catalogue]
     if unknown:
         raise SystemExit(f"unknown workloads {unknown}; choose from {list(catalogue)}")
+    sides = ["web-index", "baseline"] if args.sides == "both" else [args.sides]
+    if "web-index" not in sides:
+        skipped = [n for n in names if catalogue[n].kind in ("ingest", "compaction")]
+        if skipped:
+            print(f"skipping {skipped}: web-index only")
+        names = [n for n in names if n not in skipped]
     maker = QueryMaker(pq.read_table(folder / "manifest.parquet"), args.seed)
     opts = {"threads": args.duckdb_threads, "baseline_latency_n": args.baseline_latency_n, "chunk": 10_000}
     ctx = {
         "store": store,
         "opts": opts,
+        "sides": sides,
         "ingest_records": args.ingest_records,
         "single_inserts": args.single_inserts,
         "compact_records": args.compact_records,
     }
-    size = _store_bytes(store)
+    stats = store_stats(store)
+    size = stats["all"]["bytes"]
     report: dict[str, Any] = {
         "label": label,
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "sides": args.sides,
         "machine": machine_info(),
         "dataset": {**info, "folder": str(folder)},
-        "store": {"files": nfiles, "bytes": size, "bytes_per_get_record": size / info["get_pages"]},
+        "store": {
+            "files": stats["all"]["files"],
+            "bytes": size,
+            "bytes_per_get_record": size / info["get_pages"],
+            "types": stats,
+            "target": size_target(stats, info),
+        },
         "workloads": {},
     }
     with tempfile.TemporaryDirectory(prefix="wi-bench-", dir=HERE / "data") as tmpname:
@@ -735,10 +875,63 @@ def main(argv: Sequence[str] | None = None) -> None:
                 report["workloads"][name] = query_workload(w, maker, ctx, tmp)
             print(f"    {json.dumps(report['workloads'][name], default=str)[:300]}", flush=True)
     RESULTS.mkdir(exist_ok=True)
-    tag = args.scale or f"{info['params']['records'] // 1000}k"
+    tag = result_tag(args.scale or f"{info['params']['records'] // 1000}k", args.sides)
     (RESULTS / f"store-{tag}.json").write_text(json.dumps(report, indent=2, default=str))
     (RESULTS / f"store-{tag}.md").write_text(markdown(report))
     print_report(report)
+
+
+def compare_scales(small_path: Path, large_path: Path) -> str:
+    """Markdown: per workload and side, the seconds at both scales and their ratio."""
+    small, large = json.loads(small_path.read_text()), json.loads(large_path.read_text())
+
+    def records(r: dict[str, Any]) -> int:
+        return int(r["dataset"]["get_pages"])
+
+    lines = [
+        f"### Scaling: {large['label']} against {small['label']}",
+        "",
+        f"GET records {records(small):,} -> {records(large):,} (x{records(large) / records(small):.2f}); "
+        f"store {small['store']['bytes'] / 1e6:,.0f} -> {large['store']['bytes'] / 1e6:,.0f} MB "
+        f"(x{large['store']['bytes'] / small['store']['bytes']:.2f}).",
+        "",
+        "| workload | side | small s | large s | large / small | peak RSS small / large MB |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name, a in small["workloads"].items():
+        b = large["workloads"].get(name)
+        if b is None:
+            continue
+        rows: list[tuple[str, float | None, float | None, Any, Any]] = []
+        if name == "latency":
+            for side in ("web_index", "baseline"):
+                for kind in ("simple", "time-aware", "key"):
+                    x = a.get("latency", {}).get(side, {}).get(kind)
+                    y = b.get("latency", {}).get(side, {}).get(kind)
+                    if x and y:
+                        rows.append((f"{side} {kind} p50", x["p50_ms"] / 1e3, y["p50_ms"] / 1e3, None, None))
+        elif "seconds" in a:  # compaction
+            rows.append(
+                ("web_index", a["seconds"], b.get("seconds"), a.get("peak_rss_mb"), b.get("peak_rss_mb"))
+            )
+        elif "queries" in a:
+            for side in ("web_index", "baseline"):
+                if f"{side}_s" in a and f"{side}_s" in b:
+                    rows.append(
+                        (side, a[f"{side}_s"], b[f"{side}_s"], a[f"{side}_rss_mb"], b[f"{side}_rss_mb"])
+                    )
+        for side, x, y, rx, ry in rows:
+            ratio = y / x if x and y else None
+            lines.append(
+                f"| {name} | {side} | {_fmt(x, '.3f')} | {_fmt(y, '.3f')} | {_fmt(ratio, '.2f', 'x')} "
+                f"| {_fmt(rx, '.0f')} / {_fmt(ry, '.0f')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def result_tag(scale: str, sides: str) -> str:
+    """``S``, ``200k``...; a one-sided run gets its own file: ``S-baseline``."""
+    return scale if sides == "both" else f"{scale}-{sides}"
 
 
 if __name__ == "__main__":

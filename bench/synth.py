@@ -5,27 +5,31 @@ domains, six months of fetches, 1-4 fetches per URL, ~10% failed attempts
 (metadata only), HEAD attempts, several calibres, redirect chains on ~10% of
 GETs and HTML-like bodies of a few KB that compress like real pages.
 
-The store is written through the store's own insert path (``insert_many`` with
-``durable=False`` and a flush policy that never flushes on its own, then one
-``flush()`` and one ``compact()``), so its files are exactly what web-index
-writes. A built dataset is cached under ``bench/data/<params-hash>/`` and reused:
+Every attempt goes through the store's own validation (``validate_attempt``, as
+``insert_many`` does), and its rows are written straight into the files a
+``compact()`` would leave: one ``<domain>.parquet`` per partition, built with the
+store's own ``rows_to_table``, ``sort_dedupe`` and ``write_partition_file``. Two
+worker processes share the domains (balanced by planned load). A final
+``WebIndex.compact()`` finds nothing to do. A built dataset is cached under
+``bench/data/<records>-<params-hash>/`` and reused:
 
     <dataset>/store/          the web-index store
     <dataset>/manifest.parquet  one row per stored attempt (url, method, ts, request_id, ...)
-    <dataset>/info.json       the parameters, counts and build times; written last
+    <dataset>/info.json       the parameters, counts, sizes and build times; written last
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import hashlib
 import json
+import multiprocessing
 import random
 import shutil
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,11 +38,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from web_index import FlushPolicy, WebIndex
-from web_index.models import AttemptMetadata, AttemptState, Response
+from web_index import WebIndex
+from web_index.ingest import validate_attempt
+from web_index.models import AttemptMetadata, AttemptState, RecordType, Response
+from web_index.storage._backend import LocalBackend
+from web_index.storage._files import WriteOptions, rows_to_table, sort_dedupe, write_partition_file
+from web_index.storage._layout import Partition
 
 # Bump when the generator's output changes, so that stale caches are not reused.
-GENERATOR_VERSION = 1
+# 2: files written directly in compacted form (request ids no longer in time order).
+GENERATOR_VERSION = 2
 DATA_DIR = Path(__file__).resolve().parent / "data"
 START = datetime(2024, 1, 1, tzinfo=UTC)
 MONTHS = 6
@@ -144,6 +153,7 @@ class Spec:
     state: str
     hops: int  # responses in the chain (0 for a failed attempt)
     body_seed: int
+    domain: int  # rank of the URL's domain (index into the domain list)
 
 
 # -- the shape of the data ------------------------------------------------------
@@ -196,11 +206,8 @@ def plan_attempts(p: SynthParams) -> tuple[list[Spec], list[str]]:
     serial = 0
     # Every domain gets at least one URL first, so that all of them exist in the store.
     while pages < p.records:
-        if serial < p.domains:
-            domain = domains[serial]
-        else:
-            domain = domains[bisect.bisect_left(cum, rng.random() * cum[-1])]
-        url = url_for(domain, serial, rng)
+        rank = serial if serial < p.domains else bisect.bisect_left(cum, rng.random() * cum[-1])
+        url = url_for(domains[rank], serial, rng)
         serial += 1
         fetches = rng.choices([1, 2, 3, 4], weights=[0.4, 0.3, 0.2, 0.1])[0]
         for ts in sorted(rng.randrange(_SPAN_US) for _ in range(fetches)):
@@ -208,16 +215,16 @@ def plan_attempts(p: SynthParams) -> tuple[list[Spec], list[str]]:
                 break
             fetcher = bisect.bisect_left(fetcher_cum, rng.random() * fetcher_cum[-1])
             if rng.random() < p.fail_rate:
-                specs.append(Spec("get", url, _ts0() + ts, fetcher, rng.choice(FAILED_STATES), 0, 0))
+                specs.append(Spec("get", url, _ts0() + ts, fetcher, rng.choice(FAILED_STATES), 0, 0, rank))
                 continue
             hops = 1 + (rng.choice([1, 1, 2]) if rng.random() < p.redirect_rate else 0)
-            specs.append(Spec("get", url, _ts0() + ts, fetcher, "success", hops, rng.getrandbits(32)))
+            specs.append(Spec("get", url, _ts0() + ts, fetcher, "success", hops, rng.getrandbits(32), rank))
             pages += 1
         if rng.random() < p.head_rate:
             ts = _ts0() + rng.randrange(_SPAN_US)
             ok = rng.random() >= p.fail_rate
             fetcher = bisect.bisect_left(fetcher_cum, rng.random() * fetcher_cum[-1])
-            specs.append(Spec("head", url, ts, fetcher, "success" if ok else "timeout", int(ok), 0))
+            specs.append(Spec("head", url, ts, fetcher, "success" if ok else "timeout", int(ok), 0, rank))
     # Inserts arrive roughly in time order, as from a crawler.
     specs.sort(key=lambda s: s.ts_us)
     return specs, domains
@@ -324,6 +331,15 @@ _MANIFEST_SCHEMA_FIELDS: list[pa.Field[Any]] = [
     pa.field("hops", pa.uint8()),
 ]
 _MANIFEST_SCHEMA = pa.schema(_MANIFEST_SCHEMA_FIELDS)
+# A worker's share of the manifest also has each attempt's place in the plan, to merge in plan order.
+_SHARE_SCHEMA = _MANIFEST_SCHEMA.append(pa.field("order", pa.int64()))
+# A worker's phases: planning (every worker plans everything), building and validating the
+# attempts, building the sorted tables, writing the files.
+_PHASES = ("plan", "validate", "tables", "write")
+_TYPES = [RecordType.GET, RecordType.GET_METADATA, RecordType.HEAD, RecordType.HEAD_METADATA]
+# Attempts validated and held in memory at once by a worker (whole domain-months only, so a
+# partition's rows are always all in one chunk).
+CHUNK_ATTEMPTS = 20_000
 
 
 def dataset_dir(p: SynthParams) -> Path:
@@ -339,94 +355,253 @@ def load_info(folder: Path) -> dict[str, Any] | None:
     return info
 
 
-def ensure_dataset(p: SynthParams, folder: Path, *, batch: int = 5_000, log: Any = print) -> dict[str, Any]:
+def ensure_dataset(
+    p: SynthParams,
+    folder: Path,
+    *,
+    workers: int = 2,
+    chunk_attempts: int = CHUNK_ATTEMPTS,
+    log: Any = print,
+) -> dict[str, Any]:
     """Build the dataset in ``folder`` unless a finished one with these parameters is there."""
     info = load_info(folder)
-    if info is not None and info["params"] == dataclasses.asdict(p):
+    if (
+        info is not None
+        and info["params"] == dataclasses.asdict(p)
+        and info.get("generator_version") == GENERATOR_VERSION
+    ):
         return info
     if folder.exists():
         shutil.rmtree(folder)  # a half-built or different dataset: start again
     folder.mkdir(parents=True)
-    t0 = time.perf_counter()
-    specs, domains = plan_attempts(p)
-    t_plan = time.perf_counter() - t0
-    log(f"generating {len(specs):,} attempts over {len(domains):,} domains into {folder}")
     store = folder / "store"
-    # Nothing flushes or compacts until we say so: one part file per partition.
-    policy = FlushPolicy(max_rows=1 << 40, max_bytes=1 << 60, max_age_s=1e9, compact_parts=0)
-    bodies = BodyMaker(p.seed, p.body_kb)
-    manifest: list[dict[str, Any]] = []
+    store.mkdir()
+    log(f"generating {p.records:,} GET records over {p.domains:,} domains into {folder} ({workers} workers)")
+    t0 = time.perf_counter()
+    # Spawned, not forked: the parent may have polars' and Arrow's thread pools running.
+    # A worker that dies fails the build (BrokenProcessPool), where multiprocessing.Pool would
+    # start another one forever.
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        jobs = [pool.submit(build_share, p, str(folder), k, workers, chunk_attempts) for k in range(workers)]
+        shares: list[dict[str, Any]] = [job.result() for job in jobs]
     t1 = time.perf_counter()
-    with WebIndex(store, durable=False, policy=policy) as idx:
-        for start in range(0, len(specs), batch):
-            chunk = specs[start : start + batch]
-            keys = idx.insert_many([build_item(s, bodies) for s in chunk])
-            for s, k in zip(chunk, keys, strict=True):
-                manifest.append(_manifest_row(s, k.request_id))
-            if start // batch % 20 == 0:
-                log(f"  inserted {start + len(chunk):,}/{len(specs):,}")
-        t2 = time.perf_counter()
-        log(f"  inserted in {t2 - t1:.1f}s; flushing")
-        idx.flush()
-        t3 = time.perf_counter()
-        log(f"  flushed in {t3 - t2:.1f}s; compacting")
-        with _memoised_listing(idx):
-            idx.compact()
-        t4 = time.perf_counter()
-        log(f"  compacted in {t4 - t3:.1f}s")
-    pq.write_table(pa.Table.from_pylist(manifest, schema=_MANIFEST_SCHEMA), folder / "manifest.parquet")
+    log(f"  workers done in {t1 - t0:.1f}s; merging the manifest")
+    _merge_manifest(folder, workers)
+    t2 = time.perf_counter()
+    log(f"  manifest in {t2 - t1:.1f}s; compacting (nothing to do: every file is compacted already)")
+    with WebIndex(store) as idx:
+        changed = idx.compact()
+    t3 = time.perf_counter()
+    log(f"  compact() in {t3 - t2:.1f}s, {changed} partitions changed")
+    counts = [
+        "attempts",
+        "get_pages",
+        "get_response_rows",
+        "get_failed",
+        "head_attempts",
+        "urls",
+        "domains",
+        "body_bytes",
+        "body_zstd_bytes",
+    ]
     info = {
         "params": dataclasses.asdict(p),
         "generator_version": GENERATOR_VERSION,
-        "attempts": len(specs),
-        "get_pages": sum(1 for s in specs if s.method == "get" and s.hops),
-        "get_response_rows": sum(s.hops for s in specs if s.method == "get"),
-        "get_failed": sum(1 for s in specs if s.method == "get" and not s.hops),
-        "head_attempts": sum(1 for s in specs if s.method == "head"),
-        "urls": len({s.url for s in specs}),
-        "domains": len(domains),
+        **{name: sum(s[name] for s in shares) for name in counts},
+        "files": {t.value: sum(s["files"][t.value] for s in shares) for t in _TYPES},
+        "file_bytes": {t.value: sum(s["file_bytes"][t.value] for s in shares) for t in _TYPES},
+        "compact_changed_partitions": changed,
         "seconds": {
-            "plan": round(t_plan, 2),
-            "insert_non_durable": round(t2 - t1, 2),
-            "flush": round(t3 - t2, 2),
-            "compact": round(t4 - t3, 2),
+            # Per phase, the slowest worker's; the workers run side by side.
+            **{k: round(max(s["seconds"][k] for s in shares), 2) for k in _PHASES},
+            "workers": round(t1 - t0, 2),
+            "manifest": round(t2 - t1, 2),
+            "compact": round(t3 - t2, 2),
+            "total": round(t3 - t0, 2),
         },
+        "worker_seconds": [{k: round(s["seconds"][k], 2) for k in _PHASES} for s in shares],
+        "worker_peak_rss_mb": [round(s["peak_rss_mb"]) for s in shares],
+        "workers": workers,
     }
     (folder / "info.json").write_text(json.dumps(info, indent=2))  # last: marks the dataset complete
     return info
 
 
-@contextlib.contextmanager
-def _memoised_listing(idx: WebIndex) -> Iterator[None]:
-    """Serve the store's month-folder listings from a cache while we compact.
+def build_share(p: SynthParams, folder: str, share: int, shares: int, chunk_attempts: int) -> dict[str, Any]:
+    """One worker: plan everything, keep this share's domains, write their files.
 
-    ``Store.compact`` lists the whole month folder again for every partition it
-    compacts (``Store.partition_files`` -> ``month_files``), which is quadratic
-    in the number of partitions: hours for this store. The generator is the
-    only process touching the store and visits each partition once, so a
-    listing taken before it changes is still right for every partition not yet
-    compacted. The files written are exactly what ``compact()`` writes; only
-    the repeated listing is skipped. The compaction workload measures the
-    unpatched path. If the internals change, this falls back to doing nothing.
+    Each partition (type, year, month, domain) is written once, in final
+    compacted form, from the rows ``validate_attempt`` returns: the same rows,
+    sorted and de-duplicated by the store's own ``sort_dedupe``, written by its
+    own ``write_partition_file``, as ``insert_many`` + ``flush()`` + ``compact()``
+    would leave them.
     """
-    store = getattr(idx, "_store", None)
-    original = getattr(store, "month_files", None)
-    if store is None or original is None:
-        yield
-        return
-    cache: dict[tuple[Any, int, int], Any] = {}
+    t0 = time.perf_counter()
+    specs, domains = plan_attempts(p)
+    owner = assign_domains(specs, p.domains, shares)
+    # Stable sort: by domain, then (already) by time, so that a domain-month is one run.
+    mine = sorted(
+        ((i, s) for i, s in enumerate(specs) if owner[s.domain] == share), key=lambda x: x[1].domain
+    )
+    del specs
+    t_plan = time.perf_counter() - t0
+    backend = UnsyncedBackend(Path(folder) / "store")
+    options = WriteOptions()
+    bodies = BodyMaker(p.seed, p.body_kb)
+    codec = pa.Codec("zstd", compression_level=3)
+    stats: dict[str, Any] = {
+        "attempts": len(mine),
+        "get_pages": 0,
+        "get_response_rows": 0,
+        "get_failed": 0,
+        "head_attempts": 0,
+        "urls": len({s.url for _, s in mine}),  # a URL has one domain: the shares' URLs are disjoint
+        "domains": len({s.domain for _, s in mine}),
+        "body_bytes": 0,
+        "body_zstd_bytes": 0,
+        "files": {t.value: 0 for t in _TYPES},
+        "file_bytes": {t.value: 0 for t in _TYPES},
+    }
+    manifest = pq.ParquetWriter(Path(folder) / f"manifest.{share}.parquet", _SHARE_SCHEMA)
+    seconds = {"plan": t_plan, "validate": 0.0, "tables": 0.0, "write": 0.0}
+    done, last_log = 0, time.perf_counter()
+    for chunk in _chunks(mine, chunk_attempts):
+        done += len(chunk)
+        if time.perf_counter() - last_log > 60:
+            last_log = time.perf_counter()
+            files = sum(stats["files"].values())
+            print(
+                f"  worker {share}: {done:,}/{len(mine):,} attempts, {files:,} files, {last_log - t0:.0f}s",
+                flush=True,
+            )
+        t = time.perf_counter()
+        rows: dict[RecordType, list[dict[str, Any]]] = {t: [] for t in _TYPES}
+        month_of: dict[str, tuple[int, int, str]] = {}  # request id -> (year, month, domain)
+        manifest_rows: list[dict[str, Any]] = []
+        for order, s in chunk:
+            method, url, ts, meta, chain = build_item(s, bodies)
+            a = validate_attempt(method, url, ts, meta, chain)
+            if a.domain != domains[s.domain]:
+                raise AssertionError(f"{url}: partition domain {a.domain}, planned {domains[s.domain]}")
+            month_of[a.request_id] = (a.year, a.month, a.domain)
+            rows[a.method.metadata].append(a.metadata)
+            rows[a.method].extend(a.responses)
+            if s.method == "get":
+                stats["get_response_rows"] += len(a.responses)
+                if a.success:
+                    stats["get_pages"] += 1
+                    body = chain[-1].data or b""
+                    stats["body_bytes"] += len(body)
+                    stats["body_zstd_bytes"] += len(codec.compress(body, asbytes=True))
+                else:
+                    stats["get_failed"] += 1
+            else:
+                stats["head_attempts"] += 1
+            manifest_rows.append({**_manifest_row(s, a.request_id), "order": order})
+        manifest.write_table(pa.Table.from_pylist(manifest_rows, schema=_SHARE_SCHEMA))
+        seconds["validate"] += time.perf_counter() - t
+        for type, type_rows in rows.items():
+            if not type_rows:
+                continue
+            t = time.perf_counter()
+            # One sort for the whole chunk, then each partition's rows taken in that order:
+            # the sort key is unique (request id, chain index), so a partition's rows come out
+            # exactly as sorting them alone would leave them.
+            table = sort_dedupe(type, rows_to_table(type, type_rows))
+            groups: dict[tuple[int, int, str], list[int]] = {}
+            for i, rid in enumerate(table.column("request_id").to_pylist()):
+                groups.setdefault(month_of[rid], []).append(i)
+            seconds["tables"] += time.perf_counter() - t
+            t = time.perf_counter()
+            for (year, month, domain), index in groups.items():
+                part = table if len(index) == table.num_rows else table.take(index)
+                size = write_partition_file(
+                    backend, Partition(type, year, month, domain), part, options, part=None
+                )
+                stats["files"][type.value] += 1
+                stats["file_bytes"][type.value] += size
+            seconds["write"] += time.perf_counter() - t
+    manifest.close()
+    stats["seconds"] = seconds
+    stats["peak_rss_mb"] = _peak_rss_mb()
+    return stats
 
-    def month_files(type: Any, year: int, month: int) -> Any:
-        key = (type, year, month)
-        if key not in cache:
-            cache[key] = original(type, year, month)
-        return cache[key]
 
-    store.month_files = month_files
-    try:
-        yield
-    finally:
-        del store.month_files
+class UnsyncedBackend(LocalBackend):
+    """The local backend, writing each file in place without ``fsync``.
+
+    The bytes are those ``LocalBackend.write_parquet`` writes (same
+    ``pq.write_table`` call, same options); only the temporary file, the rename
+    and the two ``fsync`` calls are skipped, which halve the cost of writing
+    ~150,000 small files. Safe here: nobody reads the store while it is built,
+    and a build that dies leaves no ``info.json``, so it is redone from scratch.
+    """
+
+    def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
+        options.pop("if_match", None)
+        options.pop("create", None)
+        target = self._path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, str(target), **options)  # type: ignore[arg-type]
+        return target.stat().st_size
+
+
+def assign_domains(specs: list[Spec], domains: int, shares: int) -> list[int]:
+    """The worker of each domain rank: greedy, most popular first, to the least loaded.
+
+    The load of a domain is its attempts plus a dozen per domain-month (each
+    partition costs a few files to write). Deterministic, so every worker
+    computes the same assignment from the same plan.
+    """
+    load = [0] * domains
+    months: set[tuple[int, int]] = set()
+    for s in specs:
+        load[s.domain] += 1
+        months.add((s.domain, s.ts_us // (28 * 86_400_000_000)))  # roughly a month: for weights only
+    for rank, _ in months:
+        load[rank] += 12
+    totals = [0] * shares
+    owner = [0] * domains
+    for rank in sorted(range(domains), key=lambda r: -load[r]):
+        k = min(range(shares), key=lambda i: totals[i])
+        owner[rank] = k
+        totals[k] += load[rank]
+    return owner
+
+
+def _chunks(mine: list[tuple[int, Spec]], size: int) -> Iterator[list[tuple[int, Spec]]]:
+    """Runs of about ``size`` attempts, cut only between domain-months."""
+    chunk: list[tuple[int, Spec]] = []
+    last: tuple[int, int, int] | None = None
+    for item in mine:
+        s = item[1]
+        when = _EPOCH + timedelta(microseconds=s.ts_us)
+        unit = (s.domain, when.year, when.month)
+        if unit != last and len(chunk) >= size:
+            yield chunk
+            chunk = []
+        last = unit
+        chunk.append(item)
+    if chunk:
+        yield chunk
+
+
+def _merge_manifest(folder: Path, shares: int) -> None:
+    """The shares' manifests as one, in plan (time) order."""
+    paths = [folder / f"manifest.{k}.parquet" for k in range(shares)]
+    table = pa.concat_tables([pq.read_table(path) for path in paths])
+    table = table.sort_by("order").drop_columns(["order"])
+    pq.write_table(table.cast(_MANIFEST_SCHEMA), folder / "manifest.parquet")
+    for path in paths:
+        path.unlink()
+
+
+def _peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def _manifest_row(s: Spec, request_id: str) -> dict[str, Any]:
@@ -439,3 +614,23 @@ def _manifest_row(s: Spec, request_id: str) -> dict[str, Any]:
         "success": s.state == "success",
         "hops": s.hops,
     }
+
+
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Build (or find) a cached synthetic dataset; print its info.")
+    ap.add_argument("--records", type=int, default=SynthParams.records, help="successful GET attempts")
+    ap.add_argument("--domains", type=int, default=SynthParams.domains)
+    ap.add_argument("--folder", type=Path, help="default: bench/data/<records>-<hash>")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    params = SynthParams(records=args.records, domains=args.domains)
+    folder = args.folder or dataset_dir(params)
+    info = ensure_dataset(params, folder, workers=args.workers)
+    print(folder)
+    print(json.dumps(info, indent=2))
+
+
+if __name__ == "__main__":
+    main()
