@@ -3,7 +3,10 @@ buffers written in the older layout."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
+import threading
 import time
 import zlib
 from datetime import timedelta
@@ -204,3 +207,30 @@ def test_checksums_of_the_lookup_index_are_stable() -> None:
         b"https://example.com/", zlib.crc32(b"get\0")
     )
     assert _khash(RecordType.HEAD, "https://example.com/") != _khash(RecordType.GET, "https://example.com/")
+
+
+def test_writers_take_turns_through_the_lock_file(store_path: Path) -> None:
+    with WebIndex(store_path) as index:
+        index.insert(*attempt("https://example.com/first"))
+        fd = os.open(store_path / "_buffer" / "buffer.lock", os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another writer, mid-transaction
+        done = threading.Event()
+        t = threading.Thread(target=lambda: (index.insert(*attempt("https://example.com/x")), done.set()))
+        t.start()
+        assert not done.wait(0.3)  # waits its turn...
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        assert done.wait(10)  # ...and goes as soon as the lock is free
+        t.join()
+        os.close(fd)
+        assert index.stats().buffered_attempts == 2
+
+
+def test_writers_keep_the_wal_short(store_path: Path) -> None:
+    body = os.urandom(20_000)
+    wal = store_path / "_buffer" / "buffer.sqlite3-wal"
+    with WebIndex(store_path, policy=FlushPolicy(max_rows=1 << 30, max_bytes=1 << 40)) as index:
+        for batch in range(12):  # ~24 MB of bodies
+            items = [attempt(f"https://example.com/{batch}/{n}", body=body) for n in range(100)]
+            index.insert_many(items)
+            assert wal.stat().st_size < 12 << 20
+        assert index.stats().buffered_attempts == 1200

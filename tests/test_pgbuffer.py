@@ -59,6 +59,21 @@ def test_claims_are_disjoint(postgres: Postgres) -> None:
     buf.close()
 
 
+def test_one_size_check_for_many_partitions(postgres: Postgres) -> None:
+    buf = PostgresBuffer(postgres.new_database())
+    items = [attempt(f"https://d{n % 5}.example{n % 5}.com/{n}", T0) for n in range(15)]
+    items += [attempt("https://d0.example0.com/x", T0 + timedelta(days=40), method="head")]
+    attempts = [validate_attempt(*item) for item in items]
+    buf.append(attempts)
+    parts = sorted({MethodPartition(a.method, a.year, a.month, a.domain) for a in attempts})
+    assert len(parts) == 6
+    assert sorted(buf.oversized(parts, 3, 1 << 40)) == [p for p in parts if p.method.value == "get"]
+    assert sorted(buf.oversized(parts, 1, 1 << 40)) == parts
+    assert buf.oversized(parts, 4, 1 << 40) == [] and buf.oversized([], 1, 1) == []
+    assert sorted(buf.oversized(parts, 100, 1)) == parts
+    buf.close()
+
+
 def test_advisory_lock_released_when_holder_dies(postgres: Postgres) -> None:
     buf = PostgresBuffer(postgres.new_database())
     locks = buf.locks()

@@ -13,15 +13,23 @@ pays for each of them: a 32-bit hash of the URL key for lookups (the key
 itself is checked on the rows found), and the partition as a small integer
 (``parts``, which also keeps each partition's running totals). An insert of
 many attempts updates each partition's totals once, not once per row.
+
+Writers take turns through an ``flock`` on ``buffer.lock`` (the kernel wakes
+the next one the moment the lock is free, where SQLite's busy handler would
+poll with growing sleeps) and checkpoint the WAL after releasing it.
 """
 
 from __future__ import annotations
 
+import fcntl
+import logging
+import os
 import sqlite3
 import threading
 import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -76,9 +84,14 @@ _SCHEMA = [
 ]
 # Bigger pages than SQLite's 4 KiB suit rows of a few KB (fewer pages and WAL
 # frames per insert); only a new database takes it.
-_PAGE_SIZE = 16384
+_PAGE_SIZE = 4096
 _CACHE_KIB = 32768
+# Writers checkpoint the WAL themselves once they have written about this much
+# to it (SQLite's own automatic checkpoint would run inside COMMIT, while the
+# writer lock is held, making every other writer wait for the copy).
+_CHECKPOINT_BYTES = 4 << 20
 
+log = logging.getLogger("web_index.storage")
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
 # SQLite allows 999 host parameters per statement in old builds; stay below.
@@ -199,6 +212,8 @@ class SqliteBuffer:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._durable = durable
+        self._lock_fd = -1  # of buffer.lock, for writers
+        self._unchecked = 0  # bytes written to the WAL since this writer's last checkpoint
         if not readonly:
             self._connect()
 
@@ -217,8 +232,11 @@ class SqliteBuffer:
             # survives power loss too, not only a killed process.
             conn.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'NORMAL'}")
             conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # see _CHECKPOINT_BYTES
             if conn.execute("PRAGMA user_version").fetchone()[0] != _LAYOUT:
                 _create(conn)
+            if self._lock_fd < 0:
+                self._lock_fd = os.open(self.path.with_name("buffer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
         except BaseException:
             conn.close()
             raise
@@ -256,6 +274,9 @@ class SqliteBuffer:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
 
     @property
     def _write(self) -> sqlite3.Connection:
@@ -264,43 +285,77 @@ class SqliteBuffer:
             raise StoreError("the insert buffer is read-only in this handle")
         return conn
 
-    # -- writing ---------------------------------------------------------------
-
-    def append(self, attempts: Sequence[Attempt]) -> None:
-        """Store attempts durably in one transaction (all or none)."""
-        now = time.time_ns() // 1000
-        parts: dict[tuple[RecordType, int, int, str], list[int]] = {}
-        rows: list[tuple[Any, ...]] = []
-        keys: list[tuple[RecordType, int, int, str]] = []
-        for a in attempts:
-            body = _encode((a.metadata, a.responses))
-            key = (a.method, a.year, a.month, a.domain)
-            total = parts.get(key)
-            if total is None:
-                parts[key] = [1, len(body)]
-            else:
-                total[0] += 1
-                total[1] += len(body)
-            keys.append(key)
-            rows.append((a.url_key, a.ts_us, a.request_id, a.calibre, a.success, len(body), now, body))
-        if not rows:
-            return
-        with self._lock:
-            conn = self._write
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, in turn with every other writer: committed, or
+        rolled back on any error. Call with ``self._lock`` held."""
+        conn = self._write
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                pids = _add_to_parts(conn, parts)
-                conn.executemany(
-                    _INSERT,
-                    [
-                        (pids[key], zlib.crc32(row[0].encode(), _SEEDS[key[0]]), *row)
-                        for key, row in zip(keys, rows, strict=True)
-                    ],
-                )
+                yield conn
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _wrote(self, nbytes: int) -> None:
+        """Count about what a transaction wrote to the WAL; checkpoint when it is enough.
+
+        Passive: copies what no reader still needs and never waits. Call with
+        ``self._lock`` held, after the transaction.
+        """
+        self._unchecked += nbytes
+        if self._unchecked >= _CHECKPOINT_BYTES and self._conn is not None:
+            self._unchecked = 0
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error as exc:  # the transaction is durable: never fail it now
+                log.warning("checkpoint of %s failed, will retry: %s", self.path, exc)
+
+    # -- writing ---------------------------------------------------------------
+
+    def append(self, attempts: Sequence[Attempt]) -> None:
+        """Store attempts durably in one transaction (all or none)."""
+        if not attempts:
+            return
+        now = time.time_ns() // 1000
+        bodies = [_encode((a.metadata, a.responses)) for a in attempts]
+        parts = [(a.method, a.year, a.month, a.domain) for a in attempts]
+        totals: dict[tuple[RecordType, int, int, str], list[int]] = {}
+        for part, body in zip(parts, bodies, strict=True):
+            total = totals.get(part)
+            if total is None:
+                totals[part] = [1, len(body)]
+            else:
+                total[0] += 1
+                total[1] += len(body)
+        with self._lock:
+            with self._transaction() as conn:
+                pids = _add_to_parts(conn, totals)
+                conn.executemany(
+                    _INSERT,
+                    (
+                        (
+                            pids[part],
+                            zlib.crc32(a.url_key.encode(), _SEEDS[a.method]),
+                            a.url_key,
+                            a.ts_us,
+                            a.request_id,
+                            a.calibre,
+                            a.success,
+                            len(body),
+                            now,
+                            body,
+                        )
+                        for a, part, body in zip(attempts, parts, bodies, strict=True)
+                    ),
+                )
+            # Bodies, plus index and partition pages.
+            self._wrote(sum(t[1] for t in totals.values()) + 200 * len(attempts) + 8 * _PAGE_SIZE)
 
     def oversized(
         self, parts: Iterable[MethodPartition], max_rows: int, max_bytes: int
@@ -363,12 +418,15 @@ class SqliteBuffer:
     def claim(self, part: MethodPartition, flush_id: str, limit: int) -> int:
         """Mark up to ``limit`` unclaimed rows of ``part`` as being flushed; return how many."""
         with self._lock:
-            cur = self._write.execute(
-                "UPDATE buffered SET flush_id=? WHERE seq IN (SELECT seq FROM buffered"  # noqa: S608
-                f" WHERE pid = ({_PART_OF}) AND flush_id IS NULL ORDER BY added_us, seq LIMIT ?)",
-                (flush_id, part.method.value, part.year, part.month, part.domain, limit),
-            )
-            return cur.rowcount
+            with self._transaction() as conn:
+                cur = conn.execute(
+                    "UPDATE buffered SET flush_id=? WHERE seq IN (SELECT seq FROM buffered"  # noqa: S608
+                    f" WHERE pid = ({_PART_OF}) AND flush_id IS NULL ORDER BY added_us, seq LIMIT ?)",
+                    (flush_id, part.method.value, part.year, part.month, part.domain, limit),
+                )
+                claimed = cur.rowcount
+            self._wrote(100 * claimed + 4 * _PAGE_SIZE)  # index entries
+            return claimed
 
     def claimed(self, flush_id: str) -> Iterator[BufferedAttempt]:
         with self._lock:
@@ -382,9 +440,7 @@ class SqliteBuffer:
     def complete(self, flush_id: str) -> None:
         """Forget the rows of a flush whose part files are in place."""
         with self._lock:
-            conn = self._write
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction() as conn:
                 gone = conn.execute(
                     "SELECT pid, COUNT(*), SUM(nbytes) FROM buffered WHERE flush_id=? GROUP BY pid",
                     (flush_id,),
@@ -415,10 +471,8 @@ class SqliteBuffer:
                             " ON CONFLICT DO UPDATE SET gen = gen + 1",
                             (m,),
                         )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+            # The rows' pages and index entries, freed.
+            self._wrote(sum(nbytes + 200 * n for _, n, nbytes in gone) + 8 * _PAGE_SIZE)
 
     # -- reading ---------------------------------------------------------------
 

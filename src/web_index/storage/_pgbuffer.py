@@ -196,18 +196,27 @@ class PostgresBuffer:
     def oversized(
         self, parts: Iterable[MethodPartition], max_rows: int, max_bytes: int
     ) -> list[MethodPartition]:
-        out: list[MethodPartition] = []
+        wanted = list(parts)
+        if not wanted:
+            return []
+        # One round trip for every partition an insert touched.
         with self._cursor() as cur:
-            for part in parts:
-                cur.execute(
-                    "SELECT rows, nbytes FROM web_index_totals"
-                    " WHERE method=%s AND year=%s AND month=%s AND domain=%s",
-                    (part.method.value, part.year, part.month, part.domain),
-                )
-                row = cur.fetchone()
-                if row is not None and (row[0] >= max_rows or row[1] >= max_bytes):
-                    out.append(part)
-        return out
+            cur.execute(
+                "SELECT t.method, t.year, t.month, t.domain FROM web_index_totals t"
+                " JOIN unnest(%s::text[], %s::smallint[], %s::smallint[], %s::text[])"
+                " AS p(method, year, month, domain)"
+                " ON t.method = p.method AND t.year = p.year AND t.month = p.month AND t.domain = p.domain"
+                " WHERE t.rows >= %s OR t.nbytes >= %s",
+                (
+                    [mp.method.value for mp in wanted],
+                    [mp.year for mp in wanted],
+                    [mp.month for mp in wanted],
+                    [mp.domain for mp in wanted],
+                    max_rows,
+                    max_bytes,
+                ),
+            )
+            return [MethodPartition(RecordType(m), y, mo, d) for m, y, mo, d in cur.fetchall()]
 
     @_retry_once
     def due(self, max_rows: int, max_bytes: int, max_age_s: float) -> list[MethodPartition]:
