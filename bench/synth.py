@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import multiprocessing
 import random
@@ -342,6 +343,29 @@ _TYPES = [RecordType.GET, RecordType.GET_METADATA, RecordType.HEAD, RecordType.H
 CHUNK_ATTEMPTS = 20_000
 
 
+# The store code whose output the dataset is: the rows (validation), the files (schemas, write
+# options, the backend's writer) and the key index compact() builds. Not in the cache key (it
+# changes often while the store is worked on): a dataset built by other code is reported as
+# stale by the benchmark (see store_code()).
+_STORE_MODULES = (
+    "web_index.ingest._validate",
+    "web_index.storage._schema",
+    "web_index.storage._files",
+    "web_index.storage._index",
+    "web_index.storage._backend",
+)
+
+
+def store_code() -> str:
+    """A fingerprint of the source of the modules that decide what the store's files hold."""
+    digest = hashlib.sha256()
+    for name in _STORE_MODULES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            digest.update(name.encode() + b"\0" + Path(spec.origin).read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def dataset_dir(p: SynthParams) -> Path:
     return DATA_DIR / f"{p.records}-{p.digest()}"
 
@@ -376,6 +400,7 @@ def ensure_dataset(
     folder.mkdir(parents=True)
     store = folder / "store"
     store.mkdir()
+    code = store_code()  # before the workers start: the code they import
     log(f"generating {p.records:,} GET records over {p.domains:,} domains into {folder} ({workers} workers)")
     t0 = time.perf_counter()
     # Spawned, not forked: the parent may have polars' and Arrow's thread pools running.
@@ -408,6 +433,7 @@ def ensure_dataset(
     info = {
         "params": dataclasses.asdict(p),
         "generator_version": GENERATOR_VERSION,
+        "store_code": code,
         **{name: sum(s[name] for s in shares) for name in counts},
         "files": {t.value: sum(s["files"][t.value] for s in shares) for t in _TYPES},
         "file_bytes": {t.value: sum(s["file_bytes"][t.value] for s in shares) for t in _TYPES},
@@ -446,7 +472,7 @@ def build_share(p: SynthParams, folder: str, share: int, shares: int, chunk_atte
     )
     del specs
     t_plan = time.perf_counter() - t0
-    backend = UnsyncedBackend(Path(folder) / "store")
+    backend = LocalBackend(Path(folder) / "store")
     options = WriteOptions()
     bodies = BodyMaker(p.seed, p.body_kb)
     codec = pa.Codec("zstd", compression_level=3)
@@ -526,25 +552,6 @@ def build_share(p: SynthParams, folder: str, share: int, shares: int, chunk_atte
     stats["seconds"] = seconds
     stats["peak_rss_mb"] = _peak_rss_mb()
     return stats
-
-
-class UnsyncedBackend(LocalBackend):
-    """The local backend, writing each file in place without ``fsync``.
-
-    The bytes are those ``LocalBackend.write_parquet`` writes (same
-    ``pq.write_table`` call, same options); only the temporary file, the rename
-    and the two ``fsync`` calls are skipped, which halve the cost of writing
-    ~150,000 small files. Safe here: nobody reads the store while it is built,
-    and a build that dies leaves no ``info.json``, so it is redone from scratch.
-    """
-
-    def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
-        options.pop("if_match", None)
-        options.pop("create", None)
-        target = self._path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, str(target), **options)  # type: ignore[arg-type]
-        return target.stat().st_size
 
 
 def assign_domains(specs: list[Spec], domains: int, shares: int) -> list[int]:
