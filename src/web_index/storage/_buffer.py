@@ -89,7 +89,7 @@ _SCHEMA = [
 # then writes ~95 KB to the WAL instead of ~30 KB, and single inserts (what
 # fetchers do) get slower than they were. Only a new database takes it.
 _PAGE_SIZE = 4096
-_CACHE_KIB = 32768
+_CACHE_KIB = 8192
 # A writer asks for a checkpoint each time it has written about this much to
 # the WAL (SQLite's automatic checkpoint, off, is every 1,000 pages: 4 MiB).
 _CHECKPOINT_BYTES = 4 << 20
