@@ -107,6 +107,7 @@ class MonthIndex:
         for c in covers:
             by_domain.setdefault(c.domain, {})[c.name] = c.size
         self._by_domain = by_domain
+        self._table: pa.Table | None = None  # the whole index, once a batch needed most of it
         meta = handle.metadata
         self._groups: list[tuple[str, str]] = []
         for g in range(meta.num_row_groups):
@@ -135,14 +136,34 @@ class MonthIndex:
                 groups.append(g)
         if not groups:
             return []
-        # The key column first: most lookups of a month find nothing, and then
-        # the other columns are never decoded.
-        key_column = self.handle.read_row_groups(groups, columns=["url_key"], use_threads=False)
-        mask = pc.is_in(key_column.column("url_key"), value_set=pa.array(keys, type=pa.string()))
-        if not pc.any(mask).as_py():
-            return []
-        table = self.handle.read_row_groups(groups, columns=_LOOKUP_COLUMNS, use_threads=False)
-        sub = table.filter(mask)
+        wanted = pa.array(keys, type=pa.string())
+        if self._table is not None:
+            table = self._table
+        elif len(groups) * 4 >= len(self._groups):
+            # A big batch touches most of the month: read it all once, and keep
+            # it for the next batch (bounded, see _TABLE_BUDGET).
+            table = self.handle.read(columns=_LOOKUP_COLUMNS, use_threads=False)
+            self._keep(table)
+        else:
+            # A few keys: the key column of their row groups first; most such
+            # lookups find nothing in a month, and then nothing else is decoded.
+            key_column = self.handle.read_row_groups(groups, columns=["url_key"], use_threads=False)
+            mask = pc.is_in(key_column.column("url_key"), value_set=wanted)
+            if not pc.any(mask).as_py():
+                return []
+            table = self.handle.read_row_groups(groups, columns=_LOOKUP_COLUMNS, use_threads=False)
+            sub = table.filter(mask)
+            return self._hits(sub)
+        return self._hits(table.filter(pc.is_in(table.column("url_key"), value_set=wanted)))
+
+    def _keep(self, table: pa.Table) -> None:
+        global _TABLE_BYTES
+        with _OPEN_LOCK:
+            if _TABLE_BYTES + table.nbytes <= _TABLE_BUDGET:
+                _TABLE_BYTES += table.nbytes
+                self._table = table
+
+    def _hits(self, sub: pa.Table) -> list[IndexHit]:
         names = [f"{self.folder}/{c.name}" for c in self.covers]
         sizes = [c.size for c in self.covers]
         cols = [sub.column(n).to_pylist() for n in _LOOKUP_COLUMNS]
@@ -156,6 +177,10 @@ class MonthIndex:
 # when the file's size changes (a rebuilt index is a new file under the same name).
 _OPEN: dict[tuple[str, str], MonthIndex] = {}
 _OPEN_LOCK = threading.Lock()
+# Whole indexes kept in memory by this process, at most this many bytes in all
+# (about 110 bytes a record: 1 GiB holds the indexes of ~9 million records).
+_TABLE_BUDGET = 1 << 30
+_TABLE_BYTES = 0
 
 
 def open_month_index(backend: Backend, type: RecordType, year: int, month: int) -> MonthIndex | None:
@@ -166,7 +191,7 @@ def open_month_index(backend: Backend, type: RecordType, year: int, month: int) 
     key = (backend.url, path)
     if size is None:
         with _OPEN_LOCK:
-            _OPEN.pop(key, None)
+            _forget(_OPEN.pop(key, None))
         return None
     with _OPEN_LOCK:
         cached = _OPEN.get(key)
@@ -181,8 +206,17 @@ def open_month_index(backend: Backend, type: RecordType, year: int, month: int) 
         return None  # a damaged index only costs speed: read the partitions instead
     opened = MonthIndex(f"{type.value}/{year:04d}/{month:02d}", handle, covers, size)
     with _OPEN_LOCK:
+        _forget(_OPEN.get(key))
         _OPEN[key] = opened
     return opened
+
+
+def _forget(index: MonthIndex | None) -> None:
+    """Give back the memory budget of an index replaced or gone (caller holds the lock)."""
+    global _TABLE_BYTES
+    if index is not None and index._table is not None:
+        _TABLE_BYTES -= index._table.nbytes
+        index._table = None
 
 
 def index_note(backend: Backend, type: RecordType, year: int, month: int) -> str | None:
