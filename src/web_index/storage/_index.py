@@ -107,6 +107,9 @@ class MonthIndex:
         for c in covers:
             by_domain.setdefault(c.domain, {})[c.name] = c.size
         self._by_domain = by_domain
+        # Per file number, built once: a month can have tens of thousands of files.
+        self._paths = [f"{folder}/{c.name}" for c in covers]
+        self._sizes = [c.size for c in covers]
         self._table: pa.Table | None = None  # the whole index, once a batch needed most of it
         meta = handle.metadata
         self._groups: list[tuple[str, str]] = []
@@ -164,8 +167,7 @@ class MonthIndex:
                 self._table = table
 
     def _hits(self, sub: pa.Table) -> list[IndexHit]:
-        names = [f"{self.folder}/{c.name}" for c in self.covers]
-        sizes = [c.size for c in self.covers]
+        names, sizes = self._paths, self._sizes
         cols = [sub.column(n).to_pylist() for n in _LOOKUP_COLUMNS]
         return [
             IndexHit(k, ts, rid, cal, names[fno], sizes[fno], row, n)
