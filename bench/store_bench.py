@@ -852,8 +852,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     stale = info.get("store_code") != synth.store_code()
     if stale:
         print(
-            f"WARNING: {folder} was built by other store code than the current one (validation, schemas, "
-            "write options or key index changed since): its files may not be what the store writes now. "
+            f"WARNING: {folder} was written by store code that writes differently from the current one "
+            "(rows, schemas, write options or key index): its files are not what the store writes now. "
             "Delete the folder to rebuild it."
         )
     baseline.assert_no_superseded(store)

@@ -23,12 +23,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import multiprocessing
 import random
 import shutil
+import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -343,26 +344,39 @@ _TYPES = [RecordType.GET, RecordType.GET_METADATA, RecordType.HEAD, RecordType.H
 CHUNK_ATTEMPTS = 20_000
 
 
-# The store code whose output the dataset is: the rows (validation), the files (schemas, write
-# options, the backend's writer) and the key index compact() builds. Not in the cache key (it
-# changes often while the store is worked on): a dataset built by other code is reported as
-# stale by the benchmark (see store_code()).
-_STORE_MODULES = (
-    "web_index.ingest._validate",
-    "web_index.storage._schema",
-    "web_index.storage._files",
-    "web_index.storage._index",
-    "web_index.storage._backend",
-)
-
-
 def store_code() -> str:
-    """A fingerprint of the source of the modules that decide what the store's files hold."""
+    """A fingerprint of what the current store code writes, for telling stale datasets.
+
+    A tiny fixed dataset (request ids fixed too) is written the generator's
+    way, ``compact()`` builds its key index, and every file's bytes are hashed:
+    equal fingerprints mean the store would write a dataset's files the same
+    way today (rows, schemas, write options, key index). Not in the cache key:
+    the store changes often while it is worked on, and a rebuild takes minutes.
+    """
+    p = SynthParams(records=60, domains=4, seed=7)
+    specs, domains = plan_attempts(p)
+    seconds = dict.fromkeys(_PHASES, 0.0)
     digest = hashlib.sha256()
-    for name in _STORE_MODULES:
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin:
-            digest.update(name.encode() + b"\0" + Path(spec.origin).read_bytes())
+    with tempfile.TemporaryDirectory(prefix="wi-store-code-") as tmp:
+        store = Path(tmp)
+        attempts = list(enumerate(specs))
+        stats = _new_stats(attempts)
+        _write_chunk(
+            LocalBackend(store),
+            attempts,
+            BodyMaker(p.seed, p.body_kb),
+            domains,
+            stats,
+            seconds,
+            fixed_ids=True,
+        )
+        with WebIndex(store) as idx:
+            idx.compact()
+        for path in sorted(store.rglob("*.parquet")):
+            rel = path.relative_to(store).as_posix()
+            if rel.startswith(("_buffer/", "_tmp/", "_locks/")):
+                continue
+            digest.update(rel.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
 
@@ -473,22 +487,8 @@ def build_share(p: SynthParams, folder: str, share: int, shares: int, chunk_atte
     del specs
     t_plan = time.perf_counter() - t0
     backend = LocalBackend(Path(folder) / "store")
-    options = WriteOptions()
     bodies = BodyMaker(p.seed, p.body_kb)
-    codec = pa.Codec("zstd", compression_level=3)
-    stats: dict[str, Any] = {
-        "attempts": len(mine),
-        "get_pages": 0,
-        "get_response_rows": 0,
-        "get_failed": 0,
-        "head_attempts": 0,
-        "urls": len({s.url for _, s in mine}),  # a URL has one domain: the shares' URLs are disjoint
-        "domains": len({s.domain for _, s in mine}),
-        "body_bytes": 0,
-        "body_zstd_bytes": 0,
-        "files": {t.value: 0 for t in _TYPES},
-        "file_bytes": {t.value: 0 for t in _TYPES},
-    }
+    stats = _new_stats(mine)
     manifest = pq.ParquetWriter(Path(folder) / f"manifest.{share}.parquet", _SHARE_SCHEMA)
     seconds = {"plan": t_plan, "validate": 0.0, "tables": 0.0, "write": 0.0}
     done, last_log = 0, time.perf_counter()
@@ -501,57 +501,97 @@ def build_share(p: SynthParams, folder: str, share: int, shares: int, chunk_atte
                 f"  worker {share}: {done:,}/{len(mine):,} attempts, {files:,} files, {last_log - t0:.0f}s",
                 flush=True,
             )
-        t = time.perf_counter()
-        rows: dict[RecordType, list[dict[str, Any]]] = {t: [] for t in _TYPES}
-        month_of: dict[str, tuple[int, int, str]] = {}  # request id -> (year, month, domain)
-        manifest_rows: list[dict[str, Any]] = []
-        for order, s in chunk:
-            method, url, ts, meta, chain = build_item(s, bodies)
-            a = validate_attempt(method, url, ts, meta, chain)
-            if a.domain != domains[s.domain]:
-                raise AssertionError(f"{url}: partition domain {a.domain}, planned {domains[s.domain]}")
-            month_of[a.request_id] = (a.year, a.month, a.domain)
-            rows[a.method.metadata].append(a.metadata)
-            rows[a.method].extend(a.responses)
-            if s.method == "get":
-                stats["get_response_rows"] += len(a.responses)
-                if a.success:
-                    stats["get_pages"] += 1
-                    body = chain[-1].data or b""
-                    stats["body_bytes"] += len(body)
-                    stats["body_zstd_bytes"] += len(codec.compress(body, asbytes=True))
-                else:
-                    stats["get_failed"] += 1
-            else:
-                stats["head_attempts"] += 1
-            manifest_rows.append({**_manifest_row(s, a.request_id), "order": order})
+        manifest_rows = _write_chunk(backend, chunk, bodies, domains, stats, seconds)
         manifest.write_table(pa.Table.from_pylist(manifest_rows, schema=_SHARE_SCHEMA))
-        seconds["validate"] += time.perf_counter() - t
-        for type, type_rows in rows.items():
-            if not type_rows:
-                continue
-            t = time.perf_counter()
-            # One sort for the whole chunk, then each partition's rows taken in that order:
-            # the sort key is unique (request id, chain index), so a partition's rows come out
-            # exactly as sorting them alone would leave them.
-            table = sort_dedupe(type, rows_to_table(type, type_rows))
-            groups: dict[tuple[int, int, str], list[int]] = {}
-            for i, rid in enumerate(table.column("request_id").to_pylist()):
-                groups.setdefault(month_of[rid], []).append(i)
-            seconds["tables"] += time.perf_counter() - t
-            t = time.perf_counter()
-            for (year, month, domain), index in groups.items():
-                part = table if len(index) == table.num_rows else table.take(index)
-                size = write_partition_file(
-                    backend, Partition(type, year, month, domain), part, options, part=None
-                )
-                stats["files"][type.value] += 1
-                stats["file_bytes"][type.value] += size
-            seconds["write"] += time.perf_counter() - t
     manifest.close()
     stats["seconds"] = seconds
     stats["peak_rss_mb"] = _peak_rss_mb()
     return stats
+
+
+def _new_stats(attempts: list[tuple[int, Spec]]) -> dict[str, Any]:
+    return {
+        "attempts": len(attempts),
+        "get_pages": 0,
+        "get_response_rows": 0,
+        "get_failed": 0,
+        "head_attempts": 0,
+        "urls": len({s.url for _, s in attempts}),  # a URL has one domain: the shares' URLs are disjoint
+        "domains": len({s.domain for _, s in attempts}),
+        "body_bytes": 0,
+        "body_zstd_bytes": 0,
+        "files": {t.value: 0 for t in _TYPES},
+        "file_bytes": {t.value: 0 for t in _TYPES},
+    }
+
+
+_CODEC = pa.Codec("zstd", compression_level=3)
+
+
+def _write_chunk(
+    backend: LocalBackend,
+    chunk: list[tuple[int, Spec]],
+    bodies: BodyMaker,
+    domains: list[str],
+    stats: dict[str, Any],
+    seconds: dict[str, float],
+    *,
+    fixed_ids: bool = False,
+) -> list[dict[str, Any]]:
+    """Validate a chunk of whole domain-months and write its partitions; return its manifest rows.
+
+    ``fixed_ids``: request ids from the attempts' places in the plan instead of
+    fresh ones (for :func:`store_code`, which must be deterministic).
+    """
+    options = WriteOptions()
+    t = time.perf_counter()
+    rows: dict[RecordType, list[dict[str, Any]]] = {t: [] for t in _TYPES}
+    month_of: dict[str, tuple[int, int, str]] = {}  # request id -> (year, month, domain)
+    manifest_rows: list[dict[str, Any]] = []
+    for order, s in chunk:
+        method, url, ts, meta, chain = build_item(s, bodies)
+        rid = str(uuid.UUID(int=order + 1 | 0x7 << 76 | 0b10 << 62)) if fixed_ids else None
+        a = validate_attempt(method, url, ts, meta, chain, request_id=rid)
+        if a.domain != domains[s.domain]:
+            raise AssertionError(f"{url}: partition domain {a.domain}, planned {domains[s.domain]}")
+        month_of[a.request_id] = (a.year, a.month, a.domain)
+        rows[a.method.metadata].append(a.metadata)
+        rows[a.method].extend(a.responses)
+        if s.method == "get":
+            stats["get_response_rows"] += len(a.responses)
+            if a.success:
+                stats["get_pages"] += 1
+                body = chain[-1].data or b""
+                stats["body_bytes"] += len(body)
+                stats["body_zstd_bytes"] += len(_CODEC.compress(body, asbytes=True))
+            else:
+                stats["get_failed"] += 1
+        else:
+            stats["head_attempts"] += 1
+        manifest_rows.append({**_manifest_row(s, a.request_id), "order": order})
+    seconds["validate"] += time.perf_counter() - t
+    for type, type_rows in rows.items():
+        if not type_rows:
+            continue
+        t = time.perf_counter()
+        # One sort for the whole chunk, then each partition's rows taken in that order:
+        # the sort key is unique (request id, chain index), so a partition's rows come out
+        # exactly as sorting them alone would leave them.
+        table = sort_dedupe(type, rows_to_table(type, type_rows))
+        groups: dict[tuple[int, int, str], list[int]] = {}
+        for i, request_id in enumerate(table.column("request_id").to_pylist()):
+            groups.setdefault(month_of[request_id], []).append(i)
+        seconds["tables"] += time.perf_counter() - t
+        t = time.perf_counter()
+        for (year, month, domain), index in groups.items():
+            part = table if len(index) == table.num_rows else table.take(index)
+            size = write_partition_file(
+                backend, Partition(type, year, month, domain), part, options, part=None
+            )
+            stats["files"][type.value] += 1
+            stats["file_bytes"][type.value] += size
+        seconds["write"] += time.perf_counter() - t
+    return manifest_rows
 
 
 def assign_domains(specs: list[Spec], domains: int, shares: int) -> list[int]:
