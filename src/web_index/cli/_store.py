@@ -227,15 +227,12 @@ def _run(
     fail_missing: bool,
     output: Path | None = None,
 ) -> None:
+    stream = _collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id)
     if output is not None:
-        _run_to_parquet(
-            urls, store, source, type, calibre, strict, at, not_before, not_after, request_id, output
-        )
+        _run_to_parquet(stream, store, output)
         return
     try:
-        queries = list(
-            _collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id)
-        )
+        queries = list(stream)
     except (InvalidRecordError, OSError) as exc:
         raise fail(EXIT_USAGE, str(exc)) from None
     if not queries:
@@ -263,21 +260,8 @@ def _run(
         raise typer.Exit(EXIT_FOUND_NOTHING)
 
 
-def _run_to_parquet(
-    urls: list[str],
-    store: str,
-    source: Path | None,
-    type: str,
-    calibre: int | None,
-    strict: bool,
-    at: str | None,
-    not_before: str | None,
-    not_after: str | None,
-    request_id: str | None,
-    output: Path,
-) -> None:
+def _run_to_parquet(queries: Iterator[Query], store: str, output: Path) -> None:
     # Streams: queries are read, answered and written a batch at a time.
-    queries = _collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id)
     try:
         with WebIndex(_store_or_default(store), read_only=True) as index, _progress() as progress:
             task = progress.add_task("answering", total=None)

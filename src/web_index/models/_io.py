@@ -44,17 +44,24 @@ def write_queries(path: str | os.PathLike[str], queries: Iterable[Query], *, bat
     Streams in batches, so a generator of millions of queries never sits in
     memory at once.
     """
+    return _write_rows(path, QUERY_SCHEMA, map(_row, queries), batch_size)
+
+
+def _write_rows(
+    path: str | os.PathLike[str], schema: pa.Schema, rows: Iterable[dict[str, Any]], batch_size: int
+) -> int:
+    """Stream rows into a Parquet file ``batch_size`` at a time; return how many."""
     count = 0
-    with pq.ParquetWriter(os.fspath(path), QUERY_SCHEMA, compression="zstd") as writer:
+    with pq.ParquetWriter(os.fspath(path), schema, compression="zstd") as writer:
         batch: list[dict[str, Any]] = []
-        for query in queries:
-            batch.append(_row(query))
+        for row in rows:
+            batch.append(row)
             if len(batch) >= batch_size:
-                writer.write_table(pa.Table.from_pylist(batch, schema=QUERY_SCHEMA))
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                 count += len(batch)
                 batch = []
         if batch or count == 0:
-            writer.write_table(pa.Table.from_pylist(batch, schema=QUERY_SCHEMA))
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
             count += len(batch)
     return count
 
@@ -165,15 +172,5 @@ def write_results(
 
     Rows are numbered in input order; return how many were written.
     """
-    count = 0
-    with pq.ParquetWriter(os.fspath(path), RESULT_SCHEMA, compression="zstd") as writer:
-        batch: list[dict[str, Any]] = []
-        for query, result in results:
-            batch.append(_result_row(count, query, result))
-            count += 1
-            if len(batch) >= batch_size:
-                writer.write_table(pa.Table.from_pylist(batch, schema=RESULT_SCHEMA))
-                batch = []
-        if batch or count == 0:
-            writer.write_table(pa.Table.from_pylist(batch, schema=RESULT_SCHEMA))
-    return count
+    rows = (_result_row(n, query, result) for n, (query, result) in enumerate(results))
+    return _write_rows(path, RESULT_SCHEMA, rows, batch_size)
