@@ -36,10 +36,18 @@ def missing(what: str) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (all held open while choosing, so none repeats)."""
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        for _ in range(n):
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
 
 
 def wait_port(port: int, timeout: float = 30.0) -> None:
@@ -79,27 +87,45 @@ class SeaweedFS:
                 }
             )
         )
-        self.ports = {
-            k: free_port()
-            for k in (
-                "master",
-                "master_grpc",
-                "volume",
-                "volume_grpc",
-                "filer",
-                "filer_grpc",
-                "s3",
-                "s3_grpc",
-            )
-        }
+        self.ports = self._new_ports()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = workdir / "weed.log"
+
+    @staticmethod
+    def _new_ports() -> dict[str, int]:
+        names = ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc", "s3", "s3_grpc")
+        return dict(zip(names, free_ports(len(names)), strict=True))
+
+    def _log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as exc:
+            return f"(no log: {exc})"
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.ports['s3']}"
 
-    def start(self) -> None:
+    def start(self, attempts: int = 1) -> None:
+        """Start the server on its ports; with ``attempts > 1`` a failed start is retried on new ports.
+
+        Only the first start of a session may move ports (``env()`` follows them); a
+        restart keeps them, because child processes hold the endpoint. A failure
+        carries the tail of ``weed.log``, so CI shows why.
+        """
+        problems: list[str] = []
+        for attempt in range(attempts):
+            if attempt:
+                self.ports = self._new_ports()
+            try:
+                self._start_once()
+                return
+            except (TimeoutError, RuntimeError) as exc:
+                problems.append(f"attempt {attempt + 1}: {exc}\n--- weed.log tail ---\n{self._log_tail()}")
+                self.kill()
+        raise RuntimeError("SeaweedFS did not start:\n" + "\n".join(problems))
+
+    def _start_once(self) -> None:
         p = self.ports
         args = [
             self.binary,
@@ -124,8 +150,18 @@ class SeaweedFS:
             f"-s3.config={self.workdir / 's3.json'}",
         ]
         with self.log.open("ab") as log:
+            log.write(f"\n=== start on ports {p} ===\n".encode())
+            log.flush()
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        wait_port(p["s3"], 60)
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"weed exited with status {self.proc.returncode}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", p["s3"]), timeout=0.5):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens on 127.0.0.1:{p['s3']} after 60 s")
+            time.sleep(0.1)
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
@@ -144,6 +180,8 @@ class SeaweedFS:
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"weed exited with status {self.proc.returncode}")
             try:
                 obs.put(store, "_ready", b"1")  # creates the bucket (admin identity)
                 obs.get(store, "_ready").bytes()
@@ -151,7 +189,7 @@ class SeaweedFS:
             except Exception as exc:  # not ready yet: volume servers register late
                 last = exc
                 time.sleep(0.2)
-        raise TimeoutError(f"SeaweedFS did not become ready: {last}; see {self.log}")
+        raise TimeoutError(f"SeaweedFS did not become ready: {last}")
 
     def kill(self) -> None:
         """SIGKILL the server (as a crash would)."""
@@ -263,7 +301,7 @@ def seaweed() -> Iterator[SeaweedFS]:
         raise AssertionError
     workdir = Path(tempfile.mkdtemp(prefix="wi-weed-"))
     server = SeaweedFS(binary, workdir)
-    server.start()
+    server.start(attempts=3)
     old = {k: os.environ.get(k) for k in server.env()}
     os.environ.update(server.env())
     cache = os.environ.get("XDG_CACHE_HOME")
