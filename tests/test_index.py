@@ -222,3 +222,31 @@ def test_an_unchanged_month_is_not_rewritten(store: tuple[Path, list[Query]]) ->
     with WebIndex(root) as idx:
         idx.compact()
     assert {p: p.stat().st_mtime_ns for p in (root / "_index").rglob("*.parquet")} == before
+
+
+@pytest.mark.parametrize("budget", [0, 1 << 30])
+def test_one_query_at_a_time_equals_a_batch_through_every_lookup_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    # Small index row groups, so that a single query reads a few of them; after
+    # a few such reads the whole index is kept in memory, if the budget allows.
+    monkeypatch.setattr(_index, "INDEX_ROW_GROUP", 8)
+    root = tmp_path / "store"
+    keys = _populate(root, seed=6, n=200)
+    with WebIndex(root) as idx:
+        idx.flush()
+        idx.compact()
+    queries = _queries(keys, seed=7)
+    expected = _without_index(root, tmp_path, queries)
+    monkeypatch.setattr(_index, "_OPEN", {})
+    monkeypatch.setattr(_index, "_TABLE_BUDGET", budget)
+    monkeypatch.setattr(_index, "_TABLE_BYTES", 0)
+    with WebIndex(root, read_only=True) as idx:
+        answers = [_describe(idx.query([q]))[0] for q in queries]
+        presence = [idx.presence([q])[0] for q in queries]
+    assert (answers, presence) == expected
+    opened = list(_index._OPEN.values())
+    assert any(len(ix._groups) > 4 and ix._point_reads > 1 for ix in opened)  # row-group lookups ran
+    kept = [ix for ix in opened if ix._table is not None]
+    assert bool(kept) == bool(budget)
+    assert _index._TABLE_BYTES == sum(ix._table.nbytes for ix in kept if ix._table is not None)

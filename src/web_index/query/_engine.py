@@ -320,6 +320,9 @@ def _scan_keys(
 # read by row group, only those holding a winner.
 _SMALL_FILE = 128 * 1024
 _SMALL_BATCH_BYTES = 64 * 1024 * 1024  # bounds the memory of one multi-file read
+# Below this many small files, each is opened and only its rows' row group read
+# (about 1 ms a file); polars' multi-file read costs more than that to start.
+_MANY_SMALL_FILES = 8
 
 
 def _load(
@@ -333,6 +336,12 @@ def _load(
     from_buffer = {f.candidate.request_id for f in found.values() if f.source is None}
     buffered = store.buffer.load(from_buffer) if from_buffer else {}
     local = store.backend if isinstance(store.backend, LocalBackend) else None
+    if local is not None:
+        small_files = {
+            f.source.path for f in found.values() if f.source is not None and f.source.size <= _SMALL_FILE
+        }
+        if len(small_files) < _MANY_SMALL_FILES:
+            local = None  # a few files: reading their rows directly costs less than a multi-file read
     small: dict[str, set[str]] = defaultdict(set)  # type folder -> request ids
     small_paths: dict[str, set[tuple[str, int]]] = defaultdict(set)
     large: dict[str, tuple[pq.ParquetFile | None, set[int]]] = {}
@@ -349,15 +358,20 @@ def _load(
         if handle is None and src.handle is not None:
             large[src.path] = (src.handle, rows)
         rows.update(src.rows)
+    rows_of: dict[str, dict[int, dict[str, Any]]] = {}
+    if len(large) == 1 and not small:  # a single query's one file: no hand-off to the pool
+        [(path, (handle, rows))] = large.items()
+        rows_of[path] = _read_file_rows(store, path, handle, sorted(rows))
     jobs = {
         path: _pool().submit(_read_file_rows, store, path, handle, sorted(rows))
         for path, (handle, rows) in large.items()
+        if path not in rows_of
     }
     chains: dict[tuple[str, str], list[dict[str, Any]]] = {}
     if local is not None:
         for kind, paths in small.items():
             chains.update(_read_small_files(local, sorted(small_paths[kind]), paths))
-    rows_of = {path: job.result() for path, job in jobs.items()}
+    rows_of.update((path, job.result()) for path, job in jobs.items())
     for i, f in found.items():
         p = plans[i]
         src = f.source

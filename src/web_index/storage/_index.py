@@ -110,15 +110,23 @@ class MonthIndex:
         # Per file number, built once: a month can have tens of thousands of files.
         self._paths = [f"{folder}/{c.name}" for c in covers]
         self._sizes = [c.size for c in covers]
-        self._table: pa.Table | None = None  # the whole index, once a batch needed most of it
+        self._table: pa.Table | None = None  # the whole index, once kept (see lookup)
+        self._point_reads = 0
+        self._denied = False  # the memory budget could not take this index
         meta = handle.metadata
         self._groups: list[tuple[str, str]] = []
+        self._starts: list[int] = []  # first row of each row group
+        start = 0
         for g in range(meta.num_row_groups):
-            stats = meta.row_group(g).column(0).statistics
+            rg = meta.row_group(g)
+            stats = rg.column(0).statistics
             if stats is None or not stats.has_min_max:
                 self._groups.append(("", "\U0010ffff"))
             else:
                 self._groups.append((str(stats.min), str(stats.max)))
+            self._starts.append(start)
+            start += rg.num_rows
+        self._starts.append(start)
 
     def authoritative(self, domain: str, files: Iterable[StoredFile]) -> bool:
         """Whether the index holds exactly what ``domain``'s listed files hold."""
@@ -140,31 +148,45 @@ class MonthIndex:
         if not groups:
             return []
         wanted = pa.array(keys, type=pa.string())
-        if self._table is not None:
-            table = self._table
-        elif len(groups) * 4 >= len(self._groups):
-            # A big batch touches most of the month: read it all once, and keep
-            # it for the next batch (bounded, see _TABLE_BUDGET).
-            table = self.handle.read(columns=_LOOKUP_COLUMNS, use_threads=False)
-            self._keep(table)
-        else:
-            # A few keys: the key column of their row groups first; most such
-            # lookups find nothing in a month, and then nothing else is decoded.
+        if self._table is None:
+            self._point_reads += 1
+            # A big batch touches most of the month; a process that keeps asking
+            # (a server, a bulk run) soon will: read it all once and keep it for
+            # the next lookups (bounded, see _TABLE_BUDGET). A one-off query
+            # reads only its row groups.
+            asked_often = self._point_reads > _POINT_READS_BEFORE_KEEP and not self._denied
+            if len(groups) * 4 >= len(self._groups) or asked_often:
+                table = self.handle.read(columns=_LOOKUP_COLUMNS, use_threads=False)
+                if self._keep(table):
+                    return self.lookup(keys)
+                self._denied = True
+                return self._hits(table.filter(pc.is_in(table.column("url_key"), value_set=wanted)))
+            # The key column of their row groups first: most such lookups find
+            # nothing in a month, and then nothing else is decoded.
             key_column = self.handle.read_row_groups(groups, columns=["url_key"], use_threads=False)
             mask = pc.is_in(key_column.column("url_key"), value_set=wanted)
             if not pc.any(mask).as_py():
                 return []
             table = self.handle.read_row_groups(groups, columns=_LOOKUP_COLUMNS, use_threads=False)
-            sub = table.filter(mask)
-            return self._hits(sub)
+            return self._hits(table.filter(mask))
+        table = self._table
+        if len(groups) * 4 < len(self._groups):
+            # Only the row groups that can hold the keys: zero-copy slices.
+            starts = self._starts
+            table = pa.concat_tables([table.slice(starts[g], starts[g + 1] - starts[g]) for g in groups])
         return self._hits(table.filter(pc.is_in(table.column("url_key"), value_set=wanted)))
 
-    def _keep(self, table: pa.Table) -> None:
+    def _keep(self, table: pa.Table) -> bool:
+        """Keep the whole index in memory if the budget allows; return whether kept."""
         global _TABLE_BYTES
         with _OPEN_LOCK:
+            if self._table is not None:
+                return True
             if _TABLE_BYTES + table.nbytes <= _TABLE_BUDGET:
                 _TABLE_BYTES += table.nbytes
                 self._table = table
+                return True
+        return False
 
     def _hits(self, sub: pa.Table) -> list[IndexHit]:
         names, sizes = self._paths, self._sizes
@@ -183,6 +205,9 @@ _OPEN_LOCK = threading.Lock()
 # (about 110 bytes a record: 1 GiB holds the indexes of ~9 million records).
 _TABLE_BUDGET = 1 << 30
 _TABLE_BYTES = 0
+# Row-group lookups in one index before the whole of it is read and kept:
+# one-off queries stay cheap, a process that keeps asking gets memory speed.
+_POINT_READS_BEFORE_KEEP = 4
 
 
 def open_month_index(backend: Backend, type: RecordType, year: int, month: int) -> MonthIndex | None:
