@@ -249,4 +249,4 @@ def test_one_query_at_a_time_equals_a_batch_through_every_lookup_path(
     assert any(len(ix._groups) > 4 and ix._point_reads > 1 for ix in opened)  # row-group lookups ran
     kept = [ix for ix in opened if ix._table is not None]
     assert bool(kept) == bool(budget)
-    assert _index._TABLE_BYTES == sum(ix._table.nbytes for ix in kept if ix._table is not None)
+    assert sum(ix._table.nbytes for ix in kept if ix._table is not None) == _index._TABLE_BYTES

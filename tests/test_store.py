@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -11,12 +12,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.crashcheck import ROOT, parse_keys
 from tests.factories import T0, attempt
 from web_index import FlushPolicy, WebIndex, read_only
 from web_index.errors import StoreError
 from web_index.models import Page, PageKey, RecordType, SimplePageQuery, TimeAwarePageQuery
+from web_index.storage._layout import parse_file_name
 
 
 def files_of(store: Path, type: str = "get") -> list[Path]:
@@ -304,3 +308,57 @@ def test_files_written_with_the_arrow_schema_still_compact_with_new_ones(store_p
         got = idx.query([old, new, SimplePageQuery(url=url)])
         assert [p.request_id for p in got] == [old.request_id, new.request_id, new.request_id]  # type: ignore[union-attr]
         assert got[0].responses[1].data == b"<html>ok</html>"  # type: ignore[union-attr]
+
+
+# The file-name grammar as first written (one regex per form, part tried first):
+# the fast parser must agree with it on every name.
+_REF_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_REF_DOMAIN = r"(?P<domain>[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)"
+_REF_PART = re.compile(rf"^{_REF_DOMAIN}\.(?P<part>{_REF_UUID})\.parquet$")
+_REF_COMPACTED = re.compile(rf"^{_REF_DOMAIN}\.parquet$")
+
+
+def _reference_parse(name: str) -> tuple[str, str | None] | None:
+    match = _REF_PART.match(name)
+    part = match.group("part") if match is not None else None
+    if match is None:
+        match = _REF_COMPACTED.match(name)
+    if match is None or ".." in match.group("domain"):
+        return None
+    return match.group("domain"), part
+
+
+_name_parts = st.one_of(
+    st.text(alphabet="abz09.-_A", max_size=12),
+    st.uuids().map(str),
+    st.uuids().map(lambda u: str(u).upper()),
+    st.sampled_from([".", "..", ".parquet", "parquet", ""]),
+)
+
+
+@given(st.lists(_name_parts, max_size=5).map("".join), st.booleans())
+def test_file_names_parse_as_the_reference_grammar(name: str, suffix: bool) -> None:
+    name = name + ".parquet" if suffix else name
+    assert parse_file_name(name) == _reference_parse(name)
+
+
+@pytest.mark.parametrize(
+    ("name", "parsed"),
+    [
+        ("www.example.com.parquet", ("www.example.com", None)),
+        (
+            "example.com.0f8fad5b-d9cb-469f-a165-70867728950e.parquet",
+            ("example.com", "0f8fad5b-d9cb-469f-a165-70867728950e"),
+        ),
+        (
+            "a-.0f8fad5b-d9cb-469f-a165-70867728950e.parquet",
+            ("a-.0f8fad5b-d9cb-469f-a165-70867728950e", None),
+        ),
+        ("..parquet", None),
+        ("x..y.parquet", None),
+        ("Example.com.parquet", None),
+        ("example.com.parquet.tmp", None),
+    ],
+)
+def test_file_name_examples(name: str, parsed: tuple[str, str | None] | None) -> None:
+    assert parse_file_name(name) == parsed == _reference_parse(name)

@@ -28,7 +28,7 @@ import threading
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 import pyarrow as pa
@@ -74,8 +74,7 @@ def index_path(type: RecordType, year: int, month: int) -> str:
     return f"{INDEX_DIR}/{type.value}/{year:04d}/{month:02d}.parquet"
 
 
-@dataclass(frozen=True, slots=True)
-class Covered:
+class Covered(NamedTuple):  # a tuple: a month index covers tens of thousands of files
     name: str  # file name in the month folder
     size: int
     domain: str
