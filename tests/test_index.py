@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,9 @@ from web_index import FlushPolicy, WebIndex
 from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
 from web_index.query import _engine
 from web_index.storage import _index
+from web_index.storage._backend import LocalBackend
+from web_index.storage._files import list_partition_files
+from web_index.storage._store import Store
 
 DOMAINS = ["alpha.com", "beta.org", "gamma.net", "delta.io"]
 
@@ -250,3 +254,39 @@ def test_one_query_at_a_time_equals_a_batch_through_every_lookup_path(
     kept = [ix for ix in opened if ix._table is not None]
     assert bool(kept) == bool(budget)
     assert sum(ix._table.nbytes for ix in kept if ix._table is not None) == _index._TABLE_BYTES
+
+
+def test_a_stamped_index_spares_the_month_listing_until_the_folder_changes(
+    store: tuple[Path, list[Query]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, queries = store
+    before = {p: _rows(p) for p in (root / "_index").rglob("*.parquet")}
+    time.sleep(2.1)  # the month folders are no longer "racy" (see LocalBackend.folder_version)
+    with WebIndex(root) as idx:
+        idx.compact()  # nothing to compact: stamps the indexes, rows unchanged
+    assert {p: _rows(p) for p in (root / "_index").rglob("*.parquet")} == before
+    backend = LocalBackend(root)
+    for path in (root / "_index").rglob("*.parquet"):
+        assert b"web_index.index.listed" in (pq.read_metadata(path).metadata or {})
+        type, year, month = RecordType(path.parent.parent.name), int(path.parent.name), int(path.stem)
+        index = _index.open_month_index(backend, type, year, month)
+        assert index is not None
+        # What the index says the folder holds is what a listing finds.
+        listed = list_partition_files(backend, index.folder, type, year, month)
+        covered = index.current_listing(backend)
+        assert covered is not None
+        assert {d: sorted(f) for d, f in covered.items()} == {d: sorted(f) for d, f in listed.items()}
+
+    expected = _without_index(root, tmp_path / "a", queries)
+    listings: list[Any] = []
+    original = Store.month_files
+    monkeypatch.setattr(Store, "month_files", lambda *a: listings.append(a) or original(*a))
+    assert _answers(root, queries) == expected
+    assert listings == []
+
+    more = _populate(root, seed=3, n=40)
+    with WebIndex(root) as idx:
+        idx.flush()  # new part files: the folders change
+    queries = queries + _queries(more, seed=4)
+    assert _answers(root, queries) == _without_index(root, tmp_path / "b", queries)
+    assert listings != []

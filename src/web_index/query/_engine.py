@@ -177,8 +177,10 @@ def _from_month(
     found: dict[int, _Found],
     no_index: set[int],
 ) -> None:
-    listing = store.month_files(type, year, month)
     index = open_month_index(store.backend, type, year, month)
+    listing = index.current_listing(store.backend) if index is not None else None
+    if listing is None:
+        listing = store.month_files(type, year, month)
     trusted: dict[str, bool] = {}  # domain -> whether the index covers its files exactly
     by_domain: dict[str, list[int]] = defaultdict(list)
     indexed: list[int] = []

@@ -39,7 +39,7 @@ from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._backend import Backend
 from web_index.storage._files import list_partition_files, visible_files
-from web_index.storage._layout import INDEX_DIR, StoredFile
+from web_index.storage._layout import INDEX_DIR, Partition, StoredFile, parse_file_name
 from web_index.storage._schema import TS_COLUMN
 
 __all__ = [
@@ -56,6 +56,14 @@ INDEX_ROW_GROUP = 4096
 _COVERS_KEY = b"web_index.index.covers"
 _VERSION_KEY = b"web_index.index.version"
 _VERSION = b"2"
+# The month folder's version (Backend.folder_version) when the index listed it,
+# if it had one; absent on object stores and for a folder changed just before.
+_STAMP_KEY = b"web_index.index.listed"
+
+
+def _stamp(version: object | None) -> str | None:
+    return None if version is None else repr(version)
+
 
 _FIELDS: list[pa.Field[Any]] = [
     pa.field("url_key", pa.string(), nullable=False),
@@ -97,11 +105,23 @@ class IndexHit:
 class MonthIndex:
     """An opened month index: its coverage and a sorted lookup by URL key."""
 
-    def __init__(self, folder: str, handle: pq.ParquetFile, covers: list[Covered], size: int) -> None:
-        self.folder = folder
+    def __init__(
+        self,
+        type: RecordType,
+        year: int,
+        month: int,
+        handle: pq.ParquetFile,
+        covers: list[Covered],
+        size: int,
+        stamp: str | None,
+    ) -> None:
+        self.type, self.year, self.month = type, year, month
+        self.folder = folder = f"{type.value}/{year:04d}/{month:02d}"
         self.handle = handle
         self.covers = covers
         self.size = size
+        self.stamp = stamp  # the month folder's version when it was listed for this index
+        self._listing: dict[str, list[StoredFile]] | None = None
         by_domain: dict[str, dict[str, int]] = {}
         for c in covers:
             by_domain.setdefault(c.domain, {})[c.name] = c.size
@@ -126,6 +146,31 @@ class MonthIndex:
             self._starts.append(start)
             start += rg.num_rows
         self._starts.append(start)
+
+    def current_listing(self, backend: Backend) -> dict[str, list[StoredFile]] | None:
+        """The month folder's files by domain, if the folder is unchanged since
+        this index listed it (then the index covers all of it); else ``None``.
+
+        Saves listing (and ``stat``-ing) every file of the month: a local
+        folder's version is one ``stat`` (see ``Backend.folder_version``).
+        """
+        if self.stamp is None or _stamp(backend.folder_version(self.folder)) != self.stamp:
+            return None
+        if self._listing is None:
+            listing: dict[str, list[StoredFile]] = {}
+            parts: dict[str, Partition] = {}
+            for c in self.covers:
+                parsed = parse_file_name(c.name)
+                if parsed is None:  # only a hand-made index lists such a name
+                    return None
+                partition = parts.get(c.domain)
+                if partition is None:
+                    partition = parts[c.domain] = Partition(self.type, self.year, self.month, c.domain)
+                listing.setdefault(c.domain, []).append(
+                    StoredFile(partition, parsed[1], f"{self.folder}/{c.name}", c.size)
+                )
+            self._listing = listing
+        return self._listing
 
     def authoritative(self, domain: str, files: Iterable[StoredFile]) -> bool:
         """Whether the index holds exactly what ``domain``'s listed files hold."""
@@ -230,7 +275,9 @@ def open_month_index(backend: Backend, type: RecordType, year: int, month: int) 
         return None
     except (pa.ArrowException, OSError, CorruptFileError):
         return None  # a damaged index only costs speed: read the partitions instead
-    opened = MonthIndex(f"{type.value}/{year:04d}/{month:02d}", handle, covers, size)
+    raw_stamp = (handle.metadata.metadata or {}).get(_STAMP_KEY)
+    stamp = raw_stamp.decode(errors="replace") if raw_stamp else None
+    opened = MonthIndex(type, year, month, handle, covers, size, stamp)
     with _OPEN_LOCK:
         _forget(_OPEN.get(key))
         _OPEN[key] = opened
@@ -282,7 +329,10 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     rows; only the others are read (key columns only).
     """
     folder = f"{type.value}/{year:04d}/{month:02d}"
+    before = _stamp(backend.folder_version(folder))
     listing = list_partition_files(backend, folder, type, year, month)
+    # Stamped only if the folder did not change while it was listed.
+    stamp = before if before is not None and _stamp(backend.folder_version(folder)) == before else None
     covers = [
         Covered(f.path.rsplit("/", 1)[-1], f.size, domain)
         for domain in sorted(listing)
@@ -290,7 +340,12 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     ]
     previous = open_month_index(backend, type, year, month)
     if previous is not None and previous.covers == covers:
-        return False
+        if stamp is None or stamp == previous.stamp:
+            return False
+        # Same files, but now the folder can be stamped (it was written to
+        # just before the last build): the same rows, a new stamp.
+        _write(backend, type, year, month, previous.handle.read(columns=_LOOKUP_COLUMNS), covers, stamp)
+        return True
     file_no = {c.name: n for n, c in enumerate(covers)}
     pieces: list[pl.DataFrame] = []
     reuse: dict[int, int] = {}  # old file number -> new, for domains unchanged
@@ -349,19 +404,31 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     # The same attempt in two visible files (a flush redone beside its own
     # compaction) is one record: keep one.
     frame = frame.unique(subset=["request_id"], keep="first").sort(["url_key", "ts_us", "request_id"])
-    table = frame.to_arrow().cast(_SCHEMA)
-    table = table.replace_schema_metadata(
-        {
-            _VERSION_KEY: _VERSION,
-            # One entry per file of the month (tens of thousands): compressed.
-            _COVERS_KEY: base64.b64encode(
-                zlib.compress(json.dumps([[c.name, c.size, c.domain] for c in covers]).encode())
-            ),
-        }
-    )
+    _write(backend, type, year, month, frame.to_arrow(), covers, stamp)
+    return True
+
+
+def _write(
+    backend: Backend,
+    type: RecordType,
+    year: int,
+    month: int,
+    table: pa.Table,
+    covers: list[Covered],
+    stamp: str | None,
+) -> None:
+    meta = {
+        _VERSION_KEY: _VERSION,
+        # One entry per file of the month (tens of thousands): compressed.
+        _COVERS_KEY: base64.b64encode(
+            zlib.compress(json.dumps([[c.name, c.size, c.domain] for c in covers]).encode())
+        ),
+    }
+    if stamp is not None:
+        meta[_STAMP_KEY] = stamp.encode()
     backend.write_parquet(
         index_path(type, year, month),
-        table,
+        table.cast(_SCHEMA).replace_schema_metadata(meta),
         compression="zstd",
         row_group_size=INDEX_ROW_GROUP,
         write_statistics=["url_key"],
@@ -369,7 +436,6 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
         column_encoding={"url_key": "DELTA_BYTE_ARRAY"},  # sorted keys share prefixes
         store_schema=False,
     )
-    return True
 
 
 _BATCH_FILES = 2000
