@@ -13,6 +13,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.factories import T0, attempt
 from web_index import FlushPolicy, WebIndex
@@ -199,6 +201,53 @@ def test_one_size_check_covers_many_partitions(store_path: Path) -> None:
         assert buf.oversized(parts, 2, 1 << 40) == []
         index.insert_many(items[:3] + items[-3:])  # these reach two rows: flushed at once
         assert index.stats().buffered_attempts == 234 and len(buf.partitions()) == 234
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(1, 3), st.integers(0, 2)), min_size=1, max_size=30),
+    st.integers(1, 8),
+    st.integers(1, 40_000),
+)
+def test_the_size_check_after_an_insert_answers_as_the_query_does(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[int, int, int]], max_rows: int, max_bytes: int
+) -> None:
+    # Right after append, oversized answers from the totals the insert's own
+    # transaction ended with; the plain query (asked next) must agree, over
+    # several inserts, with a flush (claim + complete) in between.
+    root = tmp_path_factory.mktemp("buf")
+    buf = SqliteBuffer(root)
+    try:
+        for batch in (rows[: len(rows) // 2], rows[len(rows) // 2 :]):
+            attempts = [
+                validate_attempt(
+                    *attempt(f"https://site{d}.com/{n}", T0 + timedelta(days=31 * m), body=b"x" * 900)
+                )
+                for n, (d, m, _) in enumerate(batch)
+            ]
+            if not attempts:
+                continue
+            buf.append(attempts)
+            touched = list({MethodPartition(a.method, a.year, a.month, a.domain) for a in attempts})
+            fast = buf.oversized(touched, max_rows, max_bytes)
+            assert not buf._after_append  # used once
+            assert sorted(fast) == sorted(buf.oversized(touched, max_rows, max_bytes))
+            for (_, _, claim), mp in zip(batch, touched, strict=False):
+                if claim and buf.claim(mp, f"f-{mp}", claim):
+                    buf.complete(f"f-{mp}")
+    finally:
+        buf.close()
+
+
+def test_the_size_check_after_an_insert_asks_for_partitions_it_did_not_write(store_path: Path) -> None:
+    with WebIndex(store_path, policy=FlushPolicy(max_rows=1 << 30, compact_parts=0)) as index:
+        buf = index._store.buffer
+        index.insert_many([attempt(f"https://a-site.com/{n}") for n in range(3)])
+        other = MethodPartition(RecordType.GET, 2024, 8, "a-site.com")
+        buf.append([validate_attempt(*attempt("https://b-site.com/"))])
+        # ``other`` was not in that insert: the query answers, not the insert's totals.
+        assert buf.oversized([other], 3, 1 << 40) == [other]
+        assert buf.oversized([other], 4, 1 << 40) == []
 
 
 def test_checksums_of_the_lookup_index_are_stable() -> None:

@@ -18,8 +18,9 @@ from tests.factories import T0, attempt, chain, metadata
 from tests.validate_reference import validate_reference
 from web_index import WebIndex
 from web_index.errors import InvalidRecordError
-from web_index.ingest import new_request_id, validate_attempt
+from web_index.ingest import _validate, new_request_id, validate_attempt
 from web_index.ingest._keys import is_plain_url, key_and_domain
+from web_index.ingest._validate import new_request_ids
 from web_index.models import AttemptMetadata, Calibre, PageKey, RecordType, Response
 from web_index.models._time import from_us
 from web_index.urls import domain_of, url_key
@@ -269,6 +270,43 @@ def test_request_ids_are_uuid7_in_order_with_62_random_bits() -> None:
         rand_bits |= u.int & ((1 << 62) - 1)
     assert rand_bits == (1 << 62) - 1  # every random bit is used
     assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", ids[0])
+
+
+_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+@given(st.lists(st.integers(min_value=0, max_value=5000), min_size=1, max_size=8))
+def test_ids_drawn_many_at_once_follow_the_rules_of_one_at_a_time(sizes: list[int]) -> None:
+    # Batches (0 meaning one plain call) and single ids interleaved: one strictly
+    # increasing sequence of distinct UUIDv7 strings, whatever the counter does.
+    ids: list[str] = []
+    for n in sizes:
+        got = new_request_ids(n) if n else [new_request_id()]
+        assert len(got) == max(n, 1)
+        ids.extend(got)
+    ids.append(new_request_id())
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert all(_ID.fullmatch(i) for i in ids)
+
+
+def test_ids_drawn_many_at_once_borrow_the_next_millisecond_like_single_ones() -> None:
+    # Frozen clock: a batch crossing the 12-bit counter continues exactly as
+    # single calls would (next millisecond, counter 0), and so do calls after it.
+    with _validate._lock:
+        saved = list(_validate._last)
+    ms = saved[0] + 10_000_000  # far ahead of any real clock reading in this test
+    try:
+        for split in (1, 4000, 4096, 4097):
+            _validate._last[0], _validate._last[1] = ms, 0xFFF - 3
+            batch = [*new_request_ids(split), new_request_id()]
+            _validate._last[0], _validate._last[1] = ms, 0xFFF - 3
+            single = [new_request_id() for _ in range(split + 1)]
+            assert [i[:19] for i in batch] == [i[:19] for i in single]  # time and counter
+            assert batch == sorted(batch) and len(set(batch)) == len(batch)
+            ms += 10
+    finally:  # the ids made here are thrown away: back to the real clock
+        with _validate._lock:
+            _validate._last[:] = saved
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -13,7 +13,7 @@ from typing import Any, Self
 from msgspec.structs import force_setattr
 
 from web_index.ingest import validate_attempt
-from web_index.ingest._validate import Attempt
+from web_index.ingest._validate import Attempt, new_request_ids
 from web_index.models import AttemptMetadata, PageKey, Query, RecordType, Response
 from web_index.models._time import from_us
 from web_index.query import Result, run_queries
@@ -145,9 +145,14 @@ class WebIndex:
         """
         self._check_writable()
         attempts: list[Attempt] = []
-        for n, item in enumerate(items):
+        append = attempts.append
+        # A list's ids are drawn at once (one lock and clock read, not one a record).
+        rids: Iterator[str | None] = (
+            iter(new_request_ids(len(items))) if isinstance(items, list | tuple) else itertools.repeat(None)
+        )
+        for n, (item, rid) in enumerate(zip(items, rids, strict=False)):
             try:
-                attempts.append(validate_attempt(*item))
+                append(validate_attempt(*item, request_id=rid))
             except Exception as exc:
                 from web_index.errors import InvalidRecordError
 

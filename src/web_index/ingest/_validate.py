@@ -15,7 +15,7 @@ from web_index.models import AttemptMetadata, AttemptState, Calibre, RecordType,
 from web_index.models._time import parse_ts, to_us
 from web_index.urls import url_key
 
-__all__ = ["Attempt", "new_request_id", "validate_attempt"]
+__all__ = ["Attempt", "new_request_id", "new_request_ids", "validate_attempt"]
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -67,25 +67,48 @@ def new_request_id() -> str:
     within a millisecond); ids from different processes order by millisecond
     and are unique by 62 random bits.
     """
+    return new_request_ids(1)[0]
+
+
+def new_request_ids(n: int) -> list[str]:
+    """``n`` ids, as ``n`` calls of :func:`new_request_id` in a row would make
+    them, for one lock and one clock read (an insert of many takes its ids so)."""
     global _random, _used, _prefix
+    out: list[str] = []
+    if n <= 0:
+        return out
     with _lock:
         ms = time.time_ns() // 1_000_000
-        if ms <= _last[0]:
-            ms, counter = _last[0], _last[1] + 1
-            if counter > 0xFFF:  # counter exhausted: borrow the next millisecond
+        last_ms, counter = _last
+        if ms <= last_ms:
+            ms, counter = last_ms, counter + 1
+            if counter > 0xFFF:
                 ms, counter = ms + 1, 0
         else:
             counter = 0
-        _last[0], _last[1] = ms, counter
-        if _used >= len(_random):
-            _random, _used = os.urandom(8 * _POOL_IDS).hex(), 0
-        rand = _random[_used : _used + 16]
-        _used += 16
-        if _prefix[0] != ms:
-            h = f"{ms & ((1 << 48) - 1):012x}"
-            _prefix = (ms, f"{h[:8]}-{h[8:]}-7")
-        prefix = _prefix[1]
-    return f"{prefix}{counter:03x}-{_VARIANT[rand[0]]}{rand[1:4]}-{rand[4:]}"
+        if len(_random) - _used < 16 * n:
+            _random, _used = _random[_used:] + os.urandom(8 * max(n, _POOL_IDS)).hex(), 0
+        rand, start = _random, _used
+        _used += 16 * n
+        prefix_ms, prefix = _prefix
+        variant = _VARIANT
+        for i in range(start, start + 16 * n, 16):
+            if prefix_ms != ms:
+                h = f"{ms & ((1 << 48) - 1):012x}"
+                prefix_ms, prefix = ms, f"{h[:8]}-{h[8:]}-7"
+            out.append(
+                f"{prefix}{counter:03x}-{variant[rand[i]]}{rand[i + 1 : i + 4]}-{rand[i + 4 : i + 16]}"
+            )
+            counter += 1
+            if counter > 0xFFF:
+                ms, counter = ms + 1, 0
+        # The last id handed out: undo the step past it.
+        if counter == 0:
+            _last[0], _last[1] = ms - 1, 0xFFF
+        else:
+            _last[0], _last[1] = ms, counter - 1
+        _prefix = (prefix_ms, prefix)
+    return out
 
 
 def _coerce(cls: type[Any], value: object, field: str) -> Any:

@@ -218,6 +218,7 @@ class SqliteBuffer:
         self._lock_fd = -1  # of buffer.lock, for writers
         self._unchecked = 0  # bytes written to the WAL since this writer last asked for a checkpoint
         self._checkpointer: _Checkpointer | None = None
+        self._after_append: dict[tuple[RecordType, int, int, str], tuple[int, int]] = {}
         if not readonly:
             self._connect()
 
@@ -327,48 +328,60 @@ class SqliteBuffer:
         if not attempts:
             return
         now = time.time_ns() // 1000
-        bodies = [_encode((a.metadata, a.responses)) for a in attempts]
-        parts = [(a.method, a.year, a.month, a.domain) for a in attempts]
+        encode, crc32, seeds = _encode, zlib.crc32, _SEEDS
+        # One pass: each row (its partition id filled in below) and each partition's totals.
+        rows: list[list[Any]] = []
+        keys: list[tuple[RecordType, int, int, str]] = []
         totals: dict[tuple[RecordType, int, int, str], list[int]] = {}
-        for part, body in zip(parts, bodies, strict=True):
+        nbytes = 0
+        for a in attempts:
+            body = encode((a.metadata, a.responses))
+            size = len(body)
+            nbytes += size
+            part = (a.method, a.year, a.month, a.domain)
+            keys.append(part)
             total = totals.get(part)
             if total is None:
-                totals[part] = [1, len(body)]
+                totals[part] = [1, size]
             else:
                 total[0] += 1
-                total[1] += len(body)
+                total[1] += size
+            url_key = a.url_key
+            khash = crc32(url_key.encode(), seeds[a.method])
+            rows.append([0, khash, url_key, a.ts_us, a.request_id, a.calibre, a.success, size, now, body])
         with self._lock:
+            self._after_append = {}
             with self._transaction() as conn:
-                pids = _add_to_parts(conn, totals)
-                conn.executemany(
-                    _INSERT,
-                    (
-                        (
-                            pids[part],
-                            zlib.crc32(a.url_key.encode(), _SEEDS[a.method]),
-                            a.url_key,
-                            a.ts_us,
-                            a.request_id,
-                            a.calibre,
-                            a.success,
-                            len(body),
-                            now,
-                            body,
-                        )
-                        for a, part, body in zip(attempts, parts, bodies, strict=True)
-                    ),
-                )
+                pids, after = _add_to_parts(conn, totals)
+                for row, part in zip(rows, keys, strict=True):
+                    row[0] = pids[part]
+                conn.executemany(_INSERT, rows)
+            # The totals of the partitions just written, for the size check
+            # that follows an insert (``oversized``), which need not ask again.
+            self._after_append = after
             # Bodies, plus index and partition pages.
-            self._wrote(sum(t[1] for t in totals.values()) + 200 * len(attempts) + 8 * _PAGE_SIZE)
+            self._wrote(nbytes + 200 * len(attempts) + 8 * _PAGE_SIZE)
 
     def oversized(
         self, parts: Iterable[MethodPartition], max_rows: int, max_bytes: int
     ) -> list[MethodPartition]:
-        """Which of ``parts`` hold at least ``max_rows`` rows or ``max_bytes`` bytes."""
+        """Which of ``parts`` hold at least ``max_rows`` rows or ``max_bytes`` bytes.
+
+        Right after :meth:`append`, the totals its transaction ended with answer
+        for the partitions it wrote (rows added since by other writers are
+        checked by their own inserts; a flush since only makes this one early).
+        """
         wanted = list(parts)
         out: list[MethodPartition] = []
         step = _CHUNK // 4
         with self._lock:
+            after, self._after_append = self._after_append, {}
+            if after and all(mp in after for mp in wanted):
+                for mp in wanted:
+                    rows, nbytes = after[mp]
+                    if rows >= max_rows or nbytes >= max_bytes:
+                        out.append(mp)
+                return out
             conn = self._write
             for i in range(0, len(wanted), step):
                 chunk = wanted[i : i + step]
@@ -630,9 +643,13 @@ class _Checkpointer:
 
 def _add_to_parts(
     conn: sqlite3.Connection, parts: dict[tuple[RecordType, int, int, str], list[int]]
-) -> dict[tuple[RecordType, int, int, str], int]:
-    """Add rows and bytes to partitions' totals (creating them); return their ids."""
+) -> tuple[
+    dict[tuple[RecordType, int, int, str], int], dict[tuple[RecordType, int, int, str], tuple[int, int]]
+]:
+    """Add rows and bytes to partitions' totals (creating them); return their ids
+    and their totals after the addition."""
     pids: dict[tuple[RecordType, int, int, str], int] = {}
+    after: dict[tuple[RecordType, int, int, str], tuple[int, int]] = {}
     items = list(parts.items())
     step = _CHUNK // 6
     for i in range(0, len(items), step):
@@ -641,12 +658,14 @@ def _add_to_parts(
         cur = conn.execute(
             f"INSERT INTO parts (method, year, month, domain, rows, nbytes) VALUES {marks}"  # noqa: S608
             " ON CONFLICT DO UPDATE SET rows = rows + excluded.rows, nbytes = nbytes + excluded.nbytes"
-            " RETURNING pid, method, year, month, domain",
+            " RETURNING pid, method, year, month, domain, rows, nbytes",
             [v for (m, y, mo, d), (n, b) in chunk for v in (m.value, y, mo, d, n, b)],
         )
-        for pid, m, y, mo, d in cur.fetchall():
-            pids[(RecordType(m), y, mo, d)] = pid
-    return pids
+        for pid, m, y, mo, d, n, b in cur.fetchall():
+            key = (RecordType(m), y, mo, d)
+            pids[key] = pid
+            after[key] = (n, b)
+    return pids, after
 
 
 def _create(conn: sqlite3.Connection) -> None:
