@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 import shutil
 import time
-from datetime import timedelta
+import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from web_index.storage._files import list_partition_files
 from web_index.storage._store import Store
 
 DOMAINS = ["alpha.com", "beta.org", "gamma.net", "delta.io"]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _populate(root: Path, seed: int, n: int = 120) -> list[PageKey]:
@@ -290,3 +292,70 @@ def test_a_stamped_index_spares_the_month_listing_until_the_folder_changes(
     queries = queries + _queries(more, seed=4)
     assert _answers(root, queries) == _without_index(root, tmp_path / "b", queries)
     assert listings != []
+
+
+def test_index_rows_are_the_stored_records_under_their_key_hashes(store: tuple[Path, list[Query]]) -> None:
+    root, _ = store
+    for path in (root / "_index").rglob("*.parquet"):
+        type = RecordType(path.parent.parent.name)
+        stored: set[tuple[bytes, int, bytes]] = set()
+        for f in (root / type.value / path.parent.name / path.stem).iterdir():
+            table = pq.read_table(f, columns=["url_key", _index.TS_COLUMN[type], "request_id"])
+            for key, ts, rid in zip(*(c.to_pylist() for c in table.columns), strict=True):
+                ts_us = (ts - _EPOCH) // timedelta(microseconds=1)
+                stored.add((_index.key_hash(key), ts_us, uuid.UUID(rid).bytes))
+        table = pq.read_table(path)
+        rows = list(
+            zip(*(table.column(n).to_pylist() for n in ("key_hash", "ts_us", "request_id")), strict=True)
+        )
+        assert set(rows) == stored and len(rows) == len(stored)
+        assert rows == sorted(rows)  # sorted by hash: a key's records are together
+
+
+def test_a_month_with_a_request_id_the_index_cannot_hold_gets_no_index(
+    store: tuple[Path, list[Query]], tmp_path: Path
+) -> None:
+    root, queries = store
+    expected = _without_index(root, tmp_path, queries)
+    # A hand-made file (the store only writes lower-case UUIDs): its ids in upper case.
+    target = next(p for p in sorted((root / "get-metadata").rglob("*.parquet")))
+    table = pq.read_table(target)
+    i = table.schema.get_field_index("request_id")
+    upper = pa.array([r.upper() for r in table.column(i).to_pylist()], type=table.schema.field(i).type)
+    pq.write_table(table.set_column(i, "request_id", upper), target)
+    index = root / "_index" / "get-metadata" / target.parent.parent.name / f"{target.parent.name}.parquet"
+    index.unlink()
+    _index._OPEN.clear()
+    with WebIndex(root) as idx:
+        idx.compact()
+    assert not index.exists()
+    queries = [
+        *queries,
+        *[
+            PageKey(type="get-metadata", url=k.url, timestamp=k.timestamp, request_id=k.request_id.upper())
+            for k in queries
+            if isinstance(k, PageKey)
+        ],
+    ]
+    expected = _without_index(root, tmp_path / "b", queries)
+    assert _answers(root, queries) == expected
+    assert any(expected[1][len(queries) // 2 :])  # some upper-case keys found their records
+
+
+def test_an_index_of_an_older_format_is_ignored_reported_and_rebuilt(store: tuple[Path, list[Query]]) -> None:
+    root, queries = store
+    expected = _answers(root, queries)
+    paths = sorted((root / "_index").rglob("*.parquet"))
+    for path in paths:
+        table = pq.read_table(path)
+        meta = dict(table.schema.metadata or {})
+        meta[b"web_index.index.version"] = b"2"
+        pq.write_table(table.replace_schema_metadata(meta), path)
+    _index._OPEN.clear()
+    assert _answers(root, queries) == expected
+    with WebIndex(root) as idx:
+        notes = [f.message for f in idx.verify().notes]
+        assert sum("month index of format 2, not 3" in n for n in notes) == len(paths)
+        idx.compact()
+        assert not any("month index" in f.message for f in idx.verify().notes)
+    assert all(pq.read_metadata(p).metadata[b"web_index.index.version"] == b"3" for p in paths)

@@ -19,11 +19,10 @@ from tests.validate_reference import validate_reference
 from web_index import WebIndex
 from web_index.errors import InvalidRecordError
 from web_index.ingest import _validate, new_request_id, validate_attempt
-from web_index.ingest._keys import is_plain_url, key_and_domain
 from web_index.ingest._validate import new_request_ids
 from web_index.models import AttemptMetadata, Calibre, PageKey, RecordType, Response
 from web_index.models._time import from_us
-from web_index.urls import domain_of, url_key
+from web_index.urls import domain_of, is_plain_url, key_and_domain, url_key
 
 # -- URL keys and domains -------------------------------------------------------------
 

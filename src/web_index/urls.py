@@ -21,7 +21,7 @@ import tldextract
 
 from web_index.errors import InvalidURLError
 
-__all__ = ["domain_of", "host_of", "url_key"]
+__all__ = ["domain_of", "host_of", "is_plain_url", "key_and_domain", "url_key"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -124,7 +124,6 @@ def host_of(url: str) -> str:
     return _split(url)[1]
 
 
-@functools.lru_cache(maxsize=65536)
 def domain_of(url: str) -> str:
     """The partition domain of ``url``: its registrable domain.
 
@@ -134,6 +133,17 @@ def domain_of(url: str) -> str:
     ever holds ``[a-z0-9.-]`` and so is safe to use as a file name.
     """
     host = host_of(url)
+    domain = _domain_of_host(host)
+    if domain is None:
+        raise InvalidURLError(url, f"cannot derive a safe partition name from host {host!r}")
+    return domain
+
+
+@functools.lru_cache(maxsize=65536)
+def _domain_of_host(host: str) -> str | None:
+    """``domain_of`` for a normalised host (``None``: no safe name), cached per
+    host: the public suffix lookup is the slow part, and a crawl or a batch of
+    queries has many URLs per host."""
     if host.startswith("["):
         domain = "ip6-" + ipaddress.IPv6Address(host[1:-1]).exploded.replace(":", "-")
     else:
@@ -149,5 +159,36 @@ def domain_of(url: str) -> str:
         digest = hashlib.sha256(domain.encode()).hexdigest()[:16]
         domain = f"{digest}.{domain[-(_MAX_DOMAIN - 17) :].lstrip('.-')}"
     if not _SAFE_DOMAIN.match(domain) or ".." in domain:
-        raise InvalidURLError(url, f"cannot derive a safe partition name from host {host!r}")
+        return None
     return domain
+
+
+# Most URLs a fetcher stores or a batch asks for are already in normal form: a
+# lower-case http(s) scheme and host, no port, user info, fragment or percent
+# escape, and a path and query of characters that normalisation keeps as they
+# are. Such a URL is its own key. Path characters kept literally by url_key
+# (RFC 3986 pchar and "/", no "%"); a query may also hold "?". The host is
+# dot-separated labels of [a-z0-9-]: never an IPv6 literal, never a trailing or
+# doubled dot, and an IPv4 address in it is already in the dotted-decimal form
+# url_key writes.
+_PATH = r"[A-Za-z0-9\-._~!$&'()*+,;=:@/]"
+_QUERY = r"[A-Za-z0-9\-._~!$&'()*+,;=:@/?]"
+_PLAIN = re.compile(rf"https?://([a-z0-9-]+(?:\.[a-z0-9-]+)*)/{_PATH}*(?:\?{_QUERY}+)?")
+_match_plain = _PLAIN.fullmatch
+
+
+def is_plain_url(url: str) -> bool:
+    """Whether ``url`` is already in normal form: its own :func:`url_key` (and so valid)."""
+    return _match_plain(url) is not None
+
+
+def key_and_domain(url: str) -> tuple[str, str]:
+    """``(url_key(url), domain_of(url))``, raising what they raise; a URL in
+    normal form costs one regular expression and a cache lookup."""
+    m = _match_plain(url)
+    if m is None:
+        return url_key(url), domain_of(url)
+    domain = _domain_of_host(m.group(1))
+    if domain is None:
+        return url, domain_of(url)  # raises, naming the URL
+    return url, domain

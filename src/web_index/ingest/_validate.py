@@ -10,10 +10,9 @@ from typing import Any
 import msgspec
 
 from web_index.errors import InvalidRecordError
-from web_index.ingest._keys import is_plain_url, key_and_domain
 from web_index.models import AttemptMetadata, AttemptState, Calibre, RecordType, Response
 from web_index.models._time import parse_ts, to_us
-from web_index.urls import url_key
+from web_index.urls import is_plain_url, key_and_domain, url_key
 
 __all__ = ["Attempt", "new_request_id", "new_request_ids", "validate_attempt"]
 

@@ -216,7 +216,7 @@ def _from_month(
     if indexed:
         assert index is not None
         hits: dict[str, list[IndexHit]] = defaultdict(list)
-        for hit in index.lookup(sorted({plans[i].url_key for i in indexed})):
+        for hit in index.lookup({plans[i].key_hash: plans[i].url_key for i in indexed}):
             hits[hit.url_key].append(hit)
         for i in indexed:
             p = plans[i]
@@ -469,15 +469,21 @@ def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, A
     for r in rows:
         if 0 <= r < offset:  # out of range: a stale index entry, caught by the caller
             by_group[bisect.bisect_right(starts, r) - 1].append(r)
-    out: dict[int, dict[str, Any]] = {}
+    if not by_group:
+        return {}
+    order: list[int] = []
+    pieces: list[pa.Table] = []
     for g, members in by_group.items():
-        table = _timestamps_as_int(handle.read_row_group(g, use_threads=False))
+        table = handle.read_row_group(g, use_threads=False)
         # A chain's rows are contiguous (sorted by request id, chain index):
         # zero-copy slices of each run instead of a gathering take().
         for first, run in _runs(members):
-            part = table.slice(first - starts[g], len(run)).to_pylist()
-            out.update(zip(run, part, strict=True))
-    return out
+            pieces.append(table.slice(first - starts[g], len(run)))
+            order.extend(run)
+    # One conversion per file, not per row group: the casts and to_pylist
+    # cost more per call than per row, and they hold the GIL.
+    rows_out = _timestamps_as_int(pa.concat_tables(pieces)).to_pylist()
+    return dict(zip(order, rows_out, strict=True))
 
 
 def _runs(rows: list[int]) -> list[tuple[int, list[int]]]:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
 from web_index.models._time import to_us
-from web_index.urls import domain_of, url_key
+from web_index.storage._index import key_hash
+from web_index.urls import key_and_domain
 
 __all__ = ["Candidate", "Plan", "month_bounds", "plan"]
 
@@ -31,6 +32,7 @@ class Candidate:
 class Plan:
     type: RecordType
     url_key: str
+    key_hash: bytes  # the month index's key for url_key
     domain: str
     lo_us: int  # inclusive window
     hi_us: int
@@ -72,18 +74,20 @@ class Plan:
 
 
 def plan(query: Query) -> Plan:
-    key = url_key(query.url)
-    domain = domain_of(query.url)
+    key, domain = key_and_domain(query.url)
+    hashed = key_hash(key)
     if isinstance(query, PageKey):
         ts = to_us(query.timestamp)
-        return Plan(query.type, key, domain, ts, ts, None, query.request_id, None, False)
+        return Plan(query.type, key, hashed, domain, ts, ts, None, query.request_id, None, False)
     if isinstance(query, SimplePageQuery):
-        return Plan(query.type, key, domain, _NEG, _POS, None, None, query.calibre, query.calibre_strict)
+        return Plan(
+            query.type, key, hashed, domain, _NEG, _POS, None, None, query.calibre, query.calibre_strict
+        )
     if isinstance(query, TimeAwarePageQuery):
         lo = _NEG if query.not_before is None else to_us(query.not_before)
         hi = _POS if query.not_after is None else to_us(query.not_after)
         near = None if query.timestamp is None else to_us(query.timestamp)
-        return Plan(query.type, key, domain, lo, hi, near, None, query.calibre, query.calibre_strict)
+        return Plan(query.type, key, hashed, domain, lo, hi, near, None, query.calibre, query.calibre_strict)
     raise TypeError(f"not a query: {query!r}")
 
 

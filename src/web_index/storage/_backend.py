@@ -131,7 +131,9 @@ class LocalBackend:
             return []
 
     def open_parquet(self, path: str) -> pq.ParquetFile:
-        return pq.ParquetFile(str(self._path(path)), memory_map=True)
+        # No pre-buffering: it coalesces reads for high-latency storage and costs a
+        # local read of one row group ~25% (a thread hand-off per column chunk).
+        return pq.ParquetFile(str(self._path(path)), memory_map=True, pre_buffer=False)
 
     def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
         # Conditions for object stores; flock locks already serialise local writers.

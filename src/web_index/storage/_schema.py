@@ -8,9 +8,10 @@ import pyarrow as pa
 
 from web_index.models import RecordType
 
-__all__ = ["FORMAT_VERSION", "KEY_COLUMNS", "SCHEMAS", "SORT_KEYS", "TS_COLUMN"]
+__all__ = ["BODY_COLUMN", "FORMAT_VERSION", "KEY_COLUMNS", "SCHEMAS", "SORT_KEYS", "TS_COLUMN"]
 
 FORMAT_VERSION = "1"
+BODY_COLUMN = "data"  # the only column of page bodies (``get`` files)
 _TS = pa.timestamp("us", tz="UTC")
 
 
@@ -32,7 +33,7 @@ def _data_schema(with_body: bool) -> pa.Schema:
         pa.field("fetcher_calibre", pa.uint8(), nullable=False),
     ]
     if with_body:
-        fields.insert(8, pa.field("data", pa.large_binary(), nullable=False))
+        fields.insert(8, pa.field(BODY_COLUMN, pa.large_binary(), nullable=False))
     return pa.schema(fields)
 
 
