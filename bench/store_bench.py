@@ -813,6 +813,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="no run: table of LARGE/SMALL time ratios per workload from two result files "
         "(e.g. results/store-S.json results/store-2S.json)",
     )
+    ap.add_argument(
+        "--growth",
+        nargs=2,
+        metavar=("SMALL", "LARGE"),
+        choices=sorted(SCALES),
+        help="run the web-index side of --workloads (default simple-10k) on both scales, alternating, "
+        "--repeat rounds, plus the baseline once per scale; write results/growth-SMALL-vs-LARGE.*",
+    )
+    ap.add_argument("--repeat", type=int, default=5, help="rounds of --growth (default 5)")
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -840,6 +849,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         result = worker(spec)
         result["peak_rss_mb"] = peak_rss_mb()
         Path(spec["result"]).write_text(json.dumps(result))
+        return
+    if args.growth:
+        growth(args)
         return
     if args.compare:
         text = compare_scales(*args.compare)
@@ -913,6 +925,119 @@ def main(argv: Sequence[str] | None = None) -> None:
     (RESULTS / f"store-{tag}.json").write_text(json.dumps(report, indent=2, default=str))
     (RESULTS / f"store-{tag}.md").write_text(markdown(report))
     print_report(report)
+
+
+def growth(args: argparse.Namespace) -> None:
+    """How the time of a batch grows with the store: the same workloads on two
+    scales, alternated in one run (ABBA order, so that a machine getting faster
+    or slower through the run weighs on both scales alike), medians reported.
+    Separate runs minutes apart differed by up to 10% on this machine."""
+    small, large = args.growth
+    names = ["simple-10k"] if args.workloads == "all" else [n.strip() for n in args.workloads.split(",")]
+    catalogue = workloads(0)
+    bad = [n for n in names if n not in catalogue or catalogue[n].kind in ("ingest", "compaction", "bulk")]
+    if bad:
+        raise SystemExit(f"--growth runs query workloads only, not {bad}")
+    scales: dict[str, dict[str, Any]] = {}
+    for scale in (small, large):
+        folder, info, _label = dataset_for(argparse.Namespace(**{**vars(args), "scale": scale}))
+        if info.get("store_code") != synth.store_code():
+            raise SystemExit(f"{folder} was written by other store code: delete it to rebuild")
+        maker = QueryMaker(pq.read_table(folder / "manifest.parquet"), args.seed)
+        scales[scale] = {"store": folder / "store", "info": info, "maker": maker}
+    samples: dict[str, dict[str, list[float]]] = {n: {small: [], large: []} for n in names}
+    out: dict[str, Any] = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": machine_info(),
+        "scales": {
+            sc: {"get_records": v["info"]["get_pages"], "store_code": v["info"]["store_code"]}
+            for sc, v in scales.items()
+        },
+        "repeat": args.repeat,
+        "workloads": {},
+    }
+    opts = {"threads": args.duckdb_threads, "baseline_latency_n": args.baseline_latency_n, "chunk": 10_000}
+    with tempfile.TemporaryDirectory(prefix="wi-growth-", dir=HERE / "data") as tmpname:
+        tmp = Path(tmpname)
+        specs: dict[tuple[str, str], dict[str, Any]] = {}
+        for name in names:
+            w = catalogue[name]
+            for sc, v in scales.items():
+                qpath = tmp / f"{name}-{sc}.queries.parquet"
+                queries = v["maker"].for_workload(w)
+                write_queries(qpath, queries)
+                specs[name, sc] = {
+                    "workload": f"{name}-{sc}",
+                    "kind": w.kind,
+                    "store": str(v["store"]),
+                    "queries": str(qpath),
+                    "out": str(tmp / f"{name}-{sc}.results.parquet"),
+                    **opts,
+                }
+        answers: dict[tuple[str, str], list[Any]] = {}
+        for r in range(args.repeat):
+            order = (small, large) if r % 2 == 0 else (large, small)
+            for name in names:
+                for sc in order:
+                    res = run_side({**specs[name, sc], "side": "web-index"}, tmp)
+                    samples[name][sc].append(res["seconds"])
+                    answers.setdefault((name, sc), res["answers"])
+                    print(f"[{time.strftime('%H:%M:%S')}] round {r + 1} {name} {sc}: {res['seconds']:.3f} s")
+        for name in names:
+            rec: dict[str, Any] = {"web_index_s": samples[name]}
+            for sc in (small, large):
+                bl = run_side({**specs[name, sc], "side": "baseline"}, tmp)
+                check(f"{name}-{sc}", answers[name, sc], bl["answers"])
+                rec.setdefault("baseline_s", {})[sc] = bl["seconds"]
+                print(
+                    f"[{time.strftime('%H:%M:%S')}] baseline {name} {sc}: {bl['seconds']:.2f} s, same answers"
+                )
+            med = {sc: _median(samples[name][sc]) for sc in (small, large)}
+            rec["web_index_median_s"] = med
+            rec["ratio_of_medians"] = med[large] / med[small]
+            rec["round_ratios"] = [
+                b / a for a, b in zip(samples[name][small], samples[name][large], strict=True)
+            ]
+            rec["baseline_ratio"] = rec["baseline_s"][large] / rec["baseline_s"][small]
+            out["workloads"][name] = rec
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"growth-{small}-vs-{large}"
+    stem.with_suffix(".json").write_text(json.dumps(out, indent=2, default=str))
+    text = growth_markdown(out, small, large)
+    stem.with_suffix(".md").write_text(text)
+    print(text)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def growth_markdown(out: dict[str, Any], small: str, large: str) -> str:
+    sc = out["scales"]
+    m = out["machine"]
+    lines = [
+        f"### Growth: {large} against {small} ({out['date']})",
+        "",
+        f"GET records {sc[small]['get_records']:,} -> {sc[large]['get_records']:,}. Each web-index run "
+        f"is a fresh process; {out['repeat']} rounds, the scales alternated (ABBA). The baseline (DuckDB "
+        "scan) ran once per scale, and its answers equalled web-index's. "
+        f"Machine: {m['cpu_count']} x {m['cpu_model']}, {m['memory_gib']} GiB; commit {m['git_commit'][:10]}"
+        f"{' (+ uncommitted changes)' if m['src_dirty'] else ''}.",
+        "",
+        f"| workload | web-index {small} median s | web-index {large} median s | {large} / {small} "
+        f"| per-round ratios | baseline {small} s | baseline {large} s | baseline ratio |",
+        "|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for name, r in out["workloads"].items():
+        med = r["web_index_median_s"]
+        rounds = ", ".join(f"{x:.2f}" for x in r["round_ratios"])
+        lines.append(
+            f"| {name} | {med[small]:.3f} | {med[large]:.3f} | **{r['ratio_of_medians']:.2f}x** | {rounds} "
+            f"| {r['baseline_s'][small]:.2f} | {r['baseline_s'][large]:.2f} | {r['baseline_ratio']:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def compare_scales(small_path: Path, large_path: Path) -> str:

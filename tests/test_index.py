@@ -359,3 +359,43 @@ def test_an_index_of_an_older_format_is_ignored_reported_and_rebuilt(store: tupl
         idx.compact()
         assert not any("month index" in f.message for f in idx.verify().notes)
     assert all(pq.read_metadata(p).metadata[b"web_index.index.version"] == b"3" for p in paths)
+
+
+def test_covers_in_any_order_and_foreign_names_give_the_same_answers(
+    store: tuple[Path, list[Query]], tmp_path: Path
+) -> None:
+    root, queries = store
+    expected = _without_index(root, tmp_path, queries)
+    time.sleep(2.1)  # old enough folders: compact() stamps the indexes, so queries use their listings
+    with WebIndex(root) as idx:
+        idx.compact()
+    rng = random.Random(9)
+    for path in (root / "_index").rglob("*.parquet"):
+        # Shuffle the covers list (a build writes it sorted by domain), keep
+        # the rows pointing at the same files, and add a name no store file has.
+        table = pq.read_table(path)
+        meta = dict(table.schema.metadata or {})
+        covers = _index._decode_covers(
+            _index.zlib.decompress(_index.base64.b64decode(meta[_index._COVERS_KEY]))
+        )
+        order = list(range(len(covers)))
+        rng.shuffle(order)
+        shuffled = [covers[n] for n in order] + [_index.Covered("not-a-store-file.txt", 3, covers[0].domain)]
+        where = {old: new for new, old in enumerate(order)}
+        i = table.schema.get_field_index("file_no")
+        numbers = pa.array([where[n] for n in table.column(i).to_pylist()], type=pa.uint32())
+        meta[_index._COVERS_KEY] = _index.base64.b64encode(
+            _index.zlib.compress(_index._encode_covers(shuffled))
+        )
+        pq.write_table(table.set_column(i, "file_no", numbers).replace_schema_metadata(meta), path)
+    _index._OPEN.clear()
+    assert _answers(root, queries) == expected
+    backend = LocalBackend(root)
+    for path in (root / "_index").rglob("*.parquet"):
+        type, year, month = RecordType(path.parent.parent.name), int(path.parent.name), int(path.stem)
+        index = _index.open_month_index(backend, type, year, month)
+        assert index is not None
+        covered = index.current_listing(backend)
+        assert covered is not None  # the folder is unchanged: its stamp still holds
+        listed = list_partition_files(backend, index.folder, type, year, month)
+        assert {d: sorted(f) for d, f in covered.items()} == {d: sorted(f) for d, f in listed.items()}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
 from web_index.models._time import to_us
@@ -15,8 +15,10 @@ _NEG = -(1 << 62)
 _POS = 1 << 62
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+# Structs with ``gc=False``: a batch makes tens of thousands of these (atomic
+# fields only, never in a cycle), and as tracked objects they set off cyclic
+# collections that walked every long-lived object of the process (~7% of a batch).
+class Candidate(msgspec.Struct, frozen=True, gc=False):
     """One stored attempt that may answer a query (key columns only)."""
 
     ts_us: int
@@ -28,8 +30,7 @@ class Candidate:
         return (self.ts_us, self.request_id)
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True, gc=False):
     type: RecordType
     url_key: str
     key_hash: bytes  # the month index's key for url_key
