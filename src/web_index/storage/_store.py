@@ -172,7 +172,9 @@ class Store:
         self.buffer.append(attempts)
         _crash_point("after-append")
         try:
-            self.maybe_flush({MethodPartition(a.method, a.year, a.month, a.domain) for a in attempts})
+            # Plain tuples first: a batch has far fewer partitions than attempts.
+            touched = {(a.method, a.year, a.month, a.domain) for a in attempts}
+            self.maybe_flush(MethodPartition._make(t) for t in touched)
         except StoreError as exc:
             # The attempts are durable and visible already: a flush that failed
             # (the object store unreachable) is redone by a later one.
