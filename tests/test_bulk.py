@@ -9,11 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.factories import T0, attempt
 from web_index import WebIndex
 from web_index.cli import app
+from web_index.errors import InvalidRecordError
 from web_index.models import (
     RESULT_SCHEMA,
     AttemptMetadata,
@@ -23,6 +27,8 @@ from web_index.models import (
     TimeAwarePageQuery,
     write_queries,
 )
+from web_index.query import _bulk
+from web_index.urls import domain_of
 
 
 def _store(root: Path) -> list[Query]:
@@ -128,3 +134,90 @@ def test_cli_query_output_parquet(tmp_path: Path) -> None:
             _expected_row(i, q, r) for i, (q, r) in enumerate(zip(queries, idx.query(queries), strict=True))
         ]
     assert _file_rows(tmp_path / "r.parquet") == expected
+
+
+# -- answering in partition order, merged back into input order ------------------------------
+
+
+@pytest.fixture(scope="module")
+def bulk_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Query]]:
+    root = tmp_path_factory.mktemp("bulk")
+    return root / "s", _store(root / "s")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    picks=st.lists(st.integers(min_value=0, max_value=10_000), min_size=0, max_size=120),
+    batch_size=st.integers(min_value=1, max_value=40),
+    window=st.integers(min_value=1, max_value=90),
+    budget=st.sampled_from([1, 500, 1 << 28]),
+)
+def test_answer_to_file_equals_query_in_input_order(
+    bulk_store: tuple[Path, list[Query]],
+    tmp_path_factory: pytest.TempPathFactory,
+    picks: list[int],
+    batch_size: int,
+    window: int,
+    budget: int,
+) -> None:
+    """Whatever the batch, window and merge budget (1 byte: row groups of 16 rows),
+    the file holds exactly what ``query`` answers, one row per query in input order."""
+    root, pool = bulk_store
+    queries = [pool[p % len(pool)] for p in picks]  # repeats and any order
+    out = tmp_path_factory.mktemp("out") / "r.parquet"
+    seen: list[int] = []
+    with WebIndex(root, read_only=True) as idx, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_bulk, "_MERGE_BUDGET", budget)
+        n = _bulk.answer_to_file(
+            idx.query, iter(queries), out, batch_size=batch_size, window=window, on_progress=seen.append
+        )
+        answers = idx.query(queries)
+        expected = [_expected_row(i, q, r) for i, (q, r) in enumerate(zip(queries, answers, strict=True))]
+    assert n == len(queries)
+    assert _file_rows(out) == expected
+    assert seen == sorted(seen) and (not queries or seen[-1] == len(queries))
+    assert [p.name for p in out.parent.iterdir()] == ["r.parquet"]  # no spool left behind
+
+
+def test_answer_to_file_groups_batches_by_partition(
+    bulk_store: tuple[Path, list[Query]], tmp_path: Path
+) -> None:
+    """The point of the window: a batch holds one run of domains, not a slice of the input."""
+    root, pool = bulk_store
+    queries = [q for q in pool if q.type.value == "get"][:40]
+    random.Random(5).shuffle(queries)
+    batches: list[set[str]] = []
+    with WebIndex(root, read_only=True) as idx:
+
+        def answer(batch: list[Query]) -> list[Any]:
+            batches.append({domain_of(q.url) for q in batch})
+            return idx.query(batch)
+
+        _bulk.answer_to_file(answer, queries, tmp_path / "r.parquet", batch_size=10, window=1000)
+    domains = sorted({domain_of(q.url) for q in queries})
+    # Sorted by domain: each batch's domains are a contiguous run of the sorted list.
+    for ds in batches:
+        idxs = sorted(domains.index(d) for d in ds)
+        assert idxs == list(range(idxs[0], idxs[-1] + 1))
+    assert sum(len(ds) for ds in batches) <= len(domains) + len(batches) - 1
+
+
+def test_query_file_bad_query_leaves_no_file(bulk_store: tuple[Path, list[Query]], tmp_path: Path) -> None:
+    root, pool = bulk_store
+    (tmp_path / "r.parquet").write_bytes(b"old results")
+
+    def queries() -> Iterator[Query]:
+        yield from pool[:30]
+        raise InvalidRecordError("queries.jsonl:31", "not a query")
+
+    with WebIndex(root, read_only=True) as idx, pytest.raises(InvalidRecordError, match="jsonl:31"):
+        idx.query_file(queries(), tmp_path / "r.parquet", batch_size=7)
+    assert (tmp_path / "r.parquet").read_bytes() == b"old results"  # untouched, not half-written
+    assert [p.name for p in tmp_path.iterdir()] == ["r.parquet"]
+
+
+def test_query_file_of_no_queries_is_an_empty_result_file(tmp_path: Path) -> None:
+    with WebIndex(tmp_path / "s") as idx:
+        assert idx.query_file([], tmp_path / "r.parquet") == 0
+    table = pq.read_table(tmp_path / "r.parquet")
+    assert table.num_rows == 0 and table.schema.equals(RESULT_SCHEMA, check_metadata=False)

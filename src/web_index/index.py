@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -197,17 +197,31 @@ class WebIndex:
 
     def query_file(
         self,
-        source: str | os.PathLike[str],
+        source: str | os.PathLike[str] | Iterable[Query],
         destination: str | os.PathLike[str],
         *,
         batch_size: int = 20_000,
+        on_progress: Callable[[int], None] | None = None,
     ) -> int:
-        """Answer every query of a Parquet file (see :func:`~web_index.models.write_queries`)
-        into a Parquet file of results (:data:`~web_index.models.RESULT_SCHEMA`), one row
-        per query in input order, streaming; return how many."""
-        from web_index.models import iter_queries, write_results
+        """Answer every query of ``source`` (a Parquet file of queries, see
+        :func:`~web_index.models.write_queries`, or any iterable of queries) into a
+        Parquet file of results (:data:`~web_index.models.RESULT_SCHEMA`), one row
+        per query in input order; return how many.
 
-        return write_results(destination, self.iter_query(iter_queries(source), batch_size=batch_size))
+        Built for millions of queries: they are answered ``batch_size`` at a
+        time in an order of the engine's choosing (grouped by partition, so that
+        each file is read about once per million queries) and written back in
+        input order; memory does not grow with the number of queries or the
+        size of the store. The file appears complete or not at all.
+        ``on_progress`` is called with the number answered so far.
+        """
+        from web_index.models import iter_queries
+        from web_index.query._bulk import answer_to_file
+
+        queries = iter_queries(source) if isinstance(source, str | os.PathLike) else source
+        return answer_to_file(
+            self.query, queries, destination, batch_size=batch_size, on_progress=on_progress
+        )
 
     def presence(self, queries: Sequence[Query]) -> list[bool]:
         """Whether each query matches anything, exactly as ``query(...) is not None``,

@@ -38,7 +38,6 @@ from web_index.models import (
     TimeAwarePageQuery,
     iter_queries,
     query_from_dict,
-    write_results,
 )
 from web_index.read_only import default_store
 
@@ -261,18 +260,16 @@ def _run(
 
 
 def _run_to_parquet(queries: Iterator[Query], store: str, output: Path) -> None:
-    # Streams: queries are read, answered and written a batch at a time.
+    # Bounded memory however many queries: see WebIndex.query_file.
     try:
         with WebIndex(_store_or_default(store), read_only=True) as index, _progress() as progress:
             task = progress.add_task("answering", total=None)
-
-            def counted() -> Iterator[tuple[Query, Any]]:
-                for n, pair in enumerate(index.iter_query(queries, batch_size=_BULK_BATCH), start=1):
-                    if n % 1000 == 0:
-                        progress.update(task, completed=n)
-                    yield pair
-
-            count = write_results(output, counted())
+            count = index.query_file(
+                queries,
+                output,
+                batch_size=_BULK_BATCH,
+                on_progress=lambda n: progress.update(task, completed=n),
+            )
     except (InvalidRecordError, OSError, ValueError) as exc:
         raise fail(EXIT_USAGE, str(exc)) from None
     except StoreError as exc:

@@ -11,7 +11,15 @@ import pyarrow.parquet as pq
 from web_index.models._queries import KIND_OF, Query, query_from_dict
 from web_index.models._records import AttemptMetadata, Page
 
-__all__ = ["QUERY_SCHEMA", "RESULT_SCHEMA", "iter_queries", "read_queries", "write_queries", "write_results"]
+__all__ = [
+    "QUERY_SCHEMA",
+    "RESULT_SCHEMA",
+    "iter_queries",
+    "read_queries",
+    "result_table",
+    "write_queries",
+    "write_results",
+]
 
 _TS = pa.timestamp("us", tz="UTC")
 _FIELDS: list[pa.Field[Any]] = [
@@ -174,3 +182,8 @@ def write_results(
     """
     rows = (_result_row(n, query, result) for n, (query, result) in enumerate(results))
     return _write_rows(path, RESULT_SCHEMA, rows, batch_size)
+
+
+def result_table(results: Iterable[tuple[int, Query, Page | AttemptMetadata | None]]) -> pa.Table:
+    """``(position, query, result)`` triples as a :data:`RESULT_SCHEMA` table, in the order given."""
+    return pa.Table.from_pylist([_result_row(n, q, r) for n, q, r in results], schema=RESULT_SCHEMA)
