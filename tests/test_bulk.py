@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,6 +26,7 @@ from web_index.models import (
     Query,
     SimplePageQuery,
     TimeAwarePageQuery,
+    iter_queries,
     write_queries,
 )
 from web_index.query import _bulk
@@ -151,6 +153,7 @@ def bulk_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Que
     batch_size=st.integers(min_value=1, max_value=40),
     window=st.integers(min_value=1, max_value=90),
     budget=st.sampled_from([1, 500, 1 << 28]),
+    from_file=st.booleans(),
 )
 def test_answer_to_file_equals_query_in_input_order(
     bulk_store: tuple[Path, list[Query]],
@@ -159,17 +162,23 @@ def test_answer_to_file_equals_query_in_input_order(
     batch_size: int,
     window: int,
     budget: int,
+    from_file: bool,
 ) -> None:
     """Whatever the batch, window and merge budget (1 byte: row groups of 16 rows),
-    the file holds exactly what ``query`` answers, one row per query in input order."""
+    from a query file or from objects, the file holds exactly what ``query``
+    answers, one row per query in input order."""
     root, pool = bulk_store
     queries = [pool[p % len(pool)] for p in picks]  # repeats and any order
     out = tmp_path_factory.mktemp("out") / "r.parquet"
+    source: Any = iter(queries)
+    if from_file:
+        source = tmp_path_factory.mktemp("in") / "q.parquet"
+        write_queries(source, queries)
     seen: list[int] = []
     with WebIndex(root, read_only=True) as idx, pytest.MonkeyPatch.context() as mp:
         mp.setattr(_bulk, "_MERGE_BUDGET", budget)
         n = _bulk.answer_to_file(
-            idx.query, iter(queries), out, batch_size=batch_size, window=window, on_progress=seen.append
+            idx.query, source, out, batch_size=batch_size, window=window, on_progress=seen.append
         )
         answers = idx.query(queries)
         expected = [_expected_row(i, q, r) for i, (q, r) in enumerate(zip(queries, answers, strict=True))]
@@ -221,3 +230,15 @@ def test_query_file_of_no_queries_is_an_empty_result_file(tmp_path: Path) -> Non
         assert idx.query_file([], tmp_path / "r.parquet") == 0
     table = pq.read_table(tmp_path / "r.parquet")
     assert table.num_rows == 0 and table.schema.equals(RESULT_SCHEMA, check_metadata=False)
+
+
+def test_query_file_refuses_naive_timestamps(bulk_store: tuple[Path, list[Query]], tmp_path: Path) -> None:
+    root, _ = bulk_store
+    table = pa.table({"kind": ["time-aware"], "url": ["https://www.site1.com/p/1"]})
+    table = table.append_column("timestamp", pa.array([datetime(2024, 8, 1)], pa.timestamp("us")))
+    pq.write_table(table, tmp_path / "q.parquet")
+    with pytest.raises(ValueError, match="column timestamp holds naive timestamps"):
+        list(iter_queries(tmp_path / "q.parquet"))
+    with WebIndex(root, read_only=True) as idx, pytest.raises(ValueError, match="naive"):
+        idx.query_file(tmp_path / "q.parquet", tmp_path / "r.parquet")
+    assert not (tmp_path / "r.parquet").exists()

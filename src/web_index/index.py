@@ -215,13 +215,9 @@ class WebIndex:
         size of the store. The file appears complete or not at all.
         ``on_progress`` is called with the number answered so far.
         """
-        from web_index.models import iter_queries
         from web_index.query._bulk import answer_to_file
 
-        queries = iter_queries(source) if isinstance(source, str | os.PathLike) else source
-        return answer_to_file(
-            self.query, queries, destination, batch_size=batch_size, on_progress=on_progress
-        )
+        return answer_to_file(self.query, source, destination, batch_size=batch_size, on_progress=on_progress)
 
     def presence(self, queries: Sequence[Query]) -> list[bool]:
         """Whether each query matches anything, exactly as ``query(...) is not None``,

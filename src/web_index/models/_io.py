@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -10,11 +9,14 @@ import pyarrow.parquet as pq
 
 from web_index.models._queries import KIND_OF, Query, query_from_dict
 from web_index.models._records import AttemptMetadata, Page
+from web_index.models._time import from_us
 
 __all__ = [
     "QUERY_SCHEMA",
     "RESULT_SCHEMA",
     "iter_queries",
+    "queries_of",
+    "query_table",
     "read_queries",
     "result_table",
     "write_queries",
@@ -82,12 +84,39 @@ def iter_queries(path: str | os.PathLike[str], *, batch_size: int = 65_536) -> I
     """
     file = pq.ParquetFile(os.fspath(path))
     for batch in file.iter_batches(batch_size=batch_size):
-        for row in batch.to_pylist():
-            for name in ("timestamp", "not_before", "not_after"):
-                value = row.get(name)
-                if isinstance(value, datetime) and value.tzinfo is None:
-                    raise ValueError(f"{path}: column {name} holds naive timestamps")
-            yield query_from_dict(row)
+        yield from queries_of(batch, path)
+
+
+def queries_of(rows: pa.RecordBatch | pa.Table, source: object = "queries") -> list[Query]:
+    """The queries of a table of query rows (the columns of :data:`QUERY_SCHEMA`, or
+    any subset :func:`iter_queries` reads); ``source`` names it in errors."""
+    # Timestamp columns come out as microseconds: pyarrow makes a zone-aware
+    # datetime several times slower than from_us does (0.8 of 2.1 s a 100,000 queries).
+    table: pa.Table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
+    times: list[str] = []
+    for i, field in enumerate(table.schema):
+        if field.name in _TIME_FIELDS and pa.types.is_timestamp(field.type):
+            if field.type.tz is None:
+                raise ValueError(f"{source}: column {field.name} holds naive timestamps")
+            micros = table.column(i).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+            table = table.set_column(i, field.name, micros)
+            times.append(field.name)
+    out: list[Query] = []
+    for row in table.to_pylist():
+        for name in times:
+            value = row[name]
+            if value is not None:
+                row[name] = from_us(value)
+        out.append(query_from_dict(row))
+    return out
+
+
+_TIME_FIELDS = ("timestamp", "not_before", "not_after")
+
+
+def query_table(queries: Iterable[Query]) -> pa.Table:
+    """Queries as a :data:`QUERY_SCHEMA` table (what :func:`write_queries` writes)."""
+    return pa.Table.from_pylist([_row(q) for q in queries], schema=QUERY_SCHEMA)
 
 
 def read_queries(path: str | os.PathLike[str]) -> list[Query]:

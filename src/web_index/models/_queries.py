@@ -9,8 +9,9 @@ from msgspec.structs import force_setattr
 
 from web_index.errors import InvalidRecordError
 from web_index.models._enums import Calibre, RecordType
+from web_index.models._records import field_names
 from web_index.models._time import format_ts, parse_ts
-from web_index.urls import url_key
+from web_index.urls import is_plain_url, url_key
 
 __all__ = [
     "DeterministicQuery",
@@ -26,7 +27,8 @@ __all__ = [
 def _check_url(value: object) -> None:
     if not isinstance(value, str):
         raise InvalidRecordError("url", f"expected a string, got {value!r}")
-    url_key(value)  # raises InvalidURLError naming the problem
+    if not is_plain_url(value):
+        url_key(value)  # raises InvalidURLError naming the problem
 
 
 def _check_calibre(calibre: object, strict: object) -> None:
@@ -170,7 +172,7 @@ KIND_OF: dict[type, str] = {cls: kind for kind, cls in _KINDS.items()}
 def _build(cls: type[Any], data: Mapping[str, Any]) -> Any:
     if not isinstance(data, Mapping):
         raise InvalidRecordError("query", f"expected an object, got {type(data).__name__}")
-    names = {f.name for f in msgspec.structs.fields(cls)}
+    names = field_names(cls)
     args = {k: v for k, v in data.items() if k != "kind" and v is not None}
     unknown = set(args) - names
     if unknown:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from web_index.errors import InvalidRecordError
 
@@ -39,6 +39,5 @@ def to_us(value: datetime) -> int:
 
 
 def from_us(value: int) -> datetime:
-    from datetime import timedelta
-
+    """The UTC datetime of microseconds since the epoch."""
     return _EPOCH + timedelta(microseconds=value)

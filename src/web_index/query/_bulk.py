@@ -9,8 +9,8 @@ covers a narrow run of domains and each file is read about once per window; and
 the results, spooled to a temporary Parquet file, are merged back into input
 order.
 
-Memory is bounded by the window (its queries, as objects), one batch of
-results, and the merge, which holds at most one row group of each batch's
+Memory is bounded by the window (its queries as Arrow rows), one batch of
+queries and results as objects, and the merge, which holds at most one row group of each batch's
 spool, sized so that all of them together stay under ``_MERGE_BUDGET``.
 """
 
@@ -21,9 +21,9 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,26 +31,27 @@ import pyarrow.parquet as pq
 
 from web_index.errors import InvalidURLError
 from web_index.models import RESULT_SCHEMA, Query
-from web_index.models._io import result_table
+from web_index.models._io import queries_of, query_table, result_table
 from web_index.query._engine import Result
 from web_index.urls import key_and_domain
 
 __all__ = ["answer_to_file"]
 
-_MERGE_BUDGET = 256 * 1024 * 1024  # bytes of spooled results the merge holds at once
+_MERGE_BUDGET = 64 * 1024 * 1024  # bytes of spooled results the merge holds at once
 _OUTPUT_ROWS = 4096  # rows per row group of the result file (as write_results writes them)
 
 
 def answer_to_file(
     answer: Callable[[list[Query]], list[Result]],
-    queries: Iterable[Query],
+    source: str | os.PathLike[str] | Iterable[Query],
     destination: str | os.PathLike[str],
     *,
     batch_size: int = 20_000,
     window: int = 1_000_000,
     on_progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Answer ``queries`` with ``answer`` (one batch at a time) into a Parquet file of
+    """Answer the queries of ``source`` (a Parquet file of queries, or any iterable
+    of queries) with ``answer``, a batch at a time, into a Parquet file of
     :data:`~web_index.models.RESULT_SCHEMA` rows in input order; return how many.
 
     The file appears whole or not at all: it is written under a temporary name
@@ -66,10 +67,11 @@ def answer_to_file(
         staged = work / "results.parquet"
         total = 0
         with pq.ParquetWriter(staged, RESULT_SCHEMA, compression="zstd") as writer:
-            stream = iter(queries)
-            while chunk := list(itertools.islice(stream, window)):
-                _answer_window(answer, chunk, total, writer, work / "spool.parquet", batch_size, on_progress)
-                total += len(chunk)
+            for rows in _windows(source, window):
+                _answer_window(
+                    answer, rows, source, total, writer, work / "spool.parquet", batch_size, on_progress
+                )
+                total += rows.num_rows
             if total == 0:
                 writer.write_table(RESULT_SCHEMA.empty_table())
         staged.replace(dest)
@@ -78,16 +80,67 @@ def answer_to_file(
     return total
 
 
-def _partition(q: Query) -> tuple[str, str]:
-    try:
-        return q.type.value, key_and_domain(q.url)[1]
-    except InvalidURLError:
-        return q.type.value, ""  # answering it raises, naming the URL
+_READ_ROWS = 65_536
+
+
+def _windows(source: str | os.PathLike[str] | Iterable[Query], window: int) -> Iterator[pa.Table]:
+    """The source's query rows, ``window`` at a time, as tables: a query takes ~150
+    bytes as a row and ~750 as a Python object, so a window waits as rows."""
+    if isinstance(source, str | os.PathLike):
+        batches = pq.ParquetFile(os.fspath(source)).iter_batches(batch_size=min(window, _READ_ROWS))
+        pending: list[pa.RecordBatch] = []
+        held = 0
+        for batch in batches:
+            pending.append(batch)
+            held += batch.num_rows
+            if held >= window:
+                table = pa.Table.from_batches(pending)
+                yield table.slice(0, window)
+                rest = table.slice(window)
+                pending, held = rest.to_batches(), rest.num_rows
+        if held:
+            yield pa.Table.from_batches(pending)
+        return
+    stream = iter(source)
+    while True:
+        tables = []
+        taken = 0
+        while taken < window and (part := list(itertools.islice(stream, min(_READ_ROWS, window - taken)))):
+            tables.append(query_table(part))
+            taken += len(part)
+        if not taken:
+            return
+        yield pa.concat_tables(tables)
+
+
+def _partition_order(rows: pa.Table) -> pa.Array[Any]:
+    """Row numbers in the order a window is answered: by (type, domain), stably.
+
+    Built a slice at a time and sorted by Arrow: a million URLs as Python
+    strings, or a million sort-key tuples, would cost more memory than the window.
+    """
+    n = rows.num_rows
+    names = rows.column_names
+    domains: list[str] = []
+    for lo in range(0, n, _READ_ROWS):
+        urls = rows.column("url").slice(lo, _READ_ROWS).to_pylist() if "url" in names else []
+        for url in urls:
+            try:
+                domains.append(key_and_domain(url)[1] if isinstance(url, str) else "")
+            except InvalidURLError:
+                domains.append("")  # building the query raises, naming the URL
+    domains += [""] * (n - len(domains))  # no url column: building the queries raises
+    types: Any = rows.column("type").cast(pa.string()) if "type" in names else pa.nulls(n, pa.string())
+    keys = pa.table({"type": pc.fill_null(types, "get"), "domain": pa.array(domains, pa.string())})
+    del domains
+    order: pa.Array[Any] = pc.sort_indices(keys, [("type", "ascending"), ("domain", "ascending")])
+    return order
 
 
 def _answer_window(
     answer: Callable[[list[Query]], list[Result]],
-    chunk: list[Query],
+    rows: pa.Table,
+    source: object,
     start: int,
     writer: pq.ParquetWriter,
     spool: Path,
@@ -95,37 +148,42 @@ def _answer_window(
     on_progress: Callable[[int], None] | None,
 ) -> None:
     """Answer one window in partition order, spool, and merge it into ``writer`` in input order."""
-    keys = [_partition(q) for q in chunk]
-    order = sorted(range(len(chunk)), key=keys.__getitem__)  # stable: input order within a partition
-    del keys
-    batches = [sorted(order[i : i + batch_size]) for i in range(0, len(order), batch_size)]
-    del order
+    order = _partition_order(rows)
+    # Each batch in input order (positions ascending): its results spool in that order.
+    slices = [order.slice(i, batch_size) for i in range(0, len(order), batch_size)]
+    batches = [part.take(pc.array_sort_indices(part)) for part in slices]
+    del order, slices
+    name = source if isinstance(source, str | os.PathLike) else "queries"
     if len(batches) == 1:  # nothing to gain from spooling
-        positions = batches[0]
-        writer.write_table(_results(answer, chunk, positions, start), row_group_size=_OUTPUT_ROWS)
+        writer.write_table(_results(answer, rows, batches[0], start, name), row_group_size=_OUTPUT_ROWS)
         if on_progress is not None:
-            on_progress(start + len(chunk))
+            on_progress(start + rows.num_rows)
         return
     budget = max(1, _MERGE_BUDGET // len(batches))
     done = 0
     with pq.ParquetWriter(spool, RESULT_SCHEMA, compression="lz4") as spooler:
         for positions in batches:
             # Positions ascending within a batch: its rows are spooled in input order.
-            table = _results(answer, chunk, positions, start)
+            table = _results(answer, rows, positions, start, name)
             row_bytes = max(1, table.nbytes // max(1, table.num_rows))
             spooler.write_table(table, row_group_size=max(16, min(_OUTPUT_ROWS, budget // row_bytes)))
             done += len(positions)
             if on_progress is not None:
                 on_progress(start + done)
-    _merge(pq.ParquetFile(spool), [len(b) for b in batches], start, len(chunk), writer)
+    _merge(pq.ParquetFile(spool), [len(b) for b in batches], start, rows.num_rows, writer)
 
 
 def _results(
-    answer: Callable[[list[Query]], list[Result]], chunk: list[Query], positions: list[int], start: int
+    answer: Callable[[list[Query]], list[Result]],
+    rows: pa.Table,
+    positions: pa.Array[Any],
+    start: int,
+    name: object,
 ) -> pa.Table:
-    batch = [chunk[i] for i in positions]
+    batch = queries_of(rows.take(positions), name)
     got = answer(batch)
-    return result_table(zip((start + i for i in positions), batch, got, strict=True))
+    numbers = cast(list[int], positions.to_pylist())
+    return result_table(zip((start + i for i in numbers), batch, got, strict=True))
 
 
 class _Cursor:
