@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.factories import T0, attempt
-from web_index import FlushPolicy, WebIndex
+from web_index import FlushPolicy, WebIndex, WriteOptions
 from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
 from web_index.query import _engine
 from web_index.storage import _index
@@ -149,6 +149,36 @@ def test_both_file_readers_give_the_same_answers(
     expected = _without_index(root, tmp_path, queries)
     monkeypatch.setattr(_engine, "_SMALL_FILE", small_file)
     assert _answers(root, queries) == expected
+
+
+@pytest.mark.parametrize("budget", [1, 1 << 30])
+def test_rows_read_from_many_row_groups_in_bounded_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    # Files of many small row groups, every file read by row group, and the
+    # decoded groups turned into rows after every group (budget 1) or once.
+    root = tmp_path / "store"
+    rng = random.Random(5)
+    items = [
+        attempt(
+            f"https://www.{rng.choice(DOMAINS)}/p/{k}",
+            T0 + timedelta(days=rng.randrange(20), seconds=k),
+            hops=rng.choice([1, 1, 2]),
+        )
+        for k in range(150)
+    ]
+    options = WriteOptions(row_group_rows=3, body_row_group_rows=3)
+    with WebIndex(root, write_options=options, policy=FlushPolicy(max_rows=1 << 20, compact_parts=0)) as idx:
+        keys = idx.insert_many(items)
+        idx.flush()
+        idx.compact()
+    assert max(pq.read_metadata(f).num_rows for f in (root / "get").rglob("*.parquet")) > 20
+    queries = _queries(keys, seed=6)
+    expected = _without_index(root, tmp_path, queries)
+    monkeypatch.setattr(_engine, "_SMALL_FILE", 0)
+    monkeypatch.setattr(_engine, "_DECODED_BUDGET", budget)
+    assert _answers(root, queries) == expected
+    assert sum(1 for a in expected[0] if a) > 150
 
 
 def test_new_parts_after_the_index_are_read_from_their_files(

@@ -322,6 +322,8 @@ def _scan_keys(
 # read by row group, only those holding a winner.
 _SMALL_FILE = 128 * 1024
 _SMALL_BATCH_BYTES = 64 * 1024 * 1024  # bounds the memory of one multi-file read
+# Decoded row groups one reader thread holds before turning them into rows.
+_DECODED_BUDGET = 16 * 1024 * 1024
 # Below this many small files, each is opened and only its rows' row group read
 # (about 1 ms a file); polars' multi-file read costs more than that to start.
 _MANY_SMALL_FILES = 8
@@ -471,19 +473,28 @@ def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, A
             by_group[bisect.bisect_right(starts, r) - 1].append(r)
     if not by_group:
         return {}
+    out: dict[int, dict[str, Any]] = {}
     order: list[int] = []
     pieces: list[pa.Table] = []
-    for g, members in by_group.items():
+    held = 0
+    for g, members in sorted(by_group.items()):
         table = handle.read_row_group(g, use_threads=False)
+        held += table.nbytes  # a slice keeps its whole row group alive
         # A chain's rows are contiguous (sorted by request id, chain index):
         # zero-copy slices of each run instead of a gathering take().
         for first, run in _runs(members):
             pieces.append(table.slice(first - starts[g], len(run)))
             order.extend(run)
-    # One conversion per file, not per row group: the casts and to_pylist
-    # cost more per call than per row, and they hold the GIL.
-    rows_out = _timestamps_as_int(pa.concat_tables(pieces)).to_pylist()
-    return dict(zip(order, rows_out, strict=True))
+        # One conversion per several row groups, not per group: the casts and
+        # to_pylist cost more per call than per row, and they hold the GIL. But
+        # not one per file: a big partition's hits span most of its row groups,
+        # and holding them all decoded grows with the partition.
+        if held >= _DECODED_BUDGET:
+            out.update(zip(order, _timestamps_as_int(pa.concat_tables(pieces)).to_pylist(), strict=True))
+            order, pieces, held = [], [], 0
+    if pieces:
+        out.update(zip(order, _timestamps_as_int(pa.concat_tables(pieces)).to_pylist(), strict=True))
+    return out
 
 
 def _runs(rows: list[int]) -> list[tuple[int, list[int]]]:

@@ -525,9 +525,7 @@ def _write(
     meta = {
         _VERSION_KEY: _VERSION,
         # One entry per file of the month (tens of thousands): compressed.
-        _COVERS_KEY: base64.b64encode(
-            zlib.compress(_encode_covers(covers))
-        ),
+        _COVERS_KEY: base64.b64encode(zlib.compress(_encode_covers(covers))),
     }
     if stamp is not None:
         meta[_STAMP_KEY] = stamp.encode()
