@@ -739,6 +739,11 @@ def markdown(report: dict[str, Any]) -> str:
         + ("" if report.get("sides", "both") == "both" else f" (not here: {report['sides']} side only)")
         + ". Warm OS page cache.",
     ]
+    earlier: dict[str, list[str]] = {}
+    for name, r in w.items():
+        if r.get("commit") not in (None, m["git_commit"][:10]):
+            earlier.setdefault(r["commit"], []).append(name)
+    lines += [f"Kept from a run at commit {c}: {', '.join(names)}." for c, names in earlier.items()]
     lines += _size_lines(st)
     lines += [
         "",
@@ -748,10 +753,8 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for name, r in w.items():
         if "queries" in r and name != "latency":
-            ran_at = r.get("commit")
-            label = name if ran_at in (None, m["git_commit"][:10]) else f"{name} (commit {ran_at})"
             lines.append(
-                f"| {label} | {r['queries']:,} | {r['hits']:,}{' (unchecked)' if r.get('unchecked') else ''} "
+                f"| {name} | {r['queries']:,} | {r['hits']:,}{' (unchecked)' if r.get('unchecked') else ''} "
                 f"| {_fmt(r.get('web_index_s'), '.2f')} | {_fmt(r.get('baseline_s'), '.2f')} "
                 f"| {_fmt(r.get('ratio'), '.1f', 'x')} "
                 f"| {_fmt(r.get('web_index_rss_mb'), '.0f')} / {_fmt(r.get('baseline_rss_mb'), '.0f')} |"
@@ -780,6 +783,8 @@ def markdown(report: dict[str, Any]) -> str:
             "|---|---:|---:|---:|---|---:|",
         ]
         for mode, r in w["ingest"].items():
+            if not isinstance(r, dict):  # "commit"
+                continue
             every = ", ".join(f"{x:,.0f}" for x in r.get("round_get_records_per_s", [r["get_records_per_s"]]))
             lines.append(
                 f"| {mode} ({r['processes']} proc) | {r['attempts']:,} | {r['get_records_per_s']:,.0f} "
