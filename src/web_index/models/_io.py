@@ -87,6 +87,9 @@ def iter_queries(path: str | os.PathLike[str], *, batch_size: int = 65_536) -> I
         yield from queries_of(batch, path)
 
 
+_TIME_FIELDS = ("timestamp", "not_before", "not_after")
+
+
 def queries_of(rows: pa.RecordBatch | pa.Table, source: object = "queries") -> list[Query]:
     """The queries of a table of query rows (the columns of :data:`QUERY_SCHEMA`, or
     any subset :func:`iter_queries` reads); ``source`` names it in errors."""
@@ -109,9 +112,6 @@ def queries_of(rows: pa.RecordBatch | pa.Table, source: object = "queries") -> l
                 row[name] = from_us(value)
         out.append(query_from_dict(row))
     return out
-
-
-_TIME_FIELDS = ("timestamp", "not_before", "not_after")
 
 
 def query_table(queries: Iterable[Query]) -> pa.Table:

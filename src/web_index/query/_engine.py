@@ -477,6 +477,7 @@ def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, A
     order: list[int] = []
     pieces: list[pa.Table] = []
     held = 0
+    last = max(by_group)
     for g, members in sorted(by_group.items()):
         table = handle.read_row_group(g, use_threads=False)
         held += table.nbytes  # a slice keeps its whole row group alive
@@ -489,11 +490,9 @@ def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, A
         # to_pylist cost more per call than per row, and they hold the GIL. But
         # not one per file: a big partition's hits span most of its row groups,
         # and holding them all decoded grows with the partition.
-        if held >= _DECODED_BUDGET:
+        if held >= _DECODED_BUDGET or g == last:
             out.update(zip(order, _timestamps_as_int(pa.concat_tables(pieces)).to_pylist(), strict=True))
             order, pieces, held = [], [], 0
-    if pieces:
-        out.update(zip(order, _timestamps_as_int(pa.concat_tables(pieces)).to_pylist(), strict=True))
     return out
 
 
