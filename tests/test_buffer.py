@@ -12,6 +12,7 @@ import zlib
 from datetime import timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,16 @@ from web_index import FlushPolicy, WebIndex
 from web_index.errors import StoreError
 from web_index.ingest import validate_attempt
 from web_index.models import Page, PageKey, RecordType, SimplePageQuery
-from web_index.storage._buffer import MethodPartition, SqliteBuffer, _khash, buffer_rows
+from web_index.storage._buffer import (
+    _GET_NAMES,
+    _HEAD_NAMES,
+    _META_NAMES,
+    MethodPartition,
+    SqliteBuffer,
+    _khash,
+    buffer_rows,
+)
+from web_index.storage._schema import SCHEMAS
 
 # The layout before this one (web-index up to commit 57b7260), as it created it.
 _OLD_SCHEMA = """
@@ -82,10 +92,14 @@ def _old_buffer(store: Path, items: list[tuple[object, ...]], claimed: int = 0) 
     conn = sqlite3.connect(folder / "buffer.sqlite3", isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.executescript(_OLD_SCHEMA)
+    rows = [  # the blobs as that version wrote them: maps, not values in column order
+        (*row[:11], _as_map(a.metadata), _as_map(a.responses))
+        for row, a in zip(buffer_rows(attempts), attempts, strict=True)
+    ]
     conn.executemany(
         "INSERT INTO attempts (method, year, month, domain, url_key, ts_us, request_id,"
         " calibre, success, nbytes, added_us, metadata, responses) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        buffer_rows(attempts),
+        rows,
     )
     conn.execute(  # a claim is of one partition's rows
         "UPDATE attempts SET flush_id = ? WHERE seq IN (SELECT seq FROM attempts WHERE method = 'get'"
@@ -98,6 +112,9 @@ def _old_buffer(store: Path, items: list[tuple[object, ...]], claimed: int = 0) 
         type = a.method if a.success else a.method.metadata
         out.append(PageKey(url=a.url, timestamp=a.timestamp, request_id=a.request_id, type=type))
     return out
+
+
+_as_map = msgspec.msgpack.Encoder().encode
 
 
 def _items() -> list[tuple[object, ...]]:
@@ -143,6 +160,48 @@ def test_an_empty_old_buffer_reads_as_empty(store_path: Path) -> None:
         key = index.insert(*attempt("https://example.com/"))
         with WebIndex(store_path, read_only=True) as ro:
             assert ro.query([key])[0] is not None
+
+
+def test_buffered_rows_come_back_as_validated(index: WebIndex) -> None:
+    """Blobs hold values in column order; loading gives back the rows validation made."""
+    attempts = [validate_attempt(*item) for item in _items()]  # type: ignore[arg-type]
+    buf = index._store.buffer
+    buf.append(attempts)
+    loaded = buf.load([a.request_id for a in attempts])
+    assert {a.method for a in attempts} == {RecordType.GET, RecordType.HEAD}
+    assert any(not a.responses for a in attempts) and any(len(a.responses) > 1 for a in attempts)
+    for a in attempts:
+        got = loaded[a.request_id]
+        assert got.metadata == a.metadata and got.responses == a.responses
+    assert isinstance(buf, SqliteBuffer) and buf._conn is not None
+    blob = buf._conn.execute("SELECT body FROM buffered LIMIT 1").fetchone()[0]
+    assert isinstance(msgspec.msgpack.decode(blob)[0], list)  # no keys repeated in every row
+
+
+def test_the_blob_layout_holds_every_column_of_the_files() -> None:
+    # A column added to the files needs a place in the blob (and a new blob layout).
+    assert sorted(_META_NAMES) == sorted(SCHEMAS[RecordType.GET_METADATA].names)
+    assert sorted(_GET_NAMES) == sorted(SCHEMAS[RecordType.GET].names)
+    assert sorted(_HEAD_NAMES) == sorted(SCHEMAS[RecordType.HEAD].names)
+
+
+def test_blobs_of_maps_written_before_still_read_and_flush(store_path: Path) -> None:
+    """A buffer of this layout written before blobs held values only (they held maps)."""
+    items = _items()
+    with WebIndex(store_path) as index:
+        keys = index.insert_many(items)
+        pages = index.query(keys)
+        attempts = list(index._store.buffer.load([k.request_id for k in keys]).values())
+        buf = index._store.buffer
+        assert isinstance(buf, SqliteBuffer) and buf._conn is not None
+        buf._conn.executemany(
+            "UPDATE buffered SET body = ? WHERE request_id = ?",
+            [(_as_map((a.metadata, a.responses)), a.request_id) for a in attempts],
+        )
+    with WebIndex(store_path) as index:
+        assert index.query(keys) == pages and index.verify().ok
+        assert index.flush() == len(items)
+        assert index.query(keys) == pages
 
 
 # Two URL keys of one CRC-32 lookup hash for GET (found by search; the hash is fixed, see below).

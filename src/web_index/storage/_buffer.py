@@ -8,7 +8,7 @@ partitions from it into Parquet part files.
 
 Each buffered row is one attempt: the few key columns readers and flushes
 select by, and one msgpack blob (the metadata row and the response rows, with
-bodies) read only for results. The indexes are narrow, because every insert
+bodies, as values in a fixed column order) read only for results. The indexes are narrow, because every insert
 pays for each of them: a 32-bit hash of the URL key for lookups (the key
 itself is checked on the rows found), and the partition as a small integer
 (``parts``, which also keeps each partition's running totals). An insert of
@@ -32,6 +32,7 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -41,7 +42,15 @@ from web_index.errors import StoreError
 from web_index.ingest import Attempt
 from web_index.models import RecordType
 
-__all__ = ["Buffer", "BufferedAttempt", "BufferedKey", "MethodPartition", "SqliteBuffer", "buffer_rows"]
+__all__ = [
+    "Buffer",
+    "BufferedAttempt",
+    "BufferedKey",
+    "MethodPartition",
+    "SqliteBuffer",
+    "buffer_rows",
+    "decode_rows",
+]
 
 # The layout below is number 2 (``PRAGMA user_version``). Layout 1 (0 in the
 # file) kept one row per attempt in ``attempts`` with wide indexes and totals
@@ -70,7 +79,7 @@ _SCHEMA = [
         nbytes     INTEGER NOT NULL,
         added_us   INTEGER NOT NULL,
         flush_id   TEXT,
-        body       BLOB    NOT NULL   -- msgpack [metadata row, [response rows]]
+        body       BLOB    NOT NULL   -- msgpack [metadata values, [response values]]
     )""",
     "CREATE INDEX IF NOT EXISTS buffered_key ON buffered (khash)",
     # Claims take a partition's unclaimed rows oldest first; due() reads the
@@ -99,6 +108,25 @@ _CHECKPOINT_BYTES = 4 << 20
 log = logging.getLogger("web_index.storage")
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
+# A blob holds each row as its values in the order below, not as a map: the
+# keys, repeated in every row, were a tenth of a 2 KB page's blob and half the
+# time to encode it. Blobs written before hold maps, and still decode. The
+# order is the blob's layout, fixed here (not taken from the file schemas, so
+# that reordering columns there cannot misread a buffer written before).
+_META_NAMES = (
+    "url_key", "url", "timestamp", "request_id", "state", "logs", "traceback", "run_time",
+    "fetcher_name", "fetcher_version", "fetcher_calibre",
+)  # fmt: skip
+_HEAD_NAMES = (
+    "url_key", "url", "attempt_timestamp", "request_id", "chain_index", "request_url", "status_code",
+    "headers", "timestamp", "retry_attempt", "is_final", "fetcher_name", "fetcher_version",
+    "fetcher_calibre",
+)  # fmt: skip
+_GET_NAMES = (*_HEAD_NAMES, "data")
+# A GET row has one value more than a HEAD row (its body): the length tells them apart.
+_RESPONSE_NAMES = {len(_GET_NAMES): _GET_NAMES, len(_HEAD_NAMES): _HEAD_NAMES}
+_meta_values = itemgetter(*_META_NAMES)
+_response_values = {RecordType.GET: itemgetter(*_GET_NAMES), RecordType.HEAD: itemgetter(*_HEAD_NAMES)}
 # SQLite allows 999 host parameters per statement in old builds; stay below.
 _CHUNK = 900
 _SEEDS = {m: zlib.crc32(f"{m.value}\0".encode()) for m in RecordType}
@@ -142,6 +170,26 @@ class BufferedAttempt(NamedTuple):
     responses: list[dict[str, Any]]
 
 
+def _pack(a: Attempt) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """An attempt's metadata row and response rows as values in column order."""
+    values = _response_values[a.method]
+    return _meta_values(a.metadata), [values(r) for r in a.responses]
+
+
+def _unpack(meta: Any, responses: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The rows :func:`_pack` packed (or a blob of maps, as written before) as dicts."""
+    if not isinstance(meta, dict):
+        meta = dict(zip(_META_NAMES, meta, strict=True))
+    if responses and not isinstance(responses[0], dict):
+        responses = [dict(zip(_RESPONSE_NAMES[len(r)], r, strict=True)) for r in responses]
+    return meta, responses
+
+
+def decode_rows(meta: bytes, responses: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The metadata row and response rows of the two blobs :func:`buffer_rows` makes."""
+    return _unpack(_decode(meta), _decode(responses))
+
+
 def buffer_rows(attempts: Sequence[Attempt]) -> list[tuple[object, ...]]:
     """One row per attempt in the Postgres buffer's column order:
     method, year, month, domain, url_key, ts_us, request_id, calibre, success, nbytes,
@@ -149,8 +197,9 @@ def buffer_rows(attempts: Sequence[Attempt]) -> list[tuple[object, ...]]:
     now = time.time_ns() // 1000
     rows: list[tuple[object, ...]] = []
     for a in attempts:
-        meta = _encode(a.metadata)
-        resp = _encode(a.responses)
+        meta_values, response_values = _pack(a)
+        meta = _encode(meta_values)
+        resp = _encode(response_values)
         rows.append(
             (
                 a.method.value,
@@ -172,8 +221,7 @@ def buffer_rows(attempts: Sequence[Attempt]) -> list[tuple[object, ...]]:
 
 
 def _attempt(request_id: str, body: bytes) -> BufferedAttempt:
-    meta, responses = _decode(body)
-    return BufferedAttempt(request_id, meta, responses)
+    return BufferedAttempt(request_id, *_unpack(*_decode(body)))
 
 
 class Buffer(Protocol):
@@ -331,14 +379,14 @@ class SqliteBuffer:
         if not attempts:
             return
         now = time.time_ns() // 1000
-        encode, crc32, seeds = _encode, zlib.crc32, _SEEDS
+        encode, pack, crc32, seeds = _encode, _pack, zlib.crc32, _SEEDS
         # One pass: each row (its partition id filled in below) and each partition's totals.
         rows: list[list[Any]] = []
         keys: list[tuple[RecordType, int, int, str]] = []
         totals: dict[tuple[RecordType, int, int, str], list[int]] = {}
         nbytes = 0
         for a in attempts:
-            body = encode((a.metadata, a.responses))
+            body = encode(pack(a))
             size = len(body)
             nbytes += size
             part = (a.method, a.year, a.month, a.domain)

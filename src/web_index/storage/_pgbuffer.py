@@ -24,13 +24,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
-import msgspec
 import psycopg
 
 from web_index.errors import StoreError
 from web_index.ingest import Attempt
 from web_index.models import RecordType
-from web_index.storage._buffer import BufferedAttempt, BufferedKey, MethodPartition, buffer_rows
+from web_index.storage._buffer import BufferedAttempt, BufferedKey, MethodPartition, buffer_rows, decode_rows
 
 __all__ = ["PgAdvisoryLocks", "PostgresBuffer"]
 
@@ -88,8 +87,6 @@ CREATE TABLE IF NOT EXISTS web_index_generations (
 """
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder()
 # One lock-id namespace for web-index advisory locks (first 4 bytes of a hash).
 _LOCK_SPACE = int.from_bytes(hashlib.sha256(b"web-index").digest()[:4], "big", signed=True)
 
@@ -264,7 +261,7 @@ class PostgresBuffer:
             )
             rows = cur.fetchall()
         for rid, meta, resp in rows:
-            yield BufferedAttempt(rid, _decoder.decode(meta), _decoder.decode(resp))
+            yield BufferedAttempt(rid, *decode_rows(meta, resp))
 
     def complete(self, flush_id: str) -> None:
         with self._cursor(write=True) as cur:
@@ -301,7 +298,7 @@ class PostgresBuffer:
                 (ids,),
             )
             rows = cur.fetchall()
-        return {rid: BufferedAttempt(rid, _decoder.decode(m), _decoder.decode(r)) for rid, m, r in rows}
+        return {rid: BufferedAttempt(rid, *decode_rows(m, r)) for rid, m, r in rows}
 
     def iter_all(self) -> Iterator[tuple[MethodPartition, str | None, BufferedAttempt]]:
         with self._cursor() as cur:
@@ -312,7 +309,7 @@ class PostgresBuffer:
             rows = cur.fetchall()
         for m, y, mo, d, fid, rid, meta, resp in rows:
             part = MethodPartition(RecordType(m), y, mo, d)
-            yield part, fid, BufferedAttempt(rid, _decoder.decode(meta), _decoder.decode(resp))
+            yield part, fid, BufferedAttempt(rid, *decode_rows(meta, resp))
 
     @_retry_once
     def counts(self) -> dict[MethodPartition, tuple[int, int, int]]:
