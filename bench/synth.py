@@ -564,8 +564,9 @@ def _write_chunk(
         if a.domain != domains[s.domain]:
             raise AssertionError(f"{url}: partition domain {a.domain}, planned {domains[s.domain]}")
         month_of[a.request_id] = (a.year, a.month, a.domain)
-        rows[a.method.metadata].append(a.metadata)
-        rows[a.method].extend(a.responses)
+        meta_row, response_rows = a.rows()
+        rows[a.method.metadata].append(meta_row)
+        rows[a.method].extend(response_rows)
         if s.method == "get":
             stats["get_response_rows"] += len(a.responses)
             if a.success:

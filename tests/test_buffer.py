@@ -20,17 +20,9 @@ from hypothesis import strategies as st
 from tests.factories import T0, attempt
 from web_index import FlushPolicy, WebIndex
 from web_index.errors import StoreError
-from web_index.ingest import validate_attempt
+from web_index.ingest import GET_COLUMNS, HEAD_COLUMNS, METADATA_COLUMNS, validate_attempt
 from web_index.models import Page, PageKey, RecordType, SimplePageQuery
-from web_index.storage._buffer import (
-    _GET_NAMES,
-    _HEAD_NAMES,
-    _META_NAMES,
-    MethodPartition,
-    SqliteBuffer,
-    _khash,
-    buffer_rows,
-)
+from web_index.storage._buffer import MethodPartition, SqliteBuffer, _khash, buffer_rows
 from web_index.storage._schema import SCHEMAS
 
 # The layout before this one (web-index up to commit 57b7260), as it created it.
@@ -93,8 +85,7 @@ def _old_buffer(store: Path, items: list[tuple[object, ...]], claimed: int = 0) 
     conn.execute("PRAGMA journal_mode=WAL")
     conn.executescript(_OLD_SCHEMA)
     rows = [  # the blobs as that version wrote them: maps, not values in column order
-        (*row[:11], _as_map(a.metadata), _as_map(a.responses))
-        for row, a in zip(buffer_rows(attempts), attempts, strict=True)
+        (*row[:11], *map(_as_map, a.rows())) for row, a in zip(buffer_rows(attempts), attempts, strict=True)
     ]
     conn.executemany(
         "INSERT INTO attempts (method, year, month, domain, url_key, ts_us, request_id,"
@@ -172,7 +163,7 @@ def test_buffered_rows_come_back_as_validated(index: WebIndex) -> None:
     assert any(not a.responses for a in attempts) and any(len(a.responses) > 1 for a in attempts)
     for a in attempts:
         got = loaded[a.request_id]
-        assert got.metadata == a.metadata and got.responses == a.responses
+        assert (got.metadata, got.responses) == a.rows()
     assert isinstance(buf, SqliteBuffer) and buf._conn is not None
     blob = buf._conn.execute("SELECT body FROM buffered LIMIT 1").fetchone()[0]
     assert isinstance(msgspec.msgpack.decode(blob)[0], list)  # no keys repeated in every row
@@ -180,9 +171,9 @@ def test_buffered_rows_come_back_as_validated(index: WebIndex) -> None:
 
 def test_the_blob_layout_holds_every_column_of_the_files() -> None:
     # A column added to the files needs a place in the blob (and a new blob layout).
-    assert sorted(_META_NAMES) == sorted(SCHEMAS[RecordType.GET_METADATA].names)
-    assert sorted(_GET_NAMES) == sorted(SCHEMAS[RecordType.GET].names)
-    assert sorted(_HEAD_NAMES) == sorted(SCHEMAS[RecordType.HEAD].names)
+    assert sorted(METADATA_COLUMNS) == sorted(SCHEMAS[RecordType.GET_METADATA].names)
+    assert sorted(GET_COLUMNS) == sorted(SCHEMAS[RecordType.GET].names)
+    assert sorted(HEAD_COLUMNS) == sorted(SCHEMAS[RecordType.HEAD].names)
 
 
 def test_blobs_of_maps_written_before_still_read_and_flush(store_path: Path) -> None:

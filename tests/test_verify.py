@@ -25,8 +25,8 @@ def _write(index: WebIndex, partition: Partition, rows: list[dict[str, object]],
 
 
 def _rows(url: str, ts=T0, hops: int = 1) -> tuple[list[dict[str, object]], dict[str, object]]:  # type: ignore[no-untyped-def]
-    a = validate_attempt(*attempt(url, ts, hops=hops))
-    return a.responses, a.metadata
+    meta, responses = validate_attempt(*attempt(url, ts, hops=hops)).rows()
+    return responses, meta
 
 
 def test_clean_store_is_clean(index: WebIndex) -> None:

@@ -32,14 +32,13 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
 from web_index.errors import StoreError
-from web_index.ingest import Attempt
+from web_index.ingest import GET_COLUMNS, HEAD_COLUMNS, METADATA_COLUMNS, Attempt
 from web_index.models import RecordType
 
 __all__ = [
@@ -108,25 +107,12 @@ _CHECKPOINT_BYTES = 4 << 20
 log = logging.getLogger("web_index.storage")
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
-# A blob holds each row as its values in the order below, not as a map: the
-# keys, repeated in every row, were a tenth of a 2 KB page's blob and half the
-# time to encode it. Blobs written before hold maps, and still decode. The
-# order is the blob's layout, fixed here (not taken from the file schemas, so
-# that reordering columns there cannot misread a buffer written before).
-_META_NAMES = (
-    "url_key", "url", "timestamp", "request_id", "state", "logs", "traceback", "run_time",
-    "fetcher_name", "fetcher_version", "fetcher_calibre",
-)  # fmt: skip
-_HEAD_NAMES = (
-    "url_key", "url", "attempt_timestamp", "request_id", "chain_index", "request_url", "status_code",
-    "headers", "timestamp", "retry_attempt", "is_final", "fetcher_name", "fetcher_version",
-    "fetcher_calibre",
-)  # fmt: skip
-_GET_NAMES = (*_HEAD_NAMES, "data")
-# A GET row has one value more than a HEAD row (its body): the length tells them apart.
-_RESPONSE_NAMES = {len(_GET_NAMES): _GET_NAMES, len(_HEAD_NAMES): _HEAD_NAMES}
-_meta_values = itemgetter(*_META_NAMES)
-_response_values = {RecordType.GET: itemgetter(*_GET_NAMES), RecordType.HEAD: itemgetter(*_HEAD_NAMES)}
+# A blob holds an attempt's rows as validation made them, values in the order
+# of METADATA_COLUMNS and GET_COLUMNS / HEAD_COLUMNS, not as maps: the keys,
+# repeated in every row, were a tenth of a 2 KB page's blob and half the time
+# to encode it. Blobs written before hold maps, and still decode. A GET row has
+# one value more than a HEAD row (its body): the length tells them apart.
+_RESPONSE_COLUMNS = {len(GET_COLUMNS): GET_COLUMNS, len(HEAD_COLUMNS): HEAD_COLUMNS}
 # SQLite allows 999 host parameters per statement in old builds; stay below.
 _CHUNK = 900
 _SEEDS = {m: zlib.crc32(f"{m.value}\0".encode()) for m in RecordType}
@@ -170,18 +156,12 @@ class BufferedAttempt(NamedTuple):
     responses: list[dict[str, Any]]
 
 
-def _pack(a: Attempt) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
-    """An attempt's metadata row and response rows as values in column order."""
-    values = _response_values[a.method]
-    return _meta_values(a.metadata), [values(r) for r in a.responses]
-
-
 def _unpack(meta: Any, responses: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The rows :func:`_pack` packed (or a blob of maps, as written before) as dicts."""
+    """A blob's rows (values in column order, or maps as written before) as dicts."""
     if not isinstance(meta, dict):
-        meta = dict(zip(_META_NAMES, meta, strict=True))
+        meta = dict(zip(METADATA_COLUMNS, meta, strict=True))
     if responses and not isinstance(responses[0], dict):
-        responses = [dict(zip(_RESPONSE_NAMES[len(r)], r, strict=True)) for r in responses]
+        responses = [dict(zip(_RESPONSE_COLUMNS[len(r)], r, strict=True)) for r in responses]
     return meta, responses
 
 
@@ -197,9 +177,8 @@ def buffer_rows(attempts: Sequence[Attempt]) -> list[tuple[object, ...]]:
     now = time.time_ns() // 1000
     rows: list[tuple[object, ...]] = []
     for a in attempts:
-        meta_values, response_values = _pack(a)
-        meta = _encode(meta_values)
-        resp = _encode(response_values)
+        meta = _encode(a.metadata)
+        resp = _encode(a.responses)
         rows.append(
             (
                 a.method.value,
@@ -379,14 +358,14 @@ class SqliteBuffer:
         if not attempts:
             return
         now = time.time_ns() // 1000
-        encode, pack, crc32, seeds = _encode, _pack, zlib.crc32, _SEEDS
+        encode, crc32, seeds = _encode, zlib.crc32, _SEEDS
         # One pass: each row (its partition id filled in below) and each partition's totals.
         rows: list[list[Any]] = []
         keys: list[tuple[RecordType, int, int, str]] = []
         totals: dict[tuple[RecordType, int, int, str], list[int]] = {}
         nbytes = 0
         for a in attempts:
-            body = encode(pack(a))
+            body = encode((a.metadata, a.responses))
             size = len(body)
             nbytes += size
             part = (a.method, a.year, a.month, a.domain)
