@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,27 @@ def test_read_only_handle_refuses_writes(store_path: Path) -> None:
     WebIndex(store_path).close()
     with WebIndex(store_path, read_only=True) as ro, pytest.raises(Exception, match="read_only"):
         ro.insert(*attempt(URL))
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_batch_pauses_the_garbage_collector_and_gives_it_back(
+    index: WebIndex, monkeypatch: pytest.MonkeyPatch, enabled: bool
+) -> None:
+    seen: list[bool] = []
+    store = index._store
+    real_append, real_lookup = store.append, store.buffer.lookup
+    monkeypatch.setattr(store, "append", lambda a: (seen.append(gc.isenabled()), real_append(a))[1])
+    monkeypatch.setattr(store.buffer, "lookup", lambda *a: (seen.append(gc.isenabled()), real_lookup(*a))[1])
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        key = index.insert(*attempt("https://example.com/gc"))
+        assert gc.isenabled() is enabled
+        with pytest.raises(InvalidRecordError):
+            index.insert_many([attempt("https://example.com/ok"), ("get", "not a url", T0, {}, [])])
+        assert gc.isenabled() is enabled
+        assert index.query([key])[0] is not None
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert seen == [False, False]  # off inside the insert and inside the query

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -144,6 +146,10 @@ class WebIndex:
         Every item is validated before anything is written.
         """
         self._check_writable()
+        with _gc_paused():
+            return self._insert_many(items)
+
+    def _insert_many(self, items: Iterable[InsertItem]) -> list[PageKey]:
         attempts: list[Attempt] = []
         append = attempts.append
         # A list's ids are drawn at once (one lock and clock read, not one a record).
@@ -230,7 +236,8 @@ class WebIndex:
         # has dropped that listing, so answering again sees the new files.
         for _ in range(_RETRIES):
             try:
-                return run_queries(self._store, list(queries), bodies=bodies)
+                with _gc_paused():
+                    return run_queries(self._store, list(queries), bodies=bodies)
             except FileNotFoundError:
                 continue
         from web_index.errors import StoreError
@@ -271,6 +278,25 @@ class WebIndex:
         from web_index.storage._stats import stats
 
         return stats(self._store)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for one batch of inserts or queries.
+
+    A batch's temporaries (rows, candidates, decoded dicts) die by reference
+    counting when it ends; meanwhile every collection would walk them, and a
+    full one every object the process holds (the caller's pages too): ~8% of
+    the time of batches of 1,000 inserts (alternated runs, 50,000 attempts).
+    Switching it is process-wide: a batch in another thread just collects later.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 _KEY = PageKey(url="http://example.com/", timestamp=from_us(0), request_id="-")
