@@ -176,6 +176,21 @@ def test_the_blob_layout_holds_every_column_of_the_files() -> None:
     assert sorted(HEAD_COLUMNS) == sorted(SCHEMAS[RecordType.HEAD].names)
 
 
+def test_a_blob_of_another_layout_is_an_error_naming_it(index: WebIndex) -> None:
+    a = validate_attempt(*attempt("https://example.com/"))
+    buf = index._store.buffer
+    buf.append([a])
+    assert isinstance(buf, SqliteBuffer) and buf._conn is not None
+    for meta, responses, what in [
+        (a.metadata[:-1], a.responses, "metadata row of 10 values"),
+        (a.metadata, [a.responses[0][:-2]], "response row of 13 values"),
+    ]:
+        blob = _as_map((meta, responses))
+        buf._conn.execute("UPDATE buffered SET body = ? WHERE request_id = ?", (blob, a.request_id))
+        with pytest.raises(StoreError, match=what):
+            buf.load([a.request_id])
+
+
 def test_blobs_of_maps_written_before_still_read_and_flush(store_path: Path) -> None:
     """A buffer of this layout written before blobs held values only (they held maps)."""
     items = _items()

@@ -8,10 +8,11 @@ partitions from it into Parquet part files.
 
 Each buffered row is one attempt: the few key columns readers and flushes
 select by, and one msgpack blob (the metadata row and the response rows, with
-bodies, as values in a fixed column order) read only for results. The indexes are narrow, because every insert
-pays for each of them: a 32-bit hash of the URL key for lookups (the key
-itself is checked on the rows found), and the partition as a small integer
-(``parts``, which also keeps each partition's running totals). An insert of
+bodies, as values in a fixed column order) read only for results. The indexes
+are narrow, because every insert pays for each of them: a 32-bit hash of the
+URL key for lookups (the key itself is checked on the rows found), and the
+partition as a small integer (``parts``, which also keeps each partition's
+running totals). An insert of
 many attempts updates each partition's totals once, not once per row.
 
 Writers take turns through an ``flock`` on ``buffer.lock`` (the kernel wakes
@@ -113,6 +114,7 @@ _decode = msgspec.msgpack.Decoder().decode
 # to encode it. Blobs written before hold maps, and still decode. A GET row has
 # one value more than a HEAD row (its body): the length tells them apart.
 _RESPONSE_COLUMNS = {len(GET_COLUMNS): GET_COLUMNS, len(HEAD_COLUMNS): HEAD_COLUMNS}
+_UNKNOWN_LAYOUT = "not a layout this version of web-index reads"
 # SQLite allows 999 host parameters per statement in old builds; stay below.
 _CHUNK = 900
 _SEEDS = {m: zlib.crc32(f"{m.value}\0".encode()) for m in RecordType}
@@ -159,9 +161,21 @@ class BufferedAttempt(NamedTuple):
 def _unpack(meta: Any, responses: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A blob's rows (values in column order, or maps as written before) as dicts."""
     if not isinstance(meta, dict):
+        if len(meta) != len(METADATA_COLUMNS):
+            raise StoreError(
+                f"a buffered metadata row of {len(meta)} values: not a layout this version reads"
+            )
         meta = dict(zip(METADATA_COLUMNS, meta, strict=True))
     if responses and not isinstance(responses[0], dict):
-        responses = [dict(zip(_RESPONSE_COLUMNS[len(r)], r, strict=True)) for r in responses]
+        rows = []
+        for r in responses:
+            names = _RESPONSE_COLUMNS.get(len(r))
+            if names is None:
+                raise StoreError(
+                    f"a buffered response row of {len(r)} values: not a layout this version reads"
+                )
+            rows.append(dict(zip(names, r, strict=True)))
+        responses = rows
     return meta, responses
 
 
