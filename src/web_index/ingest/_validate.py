@@ -21,6 +21,7 @@ __all__ = [
     "Attempt",
     "new_request_id",
     "new_request_ids",
+    "row_dicts",
     "validate_attempt",
 ]
 
@@ -66,10 +67,27 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     def rows(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The metadata row and the response rows as dicts by column name."""
-        names = GET_COLUMNS if self.method is RecordType.GET else HEAD_COLUMNS
-        return dict(zip(METADATA_COLUMNS, self.metadata, strict=True)), [
-            dict(zip(names, r, strict=True)) for r in self.responses
-        ]
+        return row_dicts(self.metadata, self.responses)
+
+
+# A GET row has one value more than a HEAD row (its body): the length tells them apart.
+_RESPONSE_COLUMNS = {len(GET_COLUMNS): GET_COLUMNS, len(HEAD_COLUMNS): HEAD_COLUMNS}
+
+
+def row_dicts(
+    metadata: Sequence[Any], responses: Sequence[Sequence[Any]]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Rows of values in the order of the ``*_COLUMNS`` above as dicts by column
+    name; ``ValueError`` naming a row whose length fits none of them."""
+    if len(metadata) != len(METADATA_COLUMNS):
+        raise ValueError(f"a metadata row of {len(metadata)} values")
+    out: list[dict[str, Any]] = []
+    for r in responses:
+        names = _RESPONSE_COLUMNS.get(len(r))
+        if names is None:
+            raise ValueError(f"a response row of {len(r)} values")
+        out.append(dict(zip(names, r, strict=True)))
+    return dict(zip(METADATA_COLUMNS, metadata, strict=True)), out
 
 
 _lock = threading.Lock()

@@ -39,7 +39,8 @@ from typing import Any, NamedTuple, Protocol
 import msgspec
 
 from web_index.errors import StoreError
-from web_index.ingest import GET_COLUMNS, HEAD_COLUMNS, METADATA_COLUMNS, Attempt
+from web_index.ingest import Attempt
+from web_index.ingest._validate import row_dicts
 from web_index.models import RecordType
 
 __all__ = [
@@ -109,12 +110,9 @@ log = logging.getLogger("web_index.storage")
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
 # A blob holds an attempt's rows as validation made them, values in the order
-# of METADATA_COLUMNS and GET_COLUMNS / HEAD_COLUMNS, not as maps: the keys,
-# repeated in every row, were a tenth of a 2 KB page's blob and half the time
-# to encode it. Blobs written before hold maps, and still decode. A GET row has
-# one value more than a HEAD row (its body): the length tells them apart.
-_RESPONSE_COLUMNS = {len(GET_COLUMNS): GET_COLUMNS, len(HEAD_COLUMNS): HEAD_COLUMNS}
-_UNKNOWN_LAYOUT = "not a layout this version of web-index reads"
+# of METADATA_COLUMNS and GET_COLUMNS / HEAD_COLUMNS (web_index.ingest), not as
+# maps: the keys, repeated in every row, were a tenth of a 2 KB page's blob and
+# half the time to encode it. Blobs written before hold maps, and still decode.
 # SQLite allows 999 host parameters per statement in old builds; stay below.
 _CHUNK = 900
 _SEEDS = {m: zlib.crc32(f"{m.value}\0".encode()) for m in RecordType}
@@ -160,23 +158,12 @@ class BufferedAttempt(NamedTuple):
 
 def _unpack(meta: Any, responses: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A blob's rows (values in column order, or maps as written before) as dicts."""
-    if not isinstance(meta, dict):
-        if len(meta) != len(METADATA_COLUMNS):
-            raise StoreError(
-                f"a buffered metadata row of {len(meta)} values: not a layout this version reads"
-            )
-        meta = dict(zip(METADATA_COLUMNS, meta, strict=True))
-    if responses and not isinstance(responses[0], dict):
-        rows = []
-        for r in responses:
-            names = _RESPONSE_COLUMNS.get(len(r))
-            if names is None:
-                raise StoreError(
-                    f"a buffered response row of {len(r)} values: not a layout this version reads"
-                )
-            rows.append(dict(zip(names, r, strict=True)))
-        responses = rows
-    return meta, responses
+    if isinstance(meta, dict):
+        return meta, responses
+    try:
+        return row_dicts(meta, responses)
+    except ValueError as exc:
+        raise StoreError(f"buffered {exc}: not a layout this version of web-index reads") from None
 
 
 def decode_rows(meta: bytes, responses: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
