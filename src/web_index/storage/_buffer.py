@@ -259,6 +259,12 @@ class SqliteBuffer:
         if self.readonly:
             return self._connect_readonly()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._lock_fd < 0:
+            self._lock_fd = os.open(self.path.with_name("buffer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        # Set up in turn with the other writers: two processes turning a new
+        # database to WAL at once deadlock inside SQLite, which then fails one of
+        # them at once ("database is locked"), whatever the busy timeout.
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         conn = sqlite3.connect(self.path, check_same_thread=False, timeout=60, isolation_level=None)
         try:
             conn.execute("PRAGMA busy_timeout=60000")
@@ -271,11 +277,11 @@ class SqliteBuffer:
             conn.execute("PRAGMA wal_autocheckpoint=0")  # see _CHECKPOINT_BYTES
             if conn.execute("PRAGMA user_version").fetchone()[0] != _LAYOUT:
                 _create(conn)
-            if self._lock_fd < 0:
-                self._lock_fd = os.open(self.path.with_name("buffer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
         except BaseException:
             conn.close()
             raise
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         self._conn = conn
         return conn
 
