@@ -251,7 +251,11 @@ class SqliteBuffer:
         self._checkpointer: _Checkpointer | None = None
         self._after_append: dict[tuple[RecordType, int, int, str], tuple[int, int]] = {}
         if not readonly:
-            self._connect()
+            try:
+                self._connect()
+            except BaseException:
+                self.close()  # and its lock file: nothing else would close it
+                raise
 
     def _connect(self) -> sqlite3.Connection | None:
         if self._conn is not None:
@@ -265,22 +269,23 @@ class SqliteBuffer:
         # database to WAL at once deadlock inside SQLite, which then fails one of
         # them at once ("database is locked"), whatever the busy timeout.
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        conn = sqlite3.connect(self.path, check_same_thread=False, timeout=60, isolation_level=None)
         try:
-            conn.execute("PRAGMA busy_timeout=60000")
-            conn.execute(f"PRAGMA page_size={_PAGE_SIZE}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            # FULL: the WAL is fsync'd at every commit, so an acknowledged insert
-            # survives power loss too, not only a killed process.
-            conn.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'NORMAL'}")
-            conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
-            conn.execute("PRAGMA wal_autocheckpoint=0")  # see _CHECKPOINT_BYTES
-            if conn.execute("PRAGMA user_version").fetchone()[0] != _LAYOUT:
-                _create(conn)
-        except BaseException:
-            conn.close()
-            raise
-        finally:
+            conn = sqlite3.connect(self.path, check_same_thread=False, timeout=60, isolation_level=None)
+            try:
+                conn.execute("PRAGMA busy_timeout=60000")
+                conn.execute(f"PRAGMA page_size={_PAGE_SIZE}")
+                conn.execute("PRAGMA journal_mode=WAL")
+                # FULL: the WAL is fsync'd at every commit, so an acknowledged insert
+                # survives power loss too, not only a killed process.
+                conn.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'NORMAL'}")
+                conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+                conn.execute("PRAGMA wal_autocheckpoint=0")  # see _CHECKPOINT_BYTES
+                if conn.execute("PRAGMA user_version").fetchone()[0] != _LAYOUT:
+                    _create(conn)
+            except BaseException:
+                conn.close()
+                raise
+        finally:  # released whatever failed: a held lock would stop every other writer
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         self._conn = conn
         return conn
