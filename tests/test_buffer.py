@@ -379,7 +379,7 @@ def test_a_buffer_that_fails_to_open_leaves_the_lock_free(tmp_path: Path, damage
         path.mkdir()  # sqlite3.connect itself fails
     else:
         path.write_bytes(b"not a database" * 1000)  # the first PRAGMA fails
-    with pytest.raises(sqlite3.DatabaseError):
+    with pytest.raises(StoreError, match=r"insert buffer .*buffer\.sqlite3 could not be opened"):
         SqliteBuffer(tmp_path)
     fd = os.open(tmp_path / "buffer.lock", os.O_RDWR)
     try:

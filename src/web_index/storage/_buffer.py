@@ -253,8 +253,10 @@ class SqliteBuffer:
         if not readonly:
             try:
                 self._connect()
-            except BaseException:
+            except BaseException as exc:
                 self.close()  # and its lock file: nothing else would close it
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"the insert buffer {self.path} could not be opened: {exc}") from exc
                 raise
 
     def _connect(self) -> sqlite3.Connection | None:
