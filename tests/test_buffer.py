@@ -386,6 +386,9 @@ def test_a_buffer_that_fails_to_open_leaves_the_lock_free(tmp_path: Path, damage
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if still held
     finally:
         os.close(fd)
+    if damage == "garbage":  # a reader (stats, queries) gets the same error
+        with pytest.raises(StoreError, match=r"insert buffer .*buffer\.sqlite3 could not be opened"):
+            SqliteBuffer(tmp_path, readonly=True).counts()
 
 
 def test_writers_keep_the_wal_short(store_path: Path) -> None:

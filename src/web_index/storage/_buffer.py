@@ -253,17 +253,19 @@ class SqliteBuffer:
         if not readonly:
             try:
                 self._connect()
-            except BaseException as exc:
+            except BaseException:
                 self.close()  # and its lock file: nothing else would close it
-                if isinstance(exc, sqlite3.Error):
-                    raise StoreError(f"the insert buffer {self.path} could not be opened: {exc}") from exc
                 raise
 
     def _connect(self) -> sqlite3.Connection | None:
         if self._conn is not None:
             return self._conn
-        if self.readonly:
-            return self._connect_readonly()
+        try:
+            return self._connect_readonly() if self.readonly else self._connect_writable()
+        except sqlite3.Error as exc:  # not a database, unreadable, locked for a minute
+            raise StoreError(f"the insert buffer {self.path} could not be opened: {exc}") from exc
+
+    def _connect_writable(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self._lock_fd < 0:
             self._lock_fd = os.open(self.path.with_name("buffer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
