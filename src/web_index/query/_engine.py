@@ -208,10 +208,11 @@ def _from_month(
         by_domain[domain].append(i)
     # Partitions the index does not cover are read from their files, concurrently
     # (Parquet decoding and object-store requests release the GIL).
+    pool = _pool(store)
     jobs = [
         (
             members,
-            _pool(store).submit(
+            pool.submit(
                 _read_partition,
                 store,
                 type,
@@ -377,8 +378,9 @@ def _load(
     if len(large) == 1 and not small:  # a single query's one file: no hand-off to the pool
         [(path, (handle, rows))] = large.items()
         rows_of[path] = _read_file_rows(store, path, handle, sorted(rows))
+    pool = _pool(store)
     jobs = {
-        path: _pool(store).submit(_read_file_rows, store, path, handle, sorted(rows))
+        path: pool.submit(_read_file_rows, store, path, handle, sorted(rows))
         for path, (handle, rows) in large.items()
         if path not in rows_of
     }

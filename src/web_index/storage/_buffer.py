@@ -268,12 +268,11 @@ class SqliteBuffer:
     def _connect_writable(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self._lock_fd < 0:
-            self._lock_fd = os.open(self.path.with_name("buffer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            self._lock_fd = _open_lock_file(self.path)
         # Set up in turn with the other writers: two processes turning a new
         # database to WAL at once deadlock inside SQLite, which then fails one of
         # them at once ("database is locked"), whatever the busy timeout.
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        try:
+        with _in_turn(self._lock_fd):
             conn = sqlite3.connect(self.path, check_same_thread=False, timeout=60, isolation_level=None)
             try:
                 conn.execute("PRAGMA busy_timeout=60000")
@@ -289,8 +288,6 @@ class SqliteBuffer:
             except BaseException:
                 conn.close()
                 raise
-        finally:  # released whatever failed: a held lock would stop every other writer
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         self._conn = conn
         return conn
 
@@ -344,8 +341,7 @@ class SqliteBuffer:
         """One write transaction, in turn with every other writer: committed, or
         rolled back on any error. Call with ``self._lock`` held."""
         conn = self._write
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        try:
+        with _in_turn(self._lock_fd):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -353,8 +349,6 @@ class SqliteBuffer:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        finally:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _wrote(self, nbytes: int) -> None:
         """Count about what a transaction wrote to the WAL; ask for a checkpoint
@@ -672,12 +666,9 @@ class _Checkpointer:
                         conn = sqlite3.connect(self._path, timeout=60, isolation_level=None)
                         conn.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'NORMAL'}")
                     if lock_fd < 0:
-                        lock_fd = os.open(self._path.with_name("buffer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-                    fcntl.flock(lock_fd, fcntl.LOCK_EX)
-                    try:
+                        lock_fd = _open_lock_file(self._path)
+                    with _in_turn(lock_fd):
                         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    finally:
-                        fcntl.flock(lock_fd, fcntl.LOCK_UN)
                 except (sqlite3.Error, OSError) as exc:  # the next request tries again
                     log.warning("checkpoint of %s failed: %s", self._path, exc)
         finally:
@@ -685,6 +676,22 @@ class _Checkpointer:
                 conn.close()
             if lock_fd >= 0:
                 os.close(lock_fd)
+
+
+def _open_lock_file(database: Path) -> int:
+    """The writers' lock file beside the database (see the module's docstring)."""
+    return os.open(database.with_name("buffer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+
+
+@contextmanager
+def _in_turn(lock_fd: int) -> Iterator[None]:
+    """Hold the writers' lock; released whatever fails, as a held lock would
+    stop every other writer of the store."""
+    fcntl.flock(lock_fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(lock_fd, fcntl.LOCK_UN)
 
 
 def _add_to_parts(
