@@ -87,7 +87,8 @@ def _old_buffer(store: Path, items: list[tuple[object, ...]], claimed: int = 0) 
     conn.execute("PRAGMA journal_mode=WAL")
     conn.executescript(_OLD_SCHEMA)
     rows = [  # the blobs as that version wrote them: maps, not values in column order
-        (*row[:11], *map(_as_map, a.rows())) for row, a in zip(buffer_rows(attempts), attempts, strict=True)
+        (*row[:11], *map(_as_map, a.rows()))
+        for row, a in zip(buffer_rows(attempts, time.time_ns() // 1000), attempts, strict=True)
     ]
     conn.executemany(
         "INSERT INTO attempts (method, year, month, domain, url_key, ts_us, request_id,"

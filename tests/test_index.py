@@ -385,10 +385,10 @@ def test_an_index_of_an_older_format_is_ignored_reported_and_rebuilt(store: tupl
     assert _answers(root, queries) == expected
     with WebIndex(root) as idx:
         notes = [f.message for f in idx.verify().notes]
-        assert sum("month index of format 2, not 3" in n for n in notes) == len(paths)
+        assert sum("month index of format 2, not 4" in n for n in notes) == len(paths)
         idx.compact()
         assert not any("month index" in f.message for f in idx.verify().notes)
-    assert all(pq.read_metadata(p).metadata[b"web_index.index.version"] == b"3" for p in paths)
+    assert all(pq.read_metadata(p).metadata[b"web_index.index.version"] == b"4" for p in paths)
 
 
 def test_covers_in_any_order_and_foreign_names_give_the_same_answers(
@@ -410,7 +410,8 @@ def test_covers_in_any_order_and_foreign_names_give_the_same_answers(
         )
         order = list(range(len(covers)))
         rng.shuffle(order)
-        shuffled = [covers[n] for n in order] + [_index.Covered("not-a-store-file.txt", 3, covers[0].domain)]
+        foreign = _index.Covered("not-a-store-file.txt", 3, covers[0].domain, "1-1")
+        shuffled = [covers[n] for n in order] + [foreign]
         where = {old: new for new, old in enumerate(order)}
         i = table.schema.get_field_index("file_no")
         numbers = pa.array([where[n] for n in table.column(i).to_pylist()], type=pa.uint32())

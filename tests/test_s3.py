@@ -37,8 +37,8 @@ def test_layout_and_answers_match_local(seaweed: SeaweedFS, tmp_path: object) ->
         fill(local, 30)
         s3.flush()
         names = S3Backend(loc).list_files("get/2024/08")
-        assert names and all(n.endswith(".parquet") for n, _ in names)
-        assert any(n.startswith("example.com.") for n, _ in names)
+        assert names and all(f.name.endswith(".parquet") for f in names)
+        assert any(f.name.startswith("example.com.") for f in names)
         got = s3.query(keys)  # type: ignore[arg-type]
         assert all(r is not None for r in got)
         qs = [SimplePageQuery(url=f"https://h{i}.example.com/p{j}") for i in range(3) for j in range(7)]

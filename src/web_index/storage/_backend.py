@@ -12,7 +12,7 @@ import posixpath
 import time
 import uuid
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,9 +20,25 @@ import pyarrow.parquet as pq
 from web_index.errors import StoreError
 from web_index.storage._layout import TMP_DIR
 
-__all__ = ["Backend", "LocalBackend", "open_backend"]
+__all__ = ["Backend", "FileInfo", "LocalBackend", "open_backend"]
 
 _RACY_NS = 2_000_000_000
+
+
+class FileInfo(NamedTuple):
+    """A file as a listing sees it.
+
+    ``version`` changes whenever the file is written, even when the new content
+    has the same size: a compaction can rewrite ``<domain>.parquet`` with one
+    more row and a shorter superseded list in exactly as many bytes, so name
+    and size alone cannot tell two versions apart. It is the object's ETag on
+    S3 and ``<inode>-<mtime ns>`` (hex) on a local disk, where every write is a
+    new file renamed into place.
+    """
+
+    name: str
+    size: int
+    version: str
 
 
 class Backend(Protocol):
@@ -31,9 +47,9 @@ class Backend(Protocol):
     @property
     def url(self) -> str: ...
 
-    def list_files(self, folder: str, prefix: str = "") -> list[tuple[str, int]]:
-        """``(name, size)`` of the files directly in ``folder`` whose name starts with
-        ``prefix``; empty if missing."""
+    def list_files(self, folder: str, prefix: str = "") -> list[FileInfo]:
+        """The files directly in ``folder`` whose name starts with ``prefix``;
+        empty if missing."""
         ...
 
     def list_folders(self, folder: str) -> list[str]: ...
@@ -96,8 +112,8 @@ class LocalBackend:
         """The filesystem path of a store path (checked to stay inside the store)."""
         return self._path(rel)
 
-    def list_files(self, folder: str, prefix: str = "") -> list[tuple[str, int]]:
-        out: list[tuple[str, int]] = []
+    def list_files(self, folder: str, prefix: str = "") -> list[FileInfo]:
+        out: list[FileInfo] = []
         try:
             with os.scandir(self._path(folder)) as entries:
                 for entry in entries:
@@ -105,7 +121,8 @@ class LocalBackend:
                     # month of thousands costs a scan, not thousands of syscalls.
                     if entry.name.startswith(prefix) and entry.is_file(follow_symlinks=False):
                         with contextlib.suppress(FileNotFoundError):
-                            out.append((entry.name, entry.stat(follow_symlinks=False).st_size))
+                            st = entry.stat(follow_symlinks=False)
+                            out.append(FileInfo(entry.name, st.st_size, f"{st.st_ino:x}-{st.st_mtime_ns:x}"))
         except (FileNotFoundError, NotADirectoryError):
             return []
         return out
@@ -170,7 +187,8 @@ class LocalBackend:
 
     def remove_orphans(self) -> int:
         removed = 0
-        for name, _size in self.list_files(TMP_DIR):
+        for info in self.list_files(TMP_DIR):
+            name = info.name
             pid = name.split("-", 1)[0]
             if pid.isdigit() and not _alive(int(pid)):
                 self.delete(f"{TMP_DIR}/{name}")

@@ -29,7 +29,6 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -42,6 +41,7 @@ from web_index.errors import StoreError
 from web_index.ingest import Attempt
 from web_index.ingest._validate import row_dicts
 from web_index.models import RecordType
+from web_index.storage._clock import SYSTEM_CLOCK, Clock, now_us
 
 __all__ = [
     "Buffer",
@@ -171,11 +171,10 @@ def decode_rows(meta: bytes, responses: bytes) -> tuple[dict[str, Any], list[dic
     return _unpack(_decode(meta), _decode(responses))
 
 
-def buffer_rows(attempts: Sequence[Attempt]) -> list[tuple[object, ...]]:
+def buffer_rows(attempts: Sequence[Attempt], now: int) -> list[tuple[object, ...]]:
     """One row per attempt in the Postgres buffer's column order:
     method, year, month, domain, url_key, ts_us, request_id, calibre, success, nbytes,
-    added_us, metadata (msgpack), responses (msgpack)."""
-    now = time.time_ns() // 1000
+    added_us (``now``, in microseconds), metadata (msgpack), responses (msgpack)."""
     rows: list[tuple[object, ...]] = []
     for a in attempts:
         meta = _encode(a.metadata)
@@ -240,9 +239,12 @@ class Buffer(Protocol):
 class SqliteBuffer:
     """One SQLite database per store; safe for many threads and processes on one machine."""
 
-    def __init__(self, folder: Path, *, durable: bool = True, readonly: bool = False) -> None:
+    def __init__(
+        self, folder: Path, *, durable: bool = True, readonly: bool = False, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.path = folder / "buffer.sqlite3"
         self.readonly = readonly
+        self.clock = clock  # the age of buffered rows (added_us) and due()
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._durable = durable
@@ -367,7 +369,7 @@ class SqliteBuffer:
         """Store attempts durably in one transaction (all or none)."""
         if not attempts:
             return
-        now = time.time_ns() // 1000
+        now = now_us(self.clock)
         encode, crc32, seeds = _encode, zlib.crc32, _SEEDS
         # One pass: each row (its partition id filled in below) and each partition's totals.
         rows: list[list[Any]] = []
@@ -439,7 +441,7 @@ class SqliteBuffer:
 
     def due(self, max_rows: int, max_bytes: int, max_age_s: float) -> list[MethodPartition]:
         """Partitions whose unflushed rows exceed a size or age threshold."""
-        oldest = time.time_ns() // 1000 - int(max_age_s * 1_000_000)
+        oldest = now_us(self.clock) - int(max_age_s * 1_000_000)
         with self._lock:
             conn = self._connect()
             if conn is None:

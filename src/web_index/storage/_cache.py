@@ -27,7 +27,6 @@ for the same listing or footer. :class:`CachingBackend` wraps an
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -38,7 +37,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.models import RecordType
-from web_index.storage._s3 import ObjectFile, ObjectInfo, S3Backend
+from web_index.storage._backend import FileInfo
+from web_index.storage._clock import SYSTEM_CLOCK, Clock
+from web_index.storage._s3 import ObjectFile, ObjectInfo, S3Backend, file_info
 
 __all__ = ["CacheConfig", "CacheStats", "CachingBackend"]
 
@@ -121,9 +122,12 @@ _FOREVER = float("inf")
 class CachingBackend:
     """A read-through cache in front of an object-store backend (same ``Backend`` protocol)."""
 
-    def __init__(self, inner: S3Backend, config: CacheConfig | None = None) -> None:
+    def __init__(
+        self, inner: S3Backend, config: CacheConfig | None = None, *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.inner = inner
         self.config = config or CacheConfig()
+        self.clock = clock  # listings' expiry
         self._lru = _LRU(self.config.max_bytes)
         self._negative = _LRU(self.config.negative_entries)
         self._lock = threading.Lock()
@@ -185,7 +189,7 @@ class CachingBackend:
         # The generation is read before listing: a flush completing meanwhile
         # leaves an entry that is stale at the next look.
         gen = self._folder_generation(folder)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._lock:
             for lru in (self._lru, self._negative):
                 entry = lru.items.get(key)
@@ -197,7 +201,7 @@ class CachingBackend:
                     lru.pop(key)
             # Counted as a miss of the LRU the fresh entry will go to, below.
         files, folders = self.inner.list_objects(folder)
-        expires = time.monotonic() + self.config.ttl_s
+        expires = self.clock.monotonic() + self.config.ttl_s
         with self._lock:
             for o in files:
                 self._etags[f"{folder.strip('/')}/{o.name}"] = o.etag
@@ -211,8 +215,8 @@ class CachingBackend:
                 self._negative.put(key, value, 1, expires)
         return files, folders
 
-    def list_files(self, folder: str, prefix: str = "") -> list[tuple[str, int]]:
-        return [(o.name, o.size) for o in self._listing(folder)[0] if o.name.startswith(prefix)]
+    def list_files(self, folder: str, prefix: str = "") -> list[FileInfo]:
+        return [file_info(o) for o in self._listing(folder)[0] if o.name.startswith(prefix)]
 
     def folder_version(self, folder: str) -> object | None:
         return None  # no cheap change token for a prefix: listings are not reused
@@ -234,7 +238,7 @@ class CachingBackend:
     # -- objects ---------------------------------------------------------------
 
     def open_parquet(self, path: str) -> pq.ParquetFile:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._lock:
             etag = self._etags.get(path)
             cached = self._lru.get(("T", path, etag), now) if etag is not None else None
@@ -262,7 +266,7 @@ class CachingBackend:
             key = ("R", path, etag, start, end)
             if self.config.cache_ranges:
                 with self._lock:
-                    hit = self._lru.get(key, time.monotonic())
+                    hit = self._lru.get(key, self.clock.monotonic())
                 if hit is not None:
                     return bytes(hit)
             data = self.inner.get_range(path, start, end, etag)

@@ -173,13 +173,14 @@ def list_partition_files(
 ) -> dict[str, list[StoredFile]]:
     """Every file of a month folder (or of one domain in it), grouped by domain."""
     out: dict[str, list[StoredFile]] = {}
-    for name, size in backend.list_files(folder, "" if domain is None else f"{domain}."):
-        parsed = parse_file_name(name)
+    for info in backend.list_files(folder, "" if domain is None else f"{domain}."):
+        parsed = parse_file_name(info.name)
         if parsed is None:
             continue
         domain, part = parsed
         partition = Partition(type, year, month, domain)
-        out.setdefault(domain, []).append(StoredFile(partition, part, f"{folder}/{name}", size))
+        stored = StoredFile(partition, part, f"{folder}/{info.name}", info.size, info.version)
+        out.setdefault(domain, []).append(stored)
     return out
 
 

@@ -18,9 +18,11 @@ data files check the URL key there as well.
 
 The index is derived data, written by compaction, and never trusted blindly:
 
-* its footer lists the files it covers, by name and size (``covers``); a
-  domain whose files in the month folder are not exactly those (a flush or a
-  compaction since) is read from its own files instead;
+* its footer lists the files it covers, by name, size and version
+  (``covers``; the version is the backend's change token, see
+  ``Backend.FileInfo``: name and size alone miss a compacted file rewritten
+  in as many bytes); a domain whose files in the month folder are not exactly
+  those (a flush or a compaction since) is read from its own files instead;
 * a reader checks the ``request_id`` (and URL key) at the row the index points
   to, and falls back to the partition's files if it differs;
 * a month whose request ids are not all canonical UUIDs (only a hand-made file
@@ -57,6 +59,7 @@ __all__ = [
     "IndexHit",
     "MonthIndex",
     "build_month_index",
+    "index_disagreement",
     "index_note",
     "index_path",
     "open_month_index",
@@ -65,7 +68,9 @@ __all__ = [
 INDEX_ROW_GROUP = 4096
 _COVERS_KEY = b"web_index.index.covers"
 _VERSION_KEY = b"web_index.index.version"
-_VERSION = b"3"
+# 4: covers carry each file's version. Format 3 trusted name and size, and a
+# compaction can keep both while adding a record: such an index is never used.
+_VERSION = b"4"
 # The month folder's version (Backend.folder_version) when the index listed it,
 # if it had one; absent on object stores and for a folder changed just before.
 _STAMP_KEY = b"web_index.index.listed"
@@ -109,6 +114,7 @@ class Covered(NamedTuple):  # a tuple: a month index covers tens of thousands of
     name: str  # file name in the month folder
     size: int
     domain: str
+    version: str  # Backend.FileInfo.version when the index was built
 
 
 # The covers list is JSON ``[[name, size, domain], ...]``: msgspec reads it
@@ -140,14 +146,14 @@ class MonthIndex:
         month: int,
         handle: pq.ParquetFile,
         covers: list[Covered],
-        size: int,
+        file: tuple[int, str],
         stamp: str | None,
     ) -> None:
         self.type, self.year, self.month = type, year, month
         self.folder = f"{type.value}/{year:04d}/{month:02d}"
         self.handle = handle
         self.covers = covers
-        self.size = size
+        self.file = file  # (size, version) of the index file itself
         self.stamp = stamp  # the month folder's version when it was listed for this index
         self._listing: _CoveredListing | None = None
         self._spans = _spans(covers)
@@ -198,9 +204,9 @@ class MonthIndex:
             return False
         if len(span) == 1:  # most partitions: one compacted file, no dicts to build
             c, f = covers[span[0]], listed[0]
-            return f.size == c.size and f.path.rsplit("/", 1)[-1] == c.name
-        named = {f.path.rsplit("/", 1)[-1]: f.size for f in listed}
-        return named == {covers[n].name: covers[n].size for n in span}
+            return f.size == c.size and f.version == c.version and f.path.rsplit("/", 1)[-1] == c.name
+        named = {f.path.rsplit("/", 1)[-1]: (f.size, f.version) for f in listed}
+        return named == {covers[n].name: (covers[n].size, covers[n].version) for n in span}
 
     def lookup(self, by_hash: Mapping[bytes, str]) -> list[IndexHit]:
         """Every indexed record of these URL keys (given by :func:`key_hash`)."""
@@ -305,7 +311,8 @@ class _CoveredListing(Mapping[str, list[StoredFile]]):
                 # A name that is not a store file's (only a hand-made index has
                 # one) is left out, as a listing of the folder leaves it out.
                 if parsed is not None:
-                    files.append(StoredFile(partition, parsed[1], f"{ix.folder}/{c.name}", c.size))
+                    path = f"{ix.folder}/{c.name}"
+                    files.append(StoredFile(partition, parsed[1], path, c.size, c.version))
             self._built[domain] = files
         return files
 
@@ -320,7 +327,8 @@ class _CoveredListing(Mapping[str, list[StoredFile]]):
 
 
 # Opened indexes by (store URL, path): a footer parsed once per process, reopened
-# when the file's size changes (a rebuilt index is a new file under the same name).
+# when the file's size or version changes (a rebuilt index is a new file under
+# the same name, and can be as long as the one it replaces).
 _OPEN: dict[tuple[str, str], MonthIndex] = {}
 _OPEN_LOCK = threading.Lock()
 # Whole indexes kept in memory by this process, at most this many bytes in all
@@ -336,15 +344,15 @@ def open_month_index(backend: Backend, type: RecordType, year: int, month: int) 
     """The month's index, or ``None`` if there is none (or it is unreadable)."""
     path = index_path(type, year, month)
     folder, name = path.rsplit("/", 1)
-    size = next((s for n, s in backend.list_files(folder, name) if n == name), None)
+    info = next((i for i in backend.list_files(folder, name) if i.name == name), None)
     key = (backend.url, path)
-    if size is None:
+    if info is None:
         with _OPEN_LOCK:
             _forget(_OPEN.pop(key, None))
         return None
     with _OPEN_LOCK:
         cached = _OPEN.get(key)
-    if cached is not None and cached.size == size:
+    if cached is not None and cached.file == (info.size, info.version):
         return cached
     try:
         handle = backend.open_parquet(path)
@@ -355,7 +363,7 @@ def open_month_index(backend: Backend, type: RecordType, year: int, month: int) 
         return None  # a damaged index only costs speed: read the partitions instead
     raw_stamp = (handle.metadata.metadata or {}).get(_STAMP_KEY)
     stamp = raw_stamp.decode(errors="replace") if raw_stamp else None
-    opened = MonthIndex(type, year, month, handle, covers, size, stamp)
+    opened = MonthIndex(type, year, month, handle, covers, (info.size, info.version), stamp)
     with _OPEN_LOCK:
         _forget(_OPEN.get(key))
         _OPEN[key] = opened
@@ -375,7 +383,7 @@ def index_note(backend: Backend, type: RecordType, year: int, month: int) -> str
     current or absent, else why it is not used (in full or in part)."""
     path = index_path(type, year, month)
     folder, name = path.rsplit("/", 1)
-    if not any(n == name for n, _ in backend.list_files(folder, name)):
+    if not any(i.name == name for i in backend.list_files(folder, name)):
         return None
     index = open_month_index(backend, type, year, month)
     if index is None:
@@ -395,6 +403,62 @@ def index_note(backend: Backend, type: RecordType, year: int, month: int) -> str
             f"month index does not cover {stale} partition(s) changed since; `web-index compact` refreshes it"
         )
     return None
+
+
+def index_disagreement(backend: Backend, type: RecordType, year: int, month: int) -> str | None:
+    """For ``verify``: whether the index's rows of every domain it claims to
+    cover exactly (by the covers check queries use) are those domains' records.
+
+    A disagreement here means wrong answers, not lost speed: queries trust the
+    index for those domains and never look at their files.
+    """
+    index = open_month_index(backend, type, year, month)
+    if index is None:
+        return None
+    listing = list_partition_files(backend, index.folder, type, year, month)
+    trusted = {d: files for d, files in listing.items() if index.authoritative(d, files)}
+    if not trusted:
+        return None
+    numbers = {c.name: n for n, c in enumerate(index.covers)}
+    fresh = _read_records(backend, type, trusted, numbers)
+    found = _hashed(pl.concat(fresh, how="vertical_relaxed")) if fresh else None
+    found = _lookup_frame(found if found is not None else _empty_frame())
+    held = _lookup_frame(pl.from_arrow(index.handle.read(columns=_LOOKUP_COLUMNS)))
+    covered = [n for d in trusted for n in index.covered(d)]
+    held = held.filter(pl.col("file_no").is_in(covered))
+    record = ["key_hash", "ts_us", "request_id", "calibre"]
+    missing = found.unique(subset=record).join(held, on=record, how="anti")
+    # Every row it holds must point at that record's rows in that file.
+    wrong = held.join(found, on=_LOOKUP_COLUMNS, how="anti")
+    if missing.is_empty() and wrong.is_empty():
+        return None
+    domains = sorted({index.covers[n].domain for n in (*missing["file_no"], *wrong["file_no"])})
+    return (
+        f"month index disagrees with the files of {len(domains)} domain(s) ({', '.join(domains[:5])}):"
+        f" {missing.height} record(s) missing from it, {wrong.height} row(s) pointing wrong;"
+        f" queries answered from it are wrong: delete {index_path(type, year, month)} (derived data)"
+        " and run `web-index compact`"
+    )
+
+
+def _empty_frame() -> pl.DataFrame:
+    frame = pl.from_arrow(_SCHEMA.empty_table())
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _lookup_frame(frame: object) -> pl.DataFrame:
+    """Index rows in one set of column types, so rows read and rows held compare."""
+    assert isinstance(frame, pl.DataFrame)
+    return frame.select(
+        pl.col("key_hash").cast(pl.Binary),
+        pl.col("ts_us").cast(pl.Int64),
+        pl.col("request_id").cast(pl.Binary),
+        pl.col("calibre").cast(pl.Int64),
+        pl.col("file_no").cast(pl.Int64),
+        pl.col("row").cast(pl.Int64),
+        pl.col("rows").cast(pl.Int64),
+    )
 
 
 def _read_covers(handle: pq.ParquetFile) -> list[Covered]:
@@ -419,7 +483,7 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     # Stamped only if the folder did not change while it was listed.
     stamp = before if before is not None and _stamp(backend.folder_version(folder)) == before else None
     covers = [
-        Covered(f.path.rsplit("/", 1)[-1], f.size, domain)
+        Covered(f.path.rsplit("/", 1)[-1], f.size, domain, f.version)
         for domain in sorted(listing)
         for f in sorted(listing[domain], key=lambda f: f.path)
     ]
@@ -448,11 +512,33 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
             )
             pieces.append(old.join(mapping, on="file_no").drop("file_no").rename({"new_no": "file_no"}))
     kept = {covers[n].domain for n in reuse.values()}
+    fresh = _read_records(
+        backend, type, {d: f for d, f in listing.items() if d not in kept}, file_no
+    )
+    if fresh:
+        hashed = _hashed(pl.concat(fresh, how="vertical_relaxed"))
+        if hashed is None:
+            log.warning("%s holds request ids that are not canonical UUIDs: no month index", folder)
+            return False
+        pieces.append(hashed)
+    empty = pl.from_arrow(_SCHEMA.empty_table())
+    assert isinstance(empty, pl.DataFrame)
+    frame = pl.concat([p.select(_LOOKUP_COLUMNS) for p in [empty, *pieces]], how="vertical_relaxed")
+    # The same attempt in two visible files (a flush redone beside its own
+    # compaction) is one record: keep one.
+    frame = frame.unique(subset=["request_id"], keep="first").sort(["key_hash", "ts_us", "request_id"])
+    _write(backend, type, year, month, frame.to_arrow(), covers, stamp)
+    return True
+
+
+def _read_records(
+    backend: Backend, type: RecordType, listing: Mapping[str, list[StoredFile]], file_no: Mapping[str, int]
+) -> list[pl.DataFrame]:
+    """Index rows (URL keys and request ids still as text) of these domains'
+    visible files, each file numbered as ``file_no`` says."""
     fresh: list[pl.DataFrame] = []  # rows read now: URL keys and request ids as text
     alone: list[StoredFile] = []  # compacted files with no parts beside them: all visible
-    for domain, files in listing.items():
-        if domain in kept:
-            continue
+    for files in listing.values():
         if len(files) == 1 and files[0].part is None:
             alone.append(files[0])
             continue
@@ -483,20 +569,7 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
             for f in batch:
                 handle = backend.open_parquet(f.path)
                 fresh.append(_file_rows(type, handle.read(columns=_key_columns(type)), file_no[_name(f)]))
-    if fresh:
-        hashed = _hashed(pl.concat(fresh, how="vertical_relaxed"))
-        if hashed is None:
-            log.warning("%s holds request ids that are not canonical UUIDs: no month index", folder)
-            return False
-        pieces.append(hashed)
-    empty = pl.from_arrow(_SCHEMA.empty_table())
-    assert isinstance(empty, pl.DataFrame)
-    frame = pl.concat([p.select(_LOOKUP_COLUMNS) for p in [empty, *pieces]], how="vertical_relaxed")
-    # The same attempt in two visible files (a flush redone beside its own
-    # compaction) is one record: keep one.
-    frame = frame.unique(subset=["request_id"], keep="first").sort(["key_hash", "ts_us", "request_id"])
-    _write(backend, type, year, month, frame.to_arrow(), covers, stamp)
-    return True
+    return fresh
 
 
 def _hashed(frame: pl.DataFrame) -> pl.DataFrame | None:

@@ -55,6 +55,7 @@ class StoredFile(NamedTuple):
     part: str | None  # None for the compacted file
     path: str
     size: int
+    version: str  # changes with every write of the file (Backend.FileInfo.version)
 
 
 def parse_file_name(name: str) -> tuple[str, str | None] | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
@@ -30,6 +29,7 @@ from web_index.errors import StoreError
 from web_index.ingest import Attempt
 from web_index.models import RecordType
 from web_index.storage._buffer import BufferedAttempt, BufferedKey, MethodPartition, buffer_rows, decode_rows
+from web_index.storage._clock import SYSTEM_CLOCK, Clock, now_us
 
 __all__ = ["PgAdvisoryLocks", "PostgresBuffer"]
 
@@ -117,9 +117,17 @@ def _lock_key(kind: str, name: str) -> int:
 class PostgresBuffer:
     """The :class:`~web_index.storage._buffer.Buffer` protocol on a PostgreSQL database."""
 
-    def __init__(self, dsn: str, *, readonly: bool = False, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        readonly: bool = False,
+        connect_timeout_s: float = 10.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.dsn = dsn
         self.readonly = readonly
+        self.clock = clock  # the age of buffered rows (added_us) and due()
         self._connect_timeout = connect_timeout_s
         self._lock = threading.RLock()
         self._conn: psycopg.Connection[Any] | None = None
@@ -176,7 +184,7 @@ class PostgresBuffer:
     # -- writing ---------------------------------------------------------------
 
     def append(self, attempts: Sequence[Attempt]) -> None:
-        rows = buffer_rows(attempts)
+        rows = buffer_rows(attempts, now_us(self.clock))
         # Sorted by partition, so that concurrent multi-partition inserts lock the
         # totals rows in one order (no deadlock).
         rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
@@ -217,7 +225,7 @@ class PostgresBuffer:
 
     @_retry_once
     def due(self, max_rows: int, max_bytes: int, max_age_s: float) -> list[MethodPartition]:
-        oldest = time.time_ns() // 1000 - int(max_age_s * 1_000_000)
+        oldest = now_us(self.clock) - int(max_age_s * 1_000_000)
         with self._cursor() as cur:
             cur.execute(
                 "SELECT method, year, month, domain FROM web_index_attempts WHERE flush_id IS NULL"

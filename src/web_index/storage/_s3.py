@@ -48,7 +48,7 @@ from obstore.exceptions import (
 from obstore.store import S3Store
 
 from web_index.errors import StoreError
-from web_index.storage._backend import write_table
+from web_index.storage._backend import FileInfo, write_table
 
 __all__ = [
     "ObjectFile",
@@ -56,6 +56,7 @@ __all__ = [
     "PreconditionFailed",
     "RequestCounter",
     "S3Backend",
+    "file_info",
     "handle_version",
 ]
 
@@ -81,6 +82,12 @@ class ObjectInfo(NamedTuple):
     name: str
     size: int
     etag: str | None
+
+
+def file_info(o: ObjectInfo) -> FileInfo:
+    """An object as a listing entry; its ETag is its version (every S3-compatible
+    store we know sends one; without it, name and size are all there is)."""
+    return FileInfo(o.name, o.size, o.etag or "")
 
 
 class RequestCounter:
@@ -233,8 +240,8 @@ class S3Backend:
         folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"]]
         return files, folders
 
-    def list_files(self, folder: str, prefix: str = "") -> list[tuple[str, int]]:
-        return [(o.name, o.size) for o in self.list_objects(folder)[0] if o.name.startswith(prefix)]
+    def list_files(self, folder: str, prefix: str = "") -> list[FileInfo]:
+        return [file_info(o) for o in self.list_objects(folder)[0] if o.name.startswith(prefix)]
 
     def folder_version(self, folder: str) -> object | None:
         return None  # no cheap change token for a prefix: listings are not reused

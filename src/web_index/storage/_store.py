@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
@@ -16,6 +15,7 @@ from web_index.ingest import Attempt
 from web_index.models import RecordType
 from web_index.storage._backend import Backend
 from web_index.storage._buffer import Buffer, MethodPartition, SqliteBuffer
+from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._files import (
     WriteOptions,
     list_partition_files,
@@ -91,8 +91,10 @@ class Store:
         write_options: WriteOptions | None = None,
         buffer: Buffer | None = None,
         locks: Locks | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.backend = backend
+        self.clock = clock
         self.readonly = readonly
         self.policy = policy or FlushPolicy()
         self.write_options = write_options or WriteOptions()
@@ -100,7 +102,7 @@ class Store:
             raise StoreError(f"no store at {backend.url}")
         if buffer is None:
             buffer_dir = backend.local_folder(BUFFER_DIR, create=not readonly)
-            buffer = SqliteBuffer(buffer_dir, durable=durable, readonly=readonly)
+            buffer = SqliteBuffer(buffer_dir, durable=durable, readonly=readonly, clock=clock)
         self.buffer = buffer
         set_generation_source = getattr(backend, "set_generation_source", None)
         if callable(set_generation_source):
@@ -108,7 +110,7 @@ class Store:
         if locks is None and not readonly:
             locks = _default_locks(backend, buffer)
         self._locks = locks
-        self._last_age_check = 0.0
+        self._last_age_check = -float("inf")
         # Month listings, reused while the backend says the folder is unchanged.
         self._listings: dict[str, tuple[object, dict[str, list[StoredFile]]]] = {}
 
@@ -184,7 +186,7 @@ class Store:
         """Flush partitions past a threshold (size checks now, age checks now and then)."""
         p = self.policy
         due = set(self.buffer.oversized(touched, p.max_rows, p.max_bytes))
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - self._last_age_check >= min(5.0, p.max_age_s):
             self._last_age_check = now
             due.update(self.buffer.due(p.max_rows, p.max_bytes, p.max_age_s))

@@ -14,7 +14,7 @@ from web_index.models import RecordType
 from web_index.query._plan import month_bounds
 from web_index.storage._buffer import MethodPartition
 from web_index.storage._files import schema_matches, visible_files
-from web_index.storage._index import index_note, index_path
+from web_index.storage._index import index_disagreement, index_note, index_path
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
 from web_index.storage._schema import SCHEMAS, SORT_KEYS, TS_COLUMN
 from web_index.storage._store import Store
@@ -79,16 +79,19 @@ def verify(store: Store, progress: Callable[[int, int], None] | None = None) -> 
     for type in RecordType:
         for year, month in store.months(type):
             folder = f"{type.value}/{year:04d}/{month:02d}"
-            for name, _size in store.backend.list_files(folder):
-                if parse_file_name(name) is None:
+            for info in store.backend.list_files(folder):
+                if parse_file_name(info.name) is None:
                     report.problems.append(
-                        Finding(f"{folder}/{name}", "foreign file name in the store layout")
+                        Finding(f"{folder}/{info.name}", "foreign file name in the store layout")
                     )
             for domain, files in store.month_files(type, year, month).items():
                 work.append((Partition(type, year, month, domain), files))
             note = index_note(store.backend, type, year, month)
             if note is not None:  # derived data: costs speed, never answers
                 report.notes.append(Finding(index_path(type, year, month), note))
+            wrong = index_disagreement(store.backend, type, year, month)
+            if wrong is not None:  # ...unless it claims to cover files it does not describe
+                report.problems.append(Finding(index_path(type, year, month), wrong))
     total = len(work)
     for n, (partition, files) in enumerate(work):
         _verify_partition(store, partition, files, report, meta_success, meta_all, data_ids)
