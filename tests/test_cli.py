@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,78 @@ def test_flush_compact_verify_stats(tmp_path: Path) -> None:
     next(p for p in store.rglob("*.parquet") if "_index" not in p.parts).write_bytes(b"garbage")
     code, _, err = run("verify", "--store", str(store))
     assert code == 3 and "problem" in err
+
+
+def _one_line(err: str) -> str:
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_a_missing_input_file_exits_2_naming_it(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["insert", str(tmp_path / "nope.jsonl"), "--store", str(tmp_path / "s")])
+    assert result.exit_code == 2, result.exc_info
+    assert "nope.jsonl" in _one_line(result.stderr)
+
+
+def test_a_store_that_cannot_be_written_exits_4(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    src = tmp_path / "in.jsonl"
+    src.write_text(request_line("https://a.example.com/") + "\n")
+    for store in (tmp_path / "file" / "s", tmp_path / "file"):
+        result = runner.invoke(app, ["insert", str(src), "--store", str(store)])
+        assert result.exit_code == 4, result.exc_info
+        assert _one_line(result.stderr).startswith("error: ")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        sqlite3.OperationalError("cannot rollback - no transaction is active"),
+        OSError(28, "No space left on device"),
+    ],
+)
+def test_an_io_error_inside_the_store_exits_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    def broken(self: WebIndex, items: object) -> None:
+        raise error
+
+    monkeypatch.setattr(WebIndex, "insert_many", broken)
+    code, _, err = run(
+        "insert", "-", "--store", str(tmp_path / "s"), input=request_line("https://a.example.com/")
+    )
+    assert code == 4 and str(error.args[-1]) in _one_line(err)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["query", "http://[fe80::1%25eth0]/"],
+        ["presence", "https://a.example.com/\udcff"],
+        ["query", "https://a.example.com/", "--at", "9999-99-99"],
+        ["query", "https://a.example.com/", "--type", "[/bold]"],
+    ],
+)
+def test_bad_query_input_exits_2_in_one_line(tmp_path: Path, args: list[str]) -> None:
+    WebIndex(tmp_path / "s").close()
+    result = runner.invoke(app, [*args, "--store", str(tmp_path / "s")])
+    assert result.exit_code == 2, result.exc_info
+    assert _one_line(result.stderr).startswith("error: ")
+
+
+def test_query_files_with_invalid_bytes_exit_2_naming_the_line(tmp_path: Path) -> None:
+    WebIndex(tmp_path / "s").close()
+    (tmp_path / "q.jsonl").write_bytes(b'{"url": "https://a.example.com/"}\n\n{"url": "\xff"}\n')
+    result = runner.invoke(
+        app, ["query", "--from", str(tmp_path / "q.jsonl"), "--store", str(tmp_path / "s")]
+    )
+    assert result.exit_code == 2, result.exc_info
+    assert "q.jsonl:3" in _one_line(result.stderr)
+
+
+def test_long_errors_stay_on_one_line(tmp_path: Path) -> None:
+    line = json.loads(request_line("https://a.example.com/"))
+    line["metadata"]["url"] = "https://a.example.com/" + "x" * 300
+    code, _, err = run("insert", "-", "--store", str(tmp_path / "s"), input=json.dumps(line))
+    assert code == 2 and "<stdin>:1: metadata.url" in _one_line(err)

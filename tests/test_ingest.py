@@ -143,6 +143,9 @@ _timestamps = st.sampled_from(
         "garbage",
         T0 + timedelta(microseconds=1),
         None,
+        "9999-12-31T00:00:00Z",
+        "0001-01-01T00:00:00+01:00",
+        datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
     ]
 )
 
@@ -162,6 +165,8 @@ def _metadatas(url: str) -> st.SearchStrategy[Any]:
             {"state": "fine", "url": url, "fetcher_name": "t", "fetcher_version": "1", "fetcher_calibre": 1},
             {"url": url},
             "not a record",
+            metadata(url, logs="a\udcff"),
+            metadata(url, traceback="ä€"),
         ]
     )
 
@@ -191,6 +196,9 @@ def _datas(url: str) -> st.SearchStrategy[Any]:
             [hop(1, fetcher_version="2")],
             [hop(1, fetcher_calibre=60)],
             [hop(1, data=None)],
+            [hop(1, headers={"x": "\udcff"})],
+            [hop(1, headers={"ä": "€"})],
+            [hop(1, timestamp=datetime(9999, 6, 1, tzinfo=UTC))],
             [{"url": url}],
             [hop(0), 5],
             "abc",

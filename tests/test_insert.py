@@ -109,7 +109,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("get without body", {"data": [_resp(1, data=None)]}, "data[0].data"),
     ("head with body", {"type": "head"}, "data[0].data"),
     ("data not a list", {"data": "abc"}, "data"),
-    ("data record malformed", {"data": [{"url": URL}]}, "data[0]"),
+    ("data record malformed", {"data": [{"url": URL}]}, "data[0].fetcher_calibre"),  # the first missing field
 ]
 
 
@@ -167,3 +167,91 @@ def test_a_batch_pauses_the_garbage_collector_and_gives_it_back(
     finally:
         gc.enable() if was else gc.disable()
     assert seen == [False, False]  # off inside the insert and inside the query
+
+
+# -- the range of timestamps the store accepts, and strings it can store ----------------------
+
+
+def _dict_request(url: str = URL, **changes: Any) -> tuple[Any, ...]:
+    method, url, ts, meta, data = attempt(url)
+    flat_meta = {k: v for k, v in meta.to_dict().items() if v is not None}
+    flat_data = [{k: v for k, v in r.to_dict().items() if v is not None} for r in data]
+    out = {"type": method, "url": url, "timestamp": ts.isoformat(), "metadata": flat_meta, "data": flat_data}
+    for path, value in changes.items():
+        where: Any = out
+        *steps, last = path.split(".")
+        for step in steps:
+            where = where[int(step)] if step.isdigit() else where[step]
+        where[last] = value
+    return (out["type"], out["url"], out["timestamp"], out["metadata"], out["data"])
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"timestamp": "9999-12-31T00:00:00Z"}, "timestamp"),  # the issue: month 10000 after it
+        ({"timestamp": "9999-01-01T00:00:00Z"}, "timestamp"),
+        ({"timestamp": "1969-12-31T23:59:59.999999Z"}, "timestamp"),
+        ({"timestamp": "1900-01-01T00:00:00+00:00"}, "timestamp"),
+        ({"timestamp": "0001-01-01T00:00:00+01:00"}, "timestamp"),  # was a raw OverflowError
+        ({"timestamp": "9999-12-31T23:30:00-01:00"}, "timestamp"),
+        ({"metadata.timestamp": "0001-01-01T00:00:00+01:00"}, "metadata.timestamp"),
+        ({"data.0.timestamp": "9999-12-31T00:00:00Z"}, "data[0].timestamp"),
+        ({"data.0.timestamp": "1960-01-01T00:00:00Z"}, "data[0].timestamp"),
+        ({"data.0.timestamp": "0001-01-01T00:00:00+01:00"}, "data[0].timestamp"),
+    ],
+)
+def test_timestamps_outside_the_accepted_range_are_refused(
+    index: WebIndex, changes: dict[str, str], field: str
+) -> None:
+    with pytest.raises(InvalidRecordError) as info:
+        index.insert(*_dict_request(**changes))
+    assert info.value.field == field
+    assert index.stats().buffered_attempts == 0
+
+
+def test_the_edges_of_the_accepted_range_are_stored_and_queried(index: WebIndex) -> None:
+    first = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+    last = datetime.fromisoformat("9998-12-31T23:59:59.999999+00:00")
+    keys = [index.insert(*attempt(URL, ts)) for ts in (first, last)]
+    for _ in range(2):  # from the buffer, then from the files
+        assert [p.timestamp for p in index.query(keys)] == [first, last]  # type: ignore[union-attr]
+        page = index.query([SimplePageQuery(url=URL)])[0]
+        assert isinstance(page, Page) and page.timestamp == last
+        index.flush()
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"data.0.headers": {"x": "\udcff"}}, "data[0].headers"),  # was a raw UnicodeEncodeError
+        ({"data.0.headers": '{"x": "\\udcff"}'}, "data[0].headers"),  # JSON escapes make them too
+        ({"data.0.headers": {"\udcff": "x"}}, "data[0].headers"),
+        ({"metadata.logs": "a\udcff"}, "metadata.logs"),
+        ({"metadata.traceback": "\ud800"}, "metadata.traceback"),
+        ({"metadata.fetcher_name": "\udcff", "data.0.fetcher_name": "\udcff"}, "metadata.fetcher_name"),
+        (
+            {"metadata.fetcher_version": "\udcff", "data.0.fetcher_version": "\udcff"},
+            "metadata.fetcher_version",
+        ),
+    ],
+)
+def test_strings_that_cannot_be_stored_as_utf8_are_refused(
+    index: WebIndex, changes: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidRecordError) as info:
+        index.insert(*_dict_request(**changes))
+    assert info.value.field == field and "UTF-8" in info.value.problem
+    assert index.stats().buffered_attempts == 0
+
+
+def test_a_missing_required_field_is_named(index: WebIndex) -> None:
+    item = _dict_request()
+    del item[3]["fetcher_name"]
+    with pytest.raises(InvalidRecordError) as info:
+        index.insert(*item)
+    assert info.value.field == "metadata.fetcher_name"
+    del item[4][0]["status_code"]
+    with pytest.raises(InvalidRecordError) as info:
+        index.insert(item[0], item[1], item[2], attempt(URL)[3], item[4])
+    assert info.value.field == "data[0].status_code"

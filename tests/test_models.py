@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -181,3 +182,57 @@ def test_invalid_responses_name_the_field(change: dict[str, object], field: str)
     with pytest.raises(InvalidRecordError) as info:
         Response.from_dict({**flat, **change})
     assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("value", "utc"),
+    [
+        ("0001-01-01T00:00:00+01:00", datetime.min.replace(tzinfo=UTC)),  # before year 1 in UTC
+        ("9999-12-31T23:30:00-01:00", datetime.max.replace(tzinfo=UTC)),  # after year 9999 in UTC
+        ("0001-01-01T05:00:00+01:00", datetime(1, 1, 1, 4, tzinfo=UTC)),
+        ("9999-12-31T00:00:00Z", datetime(9999, 12, 31, tzinfo=UTC)),
+    ],
+)
+def test_any_aware_time_is_a_valid_query_time(value: str, utc: datetime) -> None:
+    # Clamped to the datetime range: no stored record lies near either end, so
+    # every query answers as it would with the exact time.
+    made = [
+        PageKey(url="http://x.com/", timestamp=value, request_id="r"),
+        TimeAwarePageQuery(url="http://x.com/", not_before=value, not_after=value, timestamp=value),
+        query_from_dict({"url": "http://x.com/", "not_before": value}),
+    ]
+    for q in made:
+        assert (q.timestamp if isinstance(q, PageKey) else q.not_before) == utc  # type: ignore[union-attr]
+        assert type(q).from_dict(q.to_dict()) == q
+
+
+def test_query_files_with_times_beyond_datetime_are_clamped(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    micros = [-(2**62), 2**62, 0]
+    table = pa.table(
+        {
+            "url": ["http://x.com/"] * 3,
+            "not_before": pa.array(micros, pa.timestamp("us", tz="UTC")),
+            "kind": ["time-aware"] * 3,
+        }
+    )
+    pq.write_table(table, tmp_path / "q.parquet")
+    got = [q.not_before for q in read_queries(tmp_path / "q.parquet")]  # type: ignore[union-attr]
+    assert got == [
+        datetime.min.replace(tzinfo=UTC),
+        datetime.max.replace(tzinfo=UTC),
+        datetime(1970, 1, 1, tzinfo=UTC),
+    ]
+
+
+def test_a_missing_required_field_of_a_record_is_named() -> None:
+    flat = chain("https://x.com/")[0].to_dict()
+    del flat["fetcher_version"]
+    with pytest.raises(InvalidRecordError) as info:
+        Response.from_dict(flat, "data[0]")
+    assert info.value.field == "data[0].fetcher_version"
+    with pytest.raises(InvalidRecordError) as info:
+        AttemptMetadata.from_dict({"url": "https://x.com/", "state": "success"})
+    assert info.value.field == "metadata.fetcher_calibre"  # the first missing one, by name

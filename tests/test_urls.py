@@ -59,12 +59,20 @@ def test_different_resources_keep_different_keys(a: str, b: str) -> None:
         "http://exa\x00mple.com/",
         "http://example.com/a\x7fb",
         "http://example.com/a\nb",
+        "http://[fe80::1%25eth0]/",  # a zone id: meaningful on one host only
+        "http://[fe80::1%eth0]/",
+        "http://example.com/\udcff",  # a lone surrogate cannot be stored as UTF-8
+        "http://u\udcff@example.com/",
+        "http://example.com/#\udcff",
+        "http://\udcff.com/",
     ],
 )
 def test_unparseable_urls_are_refused_with_a_clear_error(bad: str) -> None:
     with pytest.raises(InvalidURLError) as info:
         url_key(bad)
     assert "url" in str(info.value)
+    with pytest.raises(InvalidURLError):
+        domain_of(bad)
 
 
 @pytest.mark.parametrize(

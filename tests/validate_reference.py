@@ -1,7 +1,8 @@
 """The insert validation as it was before the fast paths (commit 57b7260), kept as
 the oracle of the differential tests in ``test_ingest.py``: the fast
 ``validate_attempt`` must accept, refuse (same field, same message) and
-produce exactly what this does."""
+produce exactly what this does. Rules added since (the accepted time range,
+text that UTF-8 can hold) are added here too, in the same order."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import msgspec
 
 from web_index.errors import InvalidRecordError
 from web_index.models import AttemptMetadata, AttemptState, Calibre, RecordType, Response
-from web_index.models._time import parse_ts, to_us
+from web_index.models._time import check_stored_us, parse_ts, to_us
 from web_index.urls import domain_of, url_key
 
 __all__ = ["validate_reference"]
@@ -72,6 +73,17 @@ def new_request_id() -> str:
     return str(uuid.UUID(int=value))
 
 
+_NOT_UTF8 = "cannot be stored: not encodable as UTF-8 (a lone surrogate such as \\udcff?)"
+
+
+def _utf8(value: str | None, field: str) -> None:
+    try:
+        if value is not None:
+            value.encode()
+    except UnicodeEncodeError:
+        raise InvalidRecordError(field, _NOT_UTF8) from None
+
+
 def _coerce(cls: type[Any], value: object, field: str) -> Any:
     if isinstance(value, cls):
         return value
@@ -102,6 +114,7 @@ def validate_reference(
     key = url_key(url)
     domain = domain_of(url)
     start = parse_ts(timestamp, "timestamp")
+    check_stored_us(to_us(start), "timestamp")
     meta: AttemptMetadata = _coerce(AttemptMetadata, metadata, "metadata")
     if isinstance(data, str | bytes) or not isinstance(data, Sequence):
         raise InvalidRecordError("data", "expected a list of data records")
@@ -113,6 +126,8 @@ def validate_reference(
         raise InvalidRecordError("metadata.timestamp", "differs from the attempt's timestamp")
     if meta.request_id is not None:
         raise InvalidRecordError("metadata.request_id", "must not be supplied: the store assigns it")
+    for name in ("fetcher_name", "fetcher_version", "logs", "traceback"):
+        _utf8(getattr(meta, name), f"metadata.{name}")
     Calibre.check(meta.fetcher_calibre, "metadata.fetcher_calibre", allow_reserved=False)
     success = meta.state is AttemptState.SUCCESS
     if success and not chain:
@@ -150,6 +165,11 @@ def validate_reference(
                 raise InvalidRecordError(
                     f"{where}.{name}", "differs from the metadata's: one attempt, one fetcher"
                 )
+        check_stored_us(to_us(resp.timestamp), f"{where}.timestamp")
+        try:
+            headers = msgspec.json.encode(resp.headers).decode()
+        except UnicodeEncodeError:
+            raise InvalidRecordError(f"{where}.headers", _NOT_UTF8) from None
         row: dict[str, Any] = {
             "url_key": key,
             "url": url,
@@ -158,7 +178,7 @@ def validate_reference(
             "chain_index": i,
             "request_url": resp.request_url,
             "status_code": resp.status_code,
-            "headers": msgspec.json.encode(resp.headers).decode(),
+            "headers": headers,
             "timestamp": to_us(resp.timestamp),
             "retry_attempt": resp.retry_attempt,
             "is_final": resp.is_final,

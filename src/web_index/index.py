@@ -22,6 +22,7 @@ from web_index.query import Result, run_queries
 from web_index.storage import FlushPolicy, MethodPartition, Store, WriteOptions, open_backend
 from web_index.storage._buffer import Buffer
 from web_index.storage._cache import CacheConfig, CachingBackend
+from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._s3 import S3Backend
 
 __all__ = ["InsertItem", "WebIndex"]
@@ -50,7 +51,9 @@ class WebIndex:
     ``cache``: the read-through cache of listings, footers and row groups
     (``CacheConfig``); on by default for ``s3://`` stores.
     ``durable=False`` trades power-loss durability for speed (a killed process
-    still loses nothing acknowledged). ``policy`` decides when buffered inserts
+    still loses nothing acknowledged). ``clock`` decides the age of buffered
+    inserts and cache expiry (a :class:`~web_index.storage.Clock`; tests and
+    simulations pass one they advance by hand). ``policy`` decides when buffered inserts
     become Parquet part files and when partitions compact themselves.
     """
 
@@ -64,6 +67,7 @@ class WebIndex:
         write_options: WriteOptions | None = None,
         buffer: str | Buffer | None = None,
         cache: bool | CacheConfig | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.location = os.fspath(location)
         backend = open_backend(location)
@@ -74,12 +78,13 @@ class WebIndex:
                 from web_index.errors import StoreError
 
                 raise StoreError("the read-through cache is for object stores (s3://...)")
-            backend = CachingBackend(backend, cache if isinstance(cache, CacheConfig) else None)
+            backend = CachingBackend(backend, cache if isinstance(cache, CacheConfig) else None, clock=clock)
         if isinstance(buffer, str):
-            if not buffer.startswith(("postgresql://", "postgres://")):
-                from web_index.errors import StoreError
+            from web_index._dsn import check_dsn
 
-                raise StoreError(f"a shared buffer is a postgresql:// URL, got {buffer.split('@')[-1]!r}")
+            # A postgresql:// URL or libpq key=value pairs, passed on unchanged;
+            # anything else is refused without showing a password.
+            check_dsn(buffer)
             from web_index.storage._pgbuffer import PostgresBuffer
 
             buffer = PostgresBuffer(buffer, readonly=read_only)
@@ -90,6 +95,7 @@ class WebIndex:
             policy=policy,
             write_options=write_options,
             buffer=buffer,
+            clock=clock,
         )
         self.read_only = read_only
 

@@ -59,9 +59,14 @@ def _normalise_escapes(text: str, safe: frozenset[str]) -> str:
 def _encode_host(host: str, url: str) -> str:
     if host.startswith("["):
         try:
-            return "[" + ipaddress.IPv6Address(host[1:-1]).compressed + "]"
+            address = ipaddress.IPv6Address(host[1:-1])
         except ValueError as exc:
             raise InvalidURLError(url, f"invalid IPv6 host: {exc}") from None
+        if address.scope_id is not None:
+            # "[fe80::1%25eth0]" names an interface of one machine: no key for the
+            # web, and ipaddress cannot even write it out in full (exploded).
+            raise InvalidURLError(url, "IPv6 zone identifiers (%...) are not supported")
+        return "[" + address.compressed + "]"
     host = host.rstrip(".").lower()
     if not host:
         raise InvalidURLError(url, "URL has no host")
@@ -85,6 +90,13 @@ def _split(url: str) -> tuple[str, str, int | None, str, str]:
         raise InvalidURLError(repr(url), "URL must be a string")
     if not url or url != url.strip() or _CONTROL.search(url):
         raise InvalidURLError(url, "URL is empty or has whitespace or control characters")
+    if not url.isascii():
+        try:
+            url.encode()
+        except UnicodeEncodeError:
+            # A lone surrogate (a "\udcff" JSON escape, or an argument of
+            # undecodable bytes) could be neither keyed nor stored as UTF-8.
+            raise InvalidURLError(url, "URL is not encodable as UTF-8 (a lone surrogate?)") from None
     try:
         parts = urlsplit(url)
         port = parts.port

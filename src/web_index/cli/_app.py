@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from web_index.errors import InvalidRecordError, WebIndexError
 
 app = typer.Typer(
     name="web-index",
@@ -37,7 +44,56 @@ StoreOption = Annotated[
 ]
 
 
+def progress_bar() -> Progress:
+    """A progress bar on stderr, shown only when stderr is a terminal."""
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+        disable=not err.is_terminal,
+    )
+
+
+def say(label: str, message: object) -> None:
+    """One line on stderr: ``label`` (markup, may be empty) then ``message`` (plain text).
+
+    Messages quote the user's input, so they are escaped (a URL such as
+    ``http://[fe80::1]/`` or a ``[/x]`` is not markup) and never wrapped
+    (a script reads one problem a line).
+    """
+    text = escape(" ".join(str(message).splitlines()))
+    err.print(f"{label} {text}" if label else text, highlight=False, soft_wrap=True)
+
+
 def fail(code: int, message: str) -> typer.Exit:
     """Print an error and return the ``typer.Exit`` to raise with ``code``."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    say("[bold red]error:[/]", message)
     return typer.Exit(code)
+
+
+def os_problem(exc: OSError) -> str:
+    """An ``OSError`` as "path: reason" (``str()`` adds ``[Errno n]`` noise)."""
+    if exc.strerror and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror}"
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+@contextmanager
+def cli_errors(location: str) -> Iterator[None]:
+    """The documented exit codes for what escapes a command's work on the store
+    at ``location``, each in one line: invalid input 2, and 4 for a store that
+    could not be read or written, however it failed (a ``StoreError``, or an
+    ``OSError`` or SQLite error from below: a full disk surfaces as either)."""
+    try:
+        yield
+    except InvalidRecordError as exc:
+        raise fail(EXIT_USAGE, str(exc)) from None
+    except WebIndexError as exc:
+        raise fail(EXIT_STORE_ERROR, str(exc)) from None
+    except OSError as exc:
+        raise fail(EXIT_STORE_ERROR, f"store {location}: {os_problem(exc)}") from None
+    except sqlite3.Error as exc:
+        raise fail(EXIT_STORE_ERROR, f"store {location}: insert buffer: {exc}") from None

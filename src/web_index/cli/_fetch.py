@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from web_index.cli._app import EXIT_OK, EXIT_STORE_ERROR, EXIT_USAGE, StoreOption, app, err, fail
+from web_index.cli._app import EXIT_OK, EXIT_USAGE, StoreOption, app, cli_errors, err, fail
 from web_index.read_only import default_store
 
 __all__ = ["demo", "fetch", "parse_calibre"]
@@ -90,7 +90,7 @@ def fetch(
     escalatable ones move up to the next fetcher, up to --max-calibre. Exits
     0 when every attempt was recorded, whatever the states.
     """
-    from web_index.errors import StoreError, WebIndexError
+    from web_index.errors import WebIndexError
     from web_index.fetch import (
         AddressPolicy,
         EscalationPolicy,
@@ -109,7 +109,7 @@ def fetch(
     try:
         low, high = parse_calibre(calibre), parse_calibre(max_calibre)
         todo = _read_urls(urls or [], source)
-    except (typer.BadParameter, OSError) as exc:
+    except (typer.BadParameter, OSError, ValueError) as exc:  # ValueError: a --from file not UTF-8
         raise fail(EXIT_USAGE, str(exc)) from None
     if not todo:
         raise fail(EXIT_USAGE, "no URLs: give URLs or --from FILE")
@@ -139,8 +139,9 @@ def fetch(
         per_domain=per_domain,
         domain_delay=delay,
     )
+    location = store or default_store()
     try:
-        with WebIndex(store or default_store()) as index:
+        with cli_errors(location), WebIndex(location) as index:
             outcomes = run_fetch(
                 index,
                 todo,
@@ -149,8 +150,6 @@ def fetch(
                 console=err,
                 show_progress=progress and err.is_terminal,
             )
-    except StoreError as exc:
-        raise fail(EXIT_STORE_ERROR, str(exc)) from None
     except ValueError as exc:
         raise fail(EXIT_USAGE, str(exc)) from None
     if as_json:
@@ -193,12 +192,9 @@ def demo(
 ) -> None:
     """Serve a bundled sample site on 127.0.0.1, fetch it into a store with
     escalation, print the state table, then query the store."""
-    from web_index.errors import StoreError
     from web_index.fetch import run_demo
 
     location = store or tempfile.mkdtemp(prefix="web-index-demo-")
-    try:
+    with cli_errors(location):
         code = run_demo(location, chromium=chromium, console=_out, slow_seconds=slow_seconds)
-    except StoreError as exc:
-        raise fail(EXIT_STORE_ERROR, str(exc)) from None
     raise typer.Exit(code)

@@ -1,4 +1,4 @@
-"""Commands on the store: insert, query, presence, flush, compact, verify, stats."""
+"""Commands on the store: query, presence, flush, compact, verify, stats (insert: ``_insert``)."""
 
 from __future__ import annotations
 
@@ -8,26 +8,28 @@ import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
 from web_index.cli._app import (
     EXIT_FOUND_NOTHING,
     EXIT_PROBLEMS,
-    EXIT_STORE_ERROR,
     EXIT_USAGE,
     StoreOption,
     app,
+    cli_errors,
     err,
     fail,
+    os_problem,
+    progress_bar,
+    say,
 )
-from web_index.errors import InvalidRecordError, StoreError
+from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
-from web_index.ingest import iter_insert_requests
 from web_index.models import (
     AttemptMetadata,
     Page,
@@ -46,100 +48,12 @@ def _store_or_default(store: str | None) -> str:
     return store or default_store()
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-        disable=not err.is_terminal,
-    )
-
-
-@app.command()
-def insert(
-    source: Annotated[str, typer.Argument(help="JSONL file of insertion requests, or - for stdin.")] = "-",
-    store: StoreOption = "",
-    batch: Annotated[int, typer.Option(help="Requests per durable transaction.")] = 1000,
-    skip_invalid: Annotated[bool, typer.Option(help="Report invalid lines and go on.")] = False,
-) -> None:
-    """Insert fetch attempts from JSONL (the standard's insertion requests).
-
-    One request per line: {"type", "url", "timestamp", "metadata", "data"}, with
-    bodies base64-encoded. Lines are stored in batches; on an invalid line the
-    command stops (exit 2) after storing every valid line before it, and says so.
-    """
-    location = _store_or_default(store)
-    handle: TextIO = sys.stdin if source == "-" else Path(source).open(encoding="utf-8")  # noqa: SIM115
-    stored = skipped = 0
-    try:
-        with WebIndex(location) as index, _progress() as progress:
-            task = progress.add_task("inserting", total=None)
-            pending: list[Any] = []
-            line_of_first = 1
-            lines = iter_insert_requests(handle, source if source != "-" else "<stdin>")
-            while True:
-                try:
-                    request = next(lines, None)
-                except InvalidRecordError as exc:
-                    if skip_invalid:
-                        err.print(f"[yellow]skipped[/] {exc}", highlight=False)
-                        skipped += 1
-                        continue
-                    stored += _insert_batch(index, pending)
-                    raise fail(EXIT_USAGE, f"{exc} (stored {stored} valid requests before it)") from None
-                if request is not None:
-                    pending.append(request)
-                if len(pending) >= batch or (request is None and pending):
-                    try:
-                        stored += _insert_batch(index, pending)
-                    except InvalidRecordError as exc:
-                        if not skip_invalid:
-                            raise fail(
-                                EXIT_USAGE,
-                                f"{exc} in the batch starting at request {line_of_first}"
-                                f" (stored {stored} requests before that batch)",
-                            ) from None
-                        stored, skipped = _insert_one_by_one(index, pending, stored, skipped)
-                    line_of_first += len(pending)
-                    progress.update(task, completed=stored)
-                    pending = []
-                if request is None:
-                    break
-    except StoreError as exc:
-        raise fail(EXIT_STORE_ERROR, str(exc)) from None
-    finally:
-        if handle is not sys.stdin:
-            handle.close()
-    err.print(f"stored {stored} attempts" + (f", skipped {skipped} invalid" if skipped else ""))
-
-
-def _insert_batch(index: WebIndex, pending: list[Any]) -> int:
-    if not pending:
-        return 0
-    index.insert_many((r.type, r.url, r.timestamp, r.metadata, r.data) for r in pending)
-    return len(pending)
-
-
-def _insert_one_by_one(index: WebIndex, pending: list[Any], stored: int, skipped: int) -> tuple[int, int]:
-    for r in pending:
-        try:
-            index.insert(r.type, r.url, r.timestamp, r.metadata, r.data)
-            stored += 1
-        except InvalidRecordError as exc:
-            err.print(f"[yellow]skipped[/] {r.url}: {exc}", highlight=False)
-            skipped += 1
-    return stored, skipped
-
-
 def _parse_time(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
     from web_index.models._time import parse_ts
 
-    return parse_ts(value, name)
+    return parse_ts(value, name, clamp=True)
 
 
 def _collect_queries(
@@ -172,17 +86,30 @@ def _collect_queries(
         else:
             yield SimplePageQuery(url=url, calibre=calibre, calibre_strict=strict, type=record_type)
     if source is not None:
+        yield from _file_queries(source)
+
+
+def _file_queries(source: Path) -> Iterator[Query]:
+    """The queries of a --from file; anything wrong with it is invalid input (exit 2),
+    named by file (and line), never a failure of the store."""
+    try:
         if source.suffix == ".parquet":
             yield from iter_queries(source)
-        else:
-            with source.open(encoding="utf-8") as fh:
-                for number, line in enumerate(fh, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        yield query_from_dict(json.loads(line))
-                    except (ValueError, InvalidRecordError) as exc:
-                        raise InvalidRecordError(f"{source}:{number}", str(exc)) from None
+            return
+        with source.open("rb") as fh:  # bytes: a line that is not UTF-8 is refused alone, by number
+            for number, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield query_from_dict(json.loads(line))
+                except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
+                    raise InvalidRecordError(f"{source}:{number}", str(exc)) from None
+    except InvalidRecordError:
+        raise
+    except OSError as exc:
+        raise InvalidRecordError("--from", f"cannot read {os_problem(exc)}") from None
+    except ValueError as exc:  # pyarrow's ArrowInvalid: not a Parquet file of queries
+        raise InvalidRecordError(f"--from {source}", str(exc)) from None
 
 
 def _result_json(result: Page | AttemptMetadata | None, bodies: bool) -> Any:
@@ -232,19 +159,16 @@ def _run(
         return
     try:
         queries = list(stream)
-    except (InvalidRecordError, OSError) as exc:
+    except InvalidRecordError as exc:
         raise fail(EXIT_USAGE, str(exc)) from None
     if not queries:
         raise fail(EXIT_USAGE, "no queries: give URLs or --from FILE")
-    try:
-        index = WebIndex(_store_or_default(store), read_only=True)
-        with index:
-            if kind == "query":
-                results: list[Any] = index.query(queries)
-            else:
-                results = index.presence(queries)
-    except StoreError as exc:
-        raise fail(EXIT_STORE_ERROR, str(exc)) from None
+    location = _store_or_default(store)
+    with cli_errors(location), WebIndex(location, read_only=True) as index:
+        if kind == "query":
+            results: list[Any] = index.query(queries)
+        else:
+            results = index.presence(queries)
     out = sys.stdout
     missing = 0
     for q, r in zip(queries, results, strict=True):
@@ -261,20 +185,18 @@ def _run(
 
 def _run_to_parquet(queries: Iterator[Query], store: str, output: Path) -> None:
     # Bounded memory however many queries: see WebIndex.query_file.
-    try:
-        with WebIndex(_store_or_default(store), read_only=True) as index, _progress() as progress:
-            task = progress.add_task("answering", total=None)
-            count = index.query_file(
-                queries,
-                output,
-                batch_size=_BULK_BATCH,
-                on_progress=lambda n: progress.update(task, completed=n),
-            )
-    except (InvalidRecordError, OSError, ValueError) as exc:
-        raise fail(EXIT_USAGE, str(exc)) from None
-    except StoreError as exc:
-        raise fail(EXIT_STORE_ERROR, str(exc)) from None
-    err.print(f"{count} results written to {output}")
+    if not output.parent.is_dir():
+        raise fail(EXIT_USAGE, f"cannot write {output}: no folder {output.parent}")
+    location = _store_or_default(store)
+    with cli_errors(location), WebIndex(location, read_only=True) as index, progress_bar() as progress:
+        task = progress.add_task("answering", total=None)
+        count = index.query_file(
+            queries,
+            output,
+            batch_size=_BULK_BATCH,
+            on_progress=lambda n: progress.update(task, completed=n),
+        )
+    say("", f"{count} results written to {output}")
 
 
 _BULK_BATCH = 20_000
@@ -361,11 +283,9 @@ def presence(
 @app.command()
 def flush(store: StoreOption = "") -> None:
     """Write every buffered insert into Parquet part files."""
-    try:
-        with WebIndex(_store_or_default(store)) as index:
-            moved = index.flush()
-    except StoreError as exc:
-        raise fail(EXIT_STORE_ERROR, str(exc)) from None
+    location = _store_or_default(store)
+    with cli_errors(location), WebIndex(location) as index:
+        moved = index.flush()
     err.print(f"flushed {moved} attempts")
 
 
@@ -376,18 +296,16 @@ def compact(
 ) -> None:
     """Roll each partition's part files into one <domain>.parquet (safe while others write),
     then bring the month key indexes up to date."""
-    try:
-        with WebIndex(_store_or_default(store)) as index:
-            index.flush()
-            with _progress() as progress:
-                task = progress.add_task("compacting", total=None)
+    location = _store_or_default(store)
+    with cli_errors(location), WebIndex(location) as index:
+        index.flush()
+        with progress_bar() as progress:
+            task = progress.add_task("compacting", total=None)
 
-                def advance(done: int, total: int) -> None:
-                    progress.update(task, completed=done, total=total)
+            def advance(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
 
-                done = index._store.compact(min_parts=min_parts, on_progress=advance)
-    except StoreError as exc:
-        raise fail(EXIT_STORE_ERROR, str(exc)) from None
+            done = index._store.compact(min_parts=min_parts, on_progress=advance)
     err.print(f"compacted {done} partitions")
 
 
@@ -399,20 +317,18 @@ def verify(store: StoreOption = "") -> None:
     """
     from web_index.storage._verify import verify as run_verify
 
-    try:
-        with WebIndex(_store_or_default(store), read_only=True) as index, _progress() as progress:
-            task = progress.add_task("verifying", total=None)
+    location = _store_or_default(store)
+    with cli_errors(location), WebIndex(location, read_only=True) as index, progress_bar() as progress:
+        task = progress.add_task("verifying", total=None)
 
-            def step(done: int, total: int) -> None:
-                progress.update(task, completed=done, total=total)
+        def step(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
 
-            report = run_verify(index._store, step)
-    except StoreError as exc:
-        raise fail(EXIT_STORE_ERROR, str(exc)) from None
+        report = run_verify(index._store, step)
     for note in report.notes:
-        err.print(f"[cyan]note[/] {note}", highlight=False)
+        say("[cyan]note[/]", note)
     for problem in report.problems:
-        err.print(f"[red]problem[/] {problem}", highlight=False)
+        say("[red]problem[/]", problem)
     err.print(
         f"checked {report.files} files, {report.records} records, "
         f"{report.buffered_attempts} buffered attempts: "
@@ -428,11 +344,9 @@ def stats(
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Records, bytes and files per type, month and domain."""
-    try:
-        with WebIndex(_store_or_default(store), read_only=True) as index:
-            result = index.stats()
-    except StoreError as exc:
-        raise fail(EXIT_STORE_ERROR, str(exc)) from None
+    location = _store_or_default(store)
+    with cli_errors(location), WebIndex(location, read_only=True) as index:
+        result = index.stats()
     if as_json:
         from dataclasses import asdict
 
@@ -446,7 +360,7 @@ def stats(
         }
         sys.stdout.write(json.dumps(payload) + "\n")
         return
-    table = Table(title=f"web-index store {index.location}")
+    table = Table(title=f"web-index store {escape(index.location)}")
     for col in ("type", "month", "domain", "records", "bytes", "part files", "compacted"):
         table.add_column(col, justify="right" if col in ("records", "bytes", "part files") else "left")
     for p in result.partitions:

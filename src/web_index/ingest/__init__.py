@@ -1,6 +1,6 @@
 """Turning insertion requests into validated rows, and reading them from JSONL."""
 
-from web_index.ingest._jsonl import InsertRequest, iter_insert_requests
+from web_index.ingest._jsonl import InsertRequest, iter_insert_lines, iter_insert_requests
 from web_index.ingest._validate import (
     GET_COLUMNS,
     HEAD_COLUMNS,
@@ -16,6 +16,7 @@ __all__ = [
     "METADATA_COLUMNS",
     "Attempt",
     "InsertRequest",
+    "iter_insert_lines",
     "iter_insert_requests",
     "new_request_id",
     "validate_attempt",

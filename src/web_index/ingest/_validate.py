@@ -11,7 +11,7 @@ import msgspec
 
 from web_index.errors import InvalidRecordError
 from web_index.models import AttemptMetadata, AttemptState, Calibre, RecordType, Response
-from web_index.models._time import parse_ts, to_us
+from web_index.models._time import STORED_END_US, check_stored_us, parse_ts, to_us
 from web_index.urls import is_plain_url, key_and_domain, url_key
 
 __all__ = [
@@ -160,6 +160,19 @@ def new_request_ids(n: int) -> list[str]:
     return out
 
 
+_NOT_UTF8 = "cannot be stored: not encodable as UTF-8 (a lone surrogate such as \\udcff?)"
+
+
+def _check_utf8(value: str, field: str) -> None:
+    # Every text column is UTF-8: a lone surrogate (a "\udcff" JSON escape, or
+    # bytes decoded with surrogateescape) would fail only when written.
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidRecordError(field, _NOT_UTF8) from None
+
+
 def _coerce(cls: type[Any], value: object, field: str) -> Any:
     if isinstance(value, cls):
         return value
@@ -202,6 +215,9 @@ def validate_attempt(
         start = timestamp  # what parse_ts would return
     else:
         start = parse_ts(timestamp, "timestamp")
+    ts_us = to_us(start)
+    if not 0 <= ts_us < STORED_END_US:
+        check_stored_us(ts_us, "timestamp")
     meta: AttemptMetadata = (
         metadata if isinstance(metadata, AttemptMetadata) else _coerce(AttemptMetadata, metadata, "metadata")
     )
@@ -219,6 +235,14 @@ def validate_attempt(
         raise InvalidRecordError("metadata.timestamp", "differs from the attempt's timestamp")
     if meta.request_id is not None:
         raise InvalidRecordError("metadata.request_id", "must not be supplied: the store assigns it")
+    fetcher_name, fetcher_version = meta.fetcher_name, meta.fetcher_version
+    if not (fetcher_name.isascii() and fetcher_version.isascii()):
+        _check_utf8(fetcher_name, "metadata.fetcher_name")
+        _check_utf8(fetcher_version, "metadata.fetcher_version")
+    if meta.logs is not None:
+        _check_utf8(meta.logs, "metadata.logs")
+    if meta.traceback is not None:
+        _check_utf8(meta.traceback, "metadata.traceback")
     calibre = meta.fetcher_calibre
     if calibre.__class__ is not int or not 0 <= calibre < Calibre.MAX:
         Calibre.check(calibre, "metadata.fetcher_calibre", allow_reserved=False)
@@ -231,8 +255,6 @@ def validate_attempt(
         )
 
     rid = request_id or new_request_id()
-    ts_us = to_us(start)
-    fetcher_name, fetcher_version = meta.fetcher_name, meta.fetcher_version
     is_get = method is RecordType.GET
     responses: list[tuple[Any, ...]] = []
     last = len(chain) - 1
@@ -270,6 +292,13 @@ def validate_attempt(
             raise InvalidRecordError(
                 f"data[{i}].fetcher_calibre", "differs from the metadata's: one attempt, one fetcher"
             )
+        resp_us = to_us(resp.timestamp)
+        if not 0 <= resp_us < STORED_END_US:
+            check_stored_us(resp_us, f"data[{i}].timestamp")
+        try:
+            headers = _encode_json(resp.headers).decode()
+        except UnicodeEncodeError:
+            raise InvalidRecordError(f"data[{i}].headers", _NOT_UTF8) from None
         # In the order of HEAD_COLUMNS (GET_COLUMNS: the body last).
         row = (
             key,
@@ -279,8 +308,8 @@ def validate_attempt(
             i,
             request_url,
             resp.status_code,
-            _encode_json(resp.headers).decode(),
-            to_us(resp.timestamp),
+            headers,
+            resp_us,
             resp.retry_attempt,
             resp.is_final,
             fetcher_name,

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from web_index.models._queries import KIND_OF, Query, query_from_dict
 from web_index.models._records import AttemptMetadata, Page
-from web_index.models._time import from_us
+from web_index.models._time import clamp_us, from_us
 
 __all__ = [
     "QUERY_SCHEMA",
@@ -109,7 +109,9 @@ def queries_of(rows: pa.RecordBatch | pa.Table, source: object = "queries") -> l
         for name in times:
             value = row[name]
             if value is not None:
-                row[name] = from_us(value)
+                # A query time beyond datetime's years 1-9999 answers as the
+                # nearest one that is not (no stored record is near either end).
+                row[name] = from_us(clamp_us(value))
         out.append(query_from_dict(row))
     return out
 

@@ -53,7 +53,7 @@ class PageKey(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         force_setattr(self, "type", RecordType.parse(self.type))
         _check_url(self.url)
-        force_setattr(self, "timestamp", parse_ts(self.timestamp, "timestamp"))
+        force_setattr(self, "timestamp", parse_ts(self.timestamp, "timestamp", clamp=True))
         if not isinstance(self.request_id, str) or not self.request_id:
             raise InvalidRecordError("request_id", f"expected a non-empty string, got {self.request_id!r}")
 
@@ -108,6 +108,9 @@ class TimeAwarePageQuery(msgspec.Struct, frozen=True, kw_only=True):
     """The record nearest to ``timestamp`` within ``[not_before, not_after]``.
 
     Both bounds are inclusive and optional (``None`` leaves that side open).
+    Any aware time is accepted: one whose UTC form is beyond what ``datetime``
+    holds becomes year 1 or 9999, which answers the same (the store only
+    holds years 1970 to 9998).
     Ties in distance go to the later fetch. Without ``timestamp`` the latest
     record in the window matches. Calibre filtering as for
     :class:`SimplePageQuery`; ``calibre_strict`` defaults to ``False`` here too
@@ -128,7 +131,7 @@ class TimeAwarePageQuery(msgspec.Struct, frozen=True, kw_only=True):
         for name in ("not_before", "not_after", "timestamp"):
             value = getattr(self, name)
             if value is not None:
-                force_setattr(self, name, parse_ts(value, name))
+                force_setattr(self, name, parse_ts(value, name, clamp=True))
         if self.not_before is not None and self.not_after is not None and self.not_before > self.not_after:
             raise InvalidRecordError(
                 "not_before",

@@ -41,7 +41,7 @@ def _headers_from(value: object, field: str) -> dict[str, str]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
             raise InvalidRecordError(field, f"headers are not valid JSON: {exc}") from None
     if not isinstance(value, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
@@ -51,6 +51,7 @@ def _headers_from(value: object, field: str) -> dict[str, str]:
 
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
+_REQUIRED: dict[type, tuple[str, ...]] = {}
 
 
 def field_names(cls: type[Any]) -> frozenset[str]:
@@ -63,12 +64,25 @@ def field_names(cls: type[Any]) -> frozenset[str]:
     return names
 
 
+def required_names(cls: type[Any]) -> tuple[str, ...]:
+    """The fields of a model class without a default, sorted, computed once (as :func:`field_names`)."""
+    names = _REQUIRED.get(cls)
+    if names is None:
+        names = _REQUIRED[cls] = tuple(sorted(f.name for f in msgspec.structs.fields(cls) if f.required))
+    return names
+
+
 def _from_mapping(cls: type[msgspec.Struct], data: Mapping[str, Any], field: str) -> Any:
     if not isinstance(data, Mapping):
         raise InvalidRecordError(field, f"expected an object, got {type(data).__name__}")
     unknown = set(data) - field_names(cls)
     if unknown:
         raise InvalidRecordError(field, f"unknown field(s) {sorted(unknown)}")
+    missing = [name for name in required_names(cls) if name not in data]
+    if missing:
+        # Named here: the constructor's TypeError would name the record, not the field.
+        more = f" (and {', '.join(missing[1:])})" if len(missing) > 1 else ""
+        raise InvalidRecordError(f"{field}.{missing[0]}", f"required field missing{more}")
     try:
         return cls(**data)
     except TypeError as exc:

@@ -4,16 +4,42 @@ from datetime import UTC, datetime, timedelta
 
 from web_index.errors import InvalidRecordError
 
-__all__ = ["format_ts", "from_us", "parse_ts", "to_us"]
+__all__ = [
+    "STORED_END",
+    "STORED_END_US",
+    "STORED_START",
+    "check_stored_us",
+    "clamp_us",
+    "format_ts",
+    "from_us",
+    "parse_ts",
+    "to_us",
+]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MIN = datetime.min.replace(tzinfo=UTC)
+_MAX = datetime.max.replace(tzinfo=UTC)
+
+# The times the store accepts: [STORED_START, STORED_END), years 1970 to 9998.
+# Partitions are months and a month is planned over [its start, the next
+# month's start): a record of December 9999 would need year 10000, which
+# datetime cannot hold. Times before the epoch are refused as the mistakes they
+# are (a fetch before 1970), and keep every stored microsecond count >= 0.
+STORED_START = _EPOCH
+STORED_END = datetime(9999, 1, 1, tzinfo=UTC)
+STORED_END_US = (STORED_END - _EPOCH) // timedelta(microseconds=1)
+_RANGE = "1970-01-01T00:00:00Z (inclusive) to 9999-01-01T00:00:00Z (exclusive)"
 
 
-def parse_ts(value: object, field: str) -> datetime:
+def parse_ts(value: object, field: str, *, clamp: bool = False) -> datetime:
     """A timezone-aware UTC datetime from a datetime or an ISO 8601 string.
 
     Naive datetimes and offset-less strings are refused: a timestamp without a
     zone is a guess, and a guess in an append-only store is forever.
+    A time whose UTC form falls outside what ``datetime`` holds (year 1 at
+    +01:00) is refused naming ``field``, or with ``clamp`` (query times: no
+    stored record lies near either end, so answers are the same) moved to the
+    nearest representable one.
     """
     if isinstance(value, str):
         try:
@@ -24,7 +50,22 @@ def parse_ts(value: object, field: str) -> datetime:
         raise InvalidRecordError(field, f"expected a datetime or ISO 8601 string, got {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidRecordError(field, f"naive datetime {value.isoformat()!r}: give a timezone (e.g. UTC)")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        if clamp:
+            return _MIN if value.year == 1 else _MAX
+        raise InvalidRecordError(
+            field, f"{value.isoformat()!r} is outside the range the store accepts: {_RANGE}"
+        ) from None
+
+
+def check_stored_us(value: int, field: str) -> None:
+    """Refuse, naming ``field``, microseconds outside the range the store accepts."""
+    if not 0 <= value < STORED_END_US:
+        raise InvalidRecordError(
+            field, f"{format_ts(from_us(value))} is outside the range the store accepts: {_RANGE}"
+        )
 
 
 def format_ts(value: datetime) -> str:
@@ -36,6 +77,15 @@ def to_us(value: datetime) -> int:
     """Microseconds since the epoch (the store's native timestamp unit)."""
     delta = value - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+_MIN_US = to_us(_MIN)
+_MAX_US = to_us(_MAX)
+
+
+def clamp_us(value: int) -> int:
+    """``value`` moved into the microseconds :func:`from_us` can turn into a datetime."""
+    return _MIN_US if value < _MIN_US else _MAX_US if value > _MAX_US else value
 
 
 def from_us(value: int) -> datetime:

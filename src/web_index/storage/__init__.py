@@ -3,6 +3,7 @@
 from web_index.storage._backend import Backend, LocalBackend, open_backend
 from web_index.storage._buffer import Buffer, MethodPartition
 from web_index.storage._cache import CacheConfig
+from web_index.storage._clock import Clock
 from web_index.storage._files import WriteOptions
 from web_index.storage._layout import Partition
 from web_index.storage._pgbuffer import PostgresBuffer
@@ -12,6 +13,7 @@ __all__ = [
     "Backend",
     "Buffer",
     "CacheConfig",
+    "Clock",
     "FlushPolicy",
     "LocalBackend",
     "MethodPartition",

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from web_index._dsn import mask_dsn
 from web_index.errors import StoreError
 from web_index.ingest import Attempt
 from web_index.models import RecordType
@@ -416,12 +417,4 @@ class PgAdvisoryLocks:
 
 def _safe_dsn(dsn: str) -> str:
     """The DSN without its password, for messages."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-        params = conninfo_to_dict(dsn)
-        if "password" in params:
-            params["password"] = "***"  # noqa: S105 - masking, not a password
-        return make_conninfo(**params)  # type: ignore[arg-type]
-    except Exception:
-        return dsn.split("@")[-1]
+    return mask_dsn(dsn)

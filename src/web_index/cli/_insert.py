@@ -1,0 +1,160 @@
+"""``web-index insert``: insertion requests from JSONL into the store."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Annotated, BinaryIO
+
+import typer
+
+from web_index.cli._app import (
+    EXIT_USAGE,
+    StoreOption,
+    app,
+    cli_errors,
+    err,
+    fail,
+    os_problem,
+    progress_bar,
+    say,
+)
+from web_index.errors import InvalidRecordError
+from web_index.index import WebIndex
+from web_index.ingest import InsertRequest, iter_insert_lines, validate_attempt
+from web_index.read_only import default_store
+
+__all__ = ["insert"]
+
+Line = tuple[int, InsertRequest | InvalidRecordError]
+
+
+class _UnreadableInputError(Exception):
+    """The input could not be read on (an I/O error, not an invalid line)."""
+
+
+def _read(handle: BinaryIO, name: str) -> Iterator[bytes]:
+    # Told apart from the store's OSErrors: a broken input is the caller's (exit 2).
+    try:
+        yield from handle
+    except OSError as exc:
+        raise _UnreadableInputError(f"cannot read {name}: {os_problem(exc)}") from None
+
+
+@app.command()
+def insert(
+    source: Annotated[str, typer.Argument(help="JSONL file of insertion requests, or - for stdin.")] = "-",
+    store: StoreOption = "",
+    batch: Annotated[int, typer.Option(min=1, help="Requests per durable transaction.")] = 1000,
+    skip_invalid: Annotated[bool, typer.Option(help="Report invalid lines and go on.")] = False,
+) -> None:
+    """Insert fetch attempts from JSONL (the standard's insertion requests).
+
+    One request per line: {"type", "url", "timestamp", "metadata", "data"}, with
+    bodies base64-encoded. Lines are stored in batches; on an invalid line the
+    command stops (exit 2) after storing every valid line before it, and says so.
+    With --skip-invalid every valid line is stored and every invalid one reported.
+    """
+    location = store or default_store()
+    name = "<stdin>" if source == "-" else source
+    # Bytes, not text: lines split on "\n" only, and one that is not UTF-8 is refused alone.
+    handle: BinaryIO = sys.stdin.buffer
+    if source != "-":
+        try:
+            handle = open(source, "rb")  # noqa: SIM115 - closed below, after the store
+        except OSError as exc:
+            raise fail(EXIT_USAGE, f"cannot read {name}: {exc.strerror or exc}") from None
+    try:
+        with cli_errors(location), WebIndex(location) as index, progress_bar() as progress:
+            task = progress.add_task("inserting", total=None)
+            inserter = _Inserter(index, name, skip_invalid)
+            lines = iter_insert_lines(_read(handle, name), name)
+            try:
+                for chunk in _batches(lines, batch, stop_at_error=not skip_invalid):
+                    inserter.store(chunk)
+                    progress.update(task, completed=inserter.stored)
+            except _UnreadableInputError as exc:
+                raise fail(EXIT_USAGE, f"{exc} ({_stored(inserter.stored)} before it)") from None
+    finally:
+        if source != "-":
+            handle.close()
+    skipped = f", skipped {inserter.skipped} invalid" if inserter.skipped else ""
+    err.print(f"stored {inserter.stored} attempts{skipped}", highlight=False)
+
+
+def _stored(count: int) -> str:
+    return f"stored {count} request{'' if count == 1 else 's'}"
+
+
+def _batches(lines: Iterable[Line], size: int, *, stop_at_error: bool) -> Iterator[list[Line]]:
+    """Lines in batches of ``size`` (invalid ones included, in place); with
+    ``stop_at_error`` the batch holding the first invalid line is the last one read."""
+    pending: list[Line] = []
+    try:
+        for line in lines:
+            pending.append(line)
+            if stop_at_error and isinstance(line[1], InvalidRecordError):
+                break
+            if len(pending) >= size:
+                yield pending
+                pending = []
+    except _UnreadableInputError:
+        if pending:
+            yield pending  # what was read before the input broke is stored all the same
+        raise
+    if pending:
+        yield pending
+
+
+class _Inserter:
+    """Stores batches of lines and reports their invalid ones, in line order."""
+
+    def __init__(self, index: WebIndex, name: str, skip_invalid: bool) -> None:
+        self.index = index
+        self.name = name
+        self.skip_invalid = skip_invalid
+        self.stored = 0
+        self.skipped = 0
+
+    def store(self, lines: list[Line]) -> None:
+        """Store the valid requests of ``lines`` and report the invalid ones; without
+        --skip-invalid, only those before the first invalid line, then exit 2."""
+        requests = [r for _, r in lines if isinstance(r, InsertRequest)]
+        if len(requests) == len(lines):
+            try:
+                self.index.insert_many([r.item() for r in requests])
+            except InvalidRecordError:
+                pass  # which lines? validation alone, below, finds them
+            else:
+                self.stored += len(requests)
+                return
+        valid: list[InsertRequest] = []
+        errors: list[InvalidRecordError] = []
+        for number, result in lines:
+            if isinstance(result, InvalidRecordError):
+                error = result
+            else:
+                problem = self._problem(number, result)
+                if problem is None:
+                    valid.append(result)
+                    continue
+                error = problem
+            errors.append(error)
+            if not self.skip_invalid:
+                break
+        if valid:
+            # insert_many validates them again; they pass, as they just did.
+            self.index.insert_many([r.item() for r in valid])
+            self.stored += len(valid)
+        if errors and not self.skip_invalid:
+            raise fail(EXIT_USAGE, f"{errors[0]} ({_stored(self.stored)} before it)")
+        for error in errors:
+            say("[yellow]skipped[/]", str(error))
+        self.skipped += len(errors)
+
+    def _problem(self, number: int, request: InsertRequest) -> InvalidRecordError | None:
+        try:
+            validate_attempt(*request.item())
+        except InvalidRecordError as exc:
+            return InvalidRecordError(f"{self.name}:{number}: {exc.field}", exc.problem)
+        return None
