@@ -125,6 +125,16 @@ _INSERT = (
 _PART_OF = "SELECT pid FROM parts WHERE method=? AND year=? AND month=? AND domain=?"
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Log ``message`` once per process (a reader asks the buffer on every query)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning("%s", message)
+
+
 def _khash(method: RecordType, url_key: str) -> int:
     """The lookup index's key: a 32-bit hash of method and URL key (collisions only cost a row read)."""
     return zlib.crc32(url_key.encode(), _SEEDS[method])
@@ -294,13 +304,29 @@ class SqliteBuffer:
         return conn
 
     def _connect_readonly(self) -> sqlite3.Connection | None:
-        """A read-only connection, or ``None`` while there is no buffer (nothing buffered)."""
+        """A read-only connection, or ``None`` while there is no buffer (nothing
+        buffered) or it cannot be read here (said once, on stderr)."""
         if not self.path.exists():
             return None
-        uri = f"{self.path.as_uri()}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=60)
-        conn.execute("PRAGMA busy_timeout=60000")
-        conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+        try:
+            conn = self._open_readonly("mode=ro")
+        except sqlite3.OperationalError as exc:
+            # A reader of a WAL database needs its -shm file, and creates it if it
+            # is missing, which it cannot on read-only media or without write
+            # permission. No -wal file means every row is in the database file:
+            # read it as immutable. Not kept: a writer may start a WAL after us.
+            wal = self.path.with_name(self.path.name + "-wal")
+            try:
+                if wal.exists() and wal.stat().st_size > 0:
+                    raise
+                immutable = self._open_readonly("mode=ro&immutable=1")
+            except sqlite3.OperationalError:
+                _warn_once(
+                    f"the insert buffer {self.path} cannot be read here ({exc}): answers leave out"
+                    " inserts not yet flushed to Parquet"
+                )
+                return None
+            return immutable if immutable.execute("PRAGMA user_version").fetchone()[0] == _LAYOUT else None
         if conn.execute("PRAGMA user_version").fetchone()[0] == _LAYOUT:
             self._conn = conn
             return conn
@@ -318,6 +344,17 @@ class SqliteBuffer:
                 " open the store writable once to convert it"
             )
         return None
+
+    def _open_readonly(self, mode: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(f"{self.path.as_uri()}?{mode}", uri=True, check_same_thread=False, timeout=60)
+        try:
+            conn.execute("PRAGMA busy_timeout=60000")
+            conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+            conn.execute("PRAGMA user_version").fetchone()  # opens the files: fails here if it cannot
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def close(self) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ import pyarrow as pa
 from web_index.errors import StoreError
 from web_index.ingest import Attempt
 from web_index.models import RecordType
+from web_index.models._time import STORED_END, STORED_START
 from web_index.storage._backend import Backend
 from web_index.storage._buffer import Buffer, MethodPartition, SqliteBuffer
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
@@ -73,6 +74,10 @@ def _default_locks(backend: Backend, buffer: Buffer) -> Locks:
     return KindLocks({"flush": flush, "compact": compact})
 
 
+def _accepted(year: int, month: int) -> bool:
+    return (STORED_START.year, STORED_START.month) <= (year, month) < (STORED_END.year, STORED_END.month)
+
+
 def _crash_point(name: str) -> None:
     # Fault injection for the crash tests: WEB_INDEX_CRASH_AT=<name> kills the
     # process at that step as SIGKILL would, leaving whatever is on disk.
@@ -120,7 +125,16 @@ class Store:
     # -- listing ---------------------------------------------------------------
 
     def months(self, type: RecordType) -> list[tuple[int, int]]:
-        """Months holding files of ``type``, newest first."""
+        """Months holding files of ``type``, newest first: those whose times the
+        store accepts (see :meth:`months_out_of_range` for the others)."""
+        return [m for m in self._month_folders(type) if _accepted(*m)]
+
+    def months_out_of_range(self, type: RecordType) -> list[tuple[int, int]]:
+        """Month folders outside the times the store accepts (written by a version
+        that let a date like 9999-12-31 in): queries skip them, ``verify`` reports them."""
+        return [m for m in self._month_folders(type) if not _accepted(*m)]
+
+    def _month_folders(self, type: RecordType) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
         for year in self.backend.list_folders(type.value):
             if not (year.isdigit() and len(year) == 4):

@@ -77,6 +77,14 @@ def verify(store: Store, progress: Callable[[int, int], None] | None = None) -> 
 
     work: list[tuple[Partition, list[StoredFile]]] = []
     for type in RecordType:
+        for year, month in store.months_out_of_range(type):
+            report.problems.append(
+                Finding(
+                    f"{type.value}/{year:04d}/{month:02d}",
+                    "a month outside the times the store accepts (1970 to 9998): queries skip it;"
+                    " move the folder out of the store",
+                )
+            )
         for year, month in store.months(type):
             folder = f"{type.value}/{year:04d}/{month:02d}"
             for info in store.backend.list_files(folder):
