@@ -106,7 +106,13 @@ class Store:
         if readonly and not backend.exists():
             raise StoreError(f"no store at {backend.url}")
         if buffer is None:
-            buffer_dir = backend.local_folder(BUFFER_DIR, create=not readonly)
+            try:
+                buffer_dir = backend.local_folder(BUFFER_DIR, create=not readonly)
+            except OSError as exc:  # a read-only mount, no permission
+                raise StoreError(
+                    f"the store {backend.url} cannot be written ({exc.strerror or exc});"
+                    " to read it only, open it read-only"
+                ) from None
             buffer = SqliteBuffer(buffer_dir, durable=durable, readonly=readonly, clock=clock)
         self.buffer = buffer
         set_generation_source = getattr(backend, "set_generation_source", None)
@@ -191,9 +197,9 @@ class Store:
             # Plain tuples first: a batch has far fewer partitions than attempts.
             touched = {(a.method, a.year, a.month, a.domain) for a in attempts}
             self.maybe_flush(MethodPartition._make(t) for t in touched)
-        except StoreError as exc:
+        except (StoreError, OSError) as exc:
             # The attempts are durable and visible already: a flush that failed
-            # (the object store unreachable) is redone by a later one.
+            # (the object store unreachable, a full disk) is redone by a later one.
             log.warning("flush after insert failed, will retry later: %s", exc)
 
     def maybe_flush(self, touched: Iterable[MethodPartition] = ()) -> None:
