@@ -2,6 +2,7 @@
 
 from web_index._version import __version__
 from web_index.index import WebIndex
+from web_index.ingest import Limits
 from web_index.storage import CacheConfig, FlushPolicy, WriteOptions
 
-__all__ = ["CacheConfig", "FlushPolicy", "WebIndex", "WriteOptions", "__version__"]
+__all__ = ["CacheConfig", "FlushPolicy", "Limits", "WebIndex", "WriteOptions", "__version__"]

@@ -14,7 +14,7 @@ from typing import Any, Self
 
 from msgspec.structs import force_setattr
 
-from web_index.ingest import validate_attempt
+from web_index.ingest import Limits, validate_attempt
 from web_index.ingest._validate import Attempt, new_request_ids
 from web_index.models import AttemptMetadata, PageKey, Query, RecordType, Response
 from web_index.models._time import from_us
@@ -55,6 +55,8 @@ class WebIndex:
     inserts and cache expiry (a :class:`~web_index.storage.Clock`; tests and
     simulations pass one they advance by hand). ``policy`` decides when buffered inserts
     become Parquet part files and when partitions compact themselves.
+    ``limits`` (:class:`~web_index.Limits`) caps body, header, URL and log sizes:
+    a larger value is refused, naming the field.
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class WebIndex:
         buffer: str | Buffer | None = None,
         cache: bool | CacheConfig | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        limits: Limits | None = None,
     ) -> None:
         self.location = os.fspath(location)
         backend = open_backend(location)
@@ -98,6 +101,7 @@ class WebIndex:
             clock=clock,
         )
         self.read_only = read_only
+        self.limits = limits or Limits()
 
     # -- context ---------------------------------------------------------------
 
@@ -162,9 +166,10 @@ class WebIndex:
         rids: Iterator[str | None] = (
             iter(new_request_ids(len(items))) if isinstance(items, list | tuple) else itertools.repeat(None)
         )
+        limits = self.limits
         for n, (item, rid) in enumerate(zip(items, rids, strict=False)):
             try:
-                append(validate_attempt(*item, request_id=rid))
+                append(validate_attempt(*item, request_id=rid, limits=limits))
             except Exception as exc:
                 from web_index.errors import InvalidRecordError
 

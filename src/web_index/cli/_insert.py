@@ -154,7 +154,7 @@ class _Inserter:
 
     def _problem(self, number: int, request: InsertRequest) -> InvalidRecordError | None:
         try:
-            validate_attempt(*request.item())
+            validate_attempt(*request.item(), limits=self.index.limits)
         except InvalidRecordError as exc:
             return InvalidRecordError(f"{self.name}:{number}: {exc.field}", exc.problem)
         return None

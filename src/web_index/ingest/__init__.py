@@ -6,6 +6,7 @@ from web_index.ingest._validate import (
     HEAD_COLUMNS,
     METADATA_COLUMNS,
     Attempt,
+    Limits,
     new_request_id,
     validate_attempt,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "METADATA_COLUMNS",
     "Attempt",
     "InsertRequest",
+    "Limits",
     "iter_insert_lines",
     "iter_insert_requests",
     "new_request_id",

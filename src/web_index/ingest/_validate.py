@@ -19,6 +19,7 @@ __all__ = [
     "HEAD_COLUMNS",
     "METADATA_COLUMNS",
     "Attempt",
+    "Limits",
     "new_request_id",
     "new_request_ids",
     "row_dicts",
@@ -38,6 +39,25 @@ HEAD_COLUMNS = (
     "fetcher_calibre",
 )  # fmt: skip
 GET_COLUMNS = (*HEAD_COLUMNS, "data")
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """The largest values an insert may hold (``WebIndex(limits=...)``).
+
+    A record is refused, naming the field, rather than stored whole: one body
+    passes through the buffer, a flush and a compaction, each holding it in
+    memory a few times over, so a single huge value costs the process many
+    times its size (a 200 MB body took 2.5 GB). The defaults sit well above the
+    web's pages (and the fetchers' own 32 MiB body cap).
+    """
+
+    max_body_bytes: int = 64 * 1024 * 1024  # one response's body
+    max_headers_bytes: int = 1024 * 1024  # one response's headers, as JSON (characters)
+    max_url_chars: int = 32 * 1024  # the URL and every request URL of the chain
+    max_text_chars: int = 1024 * 1024  # metadata logs and traceback, each
+
+
+DEFAULT_LIMITS = Limits()
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -187,6 +207,12 @@ _STATE_VALUES = {s: s.value for s in AttemptState}
 _encode_json = msgspec.json.Encoder().encode
 
 
+def _too_long(field: str, size: int, limit: int, unit: str) -> None:
+    raise InvalidRecordError(
+        field, f"{size:,} {unit}, over the store's limit of {limit:,} (Limits, WebIndex(limits=...))"
+    )
+
+
 def validate_attempt(
     type: RecordType | str,
     url: str,
@@ -195,8 +221,10 @@ def validate_attempt(
     data: Sequence[Response | Mapping[str, Any]],
     *,
     request_id: str | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Attempt:
-    """Check an insertion request against every rule of the standard.
+    """Check an insertion request against every rule of the standard and the
+    store's ``limits``.
 
     Raises :class:`InvalidRecordError` naming the first offending field; on
     success returns the rows to store, with a fresh ``request_id``.
@@ -210,6 +238,8 @@ def validate_attempt(
             raise InvalidRecordError("type", f"insert a 'get' or 'head' attempt, not {method.value!r}")
     if not isinstance(url, str):
         raise InvalidRecordError("url", f"expected a string, got {url!r}")
+    if len(url) > limits.max_url_chars:
+        _too_long("url", len(url), limits.max_url_chars, "characters")
     key, domain = key_and_domain(url)
     if isinstance(timestamp, datetime) and timestamp.tzinfo is UTC and timestamp.__class__ is datetime:
         start = timestamp  # what parse_ts would return
@@ -241,8 +271,12 @@ def validate_attempt(
         _check_utf8(fetcher_version, "metadata.fetcher_version")
     if meta.logs is not None:
         _check_utf8(meta.logs, "metadata.logs")
+        if len(meta.logs) > limits.max_text_chars:
+            _too_long("metadata.logs", len(meta.logs), limits.max_text_chars, "characters")
     if meta.traceback is not None:
         _check_utf8(meta.traceback, "metadata.traceback")
+        if len(meta.traceback) > limits.max_text_chars:
+            _too_long("metadata.traceback", len(meta.traceback), limits.max_text_chars, "characters")
     calibre = meta.fetcher_calibre
     if calibre.__class__ is not int or not 0 <= calibre < Calibre.MAX:
         Calibre.check(calibre, "metadata.fetcher_calibre", allow_reserved=False)
@@ -266,6 +300,8 @@ def validate_attempt(
         request_url = resp.request_url
         if not request_url:
             raise InvalidRecordError(f"data[{i}].request_url", "must be the URL of this request")
+        if len(request_url) > limits.max_url_chars:
+            _too_long(f"data[{i}].request_url", len(request_url), limits.max_url_chars, "characters")
         if request_url != url and not is_plain_url(request_url):
             try:
                 url_key(request_url)
@@ -280,6 +316,8 @@ def validate_attempt(
                 raise InvalidRecordError(f"data[{i}].data", "GET records need a body (b'' if empty)")
         elif not is_get:
             raise InvalidRecordError(f"data[{i}].data", "HEAD records have no body: use data=None")
+        elif len(body) > limits.max_body_bytes:
+            _too_long(f"data[{i}].data", len(body), limits.max_body_bytes, "bytes")
         if resp.fetcher_name != fetcher_name:
             raise InvalidRecordError(
                 f"data[{i}].fetcher_name", "differs from the metadata's: one attempt, one fetcher"
@@ -299,6 +337,8 @@ def validate_attempt(
             headers = _encode_json(resp.headers).decode()
         except UnicodeEncodeError:
             raise InvalidRecordError(f"data[{i}].headers", _NOT_UTF8) from None
+        if len(headers) > limits.max_headers_bytes:
+            _too_long(f"data[{i}].headers", len(headers), limits.max_headers_bytes, "characters as JSON")
         # In the order of HEAD_COLUMNS (GET_COLUMNS: the body last).
         row = (
             key,
