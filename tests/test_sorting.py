@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +13,7 @@ from tests.factories import T0, attempt
 from web_index.ingest import validate_attempt
 from web_index.models import RecordType
 from web_index.storage._files import rows_to_table
+from web_index.storage._merge import merge_sorted
 from web_index.storage._schema import SORT_KEYS
 from web_index.storage._store import _sorted_unique
 
@@ -40,3 +42,32 @@ def test_sorted_unique_matches_the_reference(picks: list[int], type: RecordType,
     want = sorted(unique.values(), key=lambda r: tuple(r[k] for k in keys))
     assert got == rows_to_table(type, want).to_pylist()  # every column, every row
     assert len({uuid.UUID(r["request_id"]) for r in got}) == len({r["request_id"] for r in want})
+
+
+@given(
+    picks=st.lists(st.lists(st.integers(0, len(_RECORDS) - 1), max_size=8), min_size=1, max_size=5),
+    chunk=st.integers(1, 4),
+    rows=st.integers(1, 5),
+    type=st.sampled_from([RecordType.GET, RecordType.GET_METADATA]),
+)
+@settings(max_examples=300, deadline=None)
+def test_streaming_merge_matches_sorting_everything_at_once(
+    picks: list[list[int]], chunk: int, rows: int, type: RecordType
+) -> None:
+    """Sorted inputs (records repeated within and across them), read a few rows
+    at a time, merge into exactly what sorting their concatenation gives."""
+    inputs = []
+    everything = []
+    for pick in picks:
+        recs = []
+        for i in pick:
+            meta, responses = _RECORDS[i]
+            recs.extend([meta] if type.is_metadata else responses)
+        table = _sorted_unique(type, rows_to_table(type, recs)) if recs else rows_to_table(type, [])
+        everything.append(table)
+        inputs.append([table.slice(s, chunk) for s in range(0, table.num_rows, chunk)])
+    out = list(merge_sorted(type, inputs, rows))
+    assert all(t.num_rows == rows for t in out[:-1]) and all(0 < t.num_rows <= rows for t in out)
+    got = pa.concat_tables(out).to_pylist() if out else []
+    want = _sorted_unique(type, pa.concat_tables(everything)).to_pylist()
+    assert got == want

@@ -1,0 +1,112 @@
+"""Merging sorted files into one sorted, deduplicated stream, in bounded memory.
+
+Compaction rolls a partition's files (each sorted by the type's sort key) into
+one. Reading them whole held the partition in memory several times over; this
+merge holds one row group of each input and one row group of output at a time.
+
+It works in rounds. Each input has a chunk in hand (a row group, in order).
+The smallest of the chunks' *last* keys is a watermark: no row still unread in
+any input can sort before it, so every row in hand up to it can be written
+now. Those rows (from every input) are put in order by their keys alone and
+taken once; the input whose chunk ended at the watermark then reads its next
+row group. A record kept in two files (a part absorbed by a compaction that
+died before deleting it) sorts next to its copy and is written once.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from web_index.models import RecordType
+from web_index.storage._schema import SCHEMAS, SORT_KEYS, TS_COLUMN
+
+__all__ = ["merge_sorted"]
+
+Key = tuple[Any, ...]
+
+
+class _Input:
+    """One sorted input: the chunk in hand, its keys, and how much of it is written."""
+
+    def __init__(self, chunks: Iterator[pa.Table], type: RecordType) -> None:
+        self._chunks = chunks
+        self._type = type
+        self.table: pa.Table | None = None
+        self.keys: list[Key] = []
+        self.pos = 0
+        self._next()
+
+    def _next(self) -> None:
+        self.table, self.keys, self.pos = None, [], 0
+        for table in self._chunks:  # skip empty chunks
+            if table.num_rows:
+                self.table = table.cast(SCHEMAS[self._type])
+                self.keys = _keys(self._type, self.table)
+                return
+
+    def take_through(self, watermark: Key) -> tuple[pa.Table, list[Key]] | None:
+        """The rows in hand up to ``watermark`` and their keys; reads the next
+        chunk once these run out."""
+        assert self.table is not None
+        start = self.pos
+        end = bisect.bisect_right(self.keys, watermark, lo=start)
+        if end == start:
+            return None
+        taken = (self.table.slice(start, end - start), self.keys[start:end])
+        self.pos = end
+        if end == len(self.keys):
+            self._next()
+        return taken
+
+
+def _keys(type: RecordType, table: pa.Table) -> list[Key]:
+    columns = [table.column(k) for k in SORT_KEYS[type]]
+    ts = SORT_KEYS[type].index(TS_COLUMN[type])
+    columns[ts] = columns[ts].cast(pa.int64())
+    return list(zip(*(c.to_pylist() for c in columns), strict=True))
+
+
+def merge_sorted(type: RecordType, inputs: Sequence[Iterable[pa.Table]], rows: int) -> Iterator[pa.Table]:
+    """Tables of ``rows`` rows (the last one shorter) holding every record of the
+    sorted ``inputs`` once, in sort order. Each input is a sequence of tables
+    (its row groups) already sorted by the type's sort key."""
+    sources = [_Input(iter(chunks), type) for chunks in inputs]
+    identity = slice(2, None)  # request id (and chain index) within the sort key
+    last: Key | None = None  # identity of the last row written
+    out: list[pa.Table] = []
+    held = 0
+    while True:
+        live = [s for s in sources if s.table is not None]
+        if not live:
+            break
+        watermark = min(s.keys[-1] for s in live)
+        pieces: list[pa.Table] = []
+        round_keys: list[Key] = []
+        for s in live:
+            taken = s.take_through(watermark)
+            if taken is not None:
+                pieces.append(taken[0])
+                round_keys.extend(taken[1])
+        order = sorted(range(len(round_keys)), key=round_keys.__getitem__)
+        kept: list[int] = []
+        for i in order:
+            ident = round_keys[i][identity]
+            if ident != last:
+                kept.append(i)
+                last = ident
+        if not kept:
+            continue
+        merged = pa.concat_tables(pieces).take(pa.array(kept, type=pa.int64()))
+        out.append(merged)
+        held += merged.num_rows
+        while held >= rows:
+            table = pa.concat_tables(out)
+            yield table.slice(0, rows)
+            rest = table.slice(rows)
+            out, held = ([rest] if rest.num_rows else []), rest.num_rows
+    if held:
+        yield pa.concat_tables(out)
