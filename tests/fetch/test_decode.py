@@ -102,3 +102,31 @@ def test_fallbacks() -> None:
 def test_decode_body_never_raises(body: bytes, content_type: str | None) -> None:
     text, codec = decode_body(body, content_type)
     assert isinstance(text, str) and codec
+
+
+@pytest.mark.parametrize("chunk", [1024, 16 * 1024, 64 * 1024])
+def test_a_bomb_is_refused_before_it_inflates_past_the_ratio(chunk: int) -> None:
+    """Output never runs ahead of what the ratio allows for the input read so far
+    (past the first MiB): a 100 MB-of-zeros bomb costs a few MiB, not the 32 MiB cap."""
+    bomb = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    data = bomb.compress(b"\0" * 100_000_000) + bomb.flush()
+    decoder = BoundedDecoder("gzip", 32 * 1024 * 1024, 200)
+    most = 0
+    with pytest.raises(DecompressionBombError, match="times its compressed size"):
+        for i in range(0, len(data), chunk):
+            out = decoder.feed(data[i : i + chunk])
+            most = max(most, len(out))
+    allowed = max(1 << 20, 200 * decoder.consumed) + 1
+    assert decoder.produced <= allowed, (decoder.produced, decoder.consumed)
+    assert decoder.produced <= max(1 << 20, 200 * chunk) + 1
+    assert most <= allowed
+
+
+def test_a_large_body_that_compresses_well_still_decodes() -> None:
+    page = b"<tr><td>cell</td><td>another cell</td></tr>\n" * 120_000  # 5.3 MB, ~300x in gzip
+    packed = gzip.compress(page)
+    ratio = len(page) / len(packed)
+    assert decode_all(packed, "gzip", limit=32 << 20, ratio=2 * ratio, chunk=64 * 1024) == page
+    # Under the floor a ratio is not judged at all.
+    small = b"a" * 900_000
+    assert decode_all(gzip.compress(small), "gzip", limit=32 << 20, ratio=2, chunk=64 * 1024) == small

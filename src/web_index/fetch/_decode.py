@@ -86,8 +86,14 @@ class BoundedDecoder:
     def feed(self, chunk: bytes) -> bytes:
         self.consumed += len(chunk)
         data = chunk
+        # Each stage may produce no more than both limits still allow for the
+        # bytes read so far: judging the ratio only after a chunk had been
+        # inflated let one 64 KiB chunk of a bomb become the whole 32 MiB.
+        allowed = self._max
+        if self._stages:
+            allowed = min(allowed, max(_RATIO_FLOOR, int(self._ratio * self.consumed)))
         for stage in self._stages:
-            data = stage.feed(data, self._max - self.produced)
+            data = stage.feed(data, max(allowed - self.produced, 0))
         self.produced += len(data)
         if self.produced > self._max:
             raise DecompressionBombError(f"decoded body exceeds the limit of {self._max} bytes")
