@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -39,7 +37,8 @@ with WebIndex(root) as idx:
     if phase == "insert":
         base = rss()
         body = os.urandom(size)  # incompressible: the worst case for every copy
-        meta = AttemptMetadata(state="success", url=url, fetcher_name="b", fetcher_version="1", fetcher_calibre=10)
+        meta = AttemptMetadata(state="success", url=url, fetcher_name="b", fetcher_version="1",
+                               fetcher_calibre=10)
         resp = Response(url=url, request_url=url, status_code=200, headers={}, timestamp=t, data=body,
                         is_final=True, fetcher_name="b", fetcher_version="1", fetcher_calibre=10)
         started = time.perf_counter()
@@ -86,9 +85,10 @@ def main() -> None:
     out_dir.mkdir(exist_ok=True)
     (out_dir / "body.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = ["| body | phase | peak extra RSS | x body | seconds |", "|---|---|---|---|---|"]
-    lines += [f"| {r['body_mib']} MiB | {r['phase']} | {r['extra_mib']} MiB | {r['x_body']} | {r['seconds']} |"
-              for r in rows]
-    (out_dir / "body.md").write_text(f"Run {result['date']} at {result['commit']}\n\n" + "\n".join(lines) + "\n")
+    lines += [f"| {r['body_mib']} MiB | {r['phase']} | {r['extra_mib']} MiB | {r['x_body']} "
+              f"| {r['seconds']} |" for r in rows]
+    head = f"Run {result['date']} at {result['commit']}\n\n"
+    (out_dir / "body.md").write_text(head + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
