@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.factories import T0, attempt
+from tests.factories import T0, attempt, rewrite_store_file
 from web_index import FlushPolicy, WebIndex, WriteOptions
 from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
 from web_index.query import _engine
@@ -211,7 +211,7 @@ def test_a_tampered_index_is_caught_by_the_row_check(
         values = [v + 1 for v in values]
         i = table.schema.get_field_index(column)
         table = table.set_column(i, column, pa.array(values, type=table.schema.field(i).type))
-        pq.write_table(table, path)
+        rewrite_store_file(path, table)
     assert _answers(root, queries) == expected
 
 
@@ -352,7 +352,7 @@ def test_a_month_with_a_request_id_the_index_cannot_hold_gets_no_index(
     table = pq.read_table(target)
     i = table.schema.get_field_index("request_id")
     upper = pa.array([r.upper() for r in table.column(i).to_pylist()], type=table.schema.field(i).type)
-    pq.write_table(table.set_column(i, "request_id", upper), target)
+    rewrite_store_file(target, table.set_column(i, "request_id", upper))
     index = root / "_index" / "get-metadata" / target.parent.parent.name / f"{target.parent.name}.parquet"
     index.unlink()
     _index._OPEN.clear()
@@ -380,15 +380,15 @@ def test_an_index_of_an_older_format_is_ignored_reported_and_rebuilt(store: tupl
         table = pq.read_table(path)
         meta = dict(table.schema.metadata or {})
         meta[b"web_index.index.version"] = b"2"
-        pq.write_table(table.replace_schema_metadata(meta), path)
+        rewrite_store_file(path, table.replace_schema_metadata(meta))
     _index._OPEN.clear()
     assert _answers(root, queries) == expected
     with WebIndex(root) as idx:
         notes = [f.message for f in idx.verify().notes]
-        assert sum("month index of format 2, not 4" in n for n in notes) == len(paths)
+        assert sum("month index of format 2, not 5" in n for n in notes) == len(paths)
         idx.compact()
         assert not any("month index" in f.message for f in idx.verify().notes)
-    assert all(pq.read_metadata(p).metadata[b"web_index.index.version"] == b"4" for p in paths)
+    assert all(pq.read_metadata(p).metadata[b"web_index.index.version"] == b"5" for p in paths)
 
 
 def test_covers_in_any_order_and_foreign_names_give_the_same_answers(
@@ -418,7 +418,7 @@ def test_covers_in_any_order_and_foreign_names_give_the_same_answers(
         meta[_index._COVERS_KEY] = _index.base64.b64encode(
             _index.zlib.compress(_index._encode_covers(shuffled))
         )
-        pq.write_table(table.set_column(i, "file_no", numbers).replace_schema_metadata(meta), path)
+        rewrite_store_file(path, table.set_column(i, "file_no", numbers).replace_schema_metadata(meta))
     _index._OPEN.clear()
     assert _answers(root, queries) == expected
     backend = LocalBackend(root)

@@ -26,7 +26,7 @@ from web_index import WebIndex
 from web_index.ingest import validate_attempt
 from web_index.models import RecordType, TimeAwarePageQuery
 from web_index.storage import Backend, Partition, _index
-from web_index.storage._backend import write_table
+from web_index.storage._backend import sealed_bytes
 from web_index.storage._files import rows_to_table, sort_dedupe
 
 URL = "https://www.example.com/page"
@@ -53,13 +53,11 @@ def _file_bytes(rows: list[dict[str, Any]], pad: int) -> bytes:
     readers ignore: the knob that makes two different files the same size."""
     table = sort_dedupe(PARTITION.type, rows_to_table(PARTITION.type, rows))
     meta = {
-        b"web_index.format": b"1",
+        b"web_index.format": b"2",
         b"web_index.superseded": json.dumps([]).encode(),
         b"x-test-padding": b"x" * pad,
     }
-    sink = pa.BufferOutputStream()
-    write_table(table.replace_schema_metadata(meta), sink, compression="lz4", store_schema=False)
-    return sink.getvalue().to_pybytes()
+    return bytes(sealed_bytes(table.replace_schema_metadata(meta), compression="lz4", store_schema=False))
 
 
 def _write_same_size(backend: Backend, rows: list[dict[str, Any]], size: int) -> None:

@@ -12,10 +12,9 @@ from hypothesis import strategies as st
 from tests.factories import T0, attempt
 from web_index.ingest import validate_attempt
 from web_index.models import RecordType
-from web_index.storage._files import rows_to_table
+from web_index.storage._files import rows_to_table, sort_dedupe
 from web_index.storage._merge import merge_sorted
 from web_index.storage._schema import SORT_KEYS
-from web_index.storage._store import _sorted_unique
 
 _RECORDS = []
 for n in range(6):
@@ -35,7 +34,7 @@ def test_sorted_unique_matches_the_reference(picks: list[int], type: RecordType,
         meta, responses = _RECORDS[i]
         rows.extend([meta] if type.is_metadata else responses)
     rows = data.draw(st.permutations(rows))
-    got = _sorted_unique(type, rows_to_table(type, rows)).to_pylist()
+    got = sort_dedupe(type, rows_to_table(type, rows)).to_pylist()
     keys = SORT_KEYS[type]
     identity = keys[2:]
     unique = {tuple(r[k] for k in identity): r for r in rows}
@@ -63,11 +62,11 @@ def test_streaming_merge_matches_sorting_everything_at_once(
         for i in pick:
             meta, responses = _RECORDS[i]
             recs.extend([meta] if type.is_metadata else responses)
-        table = _sorted_unique(type, rows_to_table(type, recs)) if recs else rows_to_table(type, [])
+        table = sort_dedupe(type, rows_to_table(type, recs)) if recs else rows_to_table(type, [])
         everything.append(table)
         inputs.append([table.slice(s, chunk) for s in range(0, table.num_rows, chunk)])
     out = list(merge_sorted(type, inputs, rows))
     assert all(t.num_rows == rows for t in out[:-1]) and all(0 < t.num_rows <= rows for t in out)
     got = pa.concat_tables(out).to_pylist() if out else []
-    want = _sorted_unique(type, pa.concat_tables(everything)).to_pylist()
+    want = sort_dedupe(type, pa.concat_tables(everything)).to_pylist()
     assert got == want

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import threading
 from collections import defaultdict
@@ -29,15 +30,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from web_index.errors import CorruptFileError, StoreError
 from web_index.models import AttemptMetadata, Page, Query, RecordType, Response
 from web_index.models._time import from_us
 from web_index.query._plan import Candidate, Plan, month_bounds, plan
 from web_index.storage._backend import LocalBackend
-from web_index.storage._files import open_checked, visible_files
+from web_index.storage._files import open_checked, read_small_files, visible_files
 from web_index.storage._index import IndexHit, open_month_index
 from web_index.storage._layout import Partition, StoredFile
 from web_index.storage._schema import KEY_COLUMNS, TS_COLUMN
 from web_index.storage._store import Store
+
+log = logging.getLogger("web_index.query")
 
 __all__ = ["Result", "run_queries"]
 
@@ -76,8 +80,6 @@ def run_queries(store: Store, queries: Sequence[Query], *, bodies: bool) -> list
             break
         pending = _attempt(store, plans, pending, answers, bodies, no_index)
     if pending:
-        from web_index.errors import StoreError
-
         raise StoreError(f"{len(pending)} queries kept racing with concurrent flushes; try again")
     index = list(unique.values())
     by_query = dict(zip(unique, index, strict=True))
@@ -228,7 +230,14 @@ def _from_month(
     if indexed:
         assert index is not None
         hits: dict[str, list[IndexHit]] = defaultdict(list)
-        for hit in index.lookup({plans[i].key_hash: plans[i].url_key for i in indexed}):
+        try:
+            looked_up = index.lookup({plans[i].key_hash: plans[i].url_key for i in indexed})
+        except CorruptFileError as exc:  # derived data: damage costs speed, never an answer
+            log.warning("%s: %s; reading the partitions instead", exc.path, exc.problem)
+            no_index.update(indexed)
+            _from_month(store, type, year, month, plans, indexed, found, no_index)
+            looked_up = []
+        for hit in looked_up:
             hits[hit.url_key].append(hit)
         for i in indexed:
             p = plans[i]
@@ -431,20 +440,18 @@ def _read_small_files(
     wanted = sorted(request_ids)
     out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for chunk in _chunks(paths, _SMALL_BATCH_BYTES):
-        files = {str(backend.file_path(p)): p for p, _size in chunk}
         try:
             # Read whole and filter here: a pushed-down is_in over thousands of
             # ids costs polars more per file than decoding the (small) file.
-            frame = pl.read_parquet(list(files), include_file_paths="_file")
-        except (FileNotFoundError, pl.exceptions.ComputeError, OSError):
-            # A file vanished or changed (a compaction committed): whatever is
-            # missing is read again by the caller's retry.
+            frame = read_small_files(backend, [p for p, _size in chunk])
+        except FileNotFoundError:
+            # A compaction committed: whatever is missing is read again by the caller's retry.
             continue
         frame = frame.filter(pl.col("request_id").is_in(wanted)).with_columns(
             pl.col(pl.Datetime).dt.epoch("us")
         )
-        for row in frame.to_dicts():
-            out[(files[row.pop("_file")], row["request_id"])].append(row)
+        for row in frame.drop("_row").to_dicts():
+            out[(row.pop("_file"), row["request_id"])].append(row)
     for chain in out.values():
         if len(chain) > 1:
             chain.sort(key=lambda r: r.get("chain_index", 0))

@@ -7,6 +7,7 @@ object-store backend has to provide too.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import posixpath
 import time
@@ -18,11 +19,32 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.errors import StoreError
+from web_index.storage._checksum import (
+    CHECKSUM_KEY,
+    PLACEHOLDER,
+    CheckedFile,
+    check_footer,
+    check_whole,
+    pread_exact,
+    seal_buffer,
+    seal_file,
+)
 from web_index.storage._layout import TMP_DIR
 
-__all__ = ["Backend", "FileInfo", "LocalBackend", "open_backend"]
+__all__ = [
+    "Backend",
+    "FileInfo",
+    "LocalBackend",
+    "new_spool",
+    "open_backend",
+    "remove_dead_spools",
+    "sealed_bytes",
+    "write_sealed",
+    "write_table",
+]
 
 _RACY_NS = 2_000_000_000
+_MAP_BYTES = 64 << 20  # files up to this size are memory-mapped for reading
 
 
 class FileInfo(NamedTuple):
@@ -60,11 +82,20 @@ class Backend(Protocol):
         ...
 
     def open_parquet(self, path: str) -> pq.ParquetFile:
-        """Open a Parquet file; ``FileNotFoundError`` if it is gone."""
+        """Open a Parquet file; ``FileNotFoundError`` if it is gone, ``CorruptFileError``
+        if its footer is damaged (pages are checked as they are read)."""
         ...
 
-    def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
+    def check_file(self, path: str) -> bool:
+        """Check every byte of a store file against its checksums (``CorruptFileError``
+        if damaged); ``False`` if it has none (written before checksums)."""
+        ...
+
+    def write_parquet(self, path: str, table: pa.Table | pa.RecordBatchReader, **options: object) -> int:
         """Write ``table`` to ``path`` atomically (all or nothing); return bytes written.
+
+        A ``RecordBatchReader`` is written as it is read, one row group per
+        batch at most, so a file far larger than memory can be written.
 
         ``if_match=<version>`` / ``create=True``: an object store writes only if
         the object is still that version / does not exist yet, else raises
@@ -148,22 +179,39 @@ class LocalBackend:
             return []
 
     def open_parquet(self, path: str) -> pq.ParquetFile:
+        # Read through the descriptor whose footer was checked: opening by name
+        # again could read a file renamed into place in between.
+        fh = self._path(path).open("rb")
+        try:
+            fd = fh.fileno()
+            size = os.fstat(fd).st_size
+            check_footer(path, lambda start, end: pread_exact(fd, start, end), size)
+            if size > _MAP_BYTES:
+                # Mapped pages of a file read once (a compaction's inputs) would
+                # count as this process's memory until it exits.
+                return CheckedFile(pa.PythonFile(fh, mode="r"), path=path, pre_buffer=False)
+            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except BaseException:
+            fh.close()
+            raise
+        fh.close()
         # No pre-buffering: it coalesces reads for high-latency storage and costs a
         # local read of one row group ~25% (a thread hand-off per column chunk).
-        return pq.ParquetFile(str(self._path(path)), memory_map=True, pre_buffer=False)
+        return CheckedFile(pa.BufferReader(pa.py_buffer(mapped)), path=path, pre_buffer=False)
 
-    def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
+    def check_file(self, path: str) -> bool:
+        with self._path(path).open("rb") as fh:
+            fd = fh.fileno()
+            return check_whole(path, lambda start, end: pread_exact(fd, start, end), os.fstat(fd).st_size)
+
+    def write_parquet(self, path: str, table: pa.Table | pa.RecordBatchReader, **options: object) -> int:
         # Conditions for object stores; flock locks already serialise local writers.
         options.pop("if_match", None)
         options.pop("create", None)
         target = self._path(path)
-        tmp_dir = self.local_folder(TMP_DIR)
-        # The pid in the name tells a dead writer's leftovers from a live one's.
-        tmp = tmp_dir / f"{os.getpid()}-{uuid.uuid4()}.parquet.tmp"
+        tmp = new_spool(self.local_folder(TMP_DIR))
         try:
-            write_table(table, str(tmp), **options)
-            with tmp.open("rb") as fh:
-                os.fsync(fh.fileno())
+            write_sealed(table, tmp, **options)
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp.replace(target)
             _fsync_dir(target.parent)
@@ -186,25 +234,65 @@ class LocalBackend:
         return self.root.is_dir()
 
     def remove_orphans(self) -> int:
-        removed = 0
-        for info in self.list_files(TMP_DIR):
-            name = info.name
-            pid = name.split("-", 1)[0]
+        return remove_dead_spools(self.local_folder(TMP_DIR))
+
+
+def new_spool(folder: Path) -> Path:
+    """A fresh path for a file being written in ``folder`` (see :func:`remove_dead_spools`)."""
+    # The pid in the name tells a dead writer's leftovers from a live one's.
+    return folder / f"{os.getpid()}-{uuid.uuid4()}.parquet.tmp"
+
+
+def remove_dead_spools(folder: Path) -> int:
+    """Delete the files of ``folder`` left by writers that died; return how many."""
+    removed = 0
+    with contextlib.suppress(FileNotFoundError):
+        for spool in folder.iterdir():
+            pid = spool.name.split("-", 1)[0]
             if pid.isdigit() and not _alive(int(pid)):
-                self.delete(f"{TMP_DIR}/{name}")
+                spool.unlink(missing_ok=True)
                 removed += 1
-        return removed
+    return removed
 
 
-def write_table(table: pa.Table, where: str | pa.NativeFile, **options: object) -> None:
-    """``pq.write_table`` that keeps the table's key-value metadata in the footer
-    even with ``store_schema=False`` (which would otherwise drop it)."""
+def write_table(
+    table: pa.Table | pa.RecordBatchReader, where: str | pa.NativeFile, **options: object
+) -> None:
+    """Write a store file, unsealed: ``pq.write_table`` with page CRCs, the
+    checksum placeholder (see ``_checksum``), and the table's key-value
+    metadata kept even with ``store_schema=False`` (which would drop it)."""
     row_group_size = options.pop("row_group_size", None)
-    metadata = table.schema.metadata or {}
-    with pq.ParquetWriter(where, table.schema, **options) as writer:  # type: ignore[arg-type]
-        writer.write_table(table, row_group_size=row_group_size)  # type: ignore[arg-type]
-        if metadata and options.get("store_schema") is False:
-            writer.add_key_value_metadata({k.decode(): v.decode() for k, v in metadata.items()})
+    metadata = dict(table.schema.metadata or {})
+    if metadata.pop(CHECKSUM_KEY, None) is not None and isinstance(table, pa.Table):
+        table = table.replace_schema_metadata(metadata)  # a file's table written again: a new seal
+    with pq.ParquetWriter(where, table.schema, write_page_checksum=True, **options) as writer:  # type: ignore[arg-type]
+        if isinstance(table, pa.Table):
+            writer.write_table(table, row_group_size=row_group_size)  # type: ignore[arg-type]
+        else:
+            for batch in table:
+                writer.write_batch(batch, row_group_size=row_group_size)  # type: ignore[arg-type]
+        if options.get("store_schema") is not False:
+            metadata = {}  # already in the footer with the schema
+        metadata[CHECKSUM_KEY] = PLACEHOLDER
+        writer.add_key_value_metadata({k.decode(): v.decode() for k, v in metadata.items()})
+
+
+def sealed_bytes(table: pa.Table, **options: object) -> bytearray:
+    """A store file in memory, with its checksum."""
+    sink = pa.BufferOutputStream()
+    write_table(table, sink, **options)
+    data = bytearray(sink.getvalue())
+    seal_buffer(data)
+    return data
+
+
+def write_sealed(table: pa.Table | pa.RecordBatchReader, target: Path, **options: object) -> int:
+    """Write a store file to a local ``target`` with its checksum, synced; return its size."""
+    write_table(table, str(target), **options)
+    with target.open("r+b") as fh:
+        seal_file(fh.fileno())
+        os.fsync(fh.fileno())
+        return os.fstat(fh.fileno()).st_size
 
 
 def _alive(pid: int) -> bool:

@@ -277,21 +277,20 @@ class CachingBackend:
 
         return ObjectFile(self.inner, path, size, etag, tail, on_gone=self.invalidate, fetch=fetch)
 
-    def _written(self, path: str, data: bytes, etag: str | None) -> None:
+    def _written(self, path: str, size: int, tail: bytes, etag: str | None) -> None:
         # Cache-on-write: what this process just wrote is read from memory.
         self.invalidate(path)
         if etag is None:
             return
-        tail = data[-self.inner.tail_bytes :]
-        try:
-            meta = pq.ParquetFile(pa.BufferReader(data)).metadata
-        except pa.ArrowException:
-            return
-        self._remember(path, len(data), etag, tail, meta)
+        meta = self._file(path, size, etag, tail).parquet().metadata  # the footer is in the tail
+        self._remember(path, size, etag, tail, meta)
 
     # -- the rest of the Backend protocol --------------------------------------
 
-    def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
+    def check_file(self, path: str) -> bool:
+        return self.inner.check_file(path)
+
+    def write_parquet(self, path: str, table: pa.Table | pa.RecordBatchReader, **options: object) -> int:
         try:
             return self.inner.write_parquet(path, table, **options)  # the hook caches what was written
         except BaseException:

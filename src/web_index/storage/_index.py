@@ -49,8 +49,8 @@ import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
-from web_index.storage._backend import Backend
-from web_index.storage._files import list_partition_files, visible_files
+from web_index.storage._backend import Backend, LocalBackend
+from web_index.storage._files import list_partition_files, read_small_files, visible_files
 from web_index.storage._layout import INDEX_DIR, Partition, StoredFile, parse_file_name
 from web_index.storage._schema import TS_COLUMN
 
@@ -70,7 +70,8 @@ _COVERS_KEY = b"web_index.index.covers"
 _VERSION_KEY = b"web_index.index.version"
 # 4: covers carry each file's version. Format 3 trusted name and size, and a
 # compaction can keep both while adding a record: such an index is never used.
-_VERSION = b"4"
+# 5: the index file carries a checksum (older ones are rebuilt to gain one).
+_VERSION = b"5"
 # The month folder's version (Backend.folder_version) when the index listed it,
 # if it had one; absent on object stores and for a folder changed just before.
 _STAMP_KEY = b"web_index.index.listed"
@@ -389,7 +390,7 @@ def index_note(backend: Backend, type: RecordType, year: int, month: int) -> str
     if index is None:
         try:
             version = (backend.open_parquet(path).metadata.metadata or {}).get(_VERSION_KEY)
-        except (FileNotFoundError, pa.ArrowException, OSError):
+        except (FileNotFoundError, pa.ArrowException, OSError, CorruptFileError):
             version = None
         if version is not None and version != _VERSION:
             what = f"month index of format {version.decode(errors='replace')}, not {_VERSION.decode()}"
@@ -488,23 +489,24 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
         for f in sorted(listing[domain], key=lambda f: f.path)
     ]
     previous = open_month_index(backend, type, year, month)
-    if previous is not None and previous.covers == covers:
-        if stamp is None or stamp == previous.stamp:
-            return False
+    if previous is not None and previous.covers == covers and (stamp is None or stamp == previous.stamp):
+        return False
+    old_rows = _rows_of(previous)  # None if absent or damaged: then rebuilt from the files
+    if previous is not None and old_rows is not None and previous.covers == covers:
         # Same files, but now the folder can be stamped (it was written to
         # just before the last build): the same rows, a new stamp.
-        _write(backend, type, year, month, previous.handle.read(columns=_LOOKUP_COLUMNS), covers, stamp)
+        _write(backend, type, year, month, old_rows, covers, stamp)
         return True
     file_no = {c.name: n for n, c in enumerate(covers)}
     pieces: list[pl.DataFrame] = []
     reuse: dict[int, int] = {}  # old file number -> new, for domains unchanged
-    if previous is not None:
+    if previous is not None and old_rows is not None:
         for domain, files in listing.items():
             if previous.authoritative(domain, files):
                 for n in previous.covered(domain):
                     reuse[n] = file_no[previous.covers[n].name]
         if reuse:
-            old = pl.from_arrow(previous.handle.read(columns=_LOOKUP_COLUMNS))
+            old = pl.from_arrow(old_rows)
             assert isinstance(old, pl.DataFrame)
             mapping = pl.DataFrame(
                 {"file_no": list(reuse), "new_no": list(reuse.values())},
@@ -531,6 +533,16 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     return True
 
 
+def _rows_of(index: MonthIndex | None) -> pa.Table | None:
+    if index is None:
+        return None
+    try:
+        return index.handle.read(columns=_LOOKUP_COLUMNS)
+    except CorruptFileError as exc:
+        log.warning("%s: %s; rebuilding it from the files", exc.path, exc.problem)
+        return None
+
+
 def _read_records(
     backend: Backend, type: RecordType, listing: Mapping[str, list[StoredFile]], file_no: Mapping[str, int]
 ) -> list[pl.DataFrame]:
@@ -545,30 +557,24 @@ def _read_records(
         opened, _dead = visible_files(backend, files)
         for f, handle in opened:
             fresh.append(_file_rows(type, handle.read(columns=_key_columns(type)), file_no[_name(f)]))
-    local = getattr(backend, "file_path", None)
-    for start in range(0, len(alone), _BATCH_FILES):
-        batch = alone[start : start + _BATCH_FILES]
-        if callable(local):
-            # One multi-file read instead of thousands of opens: per-file
-            # overhead is most of the cost of a month of small partitions.
-            paths = {str(local(f.path)): file_no[_name(f)] for f in batch}
-            frame = (
-                pl.scan_parquet(list(paths), include_file_paths="_file", row_index_name="_row")
-                .select("_row", "_file", *_key_columns(type))
-                .collect()
-            )
-            numbers = pl.DataFrame(
-                {"_file": list(paths), "file_no": list(paths.values())},
-                schema={"_file": pl.String, "file_no": pl.UInt32},
-            )
-            frame = frame.join(numbers, on="_file").with_columns(
-                (pl.col("_row") - pl.col("_row").min().over("_file")).alias("_row")
-            )
-            fresh.append(_records(type, frame))
-        else:
-            for f in batch:
-                handle = backend.open_parquet(f.path)
-                fresh.append(_file_rows(type, handle.read(columns=_key_columns(type)), file_no[_name(f)]))
+    # Small files in one multi-file read instead of thousands of opens: per-file
+    # overhead is most of the cost of a month of small partitions. The read is
+    # of whole files, so a big one (bodies) is opened and its key columns read.
+    local = backend if isinstance(backend, LocalBackend) else None
+    small = [f for f in alone if local is not None and f.size <= _SMALL_FILE]
+    for f in alone:
+        if local is None or f.size > _SMALL_FILE:
+            handle = backend.open_parquet(f.path)
+            fresh.append(_file_rows(type, handle.read(columns=_key_columns(type)), file_no[_name(f)]))
+    for start in range(0, len(small), _BATCH_FILES):
+        assert local is not None
+        batch = small[start : start + _BATCH_FILES]
+        frame = read_small_files(local, [f.path for f in batch], _key_columns(type))
+        numbers = pl.DataFrame(
+            {"_file": [f.path for f in batch], "file_no": [file_no[_name(f)] for f in batch]},
+            schema={"_file": pl.String, "file_no": pl.UInt32},
+        )
+        fresh.append(_records(type, frame.join(numbers, on="_file")))
     return fresh
 
 
@@ -617,6 +623,7 @@ def _write(
 
 
 _BATCH_FILES = 2000
+_SMALL_FILE = 1 << 20  # read whole when building an index; bigger files by column
 
 
 def _name(f: StoredFile) -> str:

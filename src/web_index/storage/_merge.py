@@ -70,10 +70,13 @@ def _keys(type: RecordType, table: pa.Table) -> list[Key]:
     return list(zip(*(c.to_pylist() for c in columns), strict=True))
 
 
-def merge_sorted(type: RecordType, inputs: Sequence[Iterable[pa.Table]], rows: int) -> Iterator[pa.Table]:
-    """Tables of ``rows`` rows (the last one shorter) holding every record of the
-    sorted ``inputs`` once, in sort order. Each input is a sequence of tables
-    (its row groups) already sorted by the type's sort key."""
+def merge_sorted(
+    type: RecordType, inputs: Sequence[Iterable[pa.Table]], rows: int, max_bytes: int | None = None
+) -> Iterator[pa.Table]:
+    """Tables of ``rows`` rows (fewer if they would hold more than ``max_bytes``;
+    the last one shorter) holding every record of the sorted ``inputs`` once, in
+    sort order. Each input is a sequence of tables (its row groups) already
+    sorted by the type's sort key."""
     sources = [_Input(iter(chunks), type) for chunks in inputs]
     identity = slice(2, None)  # request id (and chain index) within the sort key
     last: Key | None = None  # identity of the last row written
@@ -103,6 +106,9 @@ def merge_sorted(type: RecordType, inputs: Sequence[Iterable[pa.Table]], rows: i
         merged = pa.concat_tables(pieces).take(pa.array(kept, type=pa.int64()))
         out.append(merged)
         held += merged.num_rows
+        if max_bytes is not None and held < rows and sum(t.nbytes for t in out) >= max_bytes:
+            yield pa.concat_tables(out)  # big bodies: a short row group, not a huge one
+            out, held = [], 0
         while held >= rows:
             table = pa.concat_tables(out)
             yield table.slice(0, rows)

@@ -23,6 +23,7 @@ credentials) raises :class:`~web_index.errors.StoreError` naming the store.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import hashlib
 import io
 import os
@@ -48,7 +49,9 @@ from obstore.exceptions import (
 from obstore.store import S3Store
 
 from web_index.errors import StoreError
-from web_index.storage._backend import FileInfo, write_table
+from web_index.storage._backend import FileInfo, new_spool, remove_dead_spools, sealed_bytes, write_sealed
+from web_index.storage._checksum import CheckedFile, check_footer, check_whole
+from web_index.storage._layout import TMP_DIR
 
 __all__ = [
     "ObjectFile",
@@ -63,6 +66,10 @@ __all__ = [
 # One GET of the last TAIL bytes reads the footer, and the whole object when it
 # is smaller: part files are, so opening one costs one request.
 TAIL = 1 << 20
+# Objects larger than this (only ever written from a stream: a compaction) go
+# up in parts of _PART_BYTES, four at a time, instead of one PUT held in memory.
+MULTIPART = 64 << 20
+_PART_BYTES = 8 << 20
 
 
 # The object version (ETag) each open Parquet handle reads, for conditional commits.
@@ -169,6 +176,7 @@ class S3Backend:
         max_retries: int = 6,
         retry_timeout_s: float = 60.0,
         tail_bytes: int = TAIL,
+        multipart_bytes: int = MULTIPART,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("s3", "s3a") or not parts.netloc:
@@ -179,9 +187,10 @@ class S3Backend:
         settings = {**_store_config(self.bucket), **(config or {})}
         self.endpoint = str(settings.get("endpoint", "aws"))
         self.tail_bytes = tail_bytes
+        self.multipart_bytes = multipart_bytes
         self.requests = RequestCounter()
         # Set by the read-through cache: cache-on-write of what this process wrote.
-        self.on_written: Callable[[str, bytes, str | None], None] | None = None
+        self.on_written: Callable[[str, int, bytes, str | None], None] | None = None
         try:
             self.store = S3Store(
                 self.bucket,
@@ -305,7 +314,9 @@ class S3Backend:
 
     # -- writing ---------------------------------------------------------------
 
-    def put(self, path: str, data: bytes, *, if_match: str | None = None, create: bool = False) -> str | None:
+    def put(
+        self, path: str, data: bytes | bytearray, *, if_match: str | None = None, create: bool = False
+    ) -> str | None:
         """PUT an object in one request; conditional on ``if_match`` or on absence (``create``).
 
         Returns the new ETag. A failed condition raises :class:`PreconditionFailed`.
@@ -324,16 +335,58 @@ class S3Backend:
             raise self._fail(exc, f"writing {path}") from None
         return result.get("e_tag")
 
-    def write_parquet(self, path: str, table: pa.Table, **options: object) -> int:
-        if_match = options.pop("if_match", None)
+    def write_parquet(self, path: str, table: pa.Table | pa.RecordBatchReader, **options: object) -> int:
+        tag = options.pop("if_match", None)
+        if_match = tag if isinstance(tag, str) else None
         create = bool(options.pop("create", False))
-        sink = pa.BufferOutputStream()
-        write_table(table, sink, **options)
-        data = sink.getvalue().to_pybytes()
-        etag = self.put(path, data, if_match=if_match if isinstance(if_match, str) else None, create=create)
+        if isinstance(table, pa.Table):
+            data = sealed_bytes(table, **options)
+            return self._put_written(path, data, if_match=if_match, create=create)
+        # A stream may be larger than memory: spooled to a local file, then sent.
+        spool = new_spool(self.local_folder(TMP_DIR))
+        try:
+            size = write_sealed(table, spool, **options)
+            if size <= self.multipart_bytes:
+                data = bytearray(spool.read_bytes())
+                return self._put_written(path, data, if_match=if_match, create=create)
+            self._put_large(path, spool, size, if_match=if_match, create=create)
+            return size
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                spool.unlink()
+
+    def _put_written(self, path: str, data: bytearray, *, if_match: str | None, create: bool) -> int:
+        etag = self.put(path, data, if_match=if_match, create=create)
         if self.on_written is not None:
-            self.on_written(path, data, etag)
+            self.on_written(path, len(data), bytes(data[-self.tail_bytes :]), etag)
         return len(data)
+
+    def _put_large(self, path: str, spool: Path, size: int, *, if_match: str | None, create: bool) -> None:
+        """Send a large object in parts (S3 takes at most 5 GB in one PUT).
+
+        S3 cannot make a multipart upload conditional here (obstore sends a
+        condition only with a single PUT), so the condition is checked just
+        before the upload instead; the compaction lease is what keeps two
+        writers of one compacted file apart, the condition only a second guard
+        (see docs/format.md, "Commits on S3").
+        """
+        if if_match is not None or create:
+            current = self.head(path)
+            now = None if current is None else current.etag
+            if (create and current is not None) or (if_match is not None and now != if_match):
+                raise PreconditionFailed(f"{self._url}/{path}: conditional write lost")
+        self.requests.add("put")
+        try:
+            result = obs.put(
+                self.store, path, spool, use_multipart=True, chunk_size=_PART_BYTES, max_concurrency=4
+            )
+        except BaseError as exc:
+            raise self._fail(exc, f"writing {path}") from None
+        if self.on_written is not None:
+            with spool.open("rb") as fh:
+                fh.seek(max(0, size - self.tail_bytes))
+                tail = fh.read()
+            self.on_written(path, size, tail, result.get("e_tag"))
 
     def delete(self, path: str) -> None:
         self.requests.add("delete")
@@ -362,8 +415,15 @@ class S3Backend:
         self.list_objects("")
         return True
 
+    def check_file(self, path: str) -> bool:
+        obj = self.open_object(path)
+        return check_whole(path, obj.read_at, obj.size())
+
     def remove_orphans(self) -> int:
-        return 0  # single PUTs leave no temporary objects
+        # Objects leave no temporaries behind (an interrupted multipart upload
+        # is S3's to expire: a bucket lifecycle rule, docs/deploy.md); local
+        # spools of dead writers are.
+        return remove_dead_spools(self.local_folder(TMP_DIR))
 
 
 class ObjectFile(io.RawIOBase):
@@ -392,10 +452,21 @@ class ObjectFile(io.RawIOBase):
         self._fetch = fetch
 
     def parquet(self, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
-        handle = pq.ParquetFile(pa.PythonFile(self, mode="r"), metadata=metadata)
+        """The object as a Parquet file; ``metadata`` from a cache skips reading
+        (and checking: it was checked when first read) the footer."""
+        if metadata is None:
+            check_footer(self.path, self.read_at, self._size)
+        handle = CheckedFile(pa.PythonFile(self, mode="r"), path=self.path, metadata=metadata)
         if self.etag is not None:
             _VERSIONS[handle] = self.etag
         return handle
+
+    def read_at(self, start: int, end: int) -> bytes:
+        self.seek(start)
+        data = self.read(end - start)
+        if len(data) != end - start:
+            raise OSError(f"{self.path}: object ended at {start + len(data)}, expected {end} bytes")
+        return data
 
     def readable(self) -> bool:
         return True

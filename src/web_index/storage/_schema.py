@@ -10,7 +10,7 @@ from web_index.models import RecordType
 
 __all__ = ["BODY_COLUMN", "FORMAT_VERSION", "KEY_COLUMNS", "SCHEMAS", "SORT_KEYS", "TS_COLUMN"]
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # 2: every file carries web_index.checksum (docs/format.md)
 BODY_COLUMN = "data"  # the only column of page bodies (``get`` files)
 _TS = pa.timestamp("us", tz="UTC")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from web_index.errors import StoreError
 from web_index.ingest import Attempt
@@ -21,7 +21,6 @@ from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._files import (
     WriteOptions,
     list_partition_files,
-    read_table,
     rows_to_table,
     visible_files,
     write_partition_file,
@@ -29,8 +28,9 @@ from web_index.storage._files import (
 from web_index.storage._index import build_month_index
 from web_index.storage._layout import BUFFER_DIR, LOCK_DIR, Partition, StoredFile
 from web_index.storage._locks import FileLocks, KindLocks, Locks
+from web_index.storage._merge import merge_sorted
 from web_index.storage._s3 import PreconditionFailed, S3Backend, handle_version
-from web_index.storage._schema import SCHEMAS, SORT_KEYS
+from web_index.storage._schema import SORT_KEYS
 
 __all__ = ["FlushPolicy", "Store"]
 
@@ -75,29 +75,9 @@ def _default_locks(backend: Backend, buffer: Buffer) -> Locks:
     return KindLocks({"flush": flush, "compact": compact})
 
 
-def _sorted_unique(type: RecordType, table: pa.Table) -> pa.Table:
-    """``table`` sorted by the type's sort key, each record once, with one copy
-    of its bodies: the order is found on the key columns alone, then taken.
-
-    (A polars round trip copied the bodies at each step: compacting one 64 MiB
-    body peaked at 12.5 times its size.)
-    """
-    keys = SORT_KEYS[type]
-    order = pc.sort_indices(table.select(keys), sort_keys=[(k, "ascending") for k in keys])
-    # One record is one identity (request id, chain index), and its copies sort
-    # next to each other (same URL key and time): keep the first of each run.
-    ids = table.select(keys[2:]).take(order)
-    n = len(order)
-    if n > 1:
-        repeated: pa.BooleanArray | None = None  # row i+1 is row i again
-        for name in ids.column_names:  # key columns are never null
-            column = ids.column(name).combine_chunks()
-            equal = pc.equal(column.slice(1), column.slice(0, n - 1))
-            repeated = equal if repeated is None else pc.and_(repeated, equal)
-        if repeated is not None and pc.any(repeated).as_py():
-            keep = pa.concat_arrays([pa.array([True]), pc.invert(repeated)])
-            order = pc.filter(order, keep)
-    return table.take(order).cast(SCHEMAS[type])
+def _row_groups(handle: pq.ParquetFile) -> Iterator[pa.Table]:
+    for g in range(handle.metadata.num_row_groups):
+        yield handle.read_row_group(g, use_threads=False)
 
 
 def _accepted(year: int, month: int) -> bool:
@@ -367,8 +347,14 @@ class Store:
             for f in dead:  # leftovers of a compaction that died after its commit
                 self.backend.delete(f.path)
             return bool(dead)
-        tables = [read_table(partition.type, handle) for _, handle in opened]
-        merged = _sorted_unique(partition.type, pa.concat_tables(tables))
+        # Merged as read (every file is sorted): one row group of each file in
+        # memory, not the partition (docs/performance.md).
+        merged = merge_sorted(
+            partition.type,
+            [_row_groups(handle) for _, handle in opened],
+            self.write_options.group_rows(partition.type),
+            self.write_options.group_bytes,
+        )
         superseded = [f.part for f in files if f.part is not None]
         # On an object store the commit is conditional on the compacted file
         # being the version we read (or still absent): a compactor that lost

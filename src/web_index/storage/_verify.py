@@ -13,7 +13,7 @@ from web_index.errors import CorruptFileError, InvalidRecordError, StoreError
 from web_index.models import RecordType
 from web_index.query._plan import month_bounds
 from web_index.storage._buffer import MethodPartition
-from web_index.storage._files import schema_matches, visible_files
+from web_index.storage._files import FORMAT_KEY, schema_matches, visible_files
 from web_index.storage._index import index_disagreement, index_note, index_path
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
 from web_index.storage._schema import SCHEMAS, SORT_KEYS, TS_COLUMN
@@ -152,6 +152,18 @@ def _verify_partition(
     for stored, handle in opened:
         report.files += 1
         where = stored.path
+        try:
+            sealed = store.backend.check_file(where)
+        except CorruptFileError as exc:
+            report.problems.append(Finding(exc.path, exc.problem))
+            continue
+        except FileNotFoundError:
+            report.notes.append(Finding(where, "not checked: replaced by a concurrent compaction"))
+            continue
+        if not sealed:
+            format = (handle.metadata.metadata or {}).get(FORMAT_KEY, b"?").decode(errors="replace")
+            finding = Finding(where, f"no checksum (a file of format {format})")
+            (report.notes if format == "1" else report.problems).append(finding)
         if not schema_matches(type, handle.schema_arrow):
             report.problems.append(Finding(where, f"schema differs from the {type.value} schema"))
             continue
