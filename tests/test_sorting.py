@@ -48,10 +48,12 @@ def test_sorted_unique_matches_the_reference(picks: list[int], type: RecordType,
     chunk=st.integers(1, 4),
     rows=st.integers(1, 5),
     type=st.sampled_from([RecordType.GET, RecordType.GET_METADATA]),
+    min_bytes=st.sampled_from([0, 2000, 10_000]),
+    max_bytes=st.sampled_from([None, 1500, 6000]),
 )
 @settings(max_examples=300, deadline=None)
 def test_streaming_merge_matches_sorting_everything_at_once(
-    picks: list[list[int]], chunk: int, rows: int, type: RecordType
+    picks: list[list[int]], chunk: int, rows: int, type: RecordType, min_bytes: int, max_bytes: int | None
 ) -> None:
     """Sorted inputs (records repeated within and across them), read a few rows
     at a time, merge into exactly what sorting their concatenation gives."""
@@ -65,8 +67,12 @@ def test_streaming_merge_matches_sorting_everything_at_once(
         table = sort_dedupe(type, rows_to_table(type, recs)) if recs else rows_to_table(type, [])
         everything.append(table)
         inputs.append([table.slice(s, chunk) for s in range(0, table.num_rows, chunk)])
-    out = list(merge_sorted(type, inputs, rows))
-    assert all(t.num_rows == rows for t in out[:-1]) and all(0 < t.num_rows <= rows for t in out)
+    out = list(merge_sorted(type, inputs, rows, max_bytes, min_bytes))
+    assert all(t.num_rows > 0 for t in out)
+    if not min_bytes and max_bytes is None:
+        assert all(t.num_rows == rows for t in out[:-1]) and all(t.num_rows <= rows for t in out)
+    if max_bytes is None:  # a floor in bytes only ever adds rows to a row group
+        assert all(t.num_rows >= rows for t in out[:-1])
     got = pa.concat_tables(out).to_pylist() if out else []
     want = sort_dedupe(type, pa.concat_tables(everything)).to_pylist()
     assert got == want

@@ -179,6 +179,10 @@ class CheckedFile(pq.ParquetFile):
         with _named(self.store_path):
             return super().read_row_groups(*args, **kwargs)
 
+    def iter_batches(self, *args: Any, **kwargs: Any) -> Iterator[pa.RecordBatch]:
+        with _named(self.store_path):
+            yield from super().iter_batches(*args, **kwargs)
+
 
 @contextlib.contextmanager
 def _named(path: str) -> Iterator[None]:

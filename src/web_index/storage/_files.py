@@ -37,6 +37,7 @@ __all__ = [
     "rows_to_table",
     "schema_matches",
     "sort_dedupe",
+    "sorted_unique",
     "visible_files",
     "write_partition_file",
 ]
@@ -56,9 +57,13 @@ class WriteOptions:
         # group of the body column to return one body.
         self.body_row_group_rows = body_row_group_rows
         self.compression_level = compression_level
-        # A row group in memory is at most this many bytes before it is written
-        # (128 rows of 64 MiB bodies would be 8 GiB): compaction streams by row group.
+        # Compaction streams by row group, of these bounds: at most group_bytes in
+        # memory (128 rows of 64 MiB bodies would be 8 GiB), at least
+        # group_min_bytes (128 rows of 2 KB bodies made row groups of 256 KB:
+        # a 5 GB file had 20,000 of them, a 20 MB footer that every open
+        # parses and the writer held in memory). See docs/format.md.
         self.group_bytes = 64 << 20
+        self.group_min_bytes = 1 << 20
 
     def group_rows(self, type: RecordType) -> int:
         return self.body_row_group_rows if type is RecordType.GET else self.row_group_rows
@@ -98,21 +103,27 @@ def sort_dedupe(type: RecordType, table: pa.Table) -> pa.Table:
     body peaked at 12.5 times its size.)
     """
     keys = SORT_KEYS[type]
-    order = pc.sort_indices(table.select(keys), sort_keys=[(k, "ascending") for k in keys])
     # One record is one identity (request id, chain index), and its copies sort
-    # next to each other (same URL key and time): keep the first of each run.
-    ids = table.select(keys[2:]).take(order)
+    # next to each other (same URL key and time).
+    return sorted_unique(table, keys, keys[2:]).cast(SCHEMAS[type])
+
+
+def sorted_unique(table: pa.Table, keys: Sequence[str], identity: Sequence[str]) -> pa.Table:
+    """``table`` sorted by ``keys``, keeping the first of each run of rows with
+    equal ``identity`` columns (never null), in one take of every column."""
+    order = pc.sort_indices(table.select(keys), sort_keys=[(k, "ascending") for k in keys])
+    ids = table.select(identity).take(order)
     n = len(order)
     if n > 1:
         repeated: pa.BooleanArray | None = None  # row i+1 is row i again
-        for name in ids.column_names:  # key columns are never null
+        for name in ids.column_names:
             column = ids.column(name).combine_chunks()
             equal = pc.equal(column.slice(1), column.slice(0, n - 1))
             repeated = equal if repeated is None else pc.and_(repeated, equal)
         if repeated is not None and pc.any(repeated).as_py():
             keep = pa.concat_arrays([pa.array([True]), pc.invert(repeated)])
             order = pc.filter(order, keep)
-    return table.take(order).cast(SCHEMAS[type])
+    return table.take(order)
 
 
 def write_partition_file(
@@ -150,7 +161,8 @@ def write_partition_file(
         data,
         compression=codecs,
         compression_level=levels or None,
-        row_group_size=options.group_rows(partition.type),
+        # A stream comes in row groups already (see merge_sorted): one each.
+        row_group_size=options.group_rows(partition.type) if isinstance(table, pa.Table) else None,
         use_dictionary=["fetcher_name", "fetcher_version", "state"],
         write_statistics=["url_key", TS_COLUMN[partition.type], "request_id"],
         sorting_columns=sorting,

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import logging
 import threading
 import zlib
@@ -50,7 +51,7 @@ import pyarrow.parquet as pq
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._backend import Backend, LocalBackend
-from web_index.storage._files import list_partition_files, read_small_files, visible_files
+from web_index.storage._files import list_partition_files, read_small_files, sorted_unique, visible_files
 from web_index.storage._layout import INDEX_DIR, Partition, StoredFile, parse_file_name
 from web_index.storage._schema import TS_COLUMN
 
@@ -422,8 +423,11 @@ def index_disagreement(backend: Backend, type: RecordType, year: int, month: int
         return None
     numbers = {c.name: n for n, c in enumerate(index.covers)}
     fresh = _read_records(backend, type, trusted, numbers)
-    found = _hashed(pl.concat(fresh, how="vertical_relaxed")) if fresh else None
-    found = _lookup_frame(found if found is not None else _empty_frame())
+    found = _lookup_frame(
+        pl.concat(
+            [p.select(_LOOKUP_COLUMNS) for p in [_empty_frame(), *(fresh or [])]], how="vertical_relaxed"
+        )
+    )
     held = _lookup_frame(pl.from_arrow(index.handle.read(columns=_LOOKUP_COLUMNS)))
     covered = [n for d in trusted for n in index.covered(d)]
     held = held.filter(pl.col("file_no").is_in(covered))
@@ -514,22 +518,20 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
             )
             pieces.append(old.join(mapping, on="file_no").drop("file_no").rename({"new_no": "file_no"}))
     kept = {covers[n].domain for n in reuse.values()}
-    fresh = _read_records(
-        backend, type, {d: f for d, f in listing.items() if d not in kept}, file_no
+    fresh = _read_records(backend, type, {d: f for d, f in listing.items() if d not in kept}, file_no)
+    if fresh is None:
+        log.warning("%s holds request ids that are not canonical UUIDs: no month index", folder)
+        return False
+    pieces += fresh
+    table = pa.concat_tables(
+        [_SCHEMA.empty_table(), *(p.select(_LOOKUP_COLUMNS).to_arrow().cast(_SCHEMA) for p in pieces)]
     )
-    if fresh:
-        hashed = _hashed(pl.concat(fresh, how="vertical_relaxed"))
-        if hashed is None:
-            log.warning("%s holds request ids that are not canonical UUIDs: no month index", folder)
-            return False
-        pieces.append(hashed)
-    empty = pl.from_arrow(_SCHEMA.empty_table())
-    assert isinstance(empty, pl.DataFrame)
-    frame = pl.concat([p.select(_LOOKUP_COLUMNS) for p in [empty, *pieces]], how="vertical_relaxed")
     # The same attempt in two visible files (a flush redone beside its own
-    # compaction) is one record: keep one.
-    frame = frame.unique(subset=["request_id"], keep="first").sort(["key_hash", "ts_us", "request_id"])
-    _write(backend, type, year, month, frame.to_arrow(), covers, stamp)
+    # compaction) is one record, and its copies sort side by side: keep one.
+    # (Sorted by arrow, not polars: polars' multi-column sort of the binary
+    # keys cost six times the index's size in memory.)
+    rows = sorted_unique(table, ["key_hash", "ts_us", "request_id"], ["request_id"])
+    _write(backend, type, year, month, rows, covers, stamp)
     return True
 
 
@@ -545,27 +547,28 @@ def _rows_of(index: MonthIndex | None) -> pa.Table | None:
 
 def _read_records(
     backend: Backend, type: RecordType, listing: Mapping[str, list[StoredFile]], file_no: Mapping[str, int]
-) -> list[pl.DataFrame]:
-    """Index rows (URL keys and request ids still as text) of these domains'
-    visible files, each file numbered as ``file_no`` says."""
-    fresh: list[pl.DataFrame] = []  # rows read now: URL keys and request ids as text
+) -> list[pl.DataFrame] | None:
+    """Index rows (hashed: see :func:`_hashed`) of these domains' visible files,
+    each file numbered as ``file_no`` says; ``None`` if a request id cannot be
+    held. Read in batches, each hashed at once: a big file's URL keys as text
+    would cost gigabytes."""
+    out: list[pl.DataFrame] = []
     alone: list[StoredFile] = []  # compacted files with no parts beside them: all visible
+    opened: list[tuple[StoredFile, pq.ParquetFile]] = []
     for files in listing.values():
         if len(files) == 1 and files[0].part is None:
             alone.append(files[0])
-            continue
-        opened, _dead = visible_files(backend, files)
-        for f, handle in opened:
-            fresh.append(_file_rows(type, handle.read(columns=_key_columns(type)), file_no[_name(f)]))
+        else:
+            opened += visible_files(backend, files)[0]
     # Small files in one multi-file read instead of thousands of opens: per-file
     # overhead is most of the cost of a month of small partitions. The read is
     # of whole files, so a big one (bodies) is opened and its key columns read.
     local = backend if isinstance(backend, LocalBackend) else None
     small = [f for f in alone if local is not None and f.size <= _SMALL_FILE]
-    for f in alone:
-        if local is None or f.size > _SMALL_FILE:
-            handle = backend.open_parquet(f.path)
-            fresh.append(_file_rows(type, handle.read(columns=_key_columns(type)), file_no[_name(f)]))
+    opened += [(f, backend.open_parquet(f.path)) for f in alone if local is None or f.size > _SMALL_FILE]
+    raw: Iterator[pl.DataFrame] = (
+        records for f, handle in opened for records in _file_records(type, handle, file_no[_name(f)])
+    )
     for start in range(0, len(small), _BATCH_FILES):
         assert local is not None
         batch = small[start : start + _BATCH_FILES]
@@ -574,8 +577,39 @@ def _read_records(
             {"_file": [f.path for f in batch], "file_no": [file_no[_name(f)] for f in batch]},
             schema={"_file": pl.String, "file_no": pl.UInt32},
         )
-        fresh.append(_records(type, frame.join(numbers, on="_file")))
-    return fresh
+        raw = itertools.chain(raw, [_records(type, frame.join(numbers, on="_file"))])
+    for records in raw:
+        hashed = _hashed(records)
+        if hashed is None:
+            return None
+        out.append(hashed)
+    return out
+
+
+def _file_records(type: RecordType, handle: pq.ParquetFile, number: int) -> Iterator[pl.DataFrame]:
+    """Records (one row per chain) of one file, a batch at a time. A chain's rows
+    are contiguous (files are sorted by key, time, request id, chain index), so
+    the chain a batch ends in is held back for the next."""
+    carry: pl.DataFrame | None = None
+    start = 0
+    for batch in handle.iter_batches(batch_size=_READ_ROWS, columns=_key_columns(type), use_threads=False):
+        frame = pl.from_arrow(pa.Table.from_batches([batch]))
+        assert isinstance(frame, pl.DataFrame)
+        frame = frame.with_row_index("_row", offset=start).with_columns(
+            pl.lit(number, dtype=pl.UInt32).alias("file_no")
+        )
+        start += batch.num_rows
+        if carry is not None:
+            frame = pl.concat([carry, frame])
+        if not frame.height:
+            continue
+        last = frame.get_column("request_id")[-1]
+        carry = frame.filter(pl.col("request_id") == last)
+        done = frame.filter(pl.col("request_id") != last)
+        if done.height:
+            yield _records(type, done)
+    if carry is not None and carry.height:
+        yield _records(type, carry)
 
 
 def _hashed(frame: pl.DataFrame) -> pl.DataFrame | None:
@@ -623,6 +657,7 @@ def _write(
 
 
 _BATCH_FILES = 2000
+_READ_ROWS = 65536  # rows of a big file's key columns read (and hashed) at a time
 _SMALL_FILE = 1 << 20  # read whole when building an index; bigger files by column
 
 
@@ -632,14 +667,6 @@ def _name(f: StoredFile) -> str:
 
 def _key_columns(type: RecordType) -> list[str]:
     return ["url_key", TS_COLUMN[type], "request_id", "fetcher_calibre"]
-
-
-def _file_rows(type: RecordType, table: pa.Table, number: int) -> pl.DataFrame:
-    """One row per record of one file's key columns."""
-    frame = pl.from_arrow(table)
-    assert isinstance(frame, pl.DataFrame)
-    frame = frame.with_row_index("_row").with_columns(pl.lit(number, dtype=pl.UInt32).alias("file_no"))
-    return _records(type, frame)
 
 
 def _records(type: RecordType, frame: pl.DataFrame) -> pl.DataFrame:

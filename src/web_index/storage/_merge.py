@@ -71,12 +71,16 @@ def _keys(type: RecordType, table: pa.Table) -> list[Key]:
 
 
 def merge_sorted(
-    type: RecordType, inputs: Sequence[Iterable[pa.Table]], rows: int, max_bytes: int | None = None
+    type: RecordType,
+    inputs: Sequence[Iterable[pa.Table]],
+    rows: int,
+    max_bytes: int | None = None,
+    min_bytes: int = 0,
 ) -> Iterator[pa.Table]:
-    """Tables of ``rows`` rows (fewer if they would hold more than ``max_bytes``;
-    the last one shorter) holding every record of the sorted ``inputs`` once, in
-    sort order. Each input is a sequence of tables (its row groups) already
-    sorted by the type's sort key."""
+    """Tables holding every record of the sorted ``inputs`` once, in sort order:
+    of ``rows`` rows, or more while they hold less than ``min_bytes``, or fewer
+    once they hold ``max_bytes`` (the last one shorter). Each input is a
+    sequence of tables (its row groups) already sorted by the type's sort key."""
     sources = [_Input(iter(chunks), type) for chunks in inputs]
     identity = slice(2, None)  # request id (and chain index) within the sort key
     last: Key | None = None  # identity of the last row written
@@ -106,13 +110,22 @@ def merge_sorted(
         merged = pa.concat_tables(pieces).take(pa.array(kept, type=pa.int64()))
         out.append(merged)
         held += merged.num_rows
-        if max_bytes is not None and held < rows and sum(t.nbytes for t in out) >= max_bytes:
-            yield pa.concat_tables(out)  # big bodies: a short row group, not a huge one
-            out, held = [], 0
-        while held >= rows:
+        target = _group_rows(rows, held, sum(t.nbytes for t in out), min_bytes, max_bytes)
+        while held >= target:
             table = pa.concat_tables(out)
-            yield table.slice(0, rows)
-            rest = table.slice(rows)
+            yield table.slice(0, target)
+            rest = table.slice(target)
             out, held = ([rest] if rest.num_rows else []), rest.num_rows
     if held:
         yield pa.concat_tables(out)
+
+
+def _group_rows(rows: int, held: int, size: int, min_bytes: int, max_bytes: int | None) -> int:
+    """Rows per output table at the current bytes per row: ``rows``, raised to
+    reach ``min_bytes`` (small bodies: fewer row groups, a smaller footer)
+    and lowered to stay under ``max_bytes`` (big bodies: bounded memory)."""
+    per_row = max(1, size // max(held, 1))
+    target = max(rows, -(-min_bytes // per_row))
+    if max_bytes is not None:
+        target = min(target, max(1, max_bytes // per_row))
+    return target

@@ -306,7 +306,7 @@ class S3Backend:
         self.requests.add("head")
         try:
             meta = obs.head(self.store, path)
-        except NotFoundError:
+        except (NotFoundError, FileNotFoundError):  # obstore raises either for a 404
             return None
         except BaseError as exc:
             raise self._fail(exc, f"reading {path}") from None

@@ -354,6 +354,7 @@ class Store:
             [_row_groups(handle) for _, handle in opened],
             self.write_options.group_rows(partition.type),
             self.write_options.group_bytes,
+            self.write_options.group_min_bytes,
         )
         superseded = [f.part for f in files if f.part is not None]
         # On an object store the commit is conditional on the compacted file
