@@ -1,6 +1,6 @@
 """Peak memory of one large body through the store: insert, flush, query, compact.
 
-Each size runs in a fresh process (ru_maxrss is a high-water mark); the figure
+Each size runs in a fresh process (VmHWM is a high-water mark); the figure
 is the peak minus the process's size before the body existed, as a multiple of
 the body. Results: bench/results/body.json and .md.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 _CHILD = """
-import os, resource, sys, time
+import os, sys, time
 from datetime import UTC, datetime
 from web_index import WebIndex
 from web_index.models import AttemptMetadata, Response, SimplePageQuery
@@ -56,7 +56,8 @@ with WebIndex(root) as idx:
         elif phase == "compact":
             idx.compact()
     took = time.perf_counter() - started
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+with open("/proc/self/status") as fh:  # VmHWM: exec resets it, unlike ru_maxrss
+    peak = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
 print(base, peak, took)
 """
 

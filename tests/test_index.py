@@ -167,7 +167,7 @@ def test_rows_read_from_many_row_groups_in_bounded_pieces(
         )
         for k in range(150)
     ]
-    options = WriteOptions(row_group_rows=3, body_row_group_rows=3)
+    options = WriteOptions(row_group_rows=3, body_row_group_rows=3, group_min_bytes=0)
     with WebIndex(root, write_options=options, policy=FlushPolicy(max_rows=1 << 20, compact_parts=0)) as idx:
         keys = idx.insert_many(items)
         idx.flush()

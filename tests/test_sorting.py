@@ -3,6 +3,7 @@ once, in the sort order of its type, whatever order and repeats it came in."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 import pyarrow as pa
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from tests.factories import T0, attempt
 from web_index.ingest import validate_attempt
 from web_index.models import RecordType
-from web_index.storage._files import rows_to_table, sort_dedupe
+from web_index.storage._files import WriteOptions, rows_to_table, sort_dedupe
 from web_index.storage._merge import merge_sorted
 from web_index.storage._schema import SORT_KEYS
 
@@ -49,11 +50,11 @@ def test_sorted_unique_matches_the_reference(picks: list[int], type: RecordType,
     rows=st.integers(1, 5),
     type=st.sampled_from([RecordType.GET, RecordType.GET_METADATA]),
     min_bytes=st.sampled_from([0, 2000, 10_000]),
-    max_bytes=st.sampled_from([None, 1500, 6000]),
+    max_bytes=st.sampled_from([1 << 30, 1500, 6000]),
 )
 @settings(max_examples=300, deadline=None)
 def test_streaming_merge_matches_sorting_everything_at_once(
-    picks: list[list[int]], chunk: int, rows: int, type: RecordType, min_bytes: int, max_bytes: int | None
+    picks: list[list[int]], chunk: int, rows: int, type: RecordType, min_bytes: int, max_bytes: int
 ) -> None:
     """Sorted inputs (records repeated within and across them), read a few rows
     at a time, merge into exactly what sorting their concatenation gives."""
@@ -67,11 +68,14 @@ def test_streaming_merge_matches_sorting_everything_at_once(
         table = sort_dedupe(type, rows_to_table(type, recs)) if recs else rows_to_table(type, [])
         everything.append(table)
         inputs.append([table.slice(s, chunk) for s in range(0, table.num_rows, chunk)])
-    out = list(merge_sorted(type, inputs, rows, max_bytes, min_bytes))
+    options = WriteOptions(
+        row_group_rows=rows, body_row_group_rows=rows, group_min_bytes=min_bytes, group_max_bytes=max_bytes
+    )
+    out = list(merge_sorted(type, inputs, functools.partial(options.group_rows, type)))
     assert all(t.num_rows > 0 for t in out)
-    if not min_bytes and max_bytes is None:
+    if not min_bytes and max_bytes > 1 << 20:
         assert all(t.num_rows == rows for t in out[:-1]) and all(t.num_rows <= rows for t in out)
-    if max_bytes is None:  # a floor in bytes only ever adds rows to a row group
+    if max_bytes > 1 << 20:  # a floor in bytes only ever adds rows to a row group
         assert all(t.num_rows >= rows for t in out[:-1])
     got = pa.concat_tables(out).to_pylist() if out else []
     want = sort_dedupe(type, pa.concat_tables(everything)).to_pylist()

@@ -50,23 +50,35 @@ class WriteOptions:
     """How part and compacted files are written (tuned in ``docs/performance.md``)."""
 
     def __init__(
-        self, *, row_group_rows: int = 4096, body_row_group_rows: int = 128, compression_level: int = 3
+        self,
+        *,
+        row_group_rows: int = 4096,
+        body_row_group_rows: int = 128,
+        compression_level: int = 3,
+        group_min_bytes: int = 1 << 20,
+        group_max_bytes: int = 64 << 20,
     ) -> None:
         self.row_group_rows = row_group_rows
         # Files with bodies get smaller row groups: a lookup decodes a whole row
         # group of the body column to return one body.
         self.body_row_group_rows = body_row_group_rows
         self.compression_level = compression_level
-        # Compaction streams by row group, of these bounds: at most group_bytes in
-        # memory (128 rows of 64 MiB bodies would be 8 GiB), at least
-        # group_min_bytes (128 rows of 2 KB bodies made row groups of 256 KB:
-        # a 5 GB file had 20,000 of them, a 20 MB footer that every open
-        # parses and the writer held in memory). See docs/format.md.
-        self.group_bytes = 64 << 20
-        self.group_min_bytes = 1 << 20
+        # Row groups hold at least group_min_bytes (128 rows of 2 KB bodies made
+        # 256 KB row groups: a 5 GB file had 20,000, a 20 MB footer that every
+        # open parses and a compaction held in memory) and at most
+        # group_max_bytes (128 rows of 64 MiB bodies would be 8 GiB in memory
+        # while compaction streams). See docs/format.md.
+        self.group_min_bytes = group_min_bytes
+        self.group_max_bytes = group_max_bytes
 
-    def group_rows(self, type: RecordType) -> int:
-        return self.body_row_group_rows if type is RecordType.GET else self.row_group_rows
+    def group_rows(self, type: RecordType, held: int = 0, size: int = 0) -> int:
+        """Rows per row group; with ``held`` rows of ``size`` bytes in hand, as
+        many as keep a row group within the byte bounds."""
+        rows = self.body_row_group_rows if type is RecordType.GET else self.row_group_rows
+        if not held:
+            return rows
+        per_row = max(1, size // held)
+        return max(1, min(max(rows, -(-self.group_min_bytes // per_row)), self.group_max_bytes // per_row))
 
     def compression(self, type: RecordType) -> tuple[dict[str, str], dict[str, int]]:
         """Codec and level per column: zstd for bodies, LZ4 for everything else.
@@ -161,8 +173,11 @@ def write_partition_file(
         data,
         compression=codecs,
         compression_level=levels or None,
-        # A stream comes in row groups already (see merge_sorted): one each.
-        row_group_size=options.group_rows(partition.type) if isinstance(table, pa.Table) else None,
+        row_group_size=(
+            options.group_rows(partition.type, table.num_rows, table.nbytes)
+            if isinstance(table, pa.Table)
+            else None  # a stream comes in row groups already (see merge_sorted)
+        ),
         use_dictionary=["fetcher_name", "fetcher_version", "state"],
         write_statistics=["url_key", TS_COLUMN[partition.type], "request_id"],
         sorting_columns=sorting,

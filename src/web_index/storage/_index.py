@@ -523,9 +523,12 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
         log.warning("%s holds request ids that are not canonical UUIDs: no month index", folder)
         return False
     pieces += fresh
-    table = pa.concat_tables(
-        [_SCHEMA.empty_table(), *(p.select(_LOOKUP_COLUMNS).to_arrow().cast(_SCHEMA) for p in pieces)]
-    )
+    del fresh
+    tables = [_SCHEMA.empty_table()]
+    while pieces:  # each frame dropped once it is a table: not both at once
+        tables.append(pieces.pop().select(_LOOKUP_COLUMNS).to_arrow().cast(_SCHEMA))
+    table = pa.concat_tables(tables)
+    del tables
     # The same attempt in two visible files (a flush redone beside its own
     # compaction) is one record, and its copies sort side by side: keep one.
     # (Sorted by arrow, not polars: polars' multi-column sort of the binary

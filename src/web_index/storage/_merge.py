@@ -16,7 +16,7 @@ died before deleting it) sorts next to its copy and is written once.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -71,16 +71,12 @@ def _keys(type: RecordType, table: pa.Table) -> list[Key]:
 
 
 def merge_sorted(
-    type: RecordType,
-    inputs: Sequence[Iterable[pa.Table]],
-    rows: int,
-    max_bytes: int | None = None,
-    min_bytes: int = 0,
+    type: RecordType, inputs: Sequence[Iterable[pa.Table]], group_rows: Callable[[int, int], int]
 ) -> Iterator[pa.Table]:
-    """Tables holding every record of the sorted ``inputs`` once, in sort order:
-    of ``rows`` rows, or more while they hold less than ``min_bytes``, or fewer
-    once they hold ``max_bytes`` (the last one shorter). Each input is a
-    sequence of tables (its row groups) already sorted by the type's sort key."""
+    """Tables holding every record of the sorted ``inputs`` once, in sort order,
+    each of ``group_rows(rows held, bytes held)`` rows (the last one shorter).
+    Each input is a sequence of tables (its row groups) already sorted by the
+    type's sort key."""
     sources = [_Input(iter(chunks), type) for chunks in inputs]
     identity = slice(2, None)  # request id (and chain index) within the sort key
     last: Key | None = None  # identity of the last row written
@@ -110,7 +106,7 @@ def merge_sorted(
         merged = pa.concat_tables(pieces).take(pa.array(kept, type=pa.int64()))
         out.append(merged)
         held += merged.num_rows
-        target = _group_rows(rows, held, sum(t.nbytes for t in out), min_bytes, max_bytes)
+        target = max(1, group_rows(held, sum(t.nbytes for t in out)))
         while held >= target:
             table = pa.concat_tables(out)
             yield table.slice(0, target)
@@ -118,14 +114,3 @@ def merge_sorted(
             out, held = ([rest] if rest.num_rows else []), rest.num_rows
     if held:
         yield pa.concat_tables(out)
-
-
-def _group_rows(rows: int, held: int, size: int, min_bytes: int, max_bytes: int | None) -> int:
-    """Rows per output table at the current bytes per row: ``rows``, raised to
-    reach ``min_bytes`` (small bodies: fewer row groups, a smaller footer)
-    and lowered to stay under ``max_bytes`` (big bodies: bounded memory)."""
-    per_row = max(1, size // max(held, 1))
-    target = max(rows, -(-min_bytes // per_row))
-    if max_bytes is not None:
-        target = min(target, max(1, max_bytes // per_row))
-    return target

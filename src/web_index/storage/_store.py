@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import uuid
@@ -352,9 +353,7 @@ class Store:
         merged = merge_sorted(
             partition.type,
             [_row_groups(handle) for _, handle in opened],
-            self.write_options.group_rows(partition.type),
-            self.write_options.group_bytes,
-            self.write_options.group_min_bytes,
+            functools.partial(self.write_options.group_rows, partition.type),
         )
         superseded = [f.part for f in files if f.part is not None]
         # On an object store the commit is conditional on the compacted file
