@@ -234,7 +234,7 @@ class LocalBackend:
         return self.root.is_dir()
 
     def remove_orphans(self) -> int:
-        return remove_dead_spools(self.local_folder(TMP_DIR))
+        return remove_dead_spools(self.local_folder(TMP_DIR, create=False))
 
 
 def new_spool(folder: Path) -> Path:

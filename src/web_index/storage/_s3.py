@@ -368,7 +368,7 @@ class S3Backend:
         condition only with a single PUT), so the condition is checked just
         before the upload instead; the compaction lease is what keeps two
         writers of one compacted file apart, the condition only a second guard
-        (see docs/format.md, "Commits on S3").
+        (see docs/format.md, "Object stores").
         """
         if if_match is not None or create:
             current = self.head(path)
@@ -423,7 +423,7 @@ class S3Backend:
         # Objects leave no temporaries behind (an interrupted multipart upload
         # is S3's to expire: a bucket lifecycle rule, docs/deploy.md); local
         # spools of dead writers are.
-        return remove_dead_spools(self.local_folder(TMP_DIR))
+        return remove_dead_spools(self.local_folder(TMP_DIR, create=False))
 
 
 class ObjectFile(io.RawIOBase):
