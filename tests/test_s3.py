@@ -12,11 +12,11 @@ import pytest
 from tests.factories import T0, attempt
 from tests.servers import BUCKET, SeaweedFS
 from web_index import FlushPolicy, WebIndex
-from web_index.errors import StoreError
+from web_index.errors import ConflictError, StoreError
 from web_index.models import SimplePageQuery
 from web_index.read_only import query as ro_query
 from web_index.storage._lease import LeaseLocks
-from web_index.storage._s3 import PreconditionFailed, S3Backend
+from web_index.storage._s3 import S3Backend
 
 
 def fill(index: WebIndex, n: int, hosts: int = 3) -> list[object]:
@@ -55,13 +55,13 @@ def test_layout_and_answers_match_local(seaweed: SeaweedFS, tmp_path: object) ->
 def test_conditional_puts(seaweed: SeaweedFS) -> None:
     b = S3Backend(seaweed.new_store())
     etag = b.put("x/lease", b"1", create=True)
-    with pytest.raises(PreconditionFailed):
+    with pytest.raises(ConflictError):
         b.put("x/lease", b"2", create=True)
-    with pytest.raises(PreconditionFailed):
+    with pytest.raises(ConflictError):
         b.put("x/lease", b"3", if_match='"not-the-etag"')
     new = b.put("x/lease", b"4", if_match=etag)
     assert new != etag
-    with pytest.raises(PreconditionFailed):
+    with pytest.raises(ConflictError):
         b.put("x/lease", b"5", if_match=etag)  # stale
     assert b.read_object("x/lease") == b"4"
 

@@ -13,11 +13,12 @@ import pytest
 from tests.factories import T0, attempt
 from tests.servers import SeaweedFS
 from web_index import FlushPolicy, WebIndex
+from web_index.errors import ConflictError
 from web_index.models import RecordType
 from web_index.storage import Partition, WriteOptions
 from web_index.storage._files import rows_to_table, write_partition_file
 from web_index.storage._layout import TMP_DIR
-from web_index.storage._s3 import PreconditionFailed, S3Backend
+from web_index.storage._s3 import S3Backend
 
 MiB = 1 << 20
 
@@ -79,11 +80,11 @@ def test_a_large_commit_keeps_its_condition(seaweed: SeaweedFS) -> None:
     def stream() -> list[pa.Table]:
         return [table.slice(n, 4096) for n in range(0, table.num_rows, 4096)]
 
-    with pytest.raises(PreconditionFailed):
+    with pytest.raises(ConflictError):
         write_partition_file(
             backend, partition, stream(), WriteOptions(), part=None, condition={"if_match": '"stale"'}
         )
-    with pytest.raises(PreconditionFailed):
+    with pytest.raises(ConflictError):
         write_partition_file(
             backend, partition, stream(), WriteOptions(), part=None, condition={"create": True}
         )

@@ -12,8 +12,7 @@ from tests.factories import T0, attempt
 from web_index import WebIndex, WriteOptions
 from web_index.ingest import validate_attempt
 from web_index.models import PageKey, RecordType, SimplePageQuery, TimeAwarePageQuery
-from web_index.models._time import to_us
-from web_index.query._plan import month_bounds
+from web_index.models._time import month_bounds, to_us
 from web_index.storage import Partition
 from web_index.storage._files import rows_to_table, sort_dedupe, write_partition_file
 

@@ -7,6 +7,7 @@ without reading the source.
 from __future__ import annotations
 
 __all__ = [
+    "ConflictError",
     "CorruptFileError",
     "InvalidRecordError",
     "InvalidURLError",
@@ -50,3 +51,8 @@ class CorruptFileError(StoreError):
         self.path = path
         self.problem = problem
         super().__init__(f"{path}: {problem}")
+
+
+class ConflictError(StoreError):
+    """A conditional write lost to another writer: the object exists already,
+    or changed since it was read (S3's ``412 Precondition Failed``)."""

@@ -12,6 +12,7 @@ __all__ = [
     "clamp_us",
     "format_ts",
     "from_us",
+    "month_bounds",
     "parse_ts",
     "to_us",
 ]
@@ -91,3 +92,25 @@ def clamp_us(value: int) -> int:
 def from_us(value: int) -> datetime:
     """The UTC datetime of microseconds since the epoch."""
     return _EPOCH + timedelta(microseconds=value)
+
+
+def month_bounds(year: int, month: int) -> tuple[int, int]:
+    """``[start, end)`` of a month in microseconds since the epoch, for any year
+    a folder name can hold: plain arithmetic, where ``datetime`` stops at 9999
+    (a month of December 9999 ends in year 10000)."""
+    start = _days_from_civil(year, month) * _DAY_US
+    end = _days_from_civil(year + (month == 12), month % 12 + 1) * _DAY_US
+    return start, end
+
+
+_DAY_US = 86_400_000_000
+
+
+def _days_from_civil(year: int, month: int) -> int:
+    """Days from 1970-01-01 to the first of that month (proleptic Gregorian)."""
+    y = year - (month <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468

@@ -32,8 +32,8 @@ import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError, StoreError
 from web_index.models import AttemptMetadata, Page, Query, RecordType, Response
-from web_index.models._time import from_us
-from web_index.query._plan import Candidate, Plan, month_bounds, plan
+from web_index.models._time import from_us, month_bounds
+from web_index.query._plan import Candidate, Plan, plan
 from web_index.storage._backend import LocalBackend
 from web_index.storage._files import open_checked, read_small_files, visible_files
 from web_index.storage._index import IndexHit, open_month_index

@@ -9,7 +9,7 @@ from web_index.models._time import to_us
 from web_index.storage._index import key_hash
 from web_index.urls import key_and_domain
 
-__all__ = ["Candidate", "Plan", "month_bounds", "plan"]
+__all__ = ["Candidate", "Plan", "plan"]
 
 _NEG = -(1 << 62)
 _POS = 1 << 62
@@ -90,25 +90,3 @@ def plan(query: Query) -> Plan:
         near = None if query.timestamp is None else to_us(query.timestamp)
         return Plan(query.type, key, hashed, domain, lo, hi, near, None, query.calibre, query.calibre_strict)
     raise TypeError(f"not a query: {query!r}")
-
-
-def month_bounds(year: int, month: int) -> tuple[int, int]:
-    """``[start, end)`` of a month in microseconds since the epoch, for any year
-    a folder name can hold: plain arithmetic, where ``datetime`` stops at 9999
-    (a month of December 9999 ends in year 10000)."""
-    start = _days_from_civil(year, month) * _DAY_US
-    end = _days_from_civil(year + (month == 12), month % 12 + 1) * _DAY_US
-    return start, end
-
-
-_DAY_US = 86_400_000_000
-
-
-def _days_from_civil(year: int, month: int) -> int:
-    """Days from 1970-01-01 to the first of that month (proleptic Gregorian)."""
-    y = year - (month <= 2)
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468

@@ -99,7 +99,7 @@ class Backend(Protocol):
 
         ``if_match=<version>`` / ``create=True``: an object store writes only if
         the object is still that version / does not exist yet, else raises
-        ``PreconditionFailed`` (local stores rely on their locks and ignore these).
+        ``ConflictError`` (local stores rely on their locks and ignore these).
         """
         ...
 

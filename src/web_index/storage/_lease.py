@@ -37,9 +37,9 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import NamedTuple
 
-from web_index.errors import StoreError
+from web_index.errors import ConflictError, StoreError
 from web_index.storage._layout import LOCK_DIR
-from web_index.storage._s3 import PreconditionFailed, S3Backend
+from web_index.storage._s3 import S3Backend
 
 __all__ = ["Lease", "LeaseLocks"]
 
@@ -94,7 +94,7 @@ class Lease:
             try:
                 self.etag = self.backend.put(self.path, self.body(), if_match=self.etag)
                 last_ok = time.monotonic()
-            except PreconditionFailed:
+            except ConflictError:
                 log.warning("lease %s was taken over: lost", self.name)
                 self.lost = True
                 return
@@ -140,7 +140,7 @@ class LeaseLocks:
             try:
                 lease.etag = self.backend.put(lease.path, lease.body(), create=True)
                 return lease
-            except PreconditionFailed:
+            except ConflictError:
                 pass
             stale = self._stale(lease.path, seen, lease.owner)
             if isinstance(stale, _Ours):
@@ -154,7 +154,7 @@ class LeaseLocks:
                     lease.etag = self.backend.put(lease.path, lease.body(), if_match=stale)
                     log.warning("took over the stale lease %s", lease.name)
                     return lease
-                except PreconditionFailed:
+                except ConflictError:
                     seen = None  # someone else took it, or the holder renewed
             if not blocking:
                 return None

@@ -48,7 +48,7 @@ from obstore.exceptions import (
 )
 from obstore.store import S3Store
 
-from web_index.errors import StoreError
+from web_index.errors import ConflictError, StoreError
 from web_index.storage._backend import FileInfo, new_spool, remove_dead_spools, sealed_bytes, write_sealed
 from web_index.storage._checksum import CheckedFile, check_footer, check_whole
 from web_index.storage._layout import TMP_DIR
@@ -56,7 +56,6 @@ from web_index.storage._layout import TMP_DIR
 __all__ = [
     "ObjectFile",
     "ObjectInfo",
-    "PreconditionFailed",
     "RequestCounter",
     "S3Backend",
     "file_info",
@@ -79,10 +78,6 @@ _VERSIONS: weakref.WeakKeyDictionary[pq.ParquetFile, str] = weakref.WeakKeyDicti
 def handle_version(handle: pq.ParquetFile) -> str | None:
     """The ETag of the object version ``handle`` reads (``None`` for local files)."""
     return _VERSIONS.get(handle)
-
-
-class PreconditionFailed(StoreError):  # noqa: N818 - it names the S3 condition
-    """A conditional write lost: the object exists already, or changed since it was read."""
 
 
 class ObjectInfo(NamedTuple):
@@ -319,7 +314,7 @@ class S3Backend:
     ) -> str | None:
         """PUT an object in one request; conditional on ``if_match`` or on absence (``create``).
 
-        Returns the new ETag. A failed condition raises :class:`PreconditionFailed`.
+        Returns the new ETag. A failed condition raises :class:`ConflictError`.
         """
         mode: Any = "overwrite"
         if create:
@@ -330,7 +325,7 @@ class S3Backend:
         try:
             result = obs.put(self.store, path, data, mode=mode, use_multipart=False)
         except (AlreadyExistsError, PreconditionError):
-            raise PreconditionFailed(f"{self._url}/{path}: conditional write lost") from None
+            raise ConflictError(f"{self._url}/{path}: conditional write lost") from None
         except BaseError as exc:
             raise self._fail(exc, f"writing {path}") from None
         return result.get("e_tag")
@@ -374,7 +369,7 @@ class S3Backend:
             current = self.head(path)
             now = None if current is None else current.etag
             if (create and current is not None) or (if_match is not None and now != if_match):
-                raise PreconditionFailed(f"{self._url}/{path}: conditional write lost")
+                raise ConflictError(f"{self._url}/{path}: conditional write lost")
         self.requests.add("put")
         try:
             result = obs.put(

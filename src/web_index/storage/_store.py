@@ -12,7 +12,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from web_index.errors import StoreError
+from web_index.errors import ConflictError, StoreError
 from web_index.ingest import Attempt
 from web_index.models import RecordType
 from web_index.models._time import STORED_END, STORED_START
@@ -30,7 +30,7 @@ from web_index.storage._index import build_month_index
 from web_index.storage._layout import BUFFER_DIR, LOCK_DIR, Partition, StoredFile
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._merge import merge_sorted
-from web_index.storage._s3 import PreconditionFailed, S3Backend, handle_version
+from web_index.storage._s3 import S3Backend, handle_version
 from web_index.storage._schema import SORT_KEYS
 
 __all__ = ["FlushPolicy", "Store"]
@@ -373,7 +373,7 @@ class Store:
                 superseded=superseded,
                 condition=condition,
             )
-        except PreconditionFailed:
+        except ConflictError:
             log.warning("compaction of %s lost to a concurrent compaction; nothing deleted", partition)
             return False
         _crash_point("compact-after-commit")

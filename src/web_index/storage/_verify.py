@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from web_index.errors import CorruptFileError, InvalidRecordError, StoreError
 from web_index.models import RecordType
-from web_index.query._plan import month_bounds
+from web_index.models._time import month_bounds
 from web_index.storage._buffer import MethodPartition
 from web_index.storage._files import FORMAT_KEY, schema_matches, visible_files
 from web_index.storage._index import index_disagreement, index_note, index_path
