@@ -22,8 +22,16 @@ from hypothesis import strategies as st
 from tests.factories import T0, attempt
 from web_index import FlushPolicy, WebIndex
 from web_index.errors import StoreError
-from web_index.ingest import GET_COLUMNS, HEAD_COLUMNS, METADATA_COLUMNS, validate_attempt
-from web_index.models import Page, PageKey, RecordType, SimplePageQuery
+from web_index.ingest import validate_attempt
+from web_index.models import (
+    GET_COLUMNS,
+    HEAD_COLUMNS,
+    METADATA_COLUMNS,
+    Page,
+    PageKey,
+    RecordType,
+    SimplePageQuery,
+)
 from web_index.storage._buffer import MethodPartition, SqliteBuffer, _khash, buffer_rows
 from web_index.storage._schema import SCHEMAS
 

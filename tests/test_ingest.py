@@ -18,9 +18,9 @@ from tests.factories import T0, attempt, chain, metadata
 from tests.validate_reference import validate_reference
 from web_index import WebIndex
 from web_index.errors import InvalidRecordError
-from web_index.ingest import Attempt, _validate, new_request_id, validate_attempt
+from web_index.ingest import _validate, new_request_id, validate_attempt
 from web_index.ingest._validate import new_request_ids
-from web_index.models import AttemptMetadata, Calibre, PageKey, RecordType, Response
+from web_index.models import AttemptMetadata, AttemptRows, Calibre, PageKey, RecordType, Response
 from web_index.models._time import from_us
 from web_index.urls import domain_of, is_plain_url, key_and_domain, url_key
 
@@ -258,7 +258,7 @@ def test_the_benchmark_shape_of_attempt_matches_the_plain_code() -> None:
         assert msgspec.structs.asdict(expected) == _plain(got)
 
 
-def _plain(a: Attempt) -> dict[str, Any]:
+def _plain(a: AttemptRows) -> dict[str, Any]:
     """An attempt as the plain code made it: rows as dicts (keys and values both
     compared: the column orders name every column, each value in its place)."""
     out = {k: v for k, v in msgspec.structs.asdict(a).items() if k != "timestamp"}

@@ -15,8 +15,8 @@ from typing import Any, Self
 from msgspec.structs import force_setattr
 
 from web_index.ingest import Limits, validate_attempt
-from web_index.ingest._validate import Attempt, new_request_ids
-from web_index.models import AttemptMetadata, PageKey, Query, RecordType, Response
+from web_index.ingest._validate import new_request_ids
+from web_index.models import AttemptMetadata, AttemptRows, PageKey, Query, RecordType, Response
 from web_index.models._time import from_us
 from web_index.query import Result, run_queries
 from web_index.storage import FlushPolicy, MethodPartition, Store, WriteOptions, open_backend
@@ -160,7 +160,7 @@ class WebIndex:
             return self._insert_many(items)
 
     def _insert_many(self, items: Iterable[InsertItem]) -> list[PageKey]:
-        attempts: list[Attempt] = []
+        attempts: list[AttemptRows] = []
         append = attempts.append
         # A list's ids are drawn at once (one lock and clock read, not one a record).
         rids: Iterator[str | None] = (
@@ -314,7 +314,7 @@ _KEY = PageKey(url="http://example.com/", timestamp=from_us(0), request_id="-")
 _METADATA_OF = {RecordType.GET: RecordType.GET_METADATA, RecordType.HEAD: RecordType.HEAD_METADATA}
 
 
-def _key_of(a: Attempt) -> PageKey:
+def _key_of(a: AttemptRows) -> PageKey:
     # Every field was validated with the attempt (url, UTC timestamp, type):
     # a copy with the fields set skips PageKey's checks, which would redo the
     # URL normalisation that insert's fast path avoided.

@@ -1,21 +1,9 @@
 """Turning insertion requests into validated rows, and reading them from JSONL."""
 
 from web_index.ingest._jsonl import InsertRequest, iter_insert_lines, iter_insert_requests
-from web_index.ingest._validate import (
-    GET_COLUMNS,
-    HEAD_COLUMNS,
-    METADATA_COLUMNS,
-    Attempt,
-    Limits,
-    new_request_id,
-    validate_attempt,
-)
+from web_index.ingest._validate import Limits, new_request_id, validate_attempt
 
 __all__ = [
-    "GET_COLUMNS",
-    "HEAD_COLUMNS",
-    "METADATA_COLUMNS",
-    "Attempt",
     "InsertRequest",
     "Limits",
     "iter_insert_lines",

@@ -11,34 +11,11 @@ import msgspec
 
 from web_index.errors import InvalidRecordError
 from web_index.models import AttemptMetadata, AttemptState, Calibre, RecordType, Response
+from web_index.models._rows import AttemptRows
 from web_index.models._time import STORED_END_US, check_stored_us, parse_ts, to_us
 from web_index.urls import is_plain_url, key_and_domain, url_key
 
-__all__ = [
-    "GET_COLUMNS",
-    "HEAD_COLUMNS",
-    "METADATA_COLUMNS",
-    "Attempt",
-    "Limits",
-    "new_request_id",
-    "new_request_ids",
-    "row_dicts",
-    "validate_attempt",
-]
-
-# The order of the values in an attempt's rows. The insert buffer stores rows
-# so (its blob layout: fixed here, not taken from the file schemas, so that a
-# reordering there cannot misread a buffer written before).
-METADATA_COLUMNS = (
-    "url_key", "url", "timestamp", "request_id", "state", "logs", "traceback", "run_time",
-    "fetcher_name", "fetcher_version", "fetcher_calibre",
-)  # fmt: skip
-HEAD_COLUMNS = (
-    "url_key", "url", "attempt_timestamp", "request_id", "chain_index", "request_url", "status_code",
-    "headers", "timestamp", "retry_attempt", "is_final", "fetcher_name", "fetcher_version",
-    "fetcher_calibre",
-)  # fmt: skip
-GET_COLUMNS = (*HEAD_COLUMNS, "data")
+__all__ = ["Limits", "new_request_id", "new_request_ids", "validate_attempt"]
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,56 +35,6 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 DEFAULT_LIMITS = Limits()
-
-
-class Attempt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """One validated fetch attempt, ready to be stored (never in a reference cycle: ``gc=False``).
-
-    ``metadata`` and ``responses`` are flat rows in the store's column layout,
-    as tuples of values in the order of :data:`METADATA_COLUMNS` and
-    :data:`GET_COLUMNS` (or :data:`HEAD_COLUMNS`), timestamps as microseconds
-    since the epoch: tuples, not dicts, because building a dict a row was a
-    third of validating an attempt. ``timestamp`` is the attempt's start in
-    UTC (``ts_us`` as a datetime).
-    """
-
-    method: RecordType
-    url: str
-    url_key: str
-    domain: str
-    year: int
-    month: int
-    ts_us: int
-    timestamp: datetime
-    request_id: str
-    calibre: int
-    success: bool
-    metadata: tuple[Any, ...]
-    responses: list[tuple[Any, ...]]
-
-    def rows(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The metadata row and the response rows as dicts by column name."""
-        return row_dicts(self.metadata, self.responses)
-
-
-# A GET row has one value more than a HEAD row (its body): the length tells them apart.
-_RESPONSE_COLUMNS = {len(GET_COLUMNS): GET_COLUMNS, len(HEAD_COLUMNS): HEAD_COLUMNS}
-
-
-def row_dicts(
-    metadata: Sequence[Any], responses: Sequence[Sequence[Any]]
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Rows of values in the order of the ``*_COLUMNS`` above as dicts by column
-    name; ``ValueError`` naming a row whose length fits none of them."""
-    if len(metadata) != len(METADATA_COLUMNS):
-        raise ValueError(f"a metadata row of {len(metadata)} values")
-    out: list[dict[str, Any]] = []
-    for r in responses:
-        names = _RESPONSE_COLUMNS.get(len(r))
-        if names is None:
-            raise ValueError(f"a response row of {len(r)} values")
-        out.append(dict(zip(names, r, strict=True)))
-    return dict(zip(METADATA_COLUMNS, metadata, strict=True)), out
 
 
 _lock = threading.Lock()
@@ -222,7 +149,7 @@ def validate_attempt(
     *,
     request_id: str | None = None,
     limits: Limits = DEFAULT_LIMITS,
-) -> Attempt:
+) -> AttemptRows:
     """Check an insertion request against every rule of the standard and the
     store's ``limits``.
 
@@ -371,7 +298,7 @@ def validate_attempt(
         fetcher_version,
         calibre,
     )
-    return Attempt(
+    return AttemptRows(
         method=method,
         url=url,
         url_key=key,

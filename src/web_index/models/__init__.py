@@ -18,10 +18,15 @@ from web_index.models._queries import (
     query_from_dict,
 )
 from web_index.models._records import AttemptMetadata, Page, Response
+from web_index.models._rows import GET_COLUMNS, HEAD_COLUMNS, METADATA_COLUMNS, AttemptRows, row_dicts
 
 __all__ = [
+    "GET_COLUMNS",
+    "HEAD_COLUMNS",
+    "METADATA_COLUMNS",
     "RESULT_SCHEMA",
     "AttemptMetadata",
+    "AttemptRows",
     "AttemptState",
     "Calibre",
     "DeterministicQuery",
@@ -36,6 +41,7 @@ __all__ = [
     "iter_queries",
     "query_from_dict",
     "read_queries",
+    "row_dicts",
     "write_queries",
     "write_results",
 ]

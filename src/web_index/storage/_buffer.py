@@ -38,9 +38,7 @@ from typing import Any, NamedTuple, Protocol
 import msgspec
 
 from web_index.errors import StoreError
-from web_index.ingest import Attempt
-from web_index.ingest._validate import row_dicts
-from web_index.models import RecordType
+from web_index.models import AttemptRows, RecordType, row_dicts
 from web_index.storage._clock import SYSTEM_CLOCK, Clock, now_us
 
 __all__ = [
@@ -183,7 +181,7 @@ def decode_rows(meta: bytes, responses: bytes) -> tuple[dict[str, Any], list[dic
     return _unpack(_decode(meta), _decode(responses))
 
 
-def buffer_rows(attempts: Sequence[Attempt], now: int) -> list[tuple[object, ...]]:
+def buffer_rows(attempts: Sequence[AttemptRows], now: int) -> list[tuple[object, ...]]:
     """One row per attempt in the Postgres buffer's column order:
     method, year, month, domain, url_key, ts_us, request_id, calibre, success, nbytes,
     added_us (``now``, in microseconds), metadata (msgpack), responses (msgpack)."""
@@ -226,7 +224,7 @@ class Buffer(Protocol):
     readonly: bool
 
     def close(self) -> None: ...
-    def append(self, attempts: Sequence[Attempt]) -> None:
+    def append(self, attempts: Sequence[AttemptRows]) -> None:
         """Store attempts durably in one transaction (all or none)."""
         ...
 
@@ -423,7 +421,7 @@ class SqliteBuffer:
 
     # -- writing ---------------------------------------------------------------
 
-    def append(self, attempts: Sequence[Attempt]) -> None:
+    def append(self, attempts: Sequence[AttemptRows]) -> None:
         """Store attempts durably in one transaction (all or none)."""
         if not attempts:
             return

@@ -27,8 +27,7 @@ import psycopg
 
 from web_index._dsn import mask_dsn
 from web_index.errors import StoreError
-from web_index.ingest import Attempt
-from web_index.models import RecordType
+from web_index.models import AttemptRows, RecordType
 from web_index.storage._buffer import BufferedAttempt, BufferedKey, MethodPartition, buffer_rows, decode_rows
 from web_index.storage._clock import SYSTEM_CLOCK, Clock, now_us
 
@@ -184,7 +183,7 @@ class PostgresBuffer:
 
     # -- writing ---------------------------------------------------------------
 
-    def append(self, attempts: Sequence[Attempt]) -> None:
+    def append(self, attempts: Sequence[AttemptRows]) -> None:
         rows = buffer_rows(attempts, now_us(self.clock))
         # Sorted by partition, so that concurrent multi-partition inserts lock the
         # totals rows in one order (no deadlock).

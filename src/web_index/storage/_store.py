@@ -13,8 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.errors import ConflictError, StoreError
-from web_index.ingest import Attempt
-from web_index.models import RecordType
+from web_index.models import AttemptRows, RecordType
 from web_index.models._time import STORED_END, STORED_START
 from web_index.storage._backend import Backend
 from web_index.storage._buffer import Buffer, MethodPartition, SqliteBuffer
@@ -197,7 +196,7 @@ class Store:
             raise StoreError("this store was opened read-only")
         return self._locks
 
-    def append(self, attempts: Sequence[Attempt]) -> None:
+    def append(self, attempts: Sequence[AttemptRows]) -> None:
         self.buffer.append(attempts)
         _crash_point("after-append")
         try:
