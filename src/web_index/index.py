@@ -263,19 +263,6 @@ class WebIndex:
         """:meth:`presence` off the event loop."""
         return await asyncio.to_thread(self.presence, queries)
 
-    def get_or_fetch(self, queries: Sequence[Query], **options: Any) -> list[Result]:
-        """The index as a read-through cache of the web.
-
-        Answer each query from the index; fetch (with escalation) what is
-        missing or older than ``max_age``, store every attempt, and return the
-        results in input order. Options: ``max_age``, ``config``
-        (:class:`~web_index.fetch.FetchConfig`), ``fetchers``, ``stale_if_error``.
-        See :func:`web_index.fetch.get_or_fetch`.
-        """
-        from web_index.fetch import get_or_fetch
-
-        return get_or_fetch(self, queries, **options)
-
     # -- housekeeping ----------------------------------------------------------
 
     def verify(self) -> Any:

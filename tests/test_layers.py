@@ -1,0 +1,37 @@
+"""The import layers of docs/architecture.md are checked (import-linter, in the
+test command) and the check can fail: a lower layer importing a higher one
+breaks it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def _lint(src: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    return subprocess.run(
+        [str(LINT), "--no-cache", "--config", str(ROOT / "pyproject.toml")],
+        capture_output=True, text=True, env=env, cwd=src.parent,
+    )  # fmt: skip
+
+
+def test_the_layers_hold() -> None:
+    run = _lint(ROOT / "src")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_an_upward_import_breaks_them(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "web_index", src / "web_index")
+    files = src / "web_index" / "storage" / "_files.py"
+    files.write_text(files.read_text() + "\nimport web_index.query  # a storage module reaching up\n")
+    run = _lint(src)
+    assert run.returncode != 0
+    assert "web_index.storage._files -> web_index.query" in run.stdout, run.stdout
