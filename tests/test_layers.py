@@ -35,3 +35,23 @@ def test_an_upward_import_breaks_them(tmp_path: Path) -> None:
     run = _lint(src)
     assert run.returncode != 0
     assert "web_index.storage._files -> web_index.query" in run.stdout, run.stdout
+
+
+def test_packages_meet_through_their_init_only() -> None:
+    # A module of one package may import another package, never its private
+    # modules (``web_index.storage._files``): each package's __init__ is its
+    # internal API (names re-exported with ``as``), ``__all__`` its public one.
+    import grimp
+
+    graph = grimp.build_graph("web_index")
+    reaching = []
+    for importer in sorted(graph.modules):
+        for imported in graph.find_modules_directly_imported_by(importer):
+            parts = imported.split(".")
+            private = next((i for i, p in enumerate(parts) if p.startswith("_") and i > 0), None)
+            if private is None or private < 2:
+                continue  # a top-level module of web_index (web_index._dsn) is shared by all
+            owner = ".".join(parts[:private])
+            if not (importer == owner or importer.startswith(owner + ".")):
+                reaching.append(f"{importer} -> {imported}")
+    assert reaching == []

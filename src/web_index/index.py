@@ -14,16 +14,22 @@ from typing import Any, Self
 
 from msgspec.structs import force_setattr
 
-from web_index.ingest import Limits, validate_attempt
-from web_index.ingest._validate import new_request_ids
-from web_index.models import AttemptMetadata, AttemptRows, PageKey, Query, RecordType, Response
-from web_index.models._time import from_us
+from web_index.ingest import Limits, new_request_ids, validate_attempt
+from web_index.models import AttemptMetadata, AttemptRows, PageKey, Query, RecordType, Response, from_us
 from web_index.query import Result, run_queries
-from web_index.storage import FlushPolicy, MethodPartition, Store, WriteOptions, open_backend
-from web_index.storage._buffer import Buffer
-from web_index.storage._cache import CacheConfig, CachingBackend
-from web_index.storage._clock import SYSTEM_CLOCK, Clock
-from web_index.storage._s3 import S3Backend
+from web_index.storage import (
+    SYSTEM_CLOCK,
+    Buffer,
+    CacheConfig,
+    CachingBackend,
+    Clock,
+    FlushPolicy,
+    MethodPartition,
+    S3Backend,
+    Store,
+    WriteOptions,
+    open_backend,
+)
 
 __all__ = ["InsertItem", "WebIndex"]
 
@@ -88,7 +94,7 @@ class WebIndex:
             # A postgresql:// URL or libpq key=value pairs, passed on unchanged;
             # anything else is refused without showing a password.
             check_dsn(buffer)
-            from web_index.storage._pgbuffer import PostgresBuffer
+            from web_index.storage import PostgresBuffer
 
             buffer = PostgresBuffer(buffer, readonly=read_only)
         self._store = Store(
@@ -232,7 +238,7 @@ class WebIndex:
         size of the store. The file appears complete or not at all.
         ``on_progress`` is called with the number answered so far.
         """
-        from web_index.query._bulk import answer_to_file
+        from web_index.query import answer_to_file
 
         return answer_to_file(self.query, source, destination, batch_size=batch_size, on_progress=on_progress)
 
@@ -267,13 +273,13 @@ class WebIndex:
 
     def verify(self) -> Any:
         """Check every file and invariant; change nothing. Returns a ``VerifyReport``."""
-        from web_index.storage._verify import verify
+        from web_index.storage import verify
 
         return verify(self._store)
 
     def stats(self) -> Any:
         """Per type/month/domain counts, bytes and part files. Returns ``StoreStats``."""
-        from web_index.storage._stats import stats
+        from web_index.storage import stats
 
         return stats(self._store)
 

@@ -92,6 +92,7 @@ def fetch(
     """
     from web_index.errors import WebIndexError
     from web_index.fetch import (
+        DEFAULT_USER_AGENT,
         AddressPolicy,
         EscalationPolicy,
         FetchConfig,
@@ -100,7 +101,6 @@ def fetch(
         run_fetch,
         state_counts_table,
     )
-    from web_index.fetch._http import DEFAULT_USER_AGENT
     from web_index.index import WebIndex
     from web_index.urls import url_key
 

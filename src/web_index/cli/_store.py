@@ -51,7 +51,7 @@ def _store_or_default(store: str | None) -> str:
 def _parse_time(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
-    from web_index.models._time import parse_ts
+    from web_index.models import parse_ts
 
     return parse_ts(value, name, clamp=True)
 
@@ -315,7 +315,7 @@ def verify(store: StoreOption = "") -> None:
 
     Exit 0 if clean, 3 if problems were found.
     """
-    from web_index.storage._verify import verify as run_verify
+    from web_index.storage import verify as run_verify
 
     location = _store_or_default(store)
     with cli_errors(location), WebIndex(location, read_only=True) as index, progress_bar() as progress:

@@ -10,9 +10,18 @@ from typing import Any
 import msgspec
 
 from web_index.errors import InvalidRecordError
-from web_index.models import AttemptMetadata, AttemptState, Calibre, RecordType, Response
-from web_index.models._rows import AttemptRows
-from web_index.models._time import STORED_END_US, check_stored_us, parse_ts, to_us
+from web_index.models import (
+    STORED_END_US,
+    AttemptMetadata,
+    AttemptRows,
+    AttemptState,
+    Calibre,
+    RecordType,
+    Response,
+    check_stored_us,
+    parse_ts,
+    to_us,
+)
 from web_index.urls import is_plain_url, key_and_domain, url_key
 
 __all__ = ["Limits", "new_request_id", "new_request_ids", "validate_attempt"]

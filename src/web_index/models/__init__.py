@@ -8,6 +8,11 @@ Every model converts to and from the standard's flat serialised form with
 
 from web_index.models._enums import AttemptState, Calibre, RecordType
 from web_index.models._io import RESULT_SCHEMA, iter_queries, read_queries, write_queries, write_results
+
+# The internal API: what other packages of web_index use (not public, not in __all__).
+from web_index.models._io import queries_of as queries_of
+from web_index.models._io import query_table as query_table
+from web_index.models._io import result_table as result_table
 from web_index.models._queries import (
     DeterministicQuery,
     PageKey,
@@ -18,15 +23,23 @@ from web_index.models._queries import (
     query_from_dict,
 )
 from web_index.models._records import AttemptMetadata, Page, Response
-from web_index.models._rows import GET_COLUMNS, HEAD_COLUMNS, METADATA_COLUMNS, AttemptRows, row_dicts
+from web_index.models._rows import GET_COLUMNS as GET_COLUMNS
+from web_index.models._rows import HEAD_COLUMNS as HEAD_COLUMNS
+from web_index.models._rows import METADATA_COLUMNS as METADATA_COLUMNS
+from web_index.models._rows import AttemptRows as AttemptRows
+from web_index.models._rows import row_dicts as row_dicts
+from web_index.models._time import STORED_END as STORED_END
+from web_index.models._time import STORED_END_US as STORED_END_US
+from web_index.models._time import STORED_START as STORED_START
+from web_index.models._time import check_stored_us as check_stored_us
+from web_index.models._time import from_us as from_us
+from web_index.models._time import month_bounds as month_bounds
+from web_index.models._time import parse_ts as parse_ts
+from web_index.models._time import to_us as to_us
 
 __all__ = [
-    "GET_COLUMNS",
-    "HEAD_COLUMNS",
-    "METADATA_COLUMNS",
     "RESULT_SCHEMA",
     "AttemptMetadata",
-    "AttemptRows",
     "AttemptState",
     "Calibre",
     "DeterministicQuery",
@@ -41,7 +54,6 @@ __all__ = [
     "iter_queries",
     "query_from_dict",
     "read_queries",
-    "row_dicts",
     "write_queries",
     "write_results",
 ]

@@ -30,8 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from web_index.errors import InvalidURLError
-from web_index.models import RESULT_SCHEMA, Query
-from web_index.models._io import queries_of, query_table, result_table
+from web_index.models import RESULT_SCHEMA, Query, queries_of, query_table, result_table
 from web_index.query._engine import Result
 from web_index.urls import key_and_domain
 

@@ -31,15 +31,21 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError, StoreError
-from web_index.models import AttemptMetadata, Page, Query, RecordType, Response
-from web_index.models._time import from_us, month_bounds
+from web_index.models import AttemptMetadata, Page, Query, RecordType, Response, from_us, month_bounds
 from web_index.query._plan import Candidate, Plan, plan
-from web_index.storage._backend import LocalBackend
-from web_index.storage._files import open_checked, read_small_files, visible_files
-from web_index.storage._index import IndexHit, open_month_index
-from web_index.storage._layout import Partition, StoredFile
-from web_index.storage._schema import KEY_COLUMNS, TS_COLUMN
-from web_index.storage._store import Store
+from web_index.storage import (
+    KEY_COLUMNS,
+    TS_COLUMN,
+    IndexHit,
+    LocalBackend,
+    Partition,
+    Store,
+    StoredFile,
+    open_checked,
+    open_month_index,
+    read_small_files,
+    visible_files,
+)
 
 log = logging.getLogger("web_index.query")
 

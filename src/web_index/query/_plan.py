@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
-from web_index.models._time import to_us
-from web_index.storage._index import key_hash
+from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery, to_us
+from web_index.storage import key_hash
 from web_index.urls import key_and_domain
 
 __all__ = ["Candidate", "Plan", "plan"]

@@ -3,11 +3,27 @@
 from web_index.storage._backend import Backend, LocalBackend, open_backend
 from web_index.storage._buffer import Buffer, MethodPartition
 from web_index.storage._cache import CacheConfig
+
+# The internal API: what other packages of web_index use (not public, not in __all__).
+from web_index.storage._cache import CachingBackend as CachingBackend
+from web_index.storage._clock import SYSTEM_CLOCK as SYSTEM_CLOCK
 from web_index.storage._clock import Clock
 from web_index.storage._files import WriteOptions
+from web_index.storage._files import open_checked as open_checked
+from web_index.storage._files import read_small_files as read_small_files
+from web_index.storage._files import visible_files as visible_files
+from web_index.storage._index import IndexHit as IndexHit
+from web_index.storage._index import key_hash as key_hash
+from web_index.storage._index import open_month_index as open_month_index
 from web_index.storage._layout import Partition
+from web_index.storage._layout import StoredFile as StoredFile
 from web_index.storage._pgbuffer import PostgresBuffer
+from web_index.storage._s3 import S3Backend as S3Backend
+from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS
+from web_index.storage._schema import TS_COLUMN as TS_COLUMN
+from web_index.storage._stats import stats as stats
 from web_index.storage._store import FlushPolicy, Store
+from web_index.storage._verify import verify as verify
 
 __all__ = [
     "Backend",

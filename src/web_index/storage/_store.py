@@ -13,8 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.errors import ConflictError, StoreError
-from web_index.models import AttemptRows, RecordType
-from web_index.models._time import STORED_END, STORED_START
+from web_index.models import STORED_END, STORED_START, AttemptRows, RecordType
 from web_index.storage._backend import Backend
 from web_index.storage._buffer import Buffer, MethodPartition, SqliteBuffer
 from web_index.storage._clock import SYSTEM_CLOCK, Clock

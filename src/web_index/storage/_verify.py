@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from web_index.errors import CorruptFileError, InvalidRecordError, StoreError
-from web_index.models import RecordType
-from web_index.models._time import month_bounds
+from web_index.models import RecordType, month_bounds
 from web_index.storage._buffer import MethodPartition
 from web_index.storage._files import FORMAT_KEY, schema_matches, visible_files
 from web_index.storage._index import index_disagreement, index_note, index_path
