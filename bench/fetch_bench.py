@@ -33,8 +33,8 @@ from pathlib import Path
 import httpx
 
 from web_index import WebIndex, __version__
+from web_index.cli._sample_site import bench_page
 from web_index.fetch import AddressPolicy, EscalationPolicy, FetchRunner, HttpFetcher
-from web_index.fetch._sample_site import bench_page
 from web_index.models import Calibre
 
 RESULTS = Path(__file__).parent / "results" / "fetch.json"

@@ -23,7 +23,7 @@ from tests.factories import T0, attempt, rewrite_store_file
 from web_index import FlushPolicy, WebIndex, WriteOptions
 from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
 from web_index.query import _engine
-from web_index.storage import _index
+from web_index.storage import _month_index as _index
 from web_index.storage._backend import LocalBackend
 from web_index.storage._files import list_partition_files
 from web_index.storage._store import Store

@@ -25,7 +25,8 @@ from tests.servers import SeaweedFS
 from web_index import WebIndex
 from web_index.ingest import validate_attempt
 from web_index.models import RecordType, TimeAwarePageQuery
-from web_index.storage import Backend, Partition, _index
+from web_index.storage import Backend, Partition
+from web_index.storage import _month_index as _index
 from web_index.storage._backend import sealed_bytes
 from web_index.storage._files import rows_to_table, sort_dedupe
 

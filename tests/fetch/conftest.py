@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import pytest
 import trustme
 
+from web_index.cli._sample_site import Handler, LocalServer, reply, reset_connection
 from web_index.fetch import (
     AddressPolicy,
     BrowserFetcher,
@@ -30,7 +31,6 @@ from web_index.fetch import (
     HttpFetcher,
     chromium_available,
 )
-from web_index.fetch._sample_site import Handler, LocalServer, reply, reset_connection
 
 T = TypeVar("T")
 

@@ -11,6 +11,7 @@ import ipaddress
 import pytest
 
 from web_index import WebIndex
+from web_index.cli._sample_site import LocalServer, reply
 from web_index.fetch import (
     AddressPolicy,
     Attempt,
@@ -20,7 +21,6 @@ from web_index.fetch import (
     FetchRunner,
     get_or_fetch,
 )
-from web_index.fetch._sample_site import LocalServer, reply
 from web_index.models import AttemptState as S
 from web_index.models import Calibre, Page, SimplePageQuery
 

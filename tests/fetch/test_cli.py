@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from web_index import WebIndex
 from web_index.cli import _fetch  # noqa: F401 - registers the commands
 from web_index.cli._app import EXIT_USAGE, app
-from web_index.fetch import run_demo
-from web_index.fetch._sample_site import LocalServer
+from web_index.cli._demo import run_demo
+from web_index.cli._sample_site import LocalServer
 from web_index.models import AttemptMetadata, Page, SimplePageQuery
 
 runner = CliRunner()

@@ -7,8 +7,8 @@ import ssl
 import pytest
 import trustme
 
+from web_index.cli._sample_site import LocalServer
 from web_index.fetch import AddressPolicy, Attempt, FetchLimits, decode_body
-from web_index.fetch._sample_site import LocalServer
 from web_index.models import AttemptState as S
 
 from .conftest import LIMITS, http_fetcher, run

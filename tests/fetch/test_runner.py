@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from web_index import WebIndex
+from web_index.cli._sample_site import LocalServer
 from web_index.fetch import (
     Action,
     Attempt,
@@ -20,8 +21,7 @@ from web_index.fetch import (
     RobotsCache,
     get_or_fetch,
 )
-from web_index.fetch._base import Method, utc_now
-from web_index.fetch._sample_site import LocalServer
+from web_index.fetch._attempt import Method, utc_now
 from web_index.models import (
     AttemptMetadata,
     Calibre,

@@ -90,6 +90,7 @@ def fetch(
     escalatable ones move up to the next fetcher, up to --max-calibre. Exits
     0 when every attempt was recorded, whatever the states.
     """
+    from web_index.cli._report import outcome_table, run_fetch, state_counts_table
     from web_index.errors import WebIndexError
     from web_index.fetch import (
         DEFAULT_USER_AGENT,
@@ -97,9 +98,6 @@ def fetch(
         EscalationPolicy,
         FetchConfig,
         FetchLimits,
-        outcome_table,
-        run_fetch,
-        state_counts_table,
     )
     from web_index.index import WebIndex
     from web_index.urls import url_key
@@ -192,7 +190,7 @@ def demo(
 ) -> None:
     """Serve a bundled sample site on 127.0.0.1, fetch it into a store with
     escalation, print the state table, then query the store."""
-    from web_index.fetch import run_demo
+    from web_index.cli._demo import run_demo
 
     location = store or tempfile.mkdtemp(prefix="web-index-demo-")
     with cli_errors(location):

@@ -10,7 +10,7 @@ and records every attempt into a :class:`~web_index.WebIndex`.
 """
 
 from web_index.fetch._address import AddressPolicy, AddressRefusedError
-from web_index.fetch._base import Attempt, Fetcher, FetchLimits, Method, join_headers
+from web_index.fetch._attempt import Attempt, Fetcher, FetchLimits, Method, join_headers
 from web_index.fetch._browser import (
     CHROMIUM_ARGS,
     DEFAULT_CHROMIUM,
@@ -28,11 +28,9 @@ from web_index.fetch._classify import (
     parse_retry_after,
 )
 from web_index.fetch._config import FetchConfig
-from web_index.fetch._demo import run_demo
 from web_index.fetch._get_or_fetch import aget_or_fetch, get_or_fetch
 from web_index.fetch._http import DEFAULT_USER_AGENT, HttpFetcher
 from web_index.fetch._policy import Action, Decision, EscalationPolicy, plan_fetchers
-from web_index.fetch._report import outcome_table, run_fetch, state_counts_table
 from web_index.fetch._robots import ROBOTS_USER_AGENT, RobotsCache, RobotsDecision
 from web_index.fetch._runner import FetchOutcome, FetchRunner, Recorder
 
@@ -69,10 +67,6 @@ __all__ = [
     "detect_low_quality",
     "get_or_fetch",
     "join_headers",
-    "outcome_table",
     "parse_retry_after",
     "plan_fetchers",
-    "run_demo",
-    "run_fetch",
-    "state_counts_table",
 ]

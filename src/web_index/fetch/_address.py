@@ -13,6 +13,8 @@ import ipaddress
 import socket
 from dataclasses import dataclass, field
 
+from web_index.errors import WebIndexError
+
 __all__ = [
     "AddressPolicy",
     "AddressRefusedError",
@@ -60,8 +62,9 @@ def _within(ip: IPAddress, networks: tuple[IPNetwork, ...]) -> bool:
     return any(ip.version == net.version and ip in net for net in networks)
 
 
-class AddressRefusedError(OSError):
-    """A host resolved only to addresses the policy refuses."""
+class AddressRefusedError(WebIndexError, OSError):
+    """A host resolved only to addresses the policy refuses (an ``OSError`` too,
+    so that HTTP clients treat it as a connection that could not be made)."""
 
     def __init__(self, host: str, reasons: list[str]) -> None:
         self.host = host

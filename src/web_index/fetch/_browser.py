@@ -25,7 +25,7 @@ from playwright.async_api import Response as PwResponse
 
 from web_index.errors import InvalidURLError
 from web_index.fetch._address import AddressPolicy
-from web_index.fetch._base import Attempt, FetchLimits, Method, Stopwatch, join_headers, utc_now
+from web_index.fetch._attempt import Attempt, FetchLimits, Method, Stopwatch, join_headers, utc_now
 from web_index.fetch._classify import (
     classify_browser_error,
     classify_exception,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from web_index.fetch._address import AddressPolicy
-from web_index.fetch._base import Fetcher, FetchLimits
+from web_index.fetch._attempt import Fetcher, FetchLimits
 from web_index.fetch._browser import DEFAULT_CHROMIUM, BrowserFetcher, chromium_available
 from web_index.fetch._http import DEFAULT_USER_AGENT, HttpFetcher
 from web_index.fetch._policy import EscalationPolicy

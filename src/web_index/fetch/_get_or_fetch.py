@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from web_index.fetch._base import Fetcher, Method
+from web_index.fetch._attempt import Fetcher, Method
 from web_index.fetch._config import FetchConfig
 from web_index.fetch._runner import FetchOutcome, FetchRunner
 from web_index.models import AttemptMetadata, Page, PageKey, Query, TimeAwarePageQuery

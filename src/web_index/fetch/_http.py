@@ -27,7 +27,7 @@ import msgspec
 from web_index._version import __version__
 from web_index.errors import InvalidURLError
 from web_index.fetch._address import AddressPolicy, AddressRefusedError
-from web_index.fetch._base import Attempt, FetchLimits, Method, Stopwatch, join_headers, utc_now
+from web_index.fetch._attempt import Attempt, FetchLimits, Method, Stopwatch, join_headers, utc_now
 from web_index.fetch._classify import classify_exception, classify_response, parse_retry_after
 from web_index.fetch._decode import BoundedDecoder, supported_encodings
 from web_index.fetch._errors import BadRedirectError, BodyTooLargeError, TooManyRedirectsError

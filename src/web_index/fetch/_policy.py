@@ -13,7 +13,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from web_index.fetch._base import Fetcher, Method
+from web_index.fetch._attempt import Fetcher, Method
 from web_index.models import AttemptState, Calibre
 
 __all__ = ["Action", "Decision", "EscalationPolicy", "plan_fetchers"]

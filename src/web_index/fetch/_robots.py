@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from protego import Protego
 
-from web_index.fetch._base import Fetcher
+from web_index.fetch._attempt import Fetcher
 from web_index.models import AttemptState
 
 __all__ = ["ROBOTS_USER_AGENT", "RobotsCache", "RobotsDecision"]

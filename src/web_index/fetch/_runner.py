@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from web_index.fetch._base import Attempt, Fetcher, Method, Stopwatch, utc_now
+from web_index.fetch._attempt import Attempt, Fetcher, Method, Stopwatch, utc_now
 from web_index.fetch._policy import Action, Decision, EscalationPolicy, plan_fetchers
 from web_index.fetch._robots import RobotsCache
 from web_index.models import AttemptState, PageKey

@@ -12,11 +12,11 @@ from web_index.storage._files import WriteOptions
 from web_index.storage._files import open_checked as open_checked
 from web_index.storage._files import read_small_files as read_small_files
 from web_index.storage._files import visible_files as visible_files
-from web_index.storage._index import IndexHit as IndexHit
-from web_index.storage._index import key_hash as key_hash
-from web_index.storage._index import open_month_index as open_month_index
 from web_index.storage._layout import Partition
 from web_index.storage._layout import StoredFile as StoredFile
+from web_index.storage._month_index import IndexHit as IndexHit
+from web_index.storage._month_index import key_hash as key_hash
+from web_index.storage._month_index import open_month_index as open_month_index
 from web_index.storage._pgbuffer import PostgresBuffer
 from web_index.storage._s3 import S3Backend as S3Backend
 from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS

@@ -17,7 +17,7 @@ __all__ = ["BUFFER_DIR", "INDEX_DIR", "LOCK_DIR", "TMP_DIR", "Partition", "Store
 
 BUFFER_DIR = "_buffer"
 LOCK_DIR = "_locks"
-INDEX_DIR = "_index"  # month key indexes (storage/_index.py)
+INDEX_DIR = "_index"  # month key indexes (storage/_month_index.py)
 TMP_DIR = "_tmp"
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -24,10 +24,10 @@ from web_index.storage._files import (
     visible_files,
     write_partition_file,
 )
-from web_index.storage._index import build_month_index
 from web_index.storage._layout import BUFFER_DIR, LOCK_DIR, Partition, StoredFile
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._merge import merge_sorted
+from web_index.storage._month_index import build_month_index
 from web_index.storage._s3 import S3Backend, handle_version
 from web_index.storage._schema import SORT_KEYS
 

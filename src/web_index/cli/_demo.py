@@ -12,13 +12,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from web_index.fetch._address import AddressPolicy
-from web_index.fetch._base import FetchLimits
-from web_index.fetch._browser import DEFAULT_CHROMIUM, chromium_available
-from web_index.fetch._config import FetchConfig
-from web_index.fetch._policy import EscalationPolicy
-from web_index.fetch._report import outcome_table, run_fetch, state_counts_table
-from web_index.fetch._sample_site import LocalServer, sample_routes, sample_urls
+from web_index.cli._report import outcome_table, run_fetch, state_counts_table
+from web_index.cli._sample_site import LocalServer, sample_routes, sample_urls
+from web_index.fetch import (
+    DEFAULT_CHROMIUM,
+    AddressPolicy,
+    EscalationPolicy,
+    FetchConfig,
+    FetchLimits,
+    chromium_available,
+)
 from web_index.models import Calibre, Page, RecordType, SimplePageQuery
 
 __all__ = ["run_demo"]

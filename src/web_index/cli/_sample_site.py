@@ -6,7 +6,7 @@ that exercise each path through the fetchers: static pages, a redirect, a
 JavaScript-only page, a bot-protection challenge, a slow page, a page
 robots.txt forbids, and a missing page.
 
-Run ``python -m web_index.fetch._sample_site`` to serve it in the foreground.
+Run ``python -m web_index.cli._sample_site`` to serve it in the foreground.
 """
 
 from __future__ import annotations

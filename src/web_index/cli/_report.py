@@ -14,10 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from web_index.fetch._base import Attempt, Method
-from web_index.fetch._config import FetchConfig
-from web_index.fetch._policy import Decision
-from web_index.fetch._runner import FetchOutcome, FetchRunner
+from web_index.fetch import Attempt, Decision, FetchConfig, FetchOutcome, FetchRunner, Method
 from web_index.models import AttemptState
 
 if TYPE_CHECKING:
