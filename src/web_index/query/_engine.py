@@ -44,7 +44,6 @@ from web_index.storage import (
     open_checked,
     open_month_index,
     read_small_files,
-    visible_files,
 )
 
 log = logging.getLogger("web_index.query")
@@ -274,17 +273,7 @@ def _read_partition(
     keys: list[str],
 ) -> dict[str, dict[str, tuple[Candidate, _FileRows]]]:
     """Candidates per URL key and request id in one partition (key columns only)."""
-    for _ in range(_RETRIES):
-        try:
-            opened, _dead = visible_files(store.backend, files)
-            break
-        except FileNotFoundError:
-            # A compaction replaced files after we listed them: list again.
-            files = store.partition_files(Partition(type, year, month, domain))
-    else:
-        from web_index.errors import StoreError
-
-        raise StoreError(f"partition {type.value}/{year}/{month:02d}/{domain} kept changing while read")
+    _files, opened, _dead = store.open_visible(Partition(type, year, month, domain), files)
     per_key: dict[str, dict[str, tuple[Candidate, _FileRows]]] = defaultdict(dict)
     ts_col = TS_COLUMN[type]
     for file, handle in opened:

@@ -74,6 +74,9 @@ def _default_locks(backend: Backend, buffer: Buffer) -> Locks:
     return KindLocks({"flush": flush, "compact": compact})
 
 
+_OPEN_TRIES = 8
+
+
 def _row_groups(handle: pq.ParquetFile) -> Iterator[pa.Table]:
     for g in range(handle.metadata.num_row_groups):
         yield handle.read_row_group(g, use_threads=False)
@@ -331,16 +334,26 @@ class Store:
                 changed |= self._compact_type(Partition(type, mp.year, mp.month, mp.domain), min_parts)
             return changed
 
-    def _compact_type(self, partition: Partition, min_parts: int) -> bool:
-        files = self.partition_files(partition)
-        for _ in range(8):
+    def open_visible(
+        self, partition: Partition, files: list[StoredFile] | None = None
+    ) -> tuple[list[StoredFile], list[tuple[StoredFile, pq.ParquetFile]], list[StoredFile]]:
+        """Open the visible files of a partition: its files as listed (``files``,
+        else listed now), the visible ones opened, and the superseded ones.
+
+        A file gone between listing and opening (a compaction committed) makes
+        it list again; a partition that keeps changing is a :class:`StoreError`.
+        """
+        files = self.partition_files(partition) if files is None else files
+        for _ in range(_OPEN_TRIES):
             try:
                 opened, dead = visible_files(self.backend, files)
-                break
-            except FileNotFoundError:  # changed under us (a compactor that lost its lease)
+                return files, opened, dead
+            except FileNotFoundError:
                 files = self.partition_files(partition)
-        else:
-            raise StoreError(f"partition {partition} kept changing during compaction")
+        raise StoreError(f"partition {partition} kept changing while it was read; try again")
+
+    def _compact_type(self, partition: Partition, min_parts: int) -> bool:
+        files, opened, dead = self.open_visible(partition)
         live_parts = [f for f, _ in opened if f.part is not None]
         if len(live_parts) < max(min_parts, 1):
             for f in dead:  # leftovers of a compaction that died after its commit
