@@ -32,8 +32,9 @@ from web_index.models import (
     RecordType,
     SimplePageQuery,
 )
-from web_index.storage._buffer import MethodPartition, SqliteBuffer, _khash, buffer_rows
 from web_index.storage._schema import SCHEMAS
+from web_index.storage.buffer import MethodPartition, SqliteBuffer, buffer_rows
+from web_index.storage.buffer.base import _khash
 
 # The layout before this one (web-index up to commit 57b7260), as it created it.
 _OLD_SCHEMA = """

@@ -17,8 +17,7 @@ from tests.test_model_based import StoreMachine
 from web_index import FlushPolicy, WebIndex
 from web_index.errors import StoreError
 from web_index.ingest import validate_attempt
-from web_index.storage._buffer import MethodPartition
-from web_index.storage._pgbuffer import PostgresBuffer
+from web_index.storage.buffer import MethodPartition, PostgresBuffer
 
 
 def test_insert_visible_to_other_handles_at_once(postgres: Postgres, tmp_path: Path) -> None:

@@ -4,12 +4,13 @@ Every model converts to and from the standard's flat serialised form with
 ``to_dict()`` / ``from_dict()``; lists of queries go to and from Parquet with
 :func:`write_queries` / :func:`read_queries`, and answers to Parquet with
 :func:`write_results`.
+
+``__all__`` is the public API; names imported ``as`` themselves are the
+internal one, for the other packages of web_index (never from a private module).
 """
 
 from web_index.models._enums import AttemptState, Calibre, RecordType
 from web_index.models._io import RESULT_SCHEMA, iter_queries, read_queries, write_queries, write_results
-
-# The internal API: what other packages of web_index use (not public, not in __all__).
 from web_index.models._io import queries_of as queries_of
 from web_index.models._io import query_table as query_table
 from web_index.models._io import result_table as result_table

@@ -1,6 +1,9 @@
-"""Answering batches of queries against a store."""
+"""Answering batches of queries against a store.
 
-# The internal API: what other packages of web_index use (not public, not in __all__).
+``__all__`` is the public API; names imported ``as`` themselves are the
+internal one, for the other packages of web_index (never from a private module).
+"""
+
 from web_index.query._bulk import answer_to_file as answer_to_file
 from web_index.query._engine import Result, run_queries
 

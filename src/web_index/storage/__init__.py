@@ -1,10 +1,11 @@
-"""Where records live: the Parquet layout, the insert buffer, flushing, compaction."""
+"""Where records live: the Parquet layout, the insert buffer, flushing, compaction.
+
+``__all__`` is the public API; names imported ``as`` themselves are the
+internal one, for the other packages of web_index (never from a private module).
+"""
 
 from web_index.storage._backend import Backend, LocalBackend, open_backend
-from web_index.storage._buffer import Buffer, MethodPartition
 from web_index.storage._cache import CacheConfig
-
-# The internal API: what other packages of web_index use (not public, not in __all__).
 from web_index.storage._cache import CachingBackend as CachingBackend
 from web_index.storage._clock import SYSTEM_CLOCK as SYSTEM_CLOCK
 from web_index.storage._clock import Clock
@@ -17,13 +18,13 @@ from web_index.storage._layout import StoredFile as StoredFile
 from web_index.storage._month_index import IndexHit as IndexHit
 from web_index.storage._month_index import key_hash as key_hash
 from web_index.storage._month_index import open_month_index as open_month_index
-from web_index.storage._pgbuffer import PostgresBuffer
 from web_index.storage._s3 import S3Backend as S3Backend
 from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS
 from web_index.storage._schema import TS_COLUMN as TS_COLUMN
 from web_index.storage._stats import stats as stats
 from web_index.storage._store import FlushPolicy, Store
 from web_index.storage._verify import verify as verify
+from web_index.storage.buffer import Buffer, MethodPartition, PostgresBuffer
 
 __all__ = [
     "Backend",

@@ -1,6 +1,6 @@
 """A shared insert buffer on PostgreSQL, for writers on many machines.
 
-Same semantics as :class:`~web_index.storage._buffer.SqliteBuffer`: an insert
+Same semantics as :class:`~web_index.storage.buffer.SqliteBuffer`: an insert
 is one committed transaction (durable and visible to every reader when it
 returns), flushes claim rows with a flush id, write part files, then complete
 (delete) them. Claims are one ``UPDATE ... WHERE flush_id IS NULL`` over rows
@@ -28,8 +28,14 @@ import psycopg
 from web_index._dsn import mask_dsn
 from web_index.errors import StoreError
 from web_index.models import AttemptRows, RecordType
-from web_index.storage._buffer import BufferedAttempt, BufferedKey, MethodPartition, buffer_rows, decode_rows
 from web_index.storage._clock import SYSTEM_CLOCK, Clock, now_us
+from web_index.storage.buffer.base import (
+    BufferedAttempt,
+    BufferedKey,
+    MethodPartition,
+    buffer_rows,
+    decode_rows,
+)
 
 __all__ = ["PgAdvisoryLocks", "PostgresBuffer"]
 
@@ -115,7 +121,7 @@ def _lock_key(kind: str, name: str) -> int:
 
 
 class PostgresBuffer:
-    """The :class:`~web_index.storage._buffer.Buffer` protocol on a PostgreSQL database."""
+    """The :class:`~web_index.storage.buffer.Buffer` protocol on a PostgreSQL database."""
 
     def __init__(
         self,

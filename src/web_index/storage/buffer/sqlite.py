@@ -1,5 +1,8 @@
 """The durable insert buffer: SQLite in WAL mode inside the store.
 
+(Over 400 lines: one class, :class:`SqliteBuffer`, the Buffer contract on
+SQLite; its schema, sizes and the writers' turn live in ``_sqlite.py``.)
+
 Fetchers insert one attempt at a time; writing each as a Parquet file would
 bury the store in small files. Instead an insert commits to this buffer (one
 fsync'd transaction, so it survives ``kill -9`` the instant ``insert``
@@ -24,8 +27,6 @@ the next inserts, not inside COMMIT with every other writer waiting.
 
 from __future__ import annotations
 
-import fcntl
-import logging
 import os
 import sqlite3
 import threading
@@ -33,217 +34,40 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
-
-import msgspec
+from typing import Any
 
 from web_index.errors import StoreError
-from web_index.models import AttemptRows, RecordType, row_dicts
+from web_index.models import AttemptRows, RecordType
 from web_index.storage._clock import SYSTEM_CLOCK, Clock, now_us
-
-__all__ = [
-    "Buffer",
-    "BufferedAttempt",
-    "BufferedKey",
-    "MethodPartition",
-    "SqliteBuffer",
-    "buffer_rows",
-    "decode_rows",
-]
-
-# The layout below is number 2 (``PRAGMA user_version``). Layout 1 (0 in the
-# file) kept one row per attempt in ``attempts`` with wide indexes and totals
-# kept by triggers; a writable open converts it in one transaction.
-_LAYOUT = 2
-_SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS parts (
-        pid    INTEGER PRIMARY KEY,
-        method TEXT    NOT NULL,
-        year   INTEGER NOT NULL,
-        month  INTEGER NOT NULL,
-        domain TEXT    NOT NULL,
-        rows   INTEGER NOT NULL,  -- buffered attempts (claimed or not)
-        nbytes INTEGER NOT NULL,  -- and the size of their blobs
-        UNIQUE (method, year, month, domain)
-    )""",
-    """CREATE TABLE IF NOT EXISTS buffered (
-        seq        INTEGER PRIMARY KEY,
-        pid        INTEGER NOT NULL,  -- parts.pid
-        khash      INTEGER NOT NULL,  -- _khash(method, url_key)
-        url_key    TEXT    NOT NULL,
-        ts_us      INTEGER NOT NULL,
-        request_id TEXT    NOT NULL UNIQUE,
-        calibre    INTEGER NOT NULL,
-        success    INTEGER NOT NULL,
-        nbytes     INTEGER NOT NULL,
-        added_us   INTEGER NOT NULL,
-        flush_id   TEXT,
-        body       BLOB    NOT NULL   -- msgpack [metadata values, [response values]]
-    )""",
-    "CREATE INDEX IF NOT EXISTS buffered_key ON buffered (khash)",
-    # Claims take a partition's unclaimed rows oldest first; due() reads the
-    # oldest unclaimed row of each partition from this index alone.
-    "CREATE INDEX IF NOT EXISTS buffered_part ON buffered (pid, flush_id, added_us)",
-    "CREATE INDEX IF NOT EXISTS buffered_flush ON buffered (flush_id) WHERE flush_id IS NOT NULL",
-    # Bumped by every completed flush of a month, so that read caches elsewhere
-    # know a listing is stale; (method, 0, 0) is bumped by a month's first flush.
-    """CREATE TABLE IF NOT EXISTS generations (
-        method TEXT NOT NULL, year INTEGER NOT NULL, month INTEGER NOT NULL, gen INTEGER NOT NULL,
-        PRIMARY KEY (method, year, month)
-    ) WITHOUT ROWID""",
-]
-# Measured (bench ingest, 60,000 GET records with 2 KB bodies, four rounds
-# alternated): 16 KiB pages take batches of 1,000 from ~16,400 to ~20,500 GET
-# records/s, and hold that rate as the buffer grows (4 KiB pages fell to
-# ~14,000 att/s with 200,000 attempts buffered). A row of ~2.7 KB fills a 4 KiB
-# page alone; in 16 KiB pages six share one. Single inserts stayed at
-# 1,700-1,900/s either way. Only a new database takes it.
-_PAGE_SIZE = 16384
-_CACHE_KIB = 8192
-# A writer asks for a checkpoint each time it has written about this much to
-# the WAL (SQLite's automatic checkpoint, off, is every 1,000 pages: 4 MiB).
-_CHECKPOINT_BYTES = 4 << 20
-# Free pages a flush leaves before the buffer is compacted (see SqliteBuffer._reclaim).
-_RECLAIM_BYTES = 32 << 20
-
-log = logging.getLogger("web_index.storage")
-_encode = msgspec.msgpack.Encoder().encode
-_decode = msgspec.msgpack.Decoder().decode
-# A blob holds an attempt's rows as validation made them, values in the order
-# of METADATA_COLUMNS and GET_COLUMNS / HEAD_COLUMNS (web_index.ingest), not as
-# maps: the keys, repeated in every row, were a tenth of a 2 KB page's blob and
-# half the time to encode it. Blobs written before hold maps, and still decode.
-# SQLite allows 999 host parameters per statement in old builds; stay below.
-_CHUNK = 900
-_SEEDS = {m: zlib.crc32(f"{m.value}\0".encode()) for m in RecordType}
-_TYPES = {m.value: m for m in RecordType}  # a dict lookup; RecordType(value) costs ~10x that
-
-_INSERT = (
-    "INSERT INTO buffered (pid, khash, url_key, ts_us, request_id, calibre, success, nbytes, added_us, body)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?)"
+from web_index.storage.buffer._sqlite import (
+    _CACHE_KIB,
+    _CHECKPOINT_BYTES,
+    _CHUNK,
+    _INSERT,
+    _LAYOUT,
+    _PAGE_SIZE,
+    _PART_OF,
+    _RECLAIM_BYTES,
+    _add_to_parts,
+    _Checkpointer,
+    _create,
+    _disk_note,
+    _in_turn,
+    _open_lock_file,
 )
-_PART_OF = "SELECT pid FROM parts WHERE method=? AND year=? AND month=? AND domain=?"
+from web_index.storage.buffer.base import (
+    _SEEDS,
+    BufferedAttempt,
+    BufferedKey,
+    MethodPartition,
+    _attempt,
+    _encode,
+    _khash,
+    _warn_once,
+    log,
+)
 
-
-_WARNED: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    """Log ``message`` once per process (a reader asks the buffer on every query)."""
-    if message not in _WARNED:
-        _WARNED.add(message)
-        log.warning("%s", message)
-
-
-def _khash(method: RecordType, url_key: str) -> int:
-    """The lookup index's key: a 32-bit hash of method and URL key (collisions only cost a row read)."""
-    return zlib.crc32(url_key.encode(), _SEEDS[method])
-
-
-class MethodPartition(NamedTuple):
-    """A partition of both a method's data and its metadata (flushed together)."""
-
-    method: RecordType
-    year: int
-    month: int
-    domain: str
-
-    def __str__(self) -> str:
-        return f"{self.method.value}/{self.year:04d}/{self.month:02d}/{self.domain}"
-
-
-class BufferedKey(NamedTuple):
-    url_key: str
-    ts_us: int
-    request_id: str
-    calibre: int
-    success: bool
-
-
-class BufferedAttempt(NamedTuple):
-    request_id: str
-    metadata: dict[str, Any]
-    responses: list[dict[str, Any]]
-
-
-def _unpack(meta: Any, responses: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A blob's rows (values in column order, or maps as written before) as dicts."""
-    if isinstance(meta, dict):
-        return meta, responses
-    try:
-        return row_dicts(meta, responses)
-    except ValueError as exc:
-        raise StoreError(f"buffered {exc}: not a layout this version of web-index reads") from None
-
-
-def decode_rows(meta: bytes, responses: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The metadata row and response rows of the two blobs :func:`buffer_rows` makes."""
-    return _unpack(_decode(meta), _decode(responses))
-
-
-def buffer_rows(attempts: Sequence[AttemptRows], now: int) -> list[tuple[object, ...]]:
-    """One row per attempt in the Postgres buffer's column order:
-    method, year, month, domain, url_key, ts_us, request_id, calibre, success, nbytes,
-    added_us (``now``, in microseconds), metadata (msgpack), responses (msgpack)."""
-    rows: list[tuple[object, ...]] = []
-    for a in attempts:
-        meta = _encode(a.metadata)
-        resp = _encode(a.responses)
-        rows.append(
-            (
-                a.method.value,
-                a.year,
-                a.month,
-                a.domain,
-                a.url_key,
-                a.ts_us,
-                a.request_id,
-                a.calibre,
-                a.success,
-                len(meta) + len(resp),
-                now,
-                meta,
-                resp,
-            )
-        )
-    return rows
-
-
-def _attempt(request_id: str, body: bytes) -> BufferedAttempt:
-    return BufferedAttempt(request_id, *_unpack(*_decode(body)))
-
-
-class Buffer(Protocol):
-    """What the store needs from an insert buffer (SQLite by default; Postgres for many machines).
-
-    Rows are whole attempts. A flush *claims* rows with a flush id, writes them
-    to part files and then *completes* the flush (deletes them). Readers see
-    claimed rows until they are completed.
-    """
-
-    readonly: bool
-
-    def close(self) -> None: ...
-    def append(self, attempts: Sequence[AttemptRows]) -> None:
-        """Store attempts durably in one transaction (all or none)."""
-        ...
-
-    def oversized(
-        self, parts: Iterable[MethodPartition], max_rows: int, max_bytes: int
-    ) -> list[MethodPartition]: ...
-    def due(self, max_rows: int, max_bytes: int, max_age_s: float) -> list[MethodPartition]: ...
-    def partitions(self) -> list[MethodPartition]: ...
-    def claims(self, part: MethodPartition) -> list[str]: ...
-    def claim(self, part: MethodPartition, flush_id: str, limit: int) -> int: ...
-    def claimed(self, flush_id: str) -> Iterator[BufferedAttempt]: ...
-    def complete(self, flush_id: str) -> None: ...
-    def lookup(self, method: RecordType, url_keys: Iterable[str]) -> list[BufferedKey]: ...
-    def load(self, request_ids: Iterable[str]) -> dict[str, BufferedAttempt]: ...
-    def iter_all(self) -> Iterator[tuple[MethodPartition, str | None, BufferedAttempt]]: ...
-    def counts(self) -> dict[MethodPartition, tuple[int, int, int]]: ...
-    def generation(self, method: RecordType, year: int, month: int) -> int:
-        """A counter bumped by every completed flush of that month (``0, 0``: of a new month)."""
-        ...
+__all__ = ["SqliteBuffer"]
 
 
 class SqliteBuffer:
@@ -705,163 +529,3 @@ class SqliteBuffer:
                 " FROM buffered b JOIN parts p ON p.pid = b.pid GROUP BY b.pid"
             ).fetchall()
         return {MethodPartition(RecordType(m), y, mo, d): (n, s, b) for m, y, mo, d, n, s, b in rows}
-
-
-class _Checkpointer:
-    """WAL checkpoints on a thread and connection of their own.
-
-    A checkpoint holds the writer lock (its own file descriptor, so that it
-    excludes this process's writers too): with no transaction appending
-    meanwhile it can copy every frame, and the next writer starts the WAL
-    over instead of growing it. It runs while the inserting thread validates
-    its next batch. Passive: it never waits for readers. Requests made while
-    one runs are folded into the next.
-    """
-
-    def __init__(self, path: Path, durable: bool) -> None:
-        self._path = path
-        self._durable = durable
-        self._wake = threading.Event()
-        self._stop = False
-        self._pid = os.getpid()
-        self._thread = threading.Thread(target=self._run, name="web-index-checkpoint", daemon=True)
-        self._thread.start()
-
-    def alive(self) -> bool:
-        return self._pid == os.getpid() and self._thread.is_alive()
-
-    def request(self) -> None:
-        self._wake.set()
-
-    def close(self) -> None:
-        self._stop = True
-        self._wake.set()
-        if self.alive():
-            self._thread.join()
-
-    def _run(self) -> None:
-        conn: sqlite3.Connection | None = None
-        lock_fd = -1
-        try:
-            while True:
-                self._wake.wait()
-                self._wake.clear()
-                if self._stop:
-                    return
-                try:
-                    if conn is None:
-                        conn = sqlite3.connect(self._path, timeout=60, isolation_level=None)
-                        conn.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'NORMAL'}")
-                    if lock_fd < 0:
-                        lock_fd = _open_lock_file(self._path)
-                    with _in_turn(lock_fd):
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                except (sqlite3.Error, OSError) as exc:  # the next request tries again
-                    log.warning("checkpoint of %s failed: %s", self._path, exc)
-        finally:
-            if conn is not None:
-                conn.close()
-            if lock_fd >= 0:
-                os.close(lock_fd)
-
-
-def _disk_note(database: Path) -> str:
-    """Why SQLite failed, when its own words hide it: a full disk makes it say
-    "disk I/O error" when it cannot map its shared-memory file."""
-    try:
-        st = os.statvfs(database.parent)
-    except OSError:
-        return ""
-    return " (the disk is full)" if st.f_bavail * st.f_frsize < 64 * 1024 else ""
-
-
-def _open_lock_file(database: Path) -> int:
-    """The writers' lock file beside the database (see the module's docstring)."""
-    return os.open(database.with_name("buffer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-
-
-@contextmanager
-def _in_turn(lock_fd: int) -> Iterator[None]:
-    """Hold the writers' lock; released whatever fails, as a held lock would
-    stop every other writer of the store."""
-    fcntl.flock(lock_fd, fcntl.LOCK_EX)
-    try:
-        yield
-    finally:
-        fcntl.flock(lock_fd, fcntl.LOCK_UN)
-
-
-def _add_to_parts(
-    conn: sqlite3.Connection, parts: dict[tuple[RecordType, int, int, str], list[int]]
-) -> tuple[
-    dict[tuple[RecordType, int, int, str], int], dict[tuple[RecordType, int, int, str], tuple[int, int]]
-]:
-    """Add rows and bytes to partitions' totals (creating them); return their ids
-    and their totals after the addition."""
-    pids: dict[tuple[RecordType, int, int, str], int] = {}
-    after: dict[tuple[RecordType, int, int, str], tuple[int, int]] = {}
-    items = list(parts.items())
-    step = _CHUNK // 6
-    for i in range(0, len(items), step):
-        chunk = items[i : i + step]
-        marks = ",".join(["(?,?,?,?,?,?)"] * len(chunk))
-        cur = conn.execute(
-            f"INSERT INTO parts (method, year, month, domain, rows, nbytes) VALUES {marks}"  # noqa: S608
-            " ON CONFLICT DO UPDATE SET rows = rows + excluded.rows, nbytes = nbytes + excluded.nbytes"
-            " RETURNING pid, method, year, month, domain, rows, nbytes",
-            [v for (m, y, mo, d), (n, b) in chunk for v in (m.value, y, mo, d, n, b)],
-        )
-        for pid, m, y, mo, d, n, b in cur.fetchall():
-            key = (_TYPES[m], y, mo, d)
-            pids[key] = pid
-            after[key] = (n, b)
-    return pids, after
-
-
-def _create(conn: sqlite3.Connection) -> None:
-    """Create the current layout, converting a buffer of the older one (one transaction)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        if conn.execute("PRAGMA user_version").fetchone()[0] != _LAYOUT:  # not done meanwhile
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            old = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='attempts'"
-            ).fetchone()
-            if old is not None:
-                _convert(conn)
-            conn.execute(f"PRAGMA user_version={_LAYOUT}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-
-
-def _convert(conn: sqlite3.Connection) -> None:
-    """Move the rows of layout 1 (``attempts``, ``totals``) into this layout."""
-    conn.create_function("wi_khash", 2, lambda m, k: _khash(RecordType(m), k), deterministic=True)
-    conn.create_function(
-        "wi_body", 2, lambda meta, resp: _encode((_decode(meta), _decode(resp))), deterministic=True
-    )
-    conn.execute(
-        "INSERT INTO buffered (seq, pid, khash, url_key, ts_us, request_id, calibre, success, nbytes,"
-        " added_us, flush_id, body)"
-        " SELECT a.seq, 0, wi_khash(a.method, a.url_key), a.url_key, a.ts_us, a.request_id, a.calibre,"
-        " a.success, 0, a.added_us, a.flush_id, wi_body(a.metadata, a.responses)"
-        " FROM attempts a ORDER BY a.seq"
-    )
-    conn.execute("UPDATE buffered SET nbytes = length(body)")
-    conn.execute(
-        "INSERT INTO parts (method, year, month, domain, rows, nbytes)"
-        " SELECT method, year, month, domain, 0, 0 FROM attempts GROUP BY method, year, month, domain"
-    )
-    conn.execute(
-        "UPDATE buffered SET pid = (SELECT p.pid FROM attempts a JOIN parts p ON p.method = a.method"
-        " AND p.year = a.year AND p.month = a.month AND p.domain = a.domain WHERE a.seq = buffered.seq)"
-    )
-    conn.execute(
-        "UPDATE parts SET rows = (SELECT COUNT(*) FROM buffered b WHERE b.pid = parts.pid),"
-        " nbytes = (SELECT IFNULL(SUM(nbytes), 0) FROM buffered b WHERE b.pid = parts.pid)"
-    )
-    conn.execute("DROP TABLE attempts")  # with its indexes and triggers
-    conn.execute("DROP TABLE IF EXISTS totals")
