@@ -47,9 +47,9 @@ def build(root: Path, gb: float, parts: int) -> int:
 
     from web_index.models import RecordType
     from web_index.storage import Partition, WriteOptions
-    from web_index.storage._backend import LocalBackend
     from web_index.storage._files import write_partition_file
     from web_index.storage._schema import SCHEMAS
+    from web_index.storage.backends import LocalBackend
 
     backend = LocalBackend(root)
     root.mkdir(parents=True, exist_ok=True)

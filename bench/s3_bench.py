@@ -39,9 +39,8 @@ from tests.servers import BUCKET, SeaweedFS, weed_binary  # noqa: E402
 
 from web_index import FlushPolicy, WebIndex  # noqa: E402
 from web_index.models import SimplePageQuery  # noqa: E402
-from web_index.storage._cache import CacheConfig  # noqa: E402
 from web_index.storage._layout import parse_file_name  # noqa: E402
-from web_index.storage._s3 import S3Backend  # noqa: E402
+from web_index.storage.backends import CacheConfig, S3Backend  # noqa: E402
 
 T0 = datetime(2024, 4, 1, tzinfo=UTC)
 

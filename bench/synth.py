@@ -43,9 +43,9 @@ import pyarrow.parquet as pq
 from web_index import WebIndex
 from web_index.ingest import validate_attempt
 from web_index.models import AttemptMetadata, AttemptState, RecordType, Response
-from web_index.storage._backend import LocalBackend
 from web_index.storage._files import WriteOptions, rows_to_table, sort_dedupe, write_partition_file
 from web_index.storage._layout import Partition
+from web_index.storage.backends import LocalBackend
 
 # Bump when the generator's output changes, so that stale caches are not reused.
 # 2: files written directly in compacted form (request ids no longer in time order).

@@ -64,6 +64,6 @@ def rewrite_store_file(path: Any, table: Any, **options: Any) -> None:
     that the checksum catches it)."""
     from pathlib import Path
 
-    from web_index.storage._backend import sealed_bytes
+    from web_index.storage.backends import sealed_bytes
 
     Path(path).write_bytes(bytes(sealed_bytes(table, **options)))

@@ -8,7 +8,7 @@ from tests.factories import T0, attempt
 from tests.servers import SeaweedFS
 from web_index import FlushPolicy, WebIndex
 from web_index.models import PageKey, SimplePageQuery
-from web_index.storage._cache import CacheConfig, CachingBackend
+from web_index.storage.backends import CacheConfig, CachingBackend
 
 
 def backend(index: WebIndex) -> CachingBackend:

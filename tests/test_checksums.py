@@ -27,7 +27,7 @@ from web_index import FlushPolicy, WebIndex
 from web_index.errors import CorruptFileError
 from web_index.models import PageKey, Query, SimplePageQuery, TimeAwarePageQuery
 from web_index.storage import _month_index as _index
-from web_index.storage._s3 import S3Backend
+from web_index.storage.backends import S3Backend
 
 URLS = [f"https://shop.example.com/p{i}" for i in range(5)]
 

@@ -24,9 +24,9 @@ from web_index import FlushPolicy, WebIndex, WriteOptions
 from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
 from web_index.query import _engine
 from web_index.storage import _month_index as _index
-from web_index.storage._backend import LocalBackend
 from web_index.storage._files import list_partition_files
 from web_index.storage._store import Store
+from web_index.storage.backends import LocalBackend
 
 DOMAINS = ["alpha.com", "beta.org", "gamma.net", "delta.io"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -16,7 +16,7 @@ from web_index.errors import ConflictError, StoreError
 from web_index.models import SimplePageQuery
 from web_index.read_only import query as ro_query
 from web_index.storage._lease import LeaseLocks
-from web_index.storage._s3 import S3Backend
+from web_index.storage.backends import S3Backend
 
 
 def fill(index: WebIndex, n: int, hosts: int = 3) -> list[object]:

@@ -18,7 +18,7 @@ from web_index.models import RecordType
 from web_index.storage import Partition, WriteOptions
 from web_index.storage._files import rows_to_table, write_partition_file
 from web_index.storage._layout import TMP_DIR
-from web_index.storage._s3 import S3Backend
+from web_index.storage.backends import S3Backend
 
 MiB = 1 << 20
 

@@ -4,9 +4,6 @@
 internal one, for the other packages of web_index (never from a private module).
 """
 
-from web_index.storage._backend import Backend, LocalBackend, open_backend
-from web_index.storage._cache import CacheConfig
-from web_index.storage._cache import CachingBackend as CachingBackend
 from web_index.storage._clock import SYSTEM_CLOCK as SYSTEM_CLOCK
 from web_index.storage._clock import Clock
 from web_index.storage._files import WriteOptions
@@ -18,12 +15,14 @@ from web_index.storage._layout import StoredFile as StoredFile
 from web_index.storage._month_index import IndexHit as IndexHit
 from web_index.storage._month_index import key_hash as key_hash
 from web_index.storage._month_index import open_month_index as open_month_index
-from web_index.storage._s3 import S3Backend as S3Backend
 from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS
 from web_index.storage._schema import TS_COLUMN as TS_COLUMN
 from web_index.storage._stats import stats as stats
 from web_index.storage._store import FlushPolicy, Store
 from web_index.storage._verify import verify as verify
+from web_index.storage.backends import Backend, CacheConfig, LocalBackend, open_backend
+from web_index.storage.backends import CachingBackend as CachingBackend
+from web_index.storage.backends import S3Backend as S3Backend
 from web_index.storage.buffer import Buffer, MethodPartition, PostgresBuffer
 
 __all__ = [

@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
-from web_index.storage._backend import Backend, LocalBackend
 from web_index.storage._checksum import CheckedFile, check_bytes
 from web_index.storage._layout import Partition, StoredFile, parse_file_name
 from web_index.storage._schema import BODY_COLUMN, FORMAT_VERSION, SCHEMAS, SORT_KEYS, TS_COLUMN
+from web_index.storage.backends import Backend, LocalBackend
 
 __all__ = [
     "FORMAT_KEY",

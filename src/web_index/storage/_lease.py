@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 from web_index.errors import ConflictError, StoreError
 from web_index.storage._layout import LOCK_DIR
-from web_index.storage._s3 import S3Backend
+from web_index.storage.backends import S3Backend
 
 __all__ = ["Lease", "LeaseLocks"]
 

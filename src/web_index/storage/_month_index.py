@@ -50,10 +50,10 @@ import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
-from web_index.storage._backend import Backend, LocalBackend
 from web_index.storage._files import list_partition_files, read_small_files, sorted_unique, visible_files
 from web_index.storage._layout import INDEX_DIR, Partition, StoredFile, parse_file_name
 from web_index.storage._schema import TS_COLUMN
+from web_index.storage.backends import Backend, LocalBackend
 
 __all__ = [
     "INDEX_ROW_GROUP",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from web_index.models import RecordType
-from web_index.storage._cache import CacheStats
 from web_index.storage._files import visible_files
 from web_index.storage._store import Store
+from web_index.storage.backends import CacheStats
 
 __all__ = ["PartitionStats", "StoreStats", "stats"]
 

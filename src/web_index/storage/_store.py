@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 
 from web_index.errors import ConflictError, StoreError
 from web_index.models import STORED_END, STORED_START, AttemptRows, RecordType
-from web_index.storage._backend import Backend
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._files import (
     WriteOptions,
@@ -27,8 +26,8 @@ from web_index.storage._layout import BUFFER_DIR, LOCK_DIR, Partition, StoredFil
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._merge import merge_sorted
 from web_index.storage._month_index import build_month_index
-from web_index.storage._s3 import S3Backend, handle_version
 from web_index.storage._schema import SORT_KEYS
+from web_index.storage.backends import Backend, S3Backend, handle_version
 from web_index.storage.buffer import Buffer, MethodPartition, SqliteBuffer
 
 __all__ = ["FlushPolicy", "Store"]

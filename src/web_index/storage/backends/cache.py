@@ -2,7 +2,7 @@
 
 Object storage costs 10-100 ms a request, so a query batch must not pay twice
 for the same listing or footer. :class:`CachingBackend` wraps an
-:class:`~web_index.storage._s3.S3Backend` and keeps, in memory:
+:class:`~web_index.storage.backends.S3Backend` and keeps, in memory:
 
 * a byte-bounded LRU of **positive** entries: folder listings (with each
   object's ETag), object tails (the footer, and the whole object for small
@@ -37,9 +37,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.models import RecordType
-from web_index.storage._backend import FileInfo
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
-from web_index.storage._s3 import ObjectFile, ObjectInfo, S3Backend, file_info
+from web_index.storage.backends.base import FileInfo
+from web_index.storage.backends.s3 import ObjectFile, ObjectInfo, S3Backend, file_info
 
 __all__ = ["CacheConfig", "CacheStats", "CachingBackend"]
 

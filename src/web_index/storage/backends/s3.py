@@ -22,13 +22,10 @@ credentials) raises :class:`~web_index.errors.StoreError` naming the store.
 
 from __future__ import annotations
 
-import configparser
 import contextlib
 import hashlib
-import io
 import os
 import threading
-import weakref
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -49,9 +46,17 @@ from obstore.exceptions import (
 from obstore.store import S3Store
 
 from web_index.errors import ConflictError, StoreError
-from web_index.storage._backend import FileInfo, new_spool, remove_dead_spools, sealed_bytes, write_sealed
-from web_index.storage._checksum import CheckedFile, check_footer, check_whole
+from web_index.storage._checksum import check_whole
 from web_index.storage._layout import TMP_DIR
+from web_index.storage.backends._object_file import ObjectFile, handle_version
+from web_index.storage.backends._s3_config import store_config
+from web_index.storage.backends.base import (
+    FileInfo,
+    new_spool,
+    remove_dead_spools,
+    sealed_bytes,
+    write_sealed,
+)
 
 __all__ = [
     "ObjectFile",
@@ -69,15 +74,6 @@ TAIL = 1 << 20
 # up in parts of _PART_BYTES, four at a time, instead of one PUT held in memory.
 MULTIPART = 64 << 20
 _PART_BYTES = 8 << 20
-
-
-# The object version (ETag) each open Parquet handle reads, for conditional commits.
-_VERSIONS: weakref.WeakKeyDictionary[pq.ParquetFile, str] = weakref.WeakKeyDictionary()
-
-
-def handle_version(handle: pq.ParquetFile) -> str | None:
-    """The ETag of the object version ``handle`` reads (``None`` for local files)."""
-    return _VERSIONS.get(handle)
 
 
 class ObjectInfo(NamedTuple):
@@ -112,54 +108,6 @@ class RequestCounter:
             self.counts = {}
 
 
-def _profile_settings() -> dict[str, str]:
-    """Credentials, region and endpoint of ``AWS_PROFILE`` (or ``default``) from ``~/.aws``."""
-    profile = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or "default"
-    out: dict[str, str] = {}
-    creds = Path(os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")).expanduser()
-    config = Path(os.environ.get("AWS_CONFIG_FILE", "~/.aws/config")).expanduser()
-    for path, section in (
-        (config, "default" if profile == "default" else f"profile {profile}"),
-        (creds, profile),
-    ):
-        parser = configparser.ConfigParser()
-        try:
-            parser.read(path)
-        except (OSError, configparser.Error):
-            continue
-        if parser.has_section(section):
-            out.update(parser[section])
-    keys = {
-        "aws_access_key_id": "access_key_id",
-        "aws_secret_access_key": "secret_access_key",
-        "aws_session_token": "token",
-        "region": "region",
-        "endpoint_url": "endpoint",
-    }
-    return {keys[k]: v for k, v in out.items() if k in keys}
-
-
-def _store_config(bucket: str) -> dict[str, Any]:
-    config: dict[str, Any] = {}
-    env_has_keys = bool(os.environ.get("AWS_ACCESS_KEY_ID"))
-    for key, value in _profile_settings().items():
-        # Environment variables win over the profile, as in the AWS CLI.
-        if key in ("access_key_id", "secret_access_key", "token") and env_has_keys:
-            continue
-        env = {"region": "AWS_REGION", "endpoint": "AWS_ENDPOINT_URL"}.get(key)
-        if env and os.environ.get(env):
-            continue
-        config[key] = value
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        config["endpoint"] = endpoint
-    if str(config.get("endpoint", "")).startswith("http://"):
-        config["allow_http"] = True
-    if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "region" in config):
-        config["region"] = "us-east-1"
-    return config
-
-
 class S3Backend:
     """A store under ``s3://bucket/prefix``."""
 
@@ -179,7 +127,7 @@ class S3Backend:
         self.bucket = parts.netloc
         self.prefix = parts.path.strip("/")
         self._url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
-        settings = {**_store_config(self.bucket), **(config or {})}
+        settings = {**store_config(self.bucket), **(config or {})}
         self.endpoint = str(settings.get("endpoint", "aws"))
         self.tail_bytes = tail_bytes
         self.multipart_bytes = multipart_bytes
@@ -419,92 +367,3 @@ class S3Backend:
         # is S3's to expire: a bucket lifecycle rule, docs/deploy.md); local
         # spools of dead writers are.
         return remove_dead_spools(self.local_folder(TMP_DIR, create=False))
-
-
-class ObjectFile(io.RawIOBase):
-    """A seekable read-only file over one version of an object, by range requests."""
-
-    def __init__(
-        self,
-        backend: S3Backend,
-        path: str,
-        size: int,
-        etag: str | None,
-        tail: bytes,
-        *,
-        on_gone: Callable[[str], None] | None = None,
-        fetch: Callable[[int, int], bytes] | None = None,
-    ) -> None:
-        super().__init__()
-        self.backend = backend
-        self.path = path
-        self._size = size
-        self.etag = etag
-        self.tail = tail
-        self._tail_start = size - len(tail)
-        self._pos = 0
-        self._on_gone = on_gone
-        self._fetch = fetch
-
-    def parquet(self, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
-        """The object as a Parquet file; ``metadata`` from a cache skips reading
-        (and checking: it was checked when first read) the footer."""
-        if metadata is None:
-            check_footer(self.path, self.read_at, self._size)
-        handle = CheckedFile(pa.PythonFile(self, mode="r"), path=self.path, metadata=metadata)
-        if self.etag is not None:
-            _VERSIONS[handle] = self.etag
-        return handle
-
-    def read_at(self, start: int, end: int) -> bytes:
-        self.seek(start)
-        data = self.read(end - start)
-        if len(data) != end - start:
-            raise OSError(f"{self.path}: object ended at {start + len(data)}, expected {end} bytes")
-        return data
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def size(self) -> int:
-        return self._size
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_SET:
-            self._pos = offset
-        elif whence == io.SEEK_CUR:
-            self._pos += offset
-        else:
-            self._pos = self._size + offset
-        return self._pos
-
-    def read(self, size: int = -1) -> bytes:
-        start = self._pos
-        end = self._size if size is None or size < 0 else min(self._size, start + size)
-        if end <= start:
-            return b""
-        self._pos = end
-        if start >= self._tail_start:
-            return self.tail[start - self._tail_start : end - self._tail_start]
-        try:
-            if self._fetch is not None:
-                return self._fetch(start, end)
-            return self.backend.get_range(self.path, start, end, self.etag)
-        except FileNotFoundError:
-            if self._on_gone is not None:
-                self._on_gone(self.path)
-            raise
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)

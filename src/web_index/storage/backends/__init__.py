@@ -1,0 +1,69 @@
+"""Where a store's files live: one contract (:class:`Backend`, ``base.py``)
+kept by a local folder (``local.py``), an S3 bucket (``s3.py``) and the
+read-through cache in front of S3 (``cache.py``); :func:`open_backend` picks
+one from a location."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from web_index.errors import StoreError
+from web_index.storage.backends.base import (
+    Backend,
+    FileInfo,
+    new_spool,
+    remove_dead_spools,
+    sealed_bytes,
+    write_sealed,
+    write_table,
+)
+from web_index.storage.backends.cache import CacheConfig, CacheStats, CachingBackend
+from web_index.storage.backends.local import LocalBackend
+from web_index.storage.backends.s3 import (
+    ObjectFile,
+    ObjectInfo,
+    RequestCounter,
+    S3Backend,
+    file_info,
+    handle_version,
+)
+
+__all__ = [
+    "Backend",
+    "CacheConfig",
+    "CacheStats",
+    "CachingBackend",
+    "FileInfo",
+    "LocalBackend",
+    "ObjectFile",
+    "ObjectInfo",
+    "RequestCounter",
+    "S3Backend",
+    "file_info",
+    "handle_version",
+    "new_spool",
+    "open_backend",
+    "remove_dead_spools",
+    "sealed_bytes",
+    "write_sealed",
+    "write_table",
+]
+
+
+def open_backend(location: str | os.PathLike[str]) -> Backend:
+    """The backend for a store location: a path, a ``file://`` URL or ``s3://bucket/prefix``."""
+    text = os.fspath(location)
+    if text.startswith(("s3://", "s3a://")):
+        return S3Backend(text)
+    if text.startswith("file://"):
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(text)
+        if parts.netloc not in ("", "localhost"):
+            raise StoreError(f"file:// URLs must be local, got host {parts.netloc!r}")
+        return LocalBackend(Path(unquote(parts.path)))
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise StoreError(f"unsupported store location scheme {scheme!r} in {text!r}")
+    return LocalBackend(Path(text).expanduser())

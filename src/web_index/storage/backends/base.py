@@ -1,0 +1,167 @@
+"""What every backend keeps: the :class:`Backend` contract (where a store's
+files live: list, read, write atomically, delete) and the helpers all
+backends write files with (page CRCs and the footer checksum, spools)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from web_index.storage._checksum import CHECKSUM_KEY, PLACEHOLDER, seal_buffer, seal_file
+
+__all__ = [
+    "Backend",
+    "FileInfo",
+    "new_spool",
+    "remove_dead_spools",
+    "sealed_bytes",
+    "write_sealed",
+    "write_table",
+]
+
+
+class FileInfo(NamedTuple):
+    """A file as a listing sees it.
+
+    ``version`` changes whenever the file is written, even when the new content
+    has the same size: a compaction can rewrite ``<domain>.parquet`` with one
+    more row and a shorter superseded list in exactly as many bytes, so name
+    and size alone cannot tell two versions apart. It is the object's ETag on
+    S3 and ``<inode>-<mtime ns>`` (hex) on a local disk, where every write is a
+    new file renamed into place.
+    """
+
+    name: str
+    size: int
+    version: str
+
+
+class Backend(Protocol):
+    """What the store needs from where its files live."""
+
+    @property
+    def url(self) -> str: ...
+
+    def list_files(self, folder: str, prefix: str = "") -> list[FileInfo]:
+        """The files directly in ``folder`` whose name starts with ``prefix``;
+        empty if missing."""
+        ...
+
+    def list_folders(self, folder: str) -> list[str]: ...
+
+    def folder_version(self, folder: str) -> object | None:
+        """A token that changes whenever ``folder``'s listing changes, or ``None``
+        if there is no cheap one (then listings must not be reused)."""
+        ...
+
+    def open_parquet(self, path: str) -> pq.ParquetFile:
+        """Open a Parquet file; ``FileNotFoundError`` if it is gone, ``CorruptFileError``
+        if its footer is damaged (pages are checked as they are read)."""
+        ...
+
+    def check_file(self, path: str) -> bool:
+        """Check every byte of a store file against its checksums (``CorruptFileError``
+        if damaged); ``False`` if it has none (written before checksums)."""
+        ...
+
+    def write_parquet(self, path: str, table: pa.Table | pa.RecordBatchReader, **options: object) -> int:
+        """Write ``table`` to ``path`` atomically (all or nothing); return bytes written.
+
+        A ``RecordBatchReader`` is written as it is read, one row group per
+        batch at most, so a file far larger than memory can be written.
+
+        ``if_match=<version>`` / ``create=True``: an object store writes only if
+        the object is still that version / does not exist yet, else raises
+        ``ConflictError`` (local stores rely on their locks and ignore these).
+        """
+        ...
+
+    def delete(self, path: str) -> None:
+        """Remove ``path``; a missing file is not an error."""
+        ...
+
+    def local_folder(self, name: str, *, create: bool = True) -> Path:
+        """A local folder for the store's private state (buffer, locks)."""
+        ...
+
+    def exists(self) -> bool:
+        """Whether the store itself exists."""
+        ...
+
+    def remove_orphans(self) -> int:
+        """Delete temporary files of writers that died; return how many."""
+        ...
+
+
+def new_spool(folder: Path) -> Path:
+    """A fresh path for a file being written in ``folder`` (see :func:`remove_dead_spools`)."""
+    # The pid in the name tells a dead writer's leftovers from a live one's.
+    return folder / f"{os.getpid()}-{uuid.uuid4()}.parquet.tmp"
+
+
+def remove_dead_spools(folder: Path) -> int:
+    """Delete the files of ``folder`` left by writers that died; return how many."""
+    removed = 0
+    with contextlib.suppress(FileNotFoundError):
+        for spool in folder.iterdir():
+            pid = spool.name.split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                spool.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def write_table(
+    table: pa.Table | pa.RecordBatchReader, where: str | pa.NativeFile, **options: object
+) -> None:
+    """Write a store file, unsealed: ``pq.write_table`` with page CRCs, the
+    checksum placeholder (see ``_checksum``), and the table's key-value
+    metadata kept even with ``store_schema=False`` (which would drop it)."""
+    row_group_size = options.pop("row_group_size", None)
+    metadata = dict(table.schema.metadata or {})
+    if metadata.pop(CHECKSUM_KEY, None) is not None and isinstance(table, pa.Table):
+        table = table.replace_schema_metadata(metadata)  # a file's table written again: a new seal
+    with pq.ParquetWriter(where, table.schema, write_page_checksum=True, **options) as writer:  # type: ignore[arg-type]
+        if isinstance(table, pa.Table):
+            writer.write_table(table, row_group_size=row_group_size)  # type: ignore[arg-type]
+        else:
+            for batch in table:
+                writer.write_batch(batch, row_group_size=row_group_size)  # type: ignore[arg-type]
+        if options.get("store_schema") is not False:
+            metadata = {}  # already in the footer with the schema
+        metadata[CHECKSUM_KEY] = PLACEHOLDER
+        writer.add_key_value_metadata({k.decode(): v.decode() for k, v in metadata.items()})
+
+
+def sealed_bytes(table: pa.Table, **options: object) -> bytearray:
+    """A store file in memory, with its checksum."""
+    sink = pa.BufferOutputStream()
+    write_table(table, sink, **options)
+    data = bytearray(sink.getvalue())
+    seal_buffer(data)
+    return data
+
+
+def write_sealed(table: pa.Table | pa.RecordBatchReader, target: Path, **options: object) -> int:
+    """Write a store file to a local ``target`` with its checksum, synced; return its size."""
+    write_table(table, str(target), **options)
+    with target.open("r+b") as fh:
+        seal_file(fh.fileno())
+        os.fsync(fh.fileno())
+        return os.fstat(fh.fileno()).st_size
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
