@@ -88,15 +88,6 @@ class WebIndex:
 
                 raise StoreError("the read-through cache is for object stores (s3://...)")
             backend = CachingBackend(backend, cache if isinstance(cache, CacheConfig) else None, clock=clock)
-        if isinstance(buffer, str):
-            from web_index._dsn import check_dsn
-
-            # A postgresql:// URL or libpq key=value pairs, passed on unchanged;
-            # anything else is refused without showing a password.
-            check_dsn(buffer)
-            from web_index.storage import PostgresBuffer
-
-            buffer = PostgresBuffer(buffer, readonly=read_only)
         self._store = Store(
             backend,
             readonly=read_only,

@@ -22,13 +22,13 @@ from web_index.storage._files import (
     visible_files,
     write_partition_file,
 )
-from web_index.storage._layout import BUFFER_DIR, LOCK_DIR, Partition, StoredFile
+from web_index.storage._layout import LOCK_DIR, Partition, StoredFile
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._merge import merge_sorted
 from web_index.storage._month_index import build_month_index
 from web_index.storage._schema import SORT_KEYS
 from web_index.storage.backends import Backend, S3Backend, handle_version
-from web_index.storage.buffer import Buffer, MethodPartition, SqliteBuffer
+from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
 
 __all__ = ["FlushPolicy", "Store"]
 
@@ -101,7 +101,7 @@ class Store:
         durable: bool = True,
         policy: FlushPolicy | None = None,
         write_options: WriteOptions | None = None,
-        buffer: Buffer | None = None,
+        buffer: str | Buffer | None = None,
         locks: Locks | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
@@ -112,16 +112,7 @@ class Store:
         self.write_options = write_options or WriteOptions()
         if readonly and not backend.exists():
             raise StoreError(f"no store at {backend.url}")
-        if buffer is None:
-            try:
-                buffer_dir = backend.local_folder(BUFFER_DIR, create=not readonly)
-            except OSError as exc:  # a read-only mount, no permission
-                raise StoreError(
-                    f"the store {backend.url} cannot be written ({exc.strerror or exc});"
-                    " to read it only, open it read-only"
-                ) from None
-            buffer = SqliteBuffer(buffer_dir, durable=durable, readonly=readonly, clock=clock)
-        self.buffer = buffer
+        self.buffer = buffer = open_buffer(buffer, backend, readonly=readonly, durable=durable, clock=clock)
         set_generation_source = getattr(backend, "set_generation_source", None)
         if callable(set_generation_source):
             set_generation_source(buffer.generation)

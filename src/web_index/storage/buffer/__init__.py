@@ -2,6 +2,13 @@
 implementations: SQLite inside the store (``sqlite.py``) and a shared
 PostgreSQL database (``postgres.py``)."""
 
+from __future__ import annotations
+
+from web_index._dsn import check_dsn
+from web_index.errors import StoreError
+from web_index.storage._clock import SYSTEM_CLOCK, Clock
+from web_index.storage._layout import BUFFER_DIR
+from web_index.storage.backends import Backend
 from web_index.storage.buffer.base import (
     Buffer,
     BufferedAttempt,
@@ -22,4 +29,32 @@ __all__ = [
     "SqliteBuffer",
     "buffer_rows",
     "decode_rows",
+    "open_buffer",
 ]
+
+
+def open_buffer(
+    spec: str | Buffer | None,
+    backend: Backend,
+    *,
+    readonly: bool = False,
+    durable: bool = True,
+    clock: Clock = SYSTEM_CLOCK,
+) -> Buffer:
+    """The buffer a store's inserts go through: ``spec`` itself if it is a
+    :class:`Buffer`; a PostgreSQL one for a ``postgresql://`` URL or libpq
+    ``key=value`` string (anything else is refused without echoing a
+    password); else SQLite in the store's private folder."""
+    if isinstance(spec, str):
+        check_dsn(spec)
+        return PostgresBuffer(spec, readonly=readonly, clock=clock)
+    if spec is not None:
+        return spec
+    try:
+        folder = backend.local_folder(BUFFER_DIR, create=not readonly)
+    except OSError as exc:  # a read-only mount, no permission
+        raise StoreError(
+            f"the store {backend.url} cannot be written ({exc.strerror or exc});"
+            " to read it only, open it read-only"
+        ) from None
+    return SqliteBuffer(folder, durable=durable, readonly=readonly, clock=clock)
