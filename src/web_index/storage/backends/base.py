@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import uuid
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -13,6 +14,7 @@ from typing import NamedTuple, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from web_index.errors import StoreError
 from web_index.storage._checksum import CHECKSUM_KEY, PLACEHOLDER, seal_buffer, seal_file
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "new_spool",
     "remove_dead_spools",
     "sealed_bytes",
+    "store_path",
     "write_sealed",
     "write_table",
 ]
@@ -165,3 +168,17 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def store_path(rel: str) -> str:
+    """``rel`` normalised, if it stays inside the store; else :class:`StoreError`.
+
+    Store paths come from validated partitions, but every backend checks once
+    more: a path that escapes the store (a local root, an S3 prefix, where a
+    gateway may normalise ``..`` itself) is a bug nobody may act on. Lexically:
+    resolving would cost a system call per path component on every read.
+    """
+    norm = posixpath.normpath(rel) if rel else "."
+    if norm.startswith(("/", "..")) or "\x00" in norm:
+        raise StoreError(f"refusing a path outside the store: {rel!r}")
+    return norm

@@ -5,17 +5,15 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import posixpath
 import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from web_index.errors import StoreError
 from web_index.storage._checksum import CheckedFile, check_footer, check_whole, pread_exact
 from web_index.storage._layout import TMP_DIR
-from web_index.storage.backends.base import FileInfo, new_spool, remove_dead_spools, write_sealed
+from web_index.storage.backends.base import FileInfo, new_spool, remove_dead_spools, store_path, write_sealed
 
 __all__ = ["LocalBackend"]
 
@@ -34,12 +32,7 @@ class LocalBackend:
         return self.root.as_uri()
 
     def _path(self, rel: str) -> Path:
-        # Store paths come from validated partitions, but check once more: a
-        # path that escapes the root is a bug we refuse to act on. Lexically:
-        # resolve() would cost an lstat per path component on every read.
-        norm = posixpath.normpath(rel)
-        if norm.startswith(("/", "..")) or "\x00" in norm:
-            raise StoreError(f"refusing a path outside the store: {rel!r}")
+        norm = store_path(rel)
         return self.root if norm == "." else self.root / norm
 
     def file_path(self, rel: str) -> Path:

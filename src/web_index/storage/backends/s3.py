@@ -55,6 +55,7 @@ from web_index.storage.backends.base import (
     new_spool,
     remove_dead_spools,
     sealed_bytes,
+    store_path,
     write_sealed,
 )
 
@@ -174,7 +175,8 @@ class S3Backend:
 
     def list_objects(self, folder: str) -> tuple[list[ObjectInfo], list[str]]:
         """Objects directly in ``folder`` and its sub-folders' names: one LIST request."""
-        prefix = folder.strip("/") + "/"
+        folder = folder.strip("/")
+        prefix = store_path(folder) + "/" if folder else "/"
         self.requests.add("list")
         try:
             result = obs.list_with_delimiter(self.store, prefix)
@@ -188,6 +190,8 @@ class S3Backend:
         files = [
             ObjectInfo(str(m["path"]).rsplit("/", 1)[-1], int(m["size"]), m.get("e_tag"))
             for m in result["objects"]
+            # Some servers (SeaweedFS) list the folder itself once its last file is gone.
+            if str(m["path"]).rstrip("/") != prefix.rstrip("/")
         ]
         folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"]]
         return files, folders
@@ -207,7 +211,7 @@ class S3Backend:
         """The last ``length`` bytes of an object, its size and ETag (one GET)."""
         self.requests.add("get")
         try:
-            result = obs.get(self.store, path, options={"range": {"suffix": length}})
+            result = obs.get(self.store, store_path(path), options={"range": {"suffix": length}})
             data = bytes(result.bytes())
         except NotFoundError:
             raise FileNotFoundError(path) from None
@@ -222,7 +226,7 @@ class S3Backend:
         if etag is not None:
             options["if_match"] = etag
         try:
-            return bytes(obs.get(self.store, path, options=options).bytes())  # type: ignore[arg-type]
+            return bytes(obs.get(self.store, store_path(path), options=options).bytes())  # type: ignore[arg-type]
         except (NotFoundError, PreconditionError):
             # Deleted or replaced (a compaction committed): the caller lists again.
             raise FileNotFoundError(path) from None
@@ -239,7 +243,7 @@ class S3Backend:
     def read_object(self, path: str) -> bytes:
         self.requests.add("get")
         try:
-            return bytes(obs.get(self.store, path).bytes())
+            return bytes(obs.get(self.store, store_path(path)).bytes())
         except NotFoundError:
             raise FileNotFoundError(path) from None
         except BaseError as exc:
@@ -248,7 +252,7 @@ class S3Backend:
     def head(self, path: str) -> ObjectInfo | None:
         self.requests.add("head")
         try:
-            meta = obs.head(self.store, path)
+            meta = obs.head(self.store, store_path(path))
         except (NotFoundError, FileNotFoundError):  # obstore raises either for a 404
             return None
         except BaseError as exc:
@@ -271,7 +275,7 @@ class S3Backend:
             mode = {"e_tag": if_match}
         self.requests.add("put")
         try:
-            result = obs.put(self.store, path, data, mode=mode, use_multipart=False)
+            result = obs.put(self.store, store_path(path), data, mode=mode, use_multipart=False)
         except (AlreadyExistsError, PreconditionError):
             raise ConflictError(f"{self._url}/{path}: conditional write lost") from None
         except BaseError as exc:
@@ -321,7 +325,12 @@ class S3Backend:
         self.requests.add("put")
         try:
             result = obs.put(
-                self.store, path, spool, use_multipart=True, chunk_size=_PART_BYTES, max_concurrency=4
+                self.store,
+                store_path(path),
+                spool,
+                use_multipart=True,
+                chunk_size=_PART_BYTES,
+                max_concurrency=4,
             )
         except BaseError as exc:
             raise self._fail(exc, f"writing {path}") from None
@@ -334,7 +343,7 @@ class S3Backend:
     def delete(self, path: str) -> None:
         self.requests.add("delete")
         try:
-            obs.delete(self.store, path)
+            obs.delete(self.store, store_path(path))
         except NotFoundError:
             return
         except BaseError as exc:

@@ -196,13 +196,20 @@ class PostgresBuffer:
         rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
         # Not retried: a lost connection during COMMIT leaves the outcome unknown,
         # and the caller was not told the insert is durable.
-        with self._cursor(write=True) as cur:
-            cur.executemany(
-                "INSERT INTO web_index_attempts (method, year, month, domain, url_key, ts_us, request_id,"
-                " calibre, success, nbytes, added_us, metadata, responses)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                rows,
-            )
+        try:
+            with self._cursor(write=True) as cur:
+                cur.executemany(
+                    "INSERT INTO web_index_attempts (method, year, month, domain, url_key, ts_us, request_id,"
+                    " calibre, success, nbytes, added_us, metadata, responses)"
+                    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    rows,
+                )
+        except psycopg.errors.UniqueViolation:
+            # As the SQLite buffer says it: a request id is one attempt, stored once.
+            raise StoreError(
+                f"the insert buffer {mask_dsn(self.dsn)} could not be written:"
+                " an attempt with one of these request ids is buffered already"
+            ) from None
 
     def oversized(
         self, parts: Iterable[MethodPartition], max_rows: int, max_bytes: int
@@ -258,11 +265,17 @@ class PostgresBuffer:
 
     def claim(self, part: MethodPartition, flush_id: str, limit: int) -> int:
         with self._cursor(write=True) as cur:
+            # The rows are picked once (a MATERIALIZED CTE): as a subquery of the
+            # UPDATE, the planner may rescan it, and each rescan skips the rows
+            # this statement has just locked and takes the next ones: a claim of
+            # 4 took all 10 rows of a partition.
             cur.execute(
-                "UPDATE web_index_attempts SET flush_id=%s WHERE seq IN (SELECT seq FROM web_index_attempts"
+                "WITH picked AS MATERIALIZED (SELECT seq FROM web_index_attempts"
                 " WHERE method=%s AND year=%s AND month=%s AND domain=%s AND flush_id IS NULL"
-                " ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED) AND flush_id IS NULL",
-                (flush_id, part.method.value, part.year, part.month, part.domain, limit),
+                " ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED)"
+                " UPDATE web_index_attempts SET flush_id=%s WHERE seq IN (SELECT seq FROM picked)"
+                " AND flush_id IS NULL",
+                (part.method.value, part.year, part.month, part.domain, limit, flush_id),
             )
             return cur.rowcount
 

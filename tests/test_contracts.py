@@ -1,0 +1,154 @@
+"""The same contract, checked on every implementation of a seam: every backend
+(local folder, S3, S3 behind the read-through cache) keeps ``Backend``'s,
+every buffer (SQLite, PostgreSQL) keeps ``Buffer``'s. A new backend or buffer
+joins the parameter lists and must pass unchanged."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tests.factories import T0, attempt
+from tests.servers import Postgres, SeaweedFS
+from web_index.errors import ConflictError, StoreError
+from web_index.ingest import validate_attempt
+from web_index.models import RecordType
+from web_index.storage import Backend, Buffer, LocalBackend, MethodPartition, PostgresBuffer
+from web_index.storage.backends import CachingBackend, S3Backend
+from web_index.storage.buffer import SqliteBuffer
+
+TABLE = pa.table({"k": ["a", "b", "c"], "v": [1, 2, 3]})
+
+
+@pytest.fixture(params=["local", "s3", "cached-s3"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "local":
+        return LocalBackend(tmp_path / "store")
+    seaweed: SeaweedFS = request.getfixturevalue("seaweed")
+    s3 = S3Backend(seaweed.new_store())
+    return s3 if request.param == "s3" else CachingBackend(s3)
+
+
+def test_a_written_file_is_listed_read_back_checked_and_deleted(backend: Backend) -> None:
+    assert backend.list_files("get/2024/08") == []
+    size = backend.write_parquet("get/2024/08/example.com.parquet", TABLE)
+    [info] = backend.list_files("get/2024/08")
+    assert (info.name, info.size) == ("example.com.parquet", size)
+    assert backend.list_files("get/2024/08", "other.") == []
+    assert backend.list_folders("get/2024") == ["08"]
+    assert backend.open_parquet("get/2024/08/example.com.parquet").read().select(["k", "v"]).equals(TABLE)
+    assert backend.check_file("get/2024/08/example.com.parquet") is True
+    backend.delete("get/2024/08/example.com.parquet")
+    backend.delete("get/2024/08/example.com.parquet")  # gone already: not an error
+    assert backend.list_files("get/2024/08") == []
+    with pytest.raises(FileNotFoundError):
+        backend.open_parquet("get/2024/08/example.com.parquet")
+
+
+def test_every_write_is_a_new_version_even_at_the_same_size(backend: Backend) -> None:
+    path = "get/2024/08/example.com.parquet"
+    backend.write_parquet(path, TABLE)
+    [first] = backend.list_files("get/2024/08")
+    backend.write_parquet(path, TABLE.set_column(1, "v", pa.array([3, 2, 1])))
+    [second] = backend.list_files("get/2024/08")
+    assert second.size == first.size and second.version != first.version
+
+
+def test_a_stream_is_written_as_it_comes(backend: Backend) -> None:
+    chunks = [TABLE.slice(i, 1).to_batches()[0] for i in range(TABLE.num_rows)]
+    backend.write_parquet("x/streamed.parquet", pa.RecordBatchReader.from_batches(TABLE.schema, iter(chunks)))
+    handle = backend.open_parquet("x/streamed.parquet")
+    assert handle.metadata.num_row_groups == 3
+    assert handle.read().select(["k", "v"]).equals(TABLE)
+
+
+def test_conditional_writes(backend: Backend) -> None:
+    path = "get/2024/08/example.com.parquet"
+    backend.write_parquet(path, TABLE, create=True)
+    if isinstance(backend, LocalBackend):
+        # Local writers are kept apart by their locks: conditions are not checked.
+        backend.write_parquet(path, TABLE, create=True)
+        return
+    with pytest.raises(ConflictError):
+        backend.write_parquet(path, TABLE, create=True)
+    with pytest.raises(ConflictError):
+        backend.write_parquet(path, TABLE, if_match='"not-the-etag"')
+    [info] = backend.list_files("get/2024/08")
+    backend.write_parquet(path, TABLE, if_match=info.version)
+
+
+def test_paths_outside_the_store_are_refused(backend: Backend) -> None:
+    for path in ("../escape.parquet", "get/../../escape.parquet", "/etc/escape.parquet"):
+        with pytest.raises((StoreError, ValueError)):
+            backend.write_parquet(path, TABLE)
+
+
+def test_a_private_local_folder(backend: Backend) -> None:
+    folder = backend.local_folder("_buffer")
+    assert folder.is_dir()
+    assert backend.exists()
+
+
+# -- buffers ------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def buffer(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Buffer]:
+    if request.param == "sqlite":
+        made: Buffer = SqliteBuffer(tmp_path / "buffer")
+    else:
+        postgres: Postgres = request.getfixturevalue("postgres")
+        made = PostgresBuffer(postgres.new_database())
+    yield made
+    made.close()
+
+
+def _attempts(n: int, host: str = "a.example.com") -> list[object]:
+    return [
+        validate_attempt(
+            *attempt(f"https://{host}/{i}", T0 + timedelta(minutes=i), state=("success", "timeout")[i % 2])
+        )
+        for i in range(n)
+    ]
+
+
+def test_appended_attempts_are_found_counted_claimed_and_completed(buffer: Buffer) -> None:
+    attempts = _attempts(10) + _attempts(3, "b.example.org")
+    buffer.append(attempts)  # type: ignore[arg-type]
+    mp = MethodPartition(RecordType.GET, 2024, 8, "example.com")
+    assert set(buffer.partitions()) == {mp, MethodPartition(RecordType.GET, 2024, 8, "example.org")}
+    assert buffer.counts()[mp][0] == 10
+    found = buffer.lookup(RecordType.GET, [attempts[3].url_key, "https://a.example.com/nothing"])  # type: ignore[attr-defined]
+    assert [k.request_id for k in found] == [attempts[3].request_id]  # type: ignore[attr-defined]
+    loaded = buffer.load([attempts[0].request_id])  # type: ignore[attr-defined]
+    assert loaded[attempts[0].request_id].metadata["url"] == "https://a.example.com/0"  # type: ignore[attr-defined]
+    assert buffer.due(max_rows=10, max_bytes=1 << 30, max_age_s=1e9) == [mp]
+    generation = buffer.generation(RecordType.GET, 2024, 8)
+    flush_id = str(uuid.uuid4())
+    assert buffer.claim(mp, flush_id, 4) == 4
+    assert buffer.claims(mp) == [flush_id]
+    assert len(list(buffer.claimed(flush_id))) == 4
+    buffer.complete(flush_id)
+    assert buffer.claims(mp) == []
+    assert buffer.counts()[mp][0] == 6
+    assert buffer.generation(RecordType.GET, 2024, 8) > generation
+    assert len(list(buffer.iter_all())) == 9
+    claimed_keys = {a.url_key for a in attempts[:10:2]}  # type: ignore[attr-defined]
+    left = {k.url_key for k in buffer.lookup(RecordType.GET, [a.url_key for a in attempts])}  # type: ignore[attr-defined]
+    assert len(left) == 9 and len(claimed_keys - left) >= 1  # flushed rows left the buffer
+
+
+def test_an_attempt_already_buffered_is_refused_whole(buffer: Buffer) -> None:
+    # A request id is one attempt: appending it again (a client retrying an
+    # insert it thinks failed) is a StoreError, and the batch it came in is
+    # not half-written.
+    attempts = _attempts(2)
+    buffer.append(attempts[:1])  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="could not be written"):
+        buffer.append(attempts)  # type: ignore[arg-type]
+    assert len(list(buffer.iter_all())) == 1
