@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from web_index.errors import InvalidRecordError, WebIndexError
+from web_index.read_only import default_store
 
 app = typer.Typer(
     name="web-index",
@@ -42,6 +43,11 @@ StoreOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+def store_location(store: str | None) -> str:
+    """The store a command works on: ``--store``, else the default store."""
+    return store or default_store()
 
 
 def progress_bar() -> Progress:

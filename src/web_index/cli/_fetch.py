@@ -15,8 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from web_index.cli._app import EXIT_OK, EXIT_USAGE, StoreOption, app, cli_errors, err, fail
-from web_index.read_only import default_store
+from web_index.cli._app import EXIT_OK, EXIT_USAGE, StoreOption, app, cli_errors, err, fail, store_location
 
 __all__ = ["demo", "fetch", "parse_calibre"]
 
@@ -137,7 +136,7 @@ def fetch(
         per_domain=per_domain,
         domain_delay=delay,
     )
-    location = store or default_store()
+    location = store_location(store)
     try:
         with cli_errors(location), WebIndex(location) as index:
             outcomes = run_fetch(

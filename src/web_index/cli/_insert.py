@@ -18,11 +18,11 @@ from web_index.cli._app import (
     os_problem,
     progress_bar,
     say,
+    store_location,
 )
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.ingest import InsertRequest, iter_insert_lines, validate_attempt
-from web_index.read_only import default_store
 
 __all__ = ["insert"]
 
@@ -55,7 +55,7 @@ def insert(
     command stops (exit 2) after storing every valid line before it, and says so.
     With --skip-invalid every valid line is stored and every invalid one reported.
     """
-    location = store or default_store()
+    location = store_location(store)
     name = "<stdin>" if source == "-" else source
     # Bytes, not text: lines split on "\n" only, and one that is not UTF-8 is refused alone.
     handle: BinaryIO = sys.stdin.buffer

@@ -1,14 +1,10 @@
-"""Commands on the store: query, presence, flush, compact, verify, stats (insert: ``_insert``)."""
+"""Keeping the store: flush, compact, verify, stats (asking it: ``_query``; filling it: ``_insert``)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
-from collections.abc import Iterator
-from datetime import datetime
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -16,274 +12,22 @@ from rich.markup import escape
 from rich.table import Table
 
 from web_index.cli._app import (
-    EXIT_FOUND_NOTHING,
     EXIT_PROBLEMS,
-    EXIT_USAGE,
     StoreOption,
     app,
     cli_errors,
     err,
-    fail,
-    os_problem,
     progress_bar,
     say,
+    store_location,
 )
-from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
-from web_index.models import (
-    AttemptMetadata,
-    Page,
-    PageKey,
-    Query,
-    RecordType,
-    SimplePageQuery,
-    TimeAwarePageQuery,
-    iter_queries,
-    query_from_dict,
-)
-from web_index.read_only import default_store
-
-
-def _store_or_default(store: str | None) -> str:
-    return store or default_store()
-
-
-def _parse_time(value: str | None, name: str) -> datetime | None:
-    if value is None:
-        return None
-    from web_index.models import parse_ts
-
-    return parse_ts(value, name, clamp=True)
-
-
-def _collect_queries(
-    urls: list[str],
-    source: Path | None,
-    type: str,
-    calibre: int | None,
-    strict: bool,
-    at: str | None,
-    not_before: str | None,
-    not_after: str | None,
-    request_id: str | None,
-) -> Iterator[Query]:
-    record_type = RecordType.parse(type)
-    for url in urls:
-        if request_id is not None:
-            if at is None:
-                raise InvalidRecordError("--at", "a --request-id query needs --at (the attempt's timestamp)")
-            yield PageKey(url=url, timestamp=at, request_id=request_id, type=record_type)  # type: ignore[arg-type]
-        elif at is not None or not_before is not None or not_after is not None:
-            yield TimeAwarePageQuery(
-                url=url,
-                timestamp=_parse_time(at, "--at"),
-                not_before=_parse_time(not_before, "--not-before"),
-                not_after=_parse_time(not_after, "--not-after"),
-                calibre=calibre,
-                calibre_strict=strict,
-                type=record_type,
-            )
-        else:
-            yield SimplePageQuery(url=url, calibre=calibre, calibre_strict=strict, type=record_type)
-    if source is not None:
-        yield from _file_queries(source)
-
-
-def _file_queries(source: Path) -> Iterator[Query]:
-    """The queries of a --from file; anything wrong with it is invalid input (exit 2),
-    named by file (and line), never a failure of the store."""
-    try:
-        if source.suffix == ".parquet":
-            yield from iter_queries(source)
-            return
-        with source.open("rb") as fh:  # bytes: a line that is not UTF-8 is refused alone, by number
-            for number, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    yield query_from_dict(json.loads(line))
-                except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
-                    raise InvalidRecordError(f"{source}:{number}", str(exc)) from None
-    except InvalidRecordError:
-        raise
-    except OSError as exc:
-        raise InvalidRecordError("--from", f"cannot read {os_problem(exc)}") from None
-    except ValueError as exc:  # pyarrow's ArrowInvalid: not a Parquet file of queries
-        raise InvalidRecordError(f"--from {source}", str(exc)) from None
-
-
-def _result_json(result: Page | AttemptMetadata | None, bodies: bool) -> Any:
-    if result is None:
-        return None
-    out = result.to_dict()
-    if isinstance(result, Page):
-        for response in out["responses"]:
-            body = response.pop("data")
-            if bodies and body is not None:
-                response["data"] = base64.b64encode(body).decode()
-            elif body is not None:
-                response["data_length"] = len(body)
-    return out
-
-
-QueryType = Annotated[str, typer.Option("--type", "-t", help="get, head, get-metadata or head-metadata.")]
-Calibre = Annotated[int | None, typer.Option(help="Only records of this calibre or higher.")]
-Strict = Annotated[bool, typer.Option("--strict", help="Only records of exactly --calibre.")]
-At = Annotated[str | None, typer.Option(help="Nearest to this ISO 8601 time (time-aware query).")]
-NotBefore = Annotated[str | None, typer.Option(help="Window start, inclusive (ISO 8601).")]
-NotAfter = Annotated[str | None, typer.Option(help="Window end, inclusive (ISO 8601).")]
-RequestId = Annotated[str | None, typer.Option(help="Exact attempt (with --at): a page key query.")]
-FromFile = Annotated[Path | None, typer.Option("--from", help="Queries from a .jsonl or .parquet file.")]
-FailMissing = Annotated[bool, typer.Option(help="Exit 1 if any query matched nothing.")]
-
-
-def _run(
-    kind: str,
-    urls: list[str],
-    store: str,
-    source: Path | None,
-    type: str,
-    calibre: int | None,
-    strict: bool,
-    at: str | None,
-    not_before: str | None,
-    not_after: str | None,
-    request_id: str | None,
-    bodies: bool,
-    fail_missing: bool,
-    output: Path | None = None,
-) -> None:
-    stream = _collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id)
-    if output is not None:
-        _run_to_parquet(stream, store, output)
-        return
-    try:
-        queries = list(stream)
-    except InvalidRecordError as exc:
-        raise fail(EXIT_USAGE, str(exc)) from None
-    if not queries:
-        raise fail(EXIT_USAGE, "no queries: give URLs or --from FILE")
-    location = _store_or_default(store)
-    with cli_errors(location), WebIndex(location, read_only=True) as index:
-        if kind == "query":
-            results: list[Any] = index.query(queries)
-        else:
-            results = index.presence(queries)
-    out = sys.stdout
-    missing = 0
-    for q, r in zip(queries, results, strict=True):
-        if kind == "query":
-            missing += r is None
-            line = {"query": q.to_dict(), "result": _result_json(r, bodies)}
-        else:
-            missing += not r
-            line = {"query": q.to_dict(), "present": r}
-        out.write(json.dumps(line, ensure_ascii=False) + "\n")
-    if fail_missing and missing:
-        raise typer.Exit(EXIT_FOUND_NOTHING)
-
-
-def _run_to_parquet(queries: Iterator[Query], store: str, output: Path) -> None:
-    # Bounded memory however many queries: see WebIndex.query_file.
-    if not output.parent.is_dir():
-        raise fail(EXIT_USAGE, f"cannot write {output}: no folder {output.parent}")
-    location = _store_or_default(store)
-    with cli_errors(location), WebIndex(location, read_only=True) as index, progress_bar() as progress:
-        task = progress.add_task("answering", total=None)
-        count = index.query_file(
-            queries,
-            output,
-            batch_size=_BULK_BATCH,
-            on_progress=lambda n: progress.update(task, completed=n),
-        )
-    say("", f"{count} results written to {output}")
-
-
-_BULK_BATCH = 20_000
-
-
-@app.command()
-def query(
-    urls: Annotated[list[str] | None, typer.Argument(help="URLs to look up.")] = None,
-    store: StoreOption = "",
-    source: FromFile = None,
-    type: QueryType = "get",
-    calibre: Calibre = None,
-    strict: Strict = False,
-    at: At = None,
-    not_before: NotBefore = None,
-    not_after: NotAfter = None,
-    request_id: RequestId = None,
-    bodies: Annotated[bool, typer.Option(help="Include bodies (base64) in the output.")] = False,
-    fail_missing: FailMissing = False,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output", "-o", help="Write results to this Parquet file (streamed, bodies included)."
-        ),
-    ] = None,
-) -> None:
-    """Look up pages or metadata; print one JSON line per query, in input order.
-
-    Without time options a query is a simple (latest) query; --at / --not-before /
-    --not-after make it time-aware; --request-id with --at makes it a page key.
-    With --output, results go to a Parquet file instead, a batch at a time, so
-    millions of queries from --from FILE.parquet run in bounded memory.
-    """
-    _run(
-        "query",
-        urls or [],
-        store,
-        source,
-        type,
-        calibre,
-        strict,
-        at,
-        not_before,
-        not_after,
-        request_id,
-        bodies,
-        fail_missing,
-        output,
-    )
-
-
-@app.command()
-def presence(
-    urls: Annotated[list[str] | None, typer.Argument(help="URLs to look up.")] = None,
-    store: StoreOption = "",
-    source: FromFile = None,
-    type: QueryType = "get",
-    calibre: Calibre = None,
-    strict: Strict = False,
-    at: At = None,
-    not_before: NotBefore = None,
-    not_after: NotAfter = None,
-    request_id: RequestId = None,
-    fail_missing: FailMissing = False,
-) -> None:
-    """Whether each query matches anything (no bodies read); JSON lines out."""
-    _run(
-        "presence",
-        urls or [],
-        store,
-        source,
-        type,
-        calibre,
-        strict,
-        at,
-        not_before,
-        not_after,
-        request_id,
-        False,
-        fail_missing,
-    )
 
 
 @app.command()
 def flush(store: StoreOption = "") -> None:
     """Write every buffered insert into Parquet part files."""
-    location = _store_or_default(store)
+    location = store_location(store)
     with cli_errors(location), WebIndex(location) as index:
         moved = index.flush()
     err.print(f"flushed {moved} attempts")
@@ -296,7 +40,7 @@ def compact(
 ) -> None:
     """Roll each partition's part files into one <domain>.parquet (safe while others write),
     then bring the month key indexes up to date."""
-    location = _store_or_default(store)
+    location = store_location(store)
     with cli_errors(location), WebIndex(location) as index:
         index.flush()
         with progress_bar() as progress:
@@ -317,7 +61,7 @@ def verify(store: StoreOption = "") -> None:
     """
     from web_index.storage import verify as run_verify
 
-    location = _store_or_default(store)
+    location = store_location(store)
     with cli_errors(location), WebIndex(location, read_only=True) as index, progress_bar() as progress:
         task = progress.add_task("verifying", total=None)
 
@@ -344,7 +88,7 @@ def stats(
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Records, bytes and files per type, month and domain."""
-    location = _store_or_default(store)
+    location = store_location(store)
     with cli_errors(location), WebIndex(location, read_only=True) as index:
         result = index.stats()
     if as_json:
