@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from web_index.errors import StoreError
 from web_index.models import RecordType
-from web_index.storage._files import visible_files
+from web_index.storage._layout import Partition
 from web_index.storage._store import Store
 from web_index.storage.backends import CacheStats
 
@@ -56,13 +57,9 @@ def stats(store: Store) -> StoreStats:
     for type in RecordType:
         for year, month in store.months(type):
             for domain, files in sorted(store.month_files(type, year, month).items()):
-                for _ in range(8):
-                    try:
-                        opened, _dead = visible_files(store.backend, files)
-                        break
-                    except FileNotFoundError:
-                        files = store.month_files(type, year, month).get(domain, [])
-                else:
+                try:
+                    files, opened, _dead = store.open_visible(Partition(type, year, month, domain), files)
+                except StoreError:  # kept changing under a compaction: counted next time
                     continue
                 out.partitions.append(
                     PartitionStats(
