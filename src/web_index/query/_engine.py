@@ -41,7 +41,6 @@ from web_index.storage import (
     Partition,
     Store,
     StoredFile,
-    open_checked,
     open_month_index,
     read_small_files,
 )
@@ -470,7 +469,7 @@ def _read_file_rows(
     store: Store, path: str, handle: pq.ParquetFile | None, rows: list[int]
 ) -> dict[int, dict[str, Any]]:
     if handle is None:
-        handle = open_checked(store.backend, path)
+        handle = store.backend.open_parquet(path)
     return _read_rows(handle, rows)
 
 

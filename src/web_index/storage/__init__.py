@@ -7,7 +7,6 @@ internal one, for the other packages of web_index (never from a private module).
 from web_index.storage._clock import SYSTEM_CLOCK as SYSTEM_CLOCK
 from web_index.storage._clock import Clock
 from web_index.storage._files import WriteOptions
-from web_index.storage._files import open_checked as open_checked
 from web_index.storage._files import read_small_files as read_small_files
 from web_index.storage._files import visible_files as visible_files
 from web_index.storage._layout import Partition

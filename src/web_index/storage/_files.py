@@ -261,13 +261,13 @@ def visible_files(
     superseded: frozenset[str] = frozenset()
     opened: list[tuple[StoredFile, pq.ParquetFile]] = []
     if compacted:
-        handle = open_checked(backend, compacted[0].path)
+        handle = backend.open_parquet(compacted[0].path)
         superseded = read_superseded(handle, compacted[0].path)
         opened.append((compacted[0], handle))
     dead = [f for f in files if f.part is not None and f.part in superseded]
     for f in files:
         if f.part is not None and f.part not in superseded:
-            opened.append((f, open_checked(backend, f.path)))
+            opened.append((f, backend.open_parquet(f.path)))
     return opened, dead
 
 
@@ -298,13 +298,3 @@ def read_small_files(
         pl.col("_file").repeat_by("_n").explode(), pl.int_ranges(0, "_n").explode().alias("_row")
     ).drop_nulls()
     return pl.concat([where, frame], how="horizontal")
-
-
-def open_checked(backend: Backend, path: str) -> pq.ParquetFile:
-    """Open a store file; a damaged one raises :class:`CorruptFileError` naming it."""
-    try:
-        return backend.open_parquet(path)
-    except FileNotFoundError:
-        raise
-    except (pa.ArrowException, OSError) as exc:
-        raise CorruptFileError(path, f"not a readable Parquet file: {exc}") from None
