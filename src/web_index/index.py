@@ -33,7 +33,6 @@ from web_index.storage import (
 
 __all__ = ["InsertItem", "WebIndex"]
 
-_RETRIES = 8
 
 InsertItem = tuple[
     RecordType | str,
@@ -239,18 +238,8 @@ class WebIndex:
         return self._run(queries, bodies=False)  # type: ignore[return-value]
 
     def _run(self, queries: Sequence[Query], *, bodies: bool) -> list[Result | bool]:
-        # On an object store a file can vanish (or be replaced) between opening
-        # it and reading its row groups, when a compaction commits: the cache
-        # has dropped that listing, so answering again sees the new files.
-        for _ in range(_RETRIES):
-            try:
-                with _gc_paused():
-                    return run_queries(self._store, list(queries), bodies=bodies)
-            except FileNotFoundError:
-                continue
-        from web_index.errors import StoreError
-
-        raise StoreError("the store kept changing under this query batch; try again")
+        with _gc_paused():
+            return run_queries(self._store, list(queries), bodies=bodies)
 
     async def async_query(self, queries: Sequence[Query]) -> list[Result]:
         """:meth:`query` off the event loop."""

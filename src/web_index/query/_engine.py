@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from web_index.errors import CorruptFileError, StoreError
+from web_index._retry import retrying
+from web_index.errors import CorruptFileError
 from web_index.models import AttemptMetadata, Page, Query, RecordType, Response, from_us, month_bounds
 from web_index.query._plan import Candidate, Plan, plan
 from web_index.storage import (
@@ -50,7 +51,7 @@ log = logging.getLogger("web_index.query")
 __all__ = ["Result", "run_queries"]
 
 Result = Page | AttemptMetadata | None
-_RETRIES = 8
+_TRIES = 8
 
 
 @dataclass(slots=True)
@@ -79,12 +80,23 @@ def run_queries(store: Store, queries: Sequence[Query], *, bodies: bool) -> list
     answers: list[Result | bool] = [None] * len(plans)
     pending = list(range(len(plans)))
     no_index: set[int] = set()  # plans the month index misled: read their partitions
-    for _ in range(_RETRIES):
-        if not pending:
-            break
+    pending = list(range(len(plans)))
+
+    # A query that raced a flush or a compaction (a file replaced between
+    # listing and reading, a buffered row flushed meanwhile) is answered again;
+    # the ones settled stay settled.
+    def again() -> list[int]:
+        nonlocal pending
         pending = _attempt(store, plans, pending, answers, bodies, no_index)
-    if pending:
-        raise StoreError(f"{len(pending)} queries kept racing with concurrent flushes; try again")
+        return pending
+
+    retrying(
+        again,
+        tries=_TRIES,
+        on=(FileNotFoundError,),
+        done=lambda left: not left,
+        gave_up="the store kept changing under this query batch; try again",
+    )
     index = list(unique.values())
     by_query = dict(zip(unique, index, strict=True))
     return [answers[by_query[q]] for q in queries]

@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 import socket
 import threading
 import time
@@ -37,6 +36,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import NamedTuple
 
+from web_index._retry import Pause, retrying
 from web_index.errors import ConflictError, StoreError
 from web_index.storage._layout import LOCK_DIR
 from web_index.storage.backends import S3Backend
@@ -134,9 +134,10 @@ class LeaseLocks:
 
     def acquire(self, kind: str, name: str, *, blocking: bool = True) -> Lease | None:
         lease = Lease(self.backend, self.path(kind, name), f"{kind} {name}", self.ttl_s)
-        seen: tuple[str | None, float] | None = None
-        delay = self.poll_s
-        while True:
+        seen: tuple[str | None, float] | None = None  # the holder's lease as first seen unchanged
+
+        def take() -> Lease | None:
+            nonlocal seen
             try:
                 lease.etag = self.backend.put(lease.path, lease.body(), create=True)
                 return lease
@@ -156,10 +157,12 @@ class LeaseLocks:
                     return lease
                 except ConflictError:
                     seen = None  # someone else took it, or the holder renewed
-            if not blocking:
-                return None
-            time.sleep(delay * random.uniform(0.5, 1.5))
-            delay = min(delay * 1.5, max(self.poll_s, self.ttl_s / 10))
+            return None
+
+        if not blocking:
+            return take()
+        pause = Pause(self.poll_s, factor=1.5, cap=max(self.poll_s, self.ttl_s / 10))
+        return retrying(take, tries=None, done=lambda got: got is not None, pause=pause, gave_up="")
 
     def _stale(
         self, path: str, seen: tuple[str | None, float] | None, owner: str

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from web_index._retry import retrying
 from web_index.errors import ConflictError, StoreError
 from web_index.models import STORED_END, STORED_START, AttemptRows, RecordType
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
@@ -31,6 +32,9 @@ from web_index.storage.backends import Backend, S3Backend, handle_version
 from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
 
 __all__ = ["FlushPolicy", "Store"]
+
+# A partition as listed, its visible files opened, its superseded files.
+_Visible = tuple[list[StoredFile], list[tuple[StoredFile, pq.ParquetFile]], list[StoredFile]]
 
 log = logging.getLogger("web_index.storage")
 
@@ -324,23 +328,28 @@ class Store:
                 changed |= self._compact_type(Partition(type, mp.year, mp.month, mp.domain), min_parts)
             return changed
 
-    def open_visible(
-        self, partition: Partition, files: list[StoredFile] | None = None
-    ) -> tuple[list[StoredFile], list[tuple[StoredFile, pq.ParquetFile]], list[StoredFile]]:
+    def open_visible(self, partition: Partition, files: list[StoredFile] | None = None) -> _Visible:
         """Open the visible files of a partition: its files as listed (``files``,
         else listed now), the visible ones opened, and the superseded ones.
 
         A file gone between listing and opening (a compaction committed) makes
         it list again; a partition that keeps changing is a :class:`StoreError`.
         """
-        files = self.partition_files(partition) if files is None else files
-        for _ in range(_OPEN_TRIES):
+        listed = [self.partition_files(partition) if files is None else files]
+
+        def open_listed() -> _Visible:
             try:
-                opened, dead = visible_files(self.backend, files)
-                return files, opened, dead
+                return (listed[0], *visible_files(self.backend, listed[0]))
             except FileNotFoundError:
-                files = self.partition_files(partition)
-        raise StoreError(f"partition {partition} kept changing while it was read; try again")
+                listed[0] = self.partition_files(partition)
+                raise
+
+        return retrying(
+            open_listed,
+            tries=_OPEN_TRIES,
+            on=(FileNotFoundError,),
+            gave_up=f"partition {partition} kept changing while it was read; try again",
+        )
 
     def _compact_type(self, partition: Partition, min_parts: int) -> bool:
         files, opened, dead = self.open_visible(partition)
