@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv from uv.lock. Needs only python3 (>=3.11) and access to PyPI.
+# Create .venv from uv.lock, every extra included (the tests use them all).
+# Needs only python3 (>=3.11) and access to PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 UV_VERSION=0.13.9
@@ -7,4 +8,4 @@ if [ ! -x .tools/bin/uv ]; then
   python3 -m venv .tools
   .tools/bin/pip install --quiet --disable-pip-version-check "uv==${UV_VERSION}"
 fi
-.tools/bin/uv sync --frozen --quiet "$@"
+.tools/bin/uv sync --frozen --all-extras --quiet "$@"

@@ -55,3 +55,15 @@ def test_packages_meet_through_their_init_only() -> None:
             if not (importer == owner or importer.startswith(owner + ".")):
                 reaching.append(f"{importer} -> {imported}")
     assert reaching == []
+
+
+def test_the_architecture_page_shows_the_contracts_layers() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c["layers"] for c in config["contracts"] if c["type"] == "layers")
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    block = page.split("tests/test_layers.py checks -->\n```text\n", 1)[1].split("```", 1)[0]
+    shown = [line.split("  ", 1)[0].strip() for line in block.splitlines()]
+    expected = [layer.replace("web_index.", "") for layer in layers]
+    assert shown == expected

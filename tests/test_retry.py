@@ -23,7 +23,7 @@ def test_runs_again_on_the_named_exception_up_to_tries(fails: int, tries: int) -
     if fails < tries:
         assert retrying(step, tries=tries, on=(FileNotFoundError,), gave_up="x") == fails + 1
     else:
-        with pytest.raises(StoreError, match="^kept changing$"):
+        with pytest.raises(StoreError, match=r"^kept changing$"):
             retrying(step, tries=tries, on=(FileNotFoundError,), gave_up="kept changing")
         assert len(calls) == tries
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from web_index._extras import import_extra
 from web_index.errors import StoreError
 
 __all__ = ["check_dsn", "mask_dsn"]
@@ -33,6 +34,7 @@ def check_dsn(dsn: str) -> None:
     passed on either, as it quotes the string.
     """
     if dsn.strip():
+        import_extra("psycopg.conninfo", "postgres")  # libpq is the judge
         from psycopg import Error
         from psycopg.conninfo import conninfo_to_dict
 

@@ -11,6 +11,7 @@ __all__ = [
     "CorruptFileError",
     "InvalidRecordError",
     "InvalidURLError",
+    "MissingExtraError",
     "StoreError",
     "WebIndexError",
 ]
@@ -56,3 +57,9 @@ class CorruptFileError(StoreError):
 class ConflictError(StoreError):
     """A conditional write lost to another writer: the object exists already,
     or changed since it was read (S3's ``412 Precondition Failed``)."""
+
+
+class MissingExtraError(WebIndexError, ImportError):
+    """A part of web-index that needs an optional extra was used without it:
+    ``s3`` (``s3://`` stores), ``postgres`` (a shared buffer) or ``browser``
+    (the Chromium fetcher). The message gives the ``pip install`` line."""

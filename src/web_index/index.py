@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from msgspec.structs import force_setattr
 
@@ -25,11 +25,13 @@ from web_index.storage import (
     Clock,
     FlushPolicy,
     MethodPartition,
-    S3Backend,
     Store,
     WriteOptions,
     open_backend,
 )
+
+if TYPE_CHECKING:
+    from web_index.storage.backends import S3Backend
 
 __all__ = ["InsertItem", "WebIndex"]
 
@@ -80,13 +82,15 @@ class WebIndex:
         self.location = os.fspath(location)
         backend = open_backend(location)
         if cache is None:
-            cache = isinstance(backend, S3Backend)  # on by default for object stores
+            cache = backend.remote  # on by default for object stores
         if cache is not False:
-            if not isinstance(backend, S3Backend):
+            if not backend.remote:
                 from web_index.errors import StoreError
 
                 raise StoreError("the read-through cache is for object stores (s3://...)")
-            backend = CachingBackend(backend, cache if isinstance(cache, CacheConfig) else None, clock=clock)
+            backend = CachingBackend(
+                cast("S3Backend", backend), cache if isinstance(cache, CacheConfig) else None, clock=clock
+            )
         self._store = Store(
             backend,
             readonly=read_only,

@@ -7,17 +7,18 @@ chain. A :class:`FetchRunner` drives many URLs through them under an
 :class:`EscalationPolicy`, obeying robots.txt and an :class:`AddressPolicy`,
 and records every attempt into a :class:`~web_index.WebIndex`.
 :func:`get_or_fetch` makes the index a read-through cache of the web.
+
+``BrowserFetcher`` needs the ``browser`` extra (Playwright) and is imported on
+first use.
 """
 
+from typing import TYPE_CHECKING
+
+from web_index._extras import lazy_names
 from web_index.fetch._address import AddressPolicy, AddressRefusedError
 from web_index.fetch._attempt import Attempt, Fetcher, FetchLimits, Method, join_headers
-from web_index.fetch._browser import (
-    CHROMIUM_ARGS,
-    DEFAULT_CHROMIUM,
-    BrowserFetcher,
-    chromium_available,
-)
 from web_index.fetch._charset import decode_body
+from web_index.fetch._chromium import CHROMIUM_ARGS, DEFAULT_CHROMIUM, chromium_available
 from web_index.fetch._classify import (
     Verdict,
     classify_browser_error,
@@ -33,6 +34,9 @@ from web_index.fetch._http import DEFAULT_USER_AGENT, HttpFetcher
 from web_index.fetch._policy import Action, Decision, EscalationPolicy, plan_fetchers
 from web_index.fetch._robots import ROBOTS_USER_AGENT, RobotsCache, RobotsDecision
 from web_index.fetch._runner import FetchOutcome, FetchRunner, Recorder
+
+if TYPE_CHECKING:
+    from web_index.fetch._browser import BrowserFetcher
 
 __all__ = [
     "CHROMIUM_ARGS",
@@ -70,3 +74,5 @@ __all__ = [
     "parse_retry_after",
     "plan_fetchers",
 ]
+
+__getattr__ = lazy_names(__name__, {"BrowserFetcher": ("web_index.fetch._browser", "browser")})

@@ -26,6 +26,7 @@ from playwright.async_api import Response as PwResponse
 from web_index.errors import InvalidURLError
 from web_index.fetch._address import AddressPolicy
 from web_index.fetch._attempt import Attempt, FetchLimits, Method, Stopwatch, join_headers, utc_now
+from web_index.fetch._chromium import CHROMIUM_ARGS, DEFAULT_CHROMIUM
 from web_index.fetch._classify import (
     classify_browser_error,
     classify_exception,
@@ -36,25 +37,7 @@ from web_index.fetch._socks import SocksGuard
 from web_index.models import AttemptState, Calibre, Response
 from web_index.urls import url_key
 
-__all__ = ["CHROMIUM_ARGS", "DEFAULT_CHROMIUM", "BrowserFetcher", "chromium_available"]
-
-DEFAULT_CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-)
-
-
-def chromium_available(executable_path: str | Path = DEFAULT_CHROMIUM) -> bool:
-    path = Path(executable_path)
-    return path.is_file() and path.stat().st_mode & 0o111 != 0
+__all__ = ["BrowserFetcher"]
 
 
 class BrowserFetcher:

@@ -6,9 +6,10 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from web_index._extras import import_extra
 from web_index.fetch._address import AddressPolicy
 from web_index.fetch._attempt import Fetcher, FetchLimits
-from web_index.fetch._browser import DEFAULT_CHROMIUM, BrowserFetcher, chromium_available
+from web_index.fetch._chromium import DEFAULT_CHROMIUM, chromium_available
 from web_index.fetch._http import DEFAULT_USER_AGENT, HttpFetcher
 from web_index.fetch._policy import EscalationPolicy
 from web_index.fetch._robots import RobotsCache
@@ -52,8 +53,9 @@ class FetchConfig:
             fetchers.append(self.http_fetcher())
         wants_browser = self.policy.min_calibre <= Calibre.BROWSER <= self.policy.max_calibre
         if wants_browser and chromium_available(self.chromium):
+            browser = import_extra("web_index.fetch._browser", "browser")
             fetchers.append(
-                BrowserFetcher(
+                browser.BrowserFetcher(
                     executable_path=self.chromium,
                     limits=self.limits,
                     address_policy=self.address_policy,

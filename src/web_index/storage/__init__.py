@@ -2,8 +2,12 @@
 
 ``__all__`` is the public API; names imported ``as`` themselves are the
 internal one, for the other packages of web_index (never from a private module).
+``PostgresBuffer`` (the ``postgres`` extra) is imported on first use.
 """
 
+from typing import TYPE_CHECKING
+
+from web_index._extras import lazy_names
 from web_index.storage._clock import SYSTEM_CLOCK as SYSTEM_CLOCK
 from web_index.storage._clock import Clock
 from web_index.storage._files import WriteOptions
@@ -21,8 +25,10 @@ from web_index.storage._store import FlushPolicy, Store
 from web_index.storage._verify import verify as verify
 from web_index.storage.backends import Backend, CacheConfig, LocalBackend, open_backend
 from web_index.storage.backends import CachingBackend as CachingBackend
-from web_index.storage.backends import S3Backend as S3Backend
-from web_index.storage.buffer import Buffer, MethodPartition, PostgresBuffer
+from web_index.storage.buffer import Buffer, MethodPartition
+
+if TYPE_CHECKING:
+    from web_index.storage.buffer import PostgresBuffer
 
 __all__ = [
     "Backend",
@@ -38,3 +44,5 @@ __all__ = [
     "WriteOptions",
     "open_backend",
 ]
+
+__getattr__ = lazy_names(__name__, {"PostgresBuffer": ("web_index.storage.buffer.postgres", "postgres")})

@@ -34,12 +34,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from web_index._retry import Pause, retrying
 from web_index.errors import ConflictError, StoreError
 from web_index.storage._layout import LOCK_DIR
-from web_index.storage.backends import S3Backend
+
+if TYPE_CHECKING:  # only ever given one; importing it needs the s3 extra
+    from web_index.storage.backends.s3 import S3Backend
 
 __all__ = ["Lease", "LeaseLocks"]
 

@@ -7,7 +7,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,8 +28,11 @@ from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._merge import merge_sorted
 from web_index.storage._month_index import build_month_index
 from web_index.storage._schema import SORT_KEYS
-from web_index.storage.backends import Backend, S3Backend, handle_version
+from web_index.storage.backends import Backend, handle_version
 from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
+
+if TYPE_CHECKING:
+    from web_index.storage.backends import S3Backend
 
 __all__ = ["FlushPolicy", "Store"]
 
@@ -68,10 +71,10 @@ def _default_locks(backend: Backend, buffer: Buffer) -> Locks:
 
     shared_flush = getattr(buffer, "locks", None)
     flush: Locks = shared_flush() if callable(shared_flush) else local_locks()
-    if isinstance(inner, S3Backend):
+    if inner.remote:  # other machines compact too: a lease in the bucket
         from web_index.storage._lease import LeaseLocks
 
-        compact: Locks = LeaseLocks(inner)
+        compact: Locks = LeaseLocks(cast("S3Backend", inner))
     else:
         compact = local_locks()
     return KindLocks({"flush": flush, "compact": compact})

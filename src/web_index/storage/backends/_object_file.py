@@ -4,19 +4,54 @@ any other byte range fetched on demand, pinned to the first read's ETag."""
 from __future__ import annotations
 
 import io
+import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.storage._checksum import CheckedFile, check_footer
+from web_index.storage.backends.base import FileInfo
 
 if TYPE_CHECKING:
     from web_index.storage.backends.s3 import S3Backend
 
-__all__ = ["ObjectFile", "handle_version"]
+__all__ = ["ObjectFile", "ObjectInfo", "RequestCounter", "file_info", "handle_version"]
+
+
+class ObjectInfo(NamedTuple):
+    name: str
+    size: int
+    etag: str | None
+
+
+def file_info(o: ObjectInfo) -> FileInfo:
+    """An object as a listing entry; its ETag is its version (every S3-compatible
+    store we know sends one; without it, name and size are all there is)."""
+    return FileInfo(o.name, o.size, o.etag or "")
+
+
+class RequestCounter:
+    """Object-store requests by kind, for ``stats`` and the benchmark."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+
+    def add(self, kind: str) -> None:
+        with self._lock:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self.counts = {}
+
 
 # The object version (ETag) each open Parquet handle reads, for conditional commits.
 _VERSIONS: weakref.WeakKeyDictionary[pq.ParquetFile, str] = weakref.WeakKeyDictionary()

@@ -51,6 +51,12 @@ class Backend(Protocol):
     @property
     def url(self) -> str: ...
 
+    @property
+    def remote(self) -> bool:
+        """Whether the files are on an object store shared by machines:
+        compaction then takes leases there, and reads go through the cache."""
+        ...
+
     def list_files(self, folder: str, prefix: str = "") -> list[FileInfo]:
         """The files directly in ``folder`` whose name starts with ``prefix``;
         empty if missing."""

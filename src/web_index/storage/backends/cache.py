@@ -31,15 +31,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.models import RecordType
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
+from web_index.storage.backends._object_file import ObjectFile, ObjectInfo, file_info
 from web_index.storage.backends.base import FileInfo
-from web_index.storage.backends.s3 import ObjectFile, ObjectInfo, S3Backend, file_info
+
+if TYPE_CHECKING:
+    from web_index.storage.backends.s3 import S3Backend
 
 __all__ = ["CacheConfig", "CacheStats", "CachingBackend"]
 
@@ -138,6 +141,8 @@ class CachingBackend:
 
     def set_generation_source(self, source: GenerationSource | None) -> None:
         self._generation = source
+
+    remote = True  # in front of an object store
 
     @property
     def url(self) -> str:

@@ -27,6 +27,8 @@ class LocalBackend:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
 
+    remote = False  # a folder of this machine
+
     @property
     def url(self) -> str:
         return self.root.as_uri()

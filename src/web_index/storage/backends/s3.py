@@ -25,11 +25,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import threading
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import urlsplit
 
 import obstore as obs
@@ -48,7 +47,7 @@ from obstore.store import S3Store
 from web_index.errors import ConflictError, StoreError
 from web_index.storage._checksum import check_whole
 from web_index.storage._layout import TMP_DIR
-from web_index.storage.backends._object_file import ObjectFile, handle_version
+from web_index.storage.backends._object_file import ObjectFile, ObjectInfo, RequestCounter, file_info
 from web_index.storage.backends._s3_config import store_config
 from web_index.storage.backends.base import (
     FileInfo,
@@ -59,14 +58,7 @@ from web_index.storage.backends.base import (
     write_sealed,
 )
 
-__all__ = [
-    "ObjectFile",
-    "ObjectInfo",
-    "RequestCounter",
-    "S3Backend",
-    "file_info",
-    "handle_version",
-]
+__all__ = ["S3Backend"]
 
 # One GET of the last TAIL bytes reads the footer, and the whole object when it
 # is smaller: part files are, so opening one costs one request.
@@ -75,38 +67,6 @@ TAIL = 1 << 20
 # up in parts of _PART_BYTES, four at a time, instead of one PUT held in memory.
 MULTIPART = 64 << 20
 _PART_BYTES = 8 << 20
-
-
-class ObjectInfo(NamedTuple):
-    name: str
-    size: int
-    etag: str | None
-
-
-def file_info(o: ObjectInfo) -> FileInfo:
-    """An object as a listing entry; its ETag is its version (every S3-compatible
-    store we know sends one; without it, name and size are all there is)."""
-    return FileInfo(o.name, o.size, o.etag or "")
-
-
-class RequestCounter:
-    """Object-store requests by kind, for ``stats`` and the benchmark."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.counts: dict[str, int] = {}
-
-    def add(self, kind: str) -> None:
-        with self._lock:
-            self.counts[kind] = self.counts.get(kind, 0) + 1
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    def reset(self) -> None:
-        with self._lock:
-            self.counts = {}
 
 
 class S3Backend:
@@ -153,6 +113,8 @@ class S3Backend:
             )
         except BaseError as exc:
             raise StoreError(f"cannot configure the S3 store {self._url}: {exc}") from None
+
+    remote = True  # shared by every machine that opens the bucket
 
     @property
     def url(self) -> str:

@@ -1,10 +1,14 @@
 """The insert buffer, one contract (:class:`Buffer`, ``base.py``) kept by two
 implementations: SQLite inside the store (``sqlite.py``) and a shared
-PostgreSQL database (``postgres.py``)."""
+PostgreSQL database (``postgres.py``, the ``postgres`` extra: imported on
+first use)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from web_index._dsn import check_dsn
+from web_index._extras import import_extra, lazy_names
 from web_index.errors import StoreError
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._layout import BUFFER_DIR
@@ -17,8 +21,10 @@ from web_index.storage.buffer.base import (
     buffer_rows,
     decode_rows,
 )
-from web_index.storage.buffer.postgres import PostgresBuffer
 from web_index.storage.buffer.sqlite import SqliteBuffer
+
+if TYPE_CHECKING:
+    from web_index.storage.buffer.postgres import PostgresBuffer
 
 __all__ = [
     "Buffer",
@@ -47,7 +53,8 @@ def open_buffer(
     password); else SQLite in the store's private folder."""
     if isinstance(spec, str):
         check_dsn(spec)
-        return PostgresBuffer(spec, readonly=readonly, clock=clock)
+        postgres = import_extra("web_index.storage.buffer.postgres", "postgres")
+        return postgres.PostgresBuffer(spec, readonly=readonly, clock=clock)  # type: ignore[no-any-return]
     if spec is not None:
         return spec
     try:
@@ -58,3 +65,6 @@ def open_buffer(
             " to read it only, open it read-only"
         ) from None
     return SqliteBuffer(folder, durable=durable, readonly=readonly, clock=clock)
+
+
+__getattr__ = lazy_names(__name__, {"PostgresBuffer": ("web_index.storage.buffer.postgres", "postgres")})
