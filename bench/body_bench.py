@@ -74,11 +74,20 @@ def main() -> None:
             for phase in ("insert", "flush", "query", "compact"):
                 out = subprocess.run(
                     [sys.executable, "-c", _CHILD, str(size), root, phase],
-                    capture_output=True, text=True, check=True,
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 ).stdout.split()
                 base, peak, took = int(out[0]), int(out[1]), float(out[2])
-                rows.append({"body_mib": mib, "phase": phase, "extra_mib": round((peak - base) / 2**20, 1),
-                             "x_body": round((peak - base) / size, 2), "seconds": round(took, 2)})
+                rows.append(
+                    {
+                        "body_mib": mib,
+                        "phase": phase,
+                        "extra_mib": round((peak - base) / 2**20, 1),
+                        "x_body": round((peak - base) / size, 2),
+                        "seconds": round(took, 2),
+                    }
+                )
                 print(rows[-1], flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
     result = {"date": time.strftime("%Y-%m-%d"), "commit": commit.stdout.strip(), "rows": rows}
@@ -86,8 +95,10 @@ def main() -> None:
     out_dir.mkdir(exist_ok=True)
     (out_dir / "body.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = ["| body | phase | peak extra RSS | x body | seconds |", "|---|---|---|---|---|"]
-    lines += [f"| {r['body_mib']} MiB | {r['phase']} | {r['extra_mib']} MiB | {r['x_body']} "
-              f"| {r['seconds']} |" for r in rows]
+    lines += [
+        f"| {r['body_mib']} MiB | {r['phase']} | {r['extra_mib']} MiB | {r['x_body']} | {r['seconds']} |"
+        for r in rows
+    ]
     head = f"Run {result['date']} at {result['commit']}\n\n"
     (out_dir / "body.md").write_text(head + "\n".join(lines) + "\n")
 

@@ -83,7 +83,7 @@ def _in_namespace(setup: str, script: str, *args: str) -> dict[str, object]:
     if os.geteuid() != 0:
         missing("root, for mounts in a private mount namespace")
     code = textwrap.dedent(script)
-    shell = f"{setup} && exec {sys.executable} -c \"$0\" \"$@\""
+    shell = f'{setup} && exec {sys.executable} -c "$0" "$@"'
     done = subprocess.run(
         ["unshare", "-m", "sh", "-c", shell, code, *args],
         capture_output=True,

@@ -7,10 +7,12 @@ store read without any index; they must be equal, whatever the index says.
 
 from __future__ import annotations
 
+import base64
 import random
 import shutil
 import time
 import uuid
+import zlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,11 @@ import pytest
 from tests.factories import T0, attempt, rewrite_store_file
 from web_index import FlushPolicy, WebIndex, WriteOptions
 from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
-from web_index.query import _engine
+from web_index.query import _find, _results
 from web_index.storage import _month_index as _index
+from web_index.storage import _month_index_format as _format
 from web_index.storage._files import list_partition_files
+from web_index.storage._schema import TS_COLUMN
 from web_index.storage._store import Store
 from web_index.storage.backends import LocalBackend
 
@@ -134,8 +138,8 @@ def test_indexed_answers_equal_unindexed_and_skip_partition_reads(
     root, queries = store
     expected = _without_index(root, tmp_path, queries)
     calls: list[Any] = []
-    original = _engine._read_partition
-    monkeypatch.setattr(_engine, "_read_partition", lambda *a: calls.append(a) or original(*a))
+    original = _find._read_partition
+    monkeypatch.setattr(_find, "_read_partition", lambda *a: calls.append(a) or original(*a))
     assert _answers(root, queries) == expected
     assert calls == []  # every partition was covered by its month's index
     assert sum(1 for a in expected[0] if a) > 50
@@ -147,7 +151,7 @@ def test_both_file_readers_give_the_same_answers(
 ) -> None:
     root, queries = store
     expected = _without_index(root, tmp_path, queries)
-    monkeypatch.setattr(_engine, "_SMALL_FILE", small_file)
+    monkeypatch.setattr(_results, "_SMALL_FILE", small_file)
     assert _answers(root, queries) == expected
 
 
@@ -175,8 +179,8 @@ def test_rows_read_from_many_row_groups_in_bounded_pieces(
     assert max(pq.read_metadata(f).num_rows for f in (root / "get").rglob("*.parquet")) > 20
     queries = _queries(keys, seed=6)
     expected = _without_index(root, tmp_path, queries)
-    monkeypatch.setattr(_engine, "_SMALL_FILE", 0)
-    monkeypatch.setattr(_engine, "_DECODED_BUDGET", budget)
+    monkeypatch.setattr(_results, "_SMALL_FILE", 0)
+    monkeypatch.setattr(_results, "_DECODED_BUDGET", budget)
     assert _answers(root, queries) == expected
     assert sum(1 for a in expected[0] if a) > 150
 
@@ -201,7 +205,7 @@ def test_a_tampered_index_is_caught_by_the_row_check(
 ) -> None:
     root, queries = store
     expected = _without_index(root, tmp_path, queries)
-    monkeypatch.setattr(_engine, "_SMALL_FILE", small_file)
+    monkeypatch.setattr(_results, "_SMALL_FILE", small_file)
     # Same covers (so every partition looks covered) but every pointer wrong:
     # other rows, or chains one row too long. (An index whose covers match the files is trusted
     # for which records exist and when: that is what the covers check is for.)
@@ -266,7 +270,7 @@ def test_one_query_at_a_time_equals_a_batch_through_every_lookup_path(
 ) -> None:
     # Small index row groups, so that a single query reads a few of them; after
     # a few such reads the whole index is kept in memory, if the budget allows.
-    monkeypatch.setattr(_index, "INDEX_ROW_GROUP", 8)
+    monkeypatch.setattr(_format, "INDEX_ROW_GROUP", 8)
     root = tmp_path / "store"
     keys = _populate(root, seed=6, n=200)
     with WebIndex(root) as idx:
@@ -330,10 +334,10 @@ def test_index_rows_are_the_stored_records_under_their_key_hashes(store: tuple[P
         type = RecordType(path.parent.parent.name)
         stored: set[tuple[bytes, int, bytes]] = set()
         for f in (root / type.value / path.parent.name / path.stem).iterdir():
-            table = pq.read_table(f, columns=["url_key", _index.TS_COLUMN[type], "request_id"])
+            table = pq.read_table(f, columns=["url_key", TS_COLUMN[type], "request_id"])
             for key, ts, rid in zip(*(c.to_pylist() for c in table.columns), strict=True):
                 ts_us = (ts - _EPOCH) // timedelta(microseconds=1)
-                stored.add((_index.key_hash(key), ts_us, uuid.UUID(rid).bytes))
+                stored.add((_format.key_hash(key), ts_us, uuid.UUID(rid).bytes))
         table = pq.read_table(path)
         rows = list(
             zip(*(table.column(n).to_pylist() for n in ("key_hash", "ts_us", "request_id")), strict=True)
@@ -405,19 +409,15 @@ def test_covers_in_any_order_and_foreign_names_give_the_same_answers(
         # the rows pointing at the same files, and add a name no store file has.
         table = pq.read_table(path)
         meta = dict(table.schema.metadata or {})
-        covers = _index._decode_covers(
-            _index.zlib.decompress(_index.base64.b64decode(meta[_index._COVERS_KEY]))
-        )
+        covers = _format.decode_covers(zlib.decompress(base64.b64decode(meta[_format.COVERS_KEY])))
         order = list(range(len(covers)))
         rng.shuffle(order)
-        foreign = _index.Covered("not-a-store-file.txt", 3, covers[0].domain, "1-1")
+        foreign = _format.Covered("not-a-store-file.txt", 3, covers[0].domain, "1-1")
         shuffled = [covers[n] for n in order] + [foreign]
         where = {old: new for new, old in enumerate(order)}
         i = table.schema.get_field_index("file_no")
         numbers = pa.array([where[n] for n in table.column(i).to_pylist()], type=pa.uint32())
-        meta[_index._COVERS_KEY] = _index.base64.b64encode(
-            _index.zlib.compress(_index._encode_covers(shuffled))
-        )
+        meta[_format.COVERS_KEY] = base64.b64encode(zlib.compress(_format.encode_covers(shuffled)))
         rewrite_store_file(path, table.set_column(i, "file_no", numbers).replace_schema_metadata(meta))
     _index._OPEN.clear()
     assert _answers(root, queries) == expected

@@ -27,6 +27,8 @@ from web_index.ingest import validate_attempt
 from web_index.models import RecordType, TimeAwarePageQuery
 from web_index.storage import Backend, Partition
 from web_index.storage import _month_index as _index
+from web_index.storage import _month_index_build as _build
+from web_index.storage import _month_index_format as _format
 from web_index.storage._files import rows_to_table, sort_dedupe
 from web_index.storage.backends import sealed_bytes
 
@@ -92,7 +94,7 @@ def _stale_state(index: WebIndex) -> str:
     backend = index._store.backend
     a, b = _row(0, 10), _row(2, 50)
     _put(backend, _file_bytes([a], 1000))
-    assert _index.build_month_index(backend, PARTITION.type, PARTITION.year, PARTITION.month)
+    assert _build.build_month_index(backend, PARTITION.type, PARTITION.year, PARTITION.month)
     assert index.query([WINDOW]) == [None]
     before = _size(backend)
     _write_same_size(backend, [a, b], before)
@@ -136,7 +138,7 @@ def _forge_covers(index: WebIndex) -> None:
     assert old is not None
     versions = {i.name: (i.size, i.version) for i in backend.list_files(PARTITION.folder)}
     covers = [c._replace(size=versions[c.name][0], version=versions[c.name][1]) for c in old.covers]
-    _index._write(backend, t, y, m, old.handle.read(), covers, None)
+    _format.write_index(backend, t, y, m, old.handle.read(), covers, None)
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])

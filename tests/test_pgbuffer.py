@@ -162,3 +162,20 @@ def test_many_writer_processes_share_one_buffer(postgres: Postgres, seaweed: Sea
         report = index.verify()
         assert report.ok, report.problems
         assert sum(p.records for p in index.stats().partitions if p.type == "get-metadata") == 100
+
+
+def test_a_read_survives_a_dropped_connection(postgres: Postgres) -> None:
+    import psycopg
+
+    buf = PostgresBuffer(postgres.new_database())
+    attempts = [validate_attempt(*attempt("https://a.example.com/x", T0))]
+    buf.append(attempts)
+    before = buf.counts()
+    with psycopg.connect(buf.dsn, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()) t"
+        ).fetchone()
+    assert killed is not None and killed[0] >= 1
+    assert buf.counts() == before  # the dropped connection was replaced, once, quietly
+    buf.close()

@@ -61,3 +61,11 @@ def test_pauses_grow_jittered_up_to_the_cap(monkeypatch: pytest.MonkeyPatch) -> 
     assert all(0.1 <= s <= 1.0 for s in slept)
     assert slept[-1] == 1.0  # 0.1 * 2**11 is far past the cap
     assert slept[0] <= 0.2
+
+
+def test_without_a_message_the_last_error_is_raised_as_it_was() -> None:
+    def step() -> None:
+        raise FileNotFoundError("still gone")
+
+    with pytest.raises(FileNotFoundError, match="still gone"):
+        retrying(step, tries=2, on=(FileNotFoundError,), gave_up=None)

@@ -110,12 +110,13 @@ def test_presence_never_reads_bodies(index: WebIndex, monkeypatch: pytest.Monkey
     index.flush()
     index.insert(*attempt("https://a.example.com/buffered"))
     import web_index.query._engine as engine
+    import web_index.query._results as results
 
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("presence read a body")
 
-    monkeypatch.setattr(engine, "_load", boom)
-    monkeypatch.setattr(engine, "_read_rows", boom)
+    monkeypatch.setattr(engine, "load_results", boom)
+    monkeypatch.setattr(results, "_read_rows", boom)
     queries = [
         *keys,
         SimplePageQuery(url="https://a.example.com/buffered"),
@@ -304,7 +305,7 @@ def test_files_written_with_the_arrow_schema_still_compact_with_new_ones(store_p
             assert b"ARROW:schema" in (pq.read_metadata(path).metadata or {})
         new = idx.insert(*attempt(url, T0 + timedelta(hours=1)))
         idx.flush()
-        assert idx.compact() == 1
+        assert idx.compact() == 2  # get and get-metadata
         assert idx.verify().problems == []
         got = idx.query([old, new, SimplePageQuery(url=url)])
         assert [p.request_id for p in got] == [old.request_id, new.request_id, new.request_id]  # type: ignore[union-attr]

@@ -1,8 +1,9 @@
 """Retrying, written once (tenacity underneath).
 
-Three loops of the store do it: reading a batch of queries again when a
+Four loops of the store do it: reading a batch of queries again when a
 compaction committed under it, listing a partition again when a file vanished
-between listing and opening, and waiting for a lease. Each says *when* a step
+between listing and opening, waiting for a lease, and reading the PostgreSQL
+buffer again on a fresh connection when one dropped. Each says *when* a step
 must run again (an exception it may raise, or a result that is not done yet),
 how many tries it gets, how long to pause, and what to tell the user when the
 tries run out. The fetchers' retries are not among them: those follow the
@@ -47,7 +48,7 @@ def retrying(
     step: Callable[[], T],
     *,
     tries: int | None,
-    gave_up: str,
+    gave_up: str | None,
     on: tuple[type[BaseException], ...] = (),
     done: Callable[[T], bool] = _always,
     pause: Pause | None = None,
@@ -55,8 +56,8 @@ def retrying(
     """Run ``step`` until it returns a result ``done`` accepts, running it again
     when it raises one of ``on``; at most ``tries`` times (``None``: until done).
 
-    Out of tries, a :class:`StoreError` saying ``gave_up``. Any other
-    exception propagates at once.
+    Out of tries, a :class:`StoreError` saying ``gave_up`` (with ``None``,
+    the last try's exception itself). Any other exception propagates at once.
     """
     retryer = tenacity.Retrying(
         stop=tenacity.stop_never if tries is None else tenacity.stop_after_attempt(tries),
@@ -66,5 +67,8 @@ def retrying(
     )
     try:
         return retryer(step)
-    except tenacity.RetryError:
-        raise StoreError(gave_up) from None
+    except tenacity.RetryError as exc:
+        last = exc.last_attempt.exception()
+        if gave_up is None and last is not None:
+            raise last from None
+        raise StoreError(gave_up or f"gave up after {tries} tries") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -21,7 +22,27 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from web_index import __version__
+
+        sys.stdout.write(f"web-index {__version__}\n")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Keep everything a crawler fetches, and answer questions about it fast."""
+
 
 # Exit codes scripts can rely on.
 EXIT_OK = 0
@@ -30,8 +51,17 @@ EXIT_USAGE = 2  # bad arguments or invalid input
 EXIT_PROBLEMS = 3  # verify found problems
 EXIT_STORE_ERROR = 4  # the store could not be read or written
 
-# Messages and progress go to stderr; data goes to stdout.
-err = Console(stderr=True)
+
+def _console(*, stderr: bool) -> Console:
+    console = Console(stderr=stderr)
+    if not console.is_terminal:  # a file or a pipe: a line is never wrapped, a cell never cut
+        console = Console(stderr=stderr, width=1 << 16)
+    return console
+
+
+# Messages and progress go to stderr; data and tables go to stdout.
+err = _console(stderr=True)
+out = _console(stderr=False)
 
 StoreOption = Annotated[
     str,

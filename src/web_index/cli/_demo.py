@@ -47,8 +47,9 @@ def run_demo(
     port: int = 0,
 ) -> int:
     """Serve the sample site, fetch it into ``store_path`` with escalation,
-    print the state table, then answer queries from the store. Returns an
-    exit code. ``port`` 0 picks a free port."""
+    print the state table, answer queries from the store, then compact it and
+    show what is on disk. Returns an exit code. ``port`` 0 picks a free port
+    (the command uses a fixed one, so that a second run stores the same URLs)."""
     from web_index.index import WebIndex
 
     console = console or Console()
@@ -72,6 +73,10 @@ def run_demo(
             console.print(state_counts_table(outcomes))
             pages = index.query([SimplePageQuery(url=u, type=RecordType.GET) for u in urls])
             metas = index.query([SimplePageQuery(url=u, type=RecordType.GET_METADATA) for u in urls])
+            # Leave a store to look at: the buffer written out and compacted.
+            index.flush()
+            index.compact()
+            stats = index.stats()
     table = Table(title="Answered from the store")
     for column in ("url", "latest attempt", "page", "status", "calibre", "hops", "title"):
         table.add_column(column, overflow="fold")
@@ -90,8 +95,19 @@ def run_demo(
         else:
             table.add_row(url.removeprefix(site.base_url), state, "no", "", "", "", "")
     console.print(table)
+    root = Path(store_path)
+    names = (str(f.relative_to(root)) for f in root.rglob("*.parquet"))
+    files = sorted(n for n in names if not n.startswith("_"))  # _index/...: derived, private
     console.print(
-        f"Ask the store again: [bold]web-index query --store {store_path} --type get-metadata {urls[3]}[/]",
+        f"[bold]The store[/] {root}: {stats.records} records in {stats.files} Parquet files, "
+        f"laid out type/year/month/domain.parquet:",
+        soft_wrap=True,
+    )
+    for name in files:
+        console.print(f"  {name}", soft_wrap=True, highlight=False)
+    console.print(
+        f"Ask it again: [bold]web-index query --store {store_path} --type get-metadata {urls[3]}[/]\n"
+        f"Look at it:   [bold]web-index stats --store {store_path}[/]",
         soft_wrap=True,
     )
     return 0

@@ -6,20 +6,38 @@ that the store commands start as fast without it.
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
-from web_index.cli._app import EXIT_OK, EXIT_USAGE, StoreOption, app, cli_errors, err, fail, store_location
+from web_index.cli._app import (
+    EXIT_FOUND_NOTHING,
+    EXIT_OK,
+    EXIT_USAGE,
+    StoreOption,
+    app,
+    cli_errors,
+    err,
+    fail,
+    out,
+    say,
+    store_location,
+)
+
+if TYPE_CHECKING:
+    from web_index.fetch import FetchOutcome
 
 __all__ = ["demo", "fetch", "parse_calibre"]
 
-_out = Console()
+
+# The sample site's port: fixed, so that a second run stores the same URLs.
+DEMO_PORT = 8421
 
 _CALIBRE_NAMES = {
     "http": 10,
@@ -87,7 +105,8 @@ def fetch(
 
     Each URL starts at --calibre; retryable failures are retried with backoff,
     escalatable ones move up to the next fetcher, up to --max-calibre. Exits
-    0 when every attempt was recorded, whatever the states.
+    0 when at least one URL was fetched (every attempt is recorded, whatever
+    its state), 1 when none was.
     """
     from web_index.cli._report import outcome_table, run_fetch, state_counts_table
     from web_index.errors import WebIndexError
@@ -159,6 +178,7 @@ def fetch(
                 "status_code": final.status_code,
                 "calibre": final.fetcher_calibre,
                 "fetcher": final.fetcher_name,
+                "why": final.logs[-1] if final.logs else None,
                 "attempts": [
                     {"fetcher": a.fetcher_name, "state": str(a.state), "run_time": a.run_time}
                     for a in outcome.attempts
@@ -168,9 +188,17 @@ def fetch(
             print(json.dumps(row), flush=True)
     else:
         if len(outcomes) <= 200:
-            _out.print(outcome_table(outcomes))
-        _out.print(state_counts_table(outcomes))
+            out.print(outcome_table(outcomes))
+        out.print(state_counts_table(outcomes))
+    if not any(o.state.is_success for o in outcomes):
+        say("[bold red]error:[/]", f"nothing was fetched: {_first_reason(outcomes)}")
+        raise typer.Exit(EXIT_FOUND_NOTHING)
     raise typer.Exit(EXIT_OK)
+
+
+def _first_reason(outcomes: Sequence[FetchOutcome]) -> str:
+    final = outcomes[0].final
+    return final.logs[-1] if final.logs else str(final.state)
 
 
 @app.command("demo")
@@ -186,12 +214,25 @@ def demo(
     ] = None,
     chromium: Annotated[Path, typer.Option(help="The Chromium executable.")] = Path("/usr/bin/chromium"),
     slow_seconds: Annotated[float, typer.Option(help="How long the slow page takes.")] = 3.0,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port of the sample site on 127.0.0.1 (0: any free one).")
+    ] = DEMO_PORT,
 ) -> None:
-    """Serve a bundled sample site on 127.0.0.1, fetch it into a store with
-    escalation, print the state table, then query the store."""
+    """Fetch a bundled sample site into a store, then query and compact it.
+
+    The site is served on 127.0.0.1:8421, so that every run stores the same
+    URLs; if that port is taken, the demo stops and says so (give --port).
+    """
     from web_index.cli._demo import run_demo
 
     location = store or tempfile.mkdtemp(prefix="web-index-demo-")
     with cli_errors(location):
-        code = run_demo(location, chromium=chromium, console=_out, slow_seconds=slow_seconds)
+        try:
+            code = run_demo(location, chromium=chromium, console=out, slow_seconds=slow_seconds, port=port)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise fail(
+                EXIT_USAGE, f"port {port} of 127.0.0.1 is taken (another demo?); give --port N"
+            ) from None
     raise typer.Exit(code)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import sys
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -42,9 +42,9 @@ from web_index.models import (
 def _parse_time(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
-    from web_index.models import parse_ts
+    from web_index.models import parse_when
 
-    return parse_ts(value, name, clamp=True)
+    return parse_when(value, name, end=name == "--not-after", now=datetime.now(UTC))
 
 
 def _collect_queries(
@@ -59,40 +59,50 @@ def _collect_queries(
     request_id: str | None,
 ) -> Iterator[Query]:
     record_type = RecordType.parse(type)
-    for url in urls:
+    when = _parse_time(at, "--at")
+    start, stop = _parse_time(not_before, "--not-before"), _parse_time(not_after, "--not-after")
+    if request_id is not None and when is None:
+        raise InvalidRecordError("--at", "a --request-id query needs --at (the attempt's timestamp)")
+
+    def for_url(url: str) -> Query:
         if request_id is not None:
-            if at is None:
-                raise InvalidRecordError("--at", "a --request-id query needs --at (the attempt's timestamp)")
-            yield PageKey(url=url, timestamp=at, request_id=request_id, type=record_type)  # type: ignore[arg-type]
-        elif at is not None or not_before is not None or not_after is not None:
-            yield TimeAwarePageQuery(
+            return PageKey(url=url, timestamp=when, request_id=request_id, type=record_type)  # type: ignore[arg-type]
+        if when is not None or start is not None or stop is not None:
+            return TimeAwarePageQuery(
                 url=url,
-                timestamp=_parse_time(at, "--at"),
-                not_before=_parse_time(not_before, "--not-before"),
-                not_after=_parse_time(not_after, "--not-after"),
+                timestamp=when,
+                not_before=start,
+                not_after=stop,
                 calibre=calibre,
                 calibre_strict=strict,
                 type=record_type,
             )
-        else:
-            yield SimplePageQuery(url=url, calibre=calibre, calibre_strict=strict, type=record_type)
+        return SimplePageQuery(url=url, calibre=calibre, calibre_strict=strict, type=record_type)
+
+    for url in urls:
+        yield for_url(url)
     if source is not None:
-        yield from _file_queries(source)
+        yield from _file_queries(source, for_url)
 
 
-def _file_queries(source: Path) -> Iterator[Query]:
-    """The queries of a --from file; anything wrong with it is invalid input (exit 2),
-    named by file (and line), never a failure of the store."""
+def _file_queries(source: Path, for_url: Callable[[str], Query]) -> Iterator[Query]:
+    """The queries of a --from file: Parquet, or lines that are each a URL (asked
+    as the command-line URLs are) or a query object (JSON). Anything wrong with
+    it is invalid input (exit 2), named by file and line, never a store failure."""
     try:
         if source.suffix == ".parquet":
             yield from iter_queries(source)
             return
         with source.open("rb") as fh:  # bytes: a line that is not UTF-8 is refused alone, by number
-            for number, line in enumerate(fh, start=1):
-                if not line.strip():
+            for number, raw in enumerate(fh, start=1):
+                line = raw.strip()
+                if not line or line.startswith(b"#"):
                     continue
                 try:
-                    yield query_from_dict(json.loads(line))
+                    if line.startswith(b"{"):
+                        yield query_from_dict(json.loads(line))
+                    else:
+                        yield for_url(line.decode("utf-8"))
                 except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
                     raise InvalidRecordError(f"{source}:{number}", str(exc)) from None
     except InvalidRecordError:
@@ -120,11 +130,19 @@ def _result_json(result: Page | AttemptMetadata | None, bodies: bool) -> Any:
 QueryType = Annotated[str, typer.Option("--type", "-t", help="get, head, get-metadata or head-metadata.")]
 Calibre = Annotated[int | None, typer.Option(help="Only records of this calibre or higher.")]
 Strict = Annotated[bool, typer.Option("--strict", help="Only records of exactly --calibre.")]
-At = Annotated[str | None, typer.Option(help="Nearest to this ISO 8601 time (time-aware query).")]
-NotBefore = Annotated[str | None, typer.Option(help="Window start, inclusive (ISO 8601).")]
-NotAfter = Annotated[str | None, typer.Option(help="Window end, inclusive (ISO 8601).")]
+_TIMES = "UTC: 2024-08-01, 20240801120000 (4-14 digits), 7d/12h ago, or ISO 8601 with a zone"
+At = Annotated[str | None, typer.Option(help=f"Nearest to this time (time-aware query). {_TIMES}.")]
+NotBefore = Annotated[str | None, typer.Option(help=f"Window start, inclusive. {_TIMES}.")]
+NotAfter = Annotated[
+    str | None, typer.Option(help="Window end, inclusive: a date or short timestamp counts whole.")
+]
 RequestId = Annotated[str | None, typer.Option(help="Exact attempt (with --at): a page key query.")]
-FromFile = Annotated[Path | None, typer.Option("--from", help="Queries from a .jsonl or .parquet file.")]
+FromFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--from", help="A file of URLs or JSON query objects (one a line), or a .parquet of queries."
+    ),
+]
 FailMissing = Annotated[bool, typer.Option(help="Exit 1 if any query matched nothing.")]
 
 

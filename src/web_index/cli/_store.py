@@ -7,7 +7,6 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -17,6 +16,7 @@ from web_index.cli._app import (
     app,
     cli_errors,
     err,
+    out,
     progress_bar,
     say,
     store_location,
@@ -117,8 +117,8 @@ def stats(
             str(p.part_files),
             "yes" if p.compacted else "",
         )
-    Console().print(table)
-    Console().print(
+    out.print(table)
+    out.print(
         f"{result.records:,} records in {result.files} files ({result.bytes:,} bytes); "
         f"{result.buffered_attempts:,} attempts buffered"
     )

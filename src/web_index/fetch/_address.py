@@ -62,6 +62,10 @@ def _within(ip: IPAddress, networks: tuple[IPNetwork, ...]) -> bool:
     return any(ip.version == net.version and ip in net for net in networks)
 
 
+# How a refusal starts, in the error and so in the attempt's logs.
+REFUSED = "address policy refuses"
+
+
 class AddressRefusedError(WebIndexError, OSError):
     """A host resolved only to addresses the policy refuses (an ``OSError`` too,
     so that HTTP clients treat it as a connection that could not be made)."""
@@ -69,7 +73,7 @@ class AddressRefusedError(WebIndexError, OSError):
     def __init__(self, host: str, reasons: list[str]) -> None:
         self.host = host
         self.reasons = reasons
-        super().__init__(f"address policy refuses {host}: " + "; ".join(reasons))
+        super().__init__(f"{REFUSED} {host}: " + "; ".join(reasons))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +119,11 @@ class AddressPolicy:
         if _within(ip, self.allow):
             return None
         if _within(ip, _LOOPBACK):
-            return None if self.allow_loopback else f"{ip} is loopback"
+            return None if self.allow_loopback else f"{ip} is loopback (allow_loopback, --allow-loopback)"
         if _within(ip, _PRIVATE):
-            return None if self.allow_private else f"{ip} is in a private range"
+            return (
+                None if self.allow_private else f"{ip} is in a private range (allow_private, --allow-private)"
+            )
         if not ip.is_global:
             # Documentation, benchmarking, protocol-assignment and other
             # special-purpose ranges (IANA's registry): nothing to fetch there.

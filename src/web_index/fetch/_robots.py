@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from protego import Protego
 
+from web_index.fetch._address import REFUSED
 from web_index.fetch._attempt import Fetcher
 from web_index.models import AttemptState
 
@@ -116,6 +117,9 @@ class RobotsCache:
             return _Entry(Protego.parse(text), expires), None
         if status is not None and status < 500:
             return _Entry(None, expires), None  # missing or refused: everything allowed
+        if any(line.startswith(REFUSED) for line in attempt.logs):
+            # The page would be refused as well: let its own attempt say why.
+            return _Entry(None, expires), None
         # A 5xx robots.txt is the server's trouble, worth a retry; otherwise the
         # robots fetch failed the way the page fetch would (unreachable, refused...).
         server_error = status is not None or attempt.state.is_success

@@ -36,6 +36,7 @@ from web_index.models._time import check_stored_us as check_stored_us
 from web_index.models._time import from_us as from_us
 from web_index.models._time import month_bounds as month_bounds
 from web_index.models._time import parse_ts as parse_ts
+from web_index.models._time import parse_when as parse_when
 from web_index.models._time import to_us as to_us
 
 __all__ = [

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from web_index.errors import InvalidRecordError
@@ -14,6 +15,7 @@ __all__ = [
     "from_us",
     "month_bounds",
     "parse_ts",
+    "parse_when",
     "to_us",
 ]
 
@@ -114,3 +116,57 @@ def _days_from_civil(year: int, month: int) -> int:
     doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5
     doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
     return era * 146097 + doe - 719468
+
+
+_CDX = re.compile(r"\d{4}(?:\d{2}){0,5}")  # yyyy[mm[dd[hh[mm[ss]]]]]
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_AGE = re.compile(r"(\d+)([smhdw])")
+_STEPS = (timedelta(days=1), timedelta(hours=1), timedelta(minutes=1), timedelta(seconds=1))
+_UNIT = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_FORMS = "ISO 8601 with a zone, a date (2024-08-01), a 4-14 digit timestamp (20240801120000)"
+
+
+def parse_when(value: str, field: str, *, end: bool = False, now: datetime | None = None) -> datetime:
+    """A time as web archives write them, every form UTC unless it says otherwise.
+
+    ISO 8601 with a zone; a date (``2024-08-01``); a CDX timestamp of 4 to 14
+    digits (``2024``, ``20240801``, ``20240801120000``). A date or a short
+    timestamp names a span: its first microsecond, or with ``end`` its last
+    (so ``--not-after 2024`` includes December 31st). With ``now``, also an age
+    before it: ``90s``, ``30m``, ``12h``, ``7d``, ``2w``. A time of day without
+    a zone is refused, as by :func:`parse_ts`.
+    """
+    text = value.strip()
+    if _CDX.fullmatch(text) or _DATE.fullmatch(text):
+        return _span(text.replace("-", ""), field, value, end)
+    if now is not None and (age := _AGE.fullmatch(text)):
+        try:
+            return now.astimezone(UTC) - timedelta(**{_UNIT[age[2]]: int(age[1])})
+        except OverflowError:
+            return _MIN
+    forms = _FORMS + (", or an age (7d, 12h)" if now is not None else "")
+    try:
+        return parse_ts(text, field, clamp=True)
+    except InvalidRecordError as exc:
+        raise InvalidRecordError(field, f"{exc.problem}; give {forms}") from None
+
+
+def _span(digits: str, field: str, value: str, end: bool) -> datetime:
+    parts = [int(digits[:4])] + [int(digits[i : i + 2]) for i in range(4, len(digits), 2)]
+    y, mo, d, h, mi, sec = (parts + [1, 1, 0, 0, 0][len(parts) - 1 :])[:6]
+    try:
+        start = datetime(y, mo, d, h, mi, sec, tzinfo=UTC)
+    except ValueError as exc:
+        raise InvalidRecordError(field, f"{value!r} is not a time: {exc}") from None
+    if not end:
+        return start
+    try:
+        if len(parts) == 1:
+            after = start.replace(year=start.year + 1)
+        elif len(parts) == 2:
+            after = start.replace(year=start.year + start.month // 12, month=start.month % 12 + 1)
+        else:
+            after = start + _STEPS[len(parts) - 3]
+    except (OverflowError, ValueError):  # the span reaches past year 9999
+        return _MAX
+    return after - timedelta(microseconds=1)

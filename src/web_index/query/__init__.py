@@ -5,6 +5,7 @@ internal one, for the other packages of web_index (never from a private module).
 """
 
 from web_index.query._bulk import answer_to_file as answer_to_file
-from web_index.query._engine import Result, run_queries
+from web_index.query._engine import run_queries
+from web_index.query._results import Result
 
 __all__ = ["Result", "run_queries"]

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from web_index.errors import InvalidURLError
 from web_index.models import RESULT_SCHEMA, Query, queries_of, query_table, result_table
-from web_index.query._engine import Result
+from web_index.query._results import Result
 from web_index.urls import key_and_domain
 
 __all__ = ["answer_to_file"]

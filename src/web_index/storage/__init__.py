@@ -16,8 +16,8 @@ from web_index.storage._files import visible_files as visible_files
 from web_index.storage._layout import Partition
 from web_index.storage._layout import StoredFile as StoredFile
 from web_index.storage._month_index import IndexHit as IndexHit
-from web_index.storage._month_index import key_hash as key_hash
 from web_index.storage._month_index import open_month_index as open_month_index
+from web_index.storage._month_index_format import key_hash as key_hash
 from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS
 from web_index.storage._schema import TS_COLUMN as TS_COLUMN
 from web_index.storage._stats import stats as stats

@@ -26,7 +26,7 @@ from web_index.storage._files import (
 from web_index.storage._layout import LOCK_DIR, Partition, StoredFile
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._merge import merge_sorted
-from web_index.storage._month_index import build_month_index
+from web_index.storage._month_index_build import build_month_index
 from web_index.storage._schema import SORT_KEYS
 from web_index.storage.backends import Backend, handle_version
 from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
@@ -279,7 +279,8 @@ class Store:
         min_parts: int = 1,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> int:
-        """Compact partitions with at least ``min_parts`` part files; return how many.
+        """Compact partitions with at least ``min_parts`` part files; return how many
+        partitions (type, month, domain) changed.
 
         Then bring the month key index of every month touched (all months when
         ``partitions`` is ``None``) up to date.
@@ -296,8 +297,7 @@ class Store:
             months = {(t, mp.year, mp.month) for mp in targets for t in (mp.method, mp.method.metadata)}
         total = len(targets) + len(months)
         for n, mp in enumerate(targets, start=1):
-            if self.compact_partition(mp, min_parts=min_parts):
-                done += 1
+            done += self.compact_partition(mp, min_parts=min_parts)
             if on_progress is not None:
                 on_progress(n, total)
         for n, (type, year, month) in enumerate(sorted(months), start=len(targets) + 1):
@@ -318,7 +318,9 @@ class Store:
                             found.add(MethodPartition(method, year, month, domain))
         return sorted(found)
 
-    def compact_partition(self, mp: MethodPartition, *, min_parts: int = 1) -> bool:
+    def compact_partition(self, mp: MethodPartition, *, min_parts: int = 1) -> int:
+        """Compact the partitions of ``mp`` (its type and its metadata type);
+        return how many changed (0, 1 or 2)."""
         locks = self._writable_locks()
         with locks.hold("compact", str(mp)):
             with locks.hold("flush", str(mp)):
@@ -326,10 +328,10 @@ class Store:
                 # into a part this compaction has already absorbed.
                 for flush_id in self.buffer.claims(mp):
                     self._write_claim(mp, flush_id)
-            changed = False
-            for type in (mp.method, mp.method.metadata):
-                changed |= self._compact_type(Partition(type, mp.year, mp.month, mp.domain), min_parts)
-            return changed
+            return sum(
+                self._compact_type(Partition(type, mp.year, mp.month, mp.domain), min_parts)
+                for type in (mp.method, mp.method.metadata)
+            )
 
     def open_visible(self, partition: Partition, files: list[StoredFile] | None = None) -> _Visible:
         """Open the visible files of a partition: its files as listed (``files``,

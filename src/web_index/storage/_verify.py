@@ -13,7 +13,8 @@ from web_index.errors import CorruptFileError, InvalidRecordError, StoreError
 from web_index.models import RecordType, month_bounds
 from web_index.storage._files import FORMAT_KEY, schema_matches, visible_files
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
-from web_index.storage._month_index import index_disagreement, index_note, index_path
+from web_index.storage._month_index_format import index_path
+from web_index.storage._month_index_verify import index_disagreement, index_note
 from web_index.storage._schema import SCHEMAS, SORT_KEYS, TS_COLUMN
 from web_index.storage._store import Store
 from web_index.storage.buffer import MethodPartition

@@ -17,18 +17,19 @@ Only parameterised SQL is used.
 from __future__ import annotations
 
 import functools
-import hashlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
 
 from web_index._dsn import mask_dsn
+from web_index._retry import retrying
 from web_index.errors import StoreError
 from web_index.models import AttemptRows, RecordType
 from web_index.storage._clock import SYSTEM_CLOCK, Clock, now_us
+from web_index.storage.buffer._pg_locks import LOCK_SPACE, PgAdvisoryLocks
 from web_index.storage.buffer.base import (
     BufferedAttempt,
     BufferedKey,
@@ -37,7 +38,7 @@ from web_index.storage.buffer.base import (
     decode_rows,
 )
 
-__all__ = ["PgAdvisoryLocks", "PostgresBuffer"]
+__all__ = ["PostgresBuffer"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS web_index_attempts (
@@ -93,8 +94,6 @@ CREATE TABLE IF NOT EXISTS web_index_generations (
 """
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-# One lock-id namespace for web-index advisory locks (first 4 bytes of a hash).
-_LOCK_SPACE = int.from_bytes(hashlib.sha256(b"web-index").digest()[:4], "big", signed=True)
 
 
 class _DroppedError(StoreError):
@@ -106,18 +105,9 @@ def _retry_once(fn: _F) -> _F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except _DroppedError:
-            return fn(*args, **kwargs)
+        return retrying(lambda: fn(*args, **kwargs), tries=2, on=(_DroppedError,), gave_up=None)
 
     return wrapper  # type: ignore[return-value]
-
-
-def _lock_key(kind: str, name: str) -> int:
-    return int.from_bytes(
-        hashlib.blake2b(f"{kind} {name}".encode(), digest_size=4).digest(), "big", signed=True
-    )
 
 
 class PostgresBuffer:
@@ -144,7 +134,7 @@ class PostgresBuffer:
         if not readonly:
             with conn.transaction():
                 # Serialise schema creation between processes starting at once.
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_SPACE,))
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_SPACE,))
                 conn.execute(_SCHEMA)
         self._schema_ready = True
 
@@ -396,41 +386,6 @@ def _bump(cur: psycopg.Cursor[Any], method: str, year: int, month: int) -> None:
             " ON CONFLICT (method, year, month) DO UPDATE SET gen = web_index_generations.gen + 1",
             (method,),
         )
-
-
-class PgAdvisoryLocks:
-    """Session-level advisory locks: released by the server when the holder's connection dies."""
-
-    def __init__(self, buffer: PostgresBuffer) -> None:
-        self.buffer = buffer
-
-    def hold(self, kind: str, name: str, *, blocking: bool = True) -> AbstractContextManager[bool]:
-        return self._hold(kind, name, blocking)
-
-    @contextmanager
-    def _hold(self, kind: str, name: str, blocking: bool) -> Iterator[bool]:
-        conn = self.buffer._lock_conn()
-        key = _lock_key(kind, name)
-        try:
-            if blocking:
-                conn.execute("SELECT pg_advisory_lock(%s, %s)", (_LOCK_SPACE, key))
-            else:
-                row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, key)).fetchone()
-                if not (row and row[0]):
-                    self.buffer._return_lock_conn(conn)
-                    yield False
-                    return
-        except psycopg.Error as exc:
-            conn.close()
-            raise StoreError(f"cannot take the {kind} lock of {name}: {exc}") from None
-        try:
-            yield True
-        finally:
-            try:
-                conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_LOCK_SPACE, key))
-                self.buffer._return_lock_conn(conn)
-            except psycopg.Error:
-                conn.close()  # the server releases the lock with the session
 
 
 def _safe_dsn(dsn: str) -> str:

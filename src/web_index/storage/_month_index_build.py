@@ -1,0 +1,219 @@
+"""Building a month index, incrementally: a domain whose files are unchanged
+since the previous index keeps its rows, the others are read again.
+
+Apart from opening and lookup (``_month_index``) because it is compaction's
+work, not a query's, and reads the data files' key columns, which a lookup
+never does. ``read_records`` is shared with ``verify``'s check of an index
+against the files (``_month_index_verify``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterator, Mapping
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from web_index.errors import CorruptFileError
+from web_index.models import RecordType
+from web_index.storage._files import list_partition_files, read_small_files, sorted_unique, visible_files
+from web_index.storage._layout import StoredFile
+from web_index.storage._month_index import MonthIndex, open_month_index
+from web_index.storage._month_index_format import (
+    LOOKUP_COLUMNS,
+    SCHEMA,
+    Covered,
+    folder_stamp,
+    key_hash,
+    write_index,
+)
+from web_index.storage._schema import TS_COLUMN
+from web_index.storage.backends import Backend, LocalBackend
+
+__all__ = ["build_month_index", "read_records"]
+
+log = logging.getLogger("web_index.storage")
+# A request id as the store writes it (UUIDv7, lower-case): its 16 bytes give it back exactly.
+_CANONICAL_RID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
+def build_month_index(backend: Backend, type: RecordType, year: int, month: int) -> bool:
+    """Write the month's index if it is missing or out of date; return whether written.
+
+    Domains whose files are unchanged since the previous index keep their
+    rows; only the others are read (key columns only).
+    """
+    folder = f"{type.value}/{year:04d}/{month:02d}"
+    before = folder_stamp(backend.folder_version(folder))
+    listing = list_partition_files(backend, folder, type, year, month)
+    # Stamped only if the folder did not change while it was listed.
+    stamp = before if before is not None and folder_stamp(backend.folder_version(folder)) == before else None
+    covers = [
+        Covered(f.path.rsplit("/", 1)[-1], f.size, domain, f.version)
+        for domain in sorted(listing)
+        for f in sorted(listing[domain], key=lambda f: f.path)
+    ]
+    previous = open_month_index(backend, type, year, month)
+    if previous is not None and previous.covers == covers and (stamp is None or stamp == previous.stamp):
+        return False
+    old_rows = _rows_of(previous)  # None if absent or damaged: then rebuilt from the files
+    if previous is not None and old_rows is not None and previous.covers == covers:
+        # Same files, but now the folder can be stamped (it was written to
+        # just before the last build): the same rows, a new stamp.
+        write_index(backend, type, year, month, old_rows, covers, stamp)
+        return True
+    file_no = {c.name: n for n, c in enumerate(covers)}
+    pieces: list[pl.DataFrame] = []
+    reuse: dict[int, int] = {}  # old file number -> new, for domains unchanged
+    if previous is not None and old_rows is not None:
+        for domain, files in listing.items():
+            if previous.authoritative(domain, files):
+                for n in previous.covered(domain):
+                    reuse[n] = file_no[previous.covers[n].name]
+        if reuse:
+            old = pl.from_arrow(old_rows)
+            assert isinstance(old, pl.DataFrame)
+            mapping = pl.DataFrame(
+                {"file_no": list(reuse), "new_no": list(reuse.values())},
+                schema={"file_no": pl.UInt32, "new_no": pl.UInt32},
+            )
+            pieces.append(old.join(mapping, on="file_no").drop("file_no").rename({"new_no": "file_no"}))
+    kept = {covers[n].domain for n in reuse.values()}
+    fresh = read_records(backend, type, {d: f for d, f in listing.items() if d not in kept}, file_no)
+    if fresh is None:
+        log.warning("%s holds request ids that are not canonical UUIDs: no month index", folder)
+        return False
+    pieces += fresh
+    del fresh
+    tables = [SCHEMA.empty_table()]
+    while pieces:  # each frame dropped once it is a table: not both at once
+        tables.append(pieces.pop().select(LOOKUP_COLUMNS).to_arrow().cast(SCHEMA))
+    table = pa.concat_tables(tables)
+    del tables
+    # The same attempt in two visible files (a flush redone beside its own
+    # compaction) is one record, and its copies sort side by side: keep one.
+    # (Sorted by arrow, not polars: polars' multi-column sort of the binary
+    # keys cost six times the index's size in memory.)
+    rows = sorted_unique(table, ["key_hash", "ts_us", "request_id"], ["request_id"])
+    write_index(backend, type, year, month, rows, covers, stamp)
+    return True
+
+
+def _rows_of(index: MonthIndex | None) -> pa.Table | None:
+    if index is None:
+        return None
+    try:
+        return index.handle.read(columns=LOOKUP_COLUMNS)
+    except CorruptFileError as exc:
+        log.warning("%s: %s; rebuilding it from the files", exc.path, exc.problem)
+        return None
+
+
+def read_records(
+    backend: Backend, type: RecordType, listing: Mapping[str, list[StoredFile]], file_no: Mapping[str, int]
+) -> list[pl.DataFrame] | None:
+    """Index rows (hashed: see :func:`_hashed`) of these domains' visible files,
+    each file numbered as ``file_no`` says; ``None`` if a request id cannot be
+    held. Read in batches, each hashed at once: a big file's URL keys as text
+    would cost gigabytes."""
+    out: list[pl.DataFrame] = []
+    alone: list[StoredFile] = []  # compacted files with no parts beside them: all visible
+    opened: list[tuple[StoredFile, pq.ParquetFile]] = []
+    for files in listing.values():
+        if len(files) == 1 and files[0].part is None:
+            alone.append(files[0])
+        else:
+            opened += visible_files(backend, files)[0]
+    # Small files in one multi-file read instead of thousands of opens: per-file
+    # overhead is most of the cost of a month of small partitions. The read is
+    # of whole files, so a big one (bodies) is opened and its key columns read.
+    local = backend if isinstance(backend, LocalBackend) else None
+    small = [f for f in alone if local is not None and f.size <= _SMALL_FILE]
+    opened += [(f, backend.open_parquet(f.path)) for f in alone if local is None or f.size > _SMALL_FILE]
+    raw: Iterator[pl.DataFrame] = (
+        records for f, handle in opened for records in _file_records(type, handle, file_no[_name(f)])
+    )
+    for start in range(0, len(small), _BATCH_FILES):
+        assert local is not None
+        batch = small[start : start + _BATCH_FILES]
+        frame = read_small_files(local, [f.path for f in batch], _key_columns(type))
+        numbers = pl.DataFrame(
+            {"_file": [f.path for f in batch], "file_no": [file_no[_name(f)] for f in batch]},
+            schema={"_file": pl.String, "file_no": pl.UInt32},
+        )
+        raw = itertools.chain(raw, [_records(type, frame.join(numbers, on="_file"))])
+    for records in raw:
+        hashed = _hashed(records)
+        if hashed is None:
+            return None
+        out.append(hashed)
+    return out
+
+
+def _file_records(type: RecordType, handle: pq.ParquetFile, number: int) -> Iterator[pl.DataFrame]:
+    """Records (one row per chain) of one file, a batch at a time. A chain's rows
+    are contiguous (files are sorted by key, time, request id, chain index), so
+    the chain a batch ends in is held back for the next."""
+    carry: pl.DataFrame | None = None
+    start = 0
+    for batch in handle.iter_batches(batch_size=_READ_ROWS, columns=_key_columns(type), use_threads=False):
+        frame = pl.from_arrow(pa.Table.from_batches([batch]))
+        assert isinstance(frame, pl.DataFrame)
+        frame = frame.with_row_index("_row", offset=start).with_columns(
+            pl.lit(number, dtype=pl.UInt32).alias("file_no")
+        )
+        start += batch.num_rows
+        if carry is not None:
+            frame = pl.concat([carry, frame])
+        if not frame.height:
+            continue
+        last = frame.get_column("request_id")[-1]
+        carry = frame.filter(pl.col("request_id") == last)
+        done = frame.filter(pl.col("request_id") != last)
+        if done.height:
+            yield _records(type, done)
+    if carry is not None and carry.height:
+        yield _records(type, carry)
+
+
+def _hashed(frame: pl.DataFrame) -> pl.DataFrame | None:
+    """Index rows read as text (``url_key``, ``request_id``) in the index's
+    fixed-width form; ``None`` if a request id would not survive the trip."""
+    rids = frame.get_column("request_id")
+    if not rids.str.contains(_CANONICAL_RID).all():
+        return None
+    keys = frame.get_column("url_key").to_list()
+    hashes = {k: key_hash(k) for k in set(keys)}  # a URL fetched twice is hashed once
+    return frame.with_columns(
+        pl.Series("key_hash", [hashes[k] for k in keys], dtype=pl.Binary),
+        pl.col("request_id").str.replace_all("-", "", literal=True).str.decode("hex"),
+    ).drop("url_key")
+
+
+_BATCH_FILES = 2000
+_READ_ROWS = 65536  # rows of a big file's key columns read (and hashed) at a time
+_SMALL_FILE = 1 << 20  # read whole when building an index; bigger files by column
+
+
+def _name(f: StoredFile) -> str:
+    return f.path.rsplit("/", 1)[-1]
+
+
+def _key_columns(type: RecordType) -> list[str]:
+    return ["url_key", TS_COLUMN[type], "request_id", "fetcher_calibre"]
+
+
+def _records(type: RecordType, frame: pl.DataFrame) -> pl.DataFrame:
+    """Index rows from key columns plus ``file_no`` and the row within the file (``_row``)."""
+    # A chain's rows are contiguous (files are sorted by key, time, request id,
+    # chain index): a record is its first row and a count.
+    return frame.group_by("file_no", "request_id").agg(
+        pl.col("url_key").first(),
+        pl.col(TS_COLUMN[type]).first().cast(pl.Int64).alias("ts_us"),
+        pl.col("fetcher_calibre").first().alias("calibre"),
+        pl.col("_row").min().cast(pl.UInt32).alias("row"),
+        pl.len().cast(pl.UInt32).alias("rows"),
+    )

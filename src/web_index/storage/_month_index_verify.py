@@ -1,0 +1,107 @@
+"""What ``verify`` says about a month index: whether it is used, and whether
+the rows it is trusted for are the files' records.
+
+Apart from opening and lookup (``_month_index``): queries never run these
+checks, which read the whole index and, for the second, the files it covers.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pyarrow as pa
+
+from web_index.errors import CorruptFileError
+from web_index.models import RecordType
+from web_index.storage._files import list_partition_files
+from web_index.storage._month_index import open_month_index
+from web_index.storage._month_index_build import read_records
+from web_index.storage._month_index_format import LOOKUP_COLUMNS, SCHEMA, VERSION, VERSION_KEY, index_path
+from web_index.storage.backends import Backend
+
+__all__ = ["index_disagreement", "index_note"]
+
+
+def index_note(backend: Backend, type: RecordType, year: int, month: int) -> str | None:
+    """What ``verify`` should say about a month's index: ``None`` if it is
+    current or absent, else why it is not used (in full or in part)."""
+    path = index_path(type, year, month)
+    folder, name = path.rsplit("/", 1)
+    if not any(i.name == name for i in backend.list_files(folder, name)):
+        return None
+    index = open_month_index(backend, type, year, month)
+    if index is None:
+        try:
+            version = (backend.open_parquet(path).metadata.metadata or {}).get(VERSION_KEY)
+        except (FileNotFoundError, pa.ArrowException, OSError, CorruptFileError):
+            version = None
+        if version is not None and version != VERSION:
+            what = f"month index of format {version.decode(errors='replace')}, not {VERSION.decode()}"
+        else:
+            what = "month index unreadable"
+        return f"{what}: queries read the partitions; `web-index compact` rebuilds it"
+    listing = list_partition_files(backend, f"{type.value}/{year:04d}/{month:02d}", type, year, month)
+    stale = sum(1 for domain, files in listing.items() if not index.authoritative(domain, files))
+    if stale:
+        return (
+            f"month index does not cover {stale} partition(s) changed since; `web-index compact` refreshes it"
+        )
+    return None
+
+
+def index_disagreement(backend: Backend, type: RecordType, year: int, month: int) -> str | None:
+    """For ``verify``: whether the index's rows of every domain it claims to
+    cover exactly (by the covers check queries use) are those domains' records.
+
+    A disagreement here means wrong answers, not lost speed: queries trust the
+    index for those domains and never look at their files.
+    """
+    index = open_month_index(backend, type, year, month)
+    if index is None:
+        return None
+    listing = list_partition_files(backend, index.folder, type, year, month)
+    trusted = {d: files for d, files in listing.items() if index.authoritative(d, files)}
+    if not trusted:
+        return None
+    numbers = {c.name: n for n, c in enumerate(index.covers)}
+    fresh = read_records(backend, type, trusted, numbers)
+    found = _lookup_frame(
+        pl.concat(
+            [p.select(LOOKUP_COLUMNS) for p in [_empty_frame(), *(fresh or [])]], how="vertical_relaxed"
+        )
+    )
+    held = _lookup_frame(pl.from_arrow(index.handle.read(columns=LOOKUP_COLUMNS)))
+    covered = [n for d in trusted for n in index.covered(d)]
+    held = held.filter(pl.col("file_no").is_in(covered))
+    record = ["key_hash", "ts_us", "request_id", "calibre"]
+    missing = found.unique(subset=record).join(held, on=record, how="anti")
+    # Every row it holds must point at that record's rows in that file.
+    wrong = held.join(found, on=LOOKUP_COLUMNS, how="anti")
+    if missing.is_empty() and wrong.is_empty():
+        return None
+    domains = sorted({index.covers[n].domain for n in (*missing["file_no"], *wrong["file_no"])})
+    return (
+        f"month index disagrees with the files of {len(domains)} domain(s) ({', '.join(domains[:5])}):"
+        f" {missing.height} record(s) missing from it, {wrong.height} row(s) pointing wrong;"
+        f" queries answered from it are wrong: delete {index_path(type, year, month)} (derived data)"
+        " and run `web-index compact`"
+    )
+
+
+def _empty_frame() -> pl.DataFrame:
+    frame = pl.from_arrow(SCHEMA.empty_table())
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _lookup_frame(frame: object) -> pl.DataFrame:
+    """Index rows in one set of column types, so rows read and rows held compare."""
+    assert isinstance(frame, pl.DataFrame)
+    return frame.select(
+        pl.col("key_hash").cast(pl.Binary),
+        pl.col("ts_us").cast(pl.Int64),
+        pl.col("request_id").cast(pl.Binary),
+        pl.col("calibre").cast(pl.Int64),
+        pl.col("file_no").cast(pl.Int64),
+        pl.col("row").cast(pl.Int64),
+        pl.col("rows").cast(pl.Int64),
+    )
