@@ -52,6 +52,10 @@ class WebIndex:
     any process. Use as a context manager, or call :meth:`close`.
 
     ``read_only=True`` opens without creating anything and refuses writes.
+    A location that is not a store yet becomes one (its marker written), unless
+    ``create=False`` or ``read_only``: then it is a
+    :class:`~web_index.errors.StoreError`, so that a mistyped location fails
+    instead of answering nothing.
     ``buffer``: the insert buffer; by default SQLite (in the store folder, or
     in a local per-store folder for an ``s3://`` store: one writer machine);
     ``"postgresql://..."`` shares one buffer between writers on many machines.
@@ -78,6 +82,7 @@ class WebIndex:
         cache: bool | CacheConfig | None = None,
         clock: Clock = SYSTEM_CLOCK,
         limits: Limits | None = None,
+        create: bool = True,
     ) -> None:
         self.location = os.fspath(location)
         backend = open_backend(location)
@@ -99,6 +104,7 @@ class WebIndex:
             write_options=write_options,
             buffer=buffer,
             clock=clock,
+            create=create,
         )
         self.read_only = read_only
         self.limits = limits or Limits()

@@ -87,3 +87,34 @@ def test_demo(tmp_path: Path, closed_port: int, chromium_or_none: str | None) ->
         [redirected] = index.query([SimplePageQuery(url=base + "/old-about")])
     assert [getattr(m, "state", None) for m in metas] == list(expected.values())
     assert isinstance(redirected, Page) and [r.status_code for r in redirected.responses] == [301, 200]
+    with WebIndex(tmp_path / "demo", read_only=True) as index:
+        stats = index.stats()  # left compacted: Parquet files to look at, nothing buffered
+    assert stats.buffered_attempts == 0 and stats.partitions
+    assert all(p.compacted and p.part_files == 0 for p in stats.partitions)
+
+
+def test_a_refused_address_is_named_and_nothing_fetched_exits_1(server: LocalServer, tmp_path: Path) -> None:
+    url = server.url("/ok?refused")
+    result = runner.invoke(app, ["fetch", "--store", str(tmp_path / "s"), "--max-calibre", "http", url])
+    assert result.exit_code == 1, result.output
+    last = result.stderr.strip().splitlines()[-1]
+    assert "nothing was fetched: address policy refuses 127.0.0.1" in last
+    assert "--allow-loopback" in last and "robots" not in last
+    with WebIndex(tmp_path / "s") as index:  # the refused attempt is recorded all the same
+        [meta] = index.query([SimplePageQuery(url=url, type="get-metadata")])
+    assert isinstance(meta, AttemptMetadata) and meta.state == "error"
+
+
+def test_the_demo_port_is_fixed_and_a_taken_one_is_said(tmp_path: Path) -> None:
+    import socket
+
+    from web_index.cli._fetch import DEMO_PORT
+
+    assert DEMO_PORT == 8421
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = runner.invoke(app, ["demo", "--store", str(tmp_path / "d"), "--port", str(port)])
+    assert result.exit_code == EXIT_USAGE
+    assert f"port {port} of 127.0.0.1 is taken" in result.stderr and "--port" in result.stderr

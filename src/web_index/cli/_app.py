@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from web_index.errors import InvalidRecordError, WebIndexError
+from web_index.index import WebIndex
 from web_index.read_only import default_store
 
 app = typer.Typer(
@@ -75,9 +76,30 @@ StoreOption = Annotated[
 ]
 
 
+BufferOption = Annotated[
+    str | None,
+    typer.Option(
+        "--buffer",
+        envvar="WEB_INDEX_BUFFER",
+        help="A shared PostgreSQL insert buffer (postgresql://...) [env: WEB_INDEX_BUFFER; "
+        "default: SQLite beside the store].",
+        show_default=False,
+    ),
+]
+
+
 def store_location(store: str | None) -> str:
     """The store a command works on: ``--store``, else the default store."""
     return store or default_store()
+
+
+def open_index(
+    location: str, buffer: str | None, *, read_only: bool = False, create: bool = False
+) -> WebIndex:
+    """The store at ``location``. Only the commands that fill a store (init,
+    insert, fetch) create one; the others fail (exit 4) on a location that
+    is not a store, instead of answering from nothing."""
+    return WebIndex(location, read_only=read_only, buffer=buffer or None, create=create)
 
 
 def progress_bar() -> Progress:

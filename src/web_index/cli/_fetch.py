@@ -20,11 +20,13 @@ from web_index.cli._app import (
     EXIT_FOUND_NOTHING,
     EXIT_OK,
     EXIT_USAGE,
+    BufferOption,
     StoreOption,
     app,
     cli_errors,
     err,
     fail,
+    open_index,
     out,
     say,
     store_location,
@@ -77,6 +79,7 @@ def fetch(
         Path | None, typer.Option("--from", help="A file of URLs, one a line ('-': stdin).")
     ] = None,
     store: StoreOption = "",
+    buffer: BufferOption = None,
     method: Annotated[str, typer.Option(help="get or head.")] = "get",
     calibre: Annotated[
         str, typer.Option(help="Calibre to start at: a number or http, browser, ...")
@@ -117,7 +120,6 @@ def fetch(
         FetchConfig,
         FetchLimits,
     )
-    from web_index.index import WebIndex
     from web_index.urls import url_key
 
     if method not in ("get", "head"):
@@ -157,7 +159,7 @@ def fetch(
     )
     location = store_location(store)
     try:
-        with cli_errors(location), WebIndex(location) as index:
+        with cli_errors(location), open_index(location, buffer, create=True) as index:
             outcomes = run_fetch(
                 index,
                 todo,

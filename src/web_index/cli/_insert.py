@@ -10,11 +10,13 @@ import typer
 
 from web_index.cli._app import (
     EXIT_USAGE,
+    BufferOption,
     StoreOption,
     app,
     cli_errors,
     err,
     fail,
+    open_index,
     os_problem,
     progress_bar,
     say,
@@ -45,6 +47,7 @@ def _read(handle: BinaryIO, name: str) -> Iterator[bytes]:
 def insert(
     source: Annotated[str, typer.Argument(help="JSONL file of insertion requests, or - for stdin.")] = "-",
     store: StoreOption = "",
+    buffer: BufferOption = None,
     batch: Annotated[int, typer.Option(min=1, help="Requests per durable transaction.")] = 1000,
     skip_invalid: Annotated[bool, typer.Option(help="Report invalid lines and go on.")] = False,
 ) -> None:
@@ -65,7 +68,11 @@ def insert(
         except OSError as exc:
             raise fail(EXIT_USAGE, f"cannot read {name}: {exc.strerror or exc}") from None
     try:
-        with cli_errors(location), WebIndex(location) as index, progress_bar() as progress:
+        with (
+            cli_errors(location),
+            open_index(location, buffer, create=True) as index,
+            progress_bar() as progress,
+        ):
             task = progress.add_task("inserting", total=None)
             inserter = _Inserter(index, name, skip_invalid)
             lines = iter_insert_lines(_read(handle, name), name)

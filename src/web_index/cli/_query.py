@@ -15,17 +15,18 @@ import typer
 from web_index.cli._app import (
     EXIT_FOUND_NOTHING,
     EXIT_USAGE,
+    BufferOption,
     StoreOption,
     app,
     cli_errors,
     fail,
+    open_index,
     os_problem,
     progress_bar,
     say,
     store_location,
 )
 from web_index.errors import InvalidRecordError
-from web_index.index import WebIndex
 from web_index.models import (
     AttemptMetadata,
     Page,
@@ -150,6 +151,7 @@ def _run(
     kind: str,
     urls: list[str],
     store: str,
+    buffer: str | None,
     source: Path | None,
     type: str,
     calibre: int | None,
@@ -164,7 +166,7 @@ def _run(
 ) -> None:
     stream = _collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id)
     if output is not None:
-        _run_to_parquet(stream, store, output)
+        _run_to_parquet(stream, store, buffer, output)
         return
     try:
         queries = list(stream)
@@ -173,7 +175,7 @@ def _run(
     if not queries:
         raise fail(EXIT_USAGE, "no queries: give URLs or --from FILE")
     location = store_location(store)
-    with cli_errors(location), WebIndex(location, read_only=True) as index:
+    with cli_errors(location), open_index(location, buffer, read_only=True) as index:
         if kind == "query":
             results: list[Any] = index.query(queries)
         else:
@@ -192,12 +194,16 @@ def _run(
         raise typer.Exit(EXIT_FOUND_NOTHING)
 
 
-def _run_to_parquet(queries: Iterator[Query], store: str, output: Path) -> None:
+def _run_to_parquet(queries: Iterator[Query], store: str, buffer: str | None, output: Path) -> None:
     # Bounded memory however many queries: see WebIndex.query_file.
     if not output.parent.is_dir():
         raise fail(EXIT_USAGE, f"cannot write {output}: no folder {output.parent}")
     location = store_location(store)
-    with cli_errors(location), WebIndex(location, read_only=True) as index, progress_bar() as progress:
+    with (
+        cli_errors(location),
+        open_index(location, buffer, read_only=True) as index,
+        progress_bar() as progress,
+    ):
         task = progress.add_task("answering", total=None)
         count = index.query_file(
             queries,
@@ -215,6 +221,7 @@ _BULK_BATCH = 20_000
 def query(
     urls: Annotated[list[str] | None, typer.Argument(help="URLs to look up.")] = None,
     store: StoreOption = "",
+    buffer: BufferOption = None,
     source: FromFile = None,
     type: QueryType = "get",
     calibre: Calibre = None,
@@ -243,6 +250,7 @@ def query(
         "query",
         urls or [],
         store,
+        buffer,
         source,
         type,
         calibre,
@@ -261,6 +269,7 @@ def query(
 def presence(
     urls: Annotated[list[str] | None, typer.Argument(help="URLs to look up.")] = None,
     store: StoreOption = "",
+    buffer: BufferOption = None,
     source: FromFile = None,
     type: QueryType = "get",
     calibre: Calibre = None,
@@ -276,6 +285,7 @@ def presence(
         "presence",
         urls or [],
         store,
+        buffer,
         source,
         type,
         calibre,

@@ -12,23 +12,38 @@ from rich.table import Table
 
 from web_index.cli._app import (
     EXIT_PROBLEMS,
+    BufferOption,
     StoreOption,
     app,
     cli_errors,
     err,
+    open_index,
     out,
     progress_bar,
     say,
     store_location,
 )
-from web_index.index import WebIndex
 
 
 @app.command()
-def flush(store: StoreOption = "") -> None:
+def init(
+    location: Annotated[
+        str | None,
+        typer.Argument(help="Folder or s3:// URL [default: --store, WEB_INDEX_STORE, per-user folder]."),
+    ] = None,
+    store: StoreOption = "",
+) -> None:
+    """Create an empty store (a store that exists already is left as it is)."""
+    where = location or store_location(store)
+    with cli_errors(where), open_index(where, None, create=True) as index:
+        say("", f"a web-index store at {index.location}")
+
+
+@app.command()
+def flush(store: StoreOption = "", buffer: BufferOption = None) -> None:
     """Write every buffered insert into Parquet part files."""
     location = store_location(store)
-    with cli_errors(location), WebIndex(location) as index:
+    with cli_errors(location), open_index(location, buffer) as index:
         moved = index.flush()
     err.print(f"flushed {moved} attempts")
 
@@ -36,12 +51,13 @@ def flush(store: StoreOption = "") -> None:
 @app.command()
 def compact(
     store: StoreOption = "",
+    buffer: BufferOption = None,
     min_parts: Annotated[int, typer.Option(help="Only partitions with at least this many part files.")] = 1,
 ) -> None:
     """Roll each partition's part files into one <domain>.parquet (safe while others write),
     then bring the month key indexes up to date."""
     location = store_location(store)
-    with cli_errors(location), WebIndex(location) as index:
+    with cli_errors(location), open_index(location, buffer) as index:
         index.flush()
         with progress_bar() as progress:
             task = progress.add_task("compacting", total=None)
@@ -54,7 +70,7 @@ def compact(
 
 
 @app.command()
-def verify(store: StoreOption = "") -> None:
+def verify(store: StoreOption = "", buffer: BufferOption = None) -> None:
     """Check every file and invariant of the store; report, change nothing.
 
     Exit 0 if clean, 3 if problems were found.
@@ -62,7 +78,11 @@ def verify(store: StoreOption = "") -> None:
     from web_index.storage import verify as run_verify
 
     location = store_location(store)
-    with cli_errors(location), WebIndex(location, read_only=True) as index, progress_bar() as progress:
+    with (
+        cli_errors(location),
+        open_index(location, buffer, read_only=True) as index,
+        progress_bar() as progress,
+    ):
         task = progress.add_task("verifying", total=None)
 
         def step(done: int, total: int) -> None:
@@ -85,11 +105,12 @@ def verify(store: StoreOption = "") -> None:
 @app.command()
 def stats(
     store: StoreOption = "",
+    buffer: BufferOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Records, bytes and files per type, month and domain."""
     location = store_location(store)
-    with cli_errors(location), WebIndex(location, read_only=True) as index:
+    with cli_errors(location), open_index(location, buffer, read_only=True) as index:
         result = index.stats()
     if as_json:
         from dataclasses import asdict
@@ -104,7 +125,8 @@ def stats(
         }
         sys.stdout.write(json.dumps(payload) + "\n")
         return
-    table = Table(title=f"web-index store {escape(index.location)}")
+    out.print(f"web-index store {escape(index.location)}", soft_wrap=True)  # not a title: never wrapped
+    table = Table()
     for col in ("type", "month", "domain", "records", "bytes", "part files", "compacted"):
         table.add_column(col, justify="right" if col in ("records", "bytes", "part files") else "left")
     for p in result.partitions:

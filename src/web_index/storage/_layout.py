@@ -13,12 +13,27 @@ from typing import NamedTuple
 
 from web_index.models import RecordType
 
-__all__ = ["BUFFER_DIR", "INDEX_DIR", "LOCK_DIR", "TMP_DIR", "Partition", "StoredFile", "parse_file_name"]
+__all__ = [
+    "BUFFER_DIR",
+    "INDEX_DIR",
+    "LOCK_DIR",
+    "STORE_ENTRIES",
+    "STORE_MARKER",
+    "TMP_DIR",
+    "Partition",
+    "StoredFile",
+    "parse_file_name",
+]
 
 BUFFER_DIR = "_buffer"
 LOCK_DIR = "_locks"
 INDEX_DIR = "_index"  # month key indexes (storage/_month_index.py)
 TMP_DIR = "_tmp"
+# Says "this location is a web-index store": written when a store is created,
+# so that a reader given a wrong location fails instead of answering nothing.
+STORE_MARKER = "_web-index.json"
+# What a store made before the marker holds at its top (docs/format.md).
+STORE_ENTRIES = frozenset({*(t.value for t in RecordType), BUFFER_DIR, INDEX_DIR})
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _DOMAIN = re.compile(r"[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?")

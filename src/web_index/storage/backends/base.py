@@ -91,6 +91,10 @@ class Backend(Protocol):
         """
         ...
 
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a small file (the store's marker) atomically: all or nothing."""
+        ...
+
     def delete(self, path: str) -> None:
         """Remove ``path``; a missing file is not an error."""
         ...

@@ -302,6 +302,12 @@ class CachingBackend:
             self.invalidate(path)  # a failed conditional write: what is there now is unknown
             raise
 
+    def write_bytes(self, path: str, data: bytes) -> None:
+        try:
+            self.inner.write_bytes(path, data)
+        finally:
+            self.invalidate(path)
+
     def delete(self, path: str) -> None:
         self.inner.delete(path)
         self.invalidate(path)

@@ -118,6 +118,21 @@ class LocalBackend:
                 tmp.unlink()
         return target.stat().st_size
 
+    def write_bytes(self, path: str, data: bytes) -> None:
+        target = self._path(path)
+        tmp = new_spool(self.local_folder(TMP_DIR))
+        try:
+            with tmp.open("wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp.replace(target)
+            _fsync_dir(target.parent)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._path(path).unlink()

@@ -244,6 +244,9 @@ class S3Backend:
             raise self._fail(exc, f"writing {path}") from None
         return result.get("e_tag")
 
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self.put(path, data)
+
     def write_parquet(self, path: str, table: pa.Table | pa.RecordBatchReader, **options: object) -> int:
         tag = options.pop("if_match", None)
         if_match = tag if isinstance(tag, str) else None

@@ -1,0 +1,158 @@
+"""A newcomer's first hour on the command line (issue 16): each rough edge, fixed and held."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.factories import T0, attempt
+from tests.servers import Postgres
+from web_index import WebIndex, __version__
+from web_index.cli import app
+
+runner = CliRunner()
+CLI = [sys.executable, "-c", "from web_index.cli import main; main()"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args), env=env)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_version_and_short_help() -> None:
+    assert run("--version")[:2] == (0, f"web-index {__version__}\n")
+    code, out, _ = run("-h")
+    assert code == 0 and "Usage: web-index" in out and "query" in out
+    code, out, _ = run("query", "-h")
+    assert code == 0 and "--not-before" in out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["flush"], ["compact"], ["verify"], ["stats"], ["query", "https://a.example.com/"], ["presence", "https://x.org/"]],
+)
+def test_only_writers_create_a_store(tmp_path: Path, command: list[str]) -> None:
+    typo = tmp_path / "typo_store"
+    code, _, err = run(*command, "--store", str(typo))
+    assert code == 4 and "no store at" in err and "does not exist" in err, err
+    assert not typo.exists()  # nothing made on the way
+    folder = tmp_path / "some_folder"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    code, _, err = run(*command, "--store", str(folder))
+    assert code == 4 and "is not a web-index store" in err, err
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+
+
+def test_init_and_insert_create_one(tmp_path: Path) -> None:
+    made = tmp_path / "made"
+    assert run("init", str(made))[0] == 0
+    assert run("init", str(made))[0] == 0  # again: left as it is
+    code, out, _ = run("query", "--store", str(made), "https://a.example.com/")
+    assert code == 0 and json.loads(out)["result"] is None
+    with WebIndex(tmp_path / "by-python") as index:  # the Python API creates by default
+        index.insert(*attempt("https://a.example.com/"))
+    assert run("stats", "--store", str(tmp_path / "by-python"))[0] == 0
+
+
+def _store_with_one(tmp_path: Path) -> str:
+    store = tmp_path / "s"
+    with WebIndex(store) as index:
+        index.insert(*attempt("https://a.example.com/x", T0))  # 2024-08-01T12:00Z
+    return str(store)
+
+
+@pytest.mark.parametrize(
+    ("args", "found"),
+    [
+        (["--at", "2024-08-01"], True),
+        (["--at", "2024"], True),
+        (["--not-before", "2024-08-01", "--not-after", "2024-08-01"], True),  # the whole day
+        (["--not-after", "20240801"], True),
+        (["--not-after", "20240801115959"], False),
+        (["--not-before", "202408011201"], False),
+        (["--not-before", "7d"], False),  # T0 is long ago
+        (["--not-before", "99999d"], True),
+    ],
+)
+def test_archive_time_forms(tmp_path: Path, args: list[str], found: bool) -> None:
+    code, out, err = run("query", "--store", _store_with_one(tmp_path), *args, "https://a.example.com/x")
+    assert code == 0, err
+    assert (json.loads(out)["result"] is not None) is found
+
+
+def test_a_time_of_day_without_a_zone_is_refused(tmp_path: Path) -> None:
+    code, _, err = run("query", "--store", _store_with_one(tmp_path), "--at", "2024-08-01T12:00", "https://x.org/")
+    assert code == 2 and "--at: naive datetime" in err and len(err.strip().splitlines()) == 1
+
+
+def test_query_from_a_file_of_urls(tmp_path: Path) -> None:
+    store = _store_with_one(tmp_path)
+    urls = tmp_path / "urls.txt"
+    urls.write_text(
+        "# what to ask\nhttps://a.example.com/x\n\nhttps://b.example.com/\n"
+        '{"url": "https://a.example.com/x", "type": "get-metadata"}\n'
+    )
+    code, out, err = run("query", "--store", store, "--from", str(urls))
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [line["query"]["url"] for line in lines] == [
+        "https://a.example.com/x",
+        "https://b.example.com/",
+        "https://a.example.com/x",
+    ]
+    assert [line["result"] is not None for line in lines] == [True, False, True]
+    assert lines[2]["result"]["state"] == "success"  # the metadata record
+    urls.write_text("https://a.example.com/x\nnot a url\n")
+    code, _, err = run("query", "--store", store, "--from", str(urls))
+    assert code == 2 and f"{urls}:2" in err
+
+
+def test_the_buffer_has_a_flag_and_an_env_var(tmp_path: Path, postgres: Postgres) -> None:
+    dsn = postgres.new_database()
+    store = str(tmp_path / "s")
+    line = tmp_path / "one.jsonl"
+    method, url, ts, meta, _ = attempt("https://a.example.com/x", T0, state="timeout")
+    line.write_text(
+        json.dumps({"type": method, "url": url, "timestamp": ts.isoformat(), "metadata": meta.to_dict()}) + "\n"
+    )
+    code, _, err = run("insert", "--store", store, str(line), env={"WEB_INDEX_BUFFER": dsn})
+    assert code == 0, err
+    ask = ["query", "--store", store, "--type", "get-metadata", url]
+    assert json.loads(run(*ask, "--buffer", dsn)[1])["result"] is not None  # in PostgreSQL, not flushed
+    assert json.loads(run(*ask)[1])["result"] is None  # the store's own SQLite buffer knows nothing
+    code, _, err = run(*ask, "--buffer", "hunter2")
+    assert code == 4 and "connection string" in err and "hunter2" not in err
+
+
+def test_off_a_terminal_nothing_wraps_or_is_cut(tmp_path: Path) -> None:
+    deep = tmp_path / ("a-rather-long-folder-name-" * 6) / "store"
+    env = {**os.environ, "COLUMNS": "40"}
+    run_ = subprocess.run([*CLI, "stats", "--store", str(deep)], capture_output=True, text=True, env=env)
+    assert run_.returncode == 4
+    assert run_.stderr.count("\n") == 1 and str(deep) in run_.stderr
+    long_domain = "a-registered-domain-name-as-long-as-a-label-may-be-sixty-three.com"
+    with WebIndex(deep) as index:
+        index.insert(*attempt(f"https://{long_domain}/"))
+        index.flush()
+    run_ = subprocess.run([*CLI, "stats", "--store", str(deep)], capture_output=True, text=True, env=env)
+    assert run_.returncode == 0 and long_domain in run_.stdout and "…" not in run_.stdout
+
+
+def test_compact_counts_every_partition_it_changed(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    with WebIndex(store) as index:
+        for domain in ("a.example.com", "b.example.org"):
+            for n in range(2):
+                index.insert(*attempt(f"https://{domain}/{n}"))
+                index.flush()
+    code, _, err = run("compact", "--store", str(store))
+    assert code == 0 and "compacted 4 partitions" in err  # get and get-metadata, two domains
+    code, _, err = run("compact", "--store", str(store))
+    assert code == 0 and "compacted 0 partitions" in err
