@@ -35,7 +35,14 @@ def test_version_and_short_help() -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [["flush"], ["compact"], ["verify"], ["stats"], ["query", "https://a.example.com/"], ["presence", "https://x.org/"]],
+    [
+        ["flush"],
+        ["compact"],
+        ["verify"],
+        ["stats"],
+        ["query", "https://a.example.com/"],
+        ["presence", "https://x.org/"],
+    ],
 )
 def test_only_writers_create_a_store(tmp_path: Path, command: list[str]) -> None:
     typo = tmp_path / "typo_store"
@@ -88,7 +95,9 @@ def test_archive_time_forms(tmp_path: Path, args: list[str], found: bool) -> Non
 
 
 def test_a_time_of_day_without_a_zone_is_refused(tmp_path: Path) -> None:
-    code, _, err = run("query", "--store", _store_with_one(tmp_path), "--at", "2024-08-01T12:00", "https://x.org/")
+    code, _, err = run(
+        "query", "--store", _store_with_one(tmp_path), "--at", "2024-08-01T12:00", "https://x.org/"
+    )
     assert code == 2 and "--at: naive datetime" in err and len(err.strip().splitlines()) == 1
 
 
@@ -119,9 +128,8 @@ def test_the_buffer_has_a_flag_and_an_env_var(tmp_path: Path, postgres: Postgres
     store = str(tmp_path / "s")
     line = tmp_path / "one.jsonl"
     method, url, ts, meta, _ = attempt("https://a.example.com/x", T0, state="timeout")
-    line.write_text(
-        json.dumps({"type": method, "url": url, "timestamp": ts.isoformat(), "metadata": meta.to_dict()}) + "\n"
-    )
+    request = {"type": method, "url": url, "timestamp": ts.isoformat(), "metadata": meta.to_dict()}
+    line.write_text(json.dumps(request) + "\n")
     code, _, err = run("insert", "--store", store, str(line), env={"WEB_INDEX_BUFFER": dsn})
     assert code == 0, err
     ask = ["query", "--store", store, "--type", "get-metadata", url]
