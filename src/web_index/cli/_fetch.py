@@ -211,7 +211,7 @@ def demo(
             "--store",
             "-s",
             envvar="WEB_INDEX_STORE",
-            help="Store to fetch into [env: WEB_INDEX_STORE; default: a new temporary folder].",
+            help="Store to fetch into [default: a new temporary folder].",
         ),
     ] = None,
     chromium: Annotated[Path, typer.Option(help="The Chromium executable.")] = Path("/usr/bin/chromium"),
