@@ -118,3 +118,14 @@ def test_the_demo_port_is_fixed_and_a_taken_one_is_said(tmp_path: Path) -> None:
         result = runner.invoke(app, ["demo", "--store", str(tmp_path / "d"), "--port", str(port)])
     assert result.exit_code == EXIT_USAGE
     assert f"port {port} of 127.0.0.1 is taken" in result.stderr and "--port" in result.stderr
+
+
+def test_the_demo_as_json(tmp_path: Path, closed_port: int) -> None:
+    args = ["demo", "--store", str(tmp_path / "d"), "--port", str(closed_port), "--json"]
+    result = runner.invoke(app, [*args, "--chromium", "/nonexistent/chromium", "--slow-seconds", "2"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]  # nothing but JSON on stdout
+    by_path = {r["url"].removeprefix(f"http://127.0.0.1:{closed_port}"): r for r in rows}
+    assert by_path["/"]["page"] is True and by_path["/"]["status_code"] == 200
+    assert by_path["/old-about"]["hops"] == 2
+    assert by_path["/protected"] == {**by_path["/protected"], "state": "blocked", "page": False}

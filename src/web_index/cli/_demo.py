@@ -6,8 +6,11 @@ policy is opened to loopback for it, and nothing leaves the machine.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -37,6 +40,16 @@ def _title(body: bytes | None) -> str:
     return node.text(strip=True)[:40] if node is not None else ""
 
 
+def _answer(url: str, page: object, meta: object) -> dict[str, Any]:
+    """What the store says of one URL: its latest attempt's state and its page, if any."""
+    row: dict[str, Any] = {"url": url, "state": str(getattr(meta, "state", "-")), "page": False}
+    row.update(status_code=None, calibre=None, hops=None, title=None)
+    if isinstance(page, Page):
+        row.update(page=True, status_code=page.status_code, calibre=page.calibre)
+        row.update(hops=len(page.responses), title=_title(page.data))
+    return row
+
+
 def run_demo(
     store_path: str | os.PathLike[str],
     *,
@@ -45,10 +58,12 @@ def run_demo(
     slow_seconds: float = 3.0,
     timeout: float = 1.5,
     port: int = 0,
+    as_json: bool = False,
 ) -> int:
     """Serve the sample site, fetch it into ``store_path`` with escalation,
     print the state table, answer queries from the store, then compact it and
-    show what is on disk. Returns an exit code. ``port`` 0 picks a free port
+    show what is on disk (with ``as_json``, one JSON object per URL on stdout
+    instead of the tables). Returns an exit code. ``port`` 0 picks a free port
     (the command uses a fixed one, so that a second run stores the same URLs)."""
     from web_index.index import WebIndex
 
@@ -69,32 +84,28 @@ def run_demo(
             console.print(f"[yellow]No Chromium at {chromium}: fetching with httpx only.[/]")
         with WebIndex(store_path) as index:
             outcomes = run_fetch(index, urls, config, console=console)
-            console.print(outcome_table(outcomes, base=site.base_url))
-            console.print(state_counts_table(outcomes))
+            if not as_json:
+                console.print(outcome_table(outcomes, base=site.base_url))
+                console.print(state_counts_table(outcomes))
             pages = index.query([SimplePageQuery(url=u, type=RecordType.GET) for u in urls])
             metas = index.query([SimplePageQuery(url=u, type=RecordType.GET_METADATA) for u in urls])
             # Leave a store to look at: the buffer written out and compacted.
             index.flush()
             index.compact()
             stats = index.stats()
-    table = Table(title="Answered from the store")
-    for column in ("url", "latest attempt", "page", "status", "calibre", "hops", "title"):
-        table.add_column(column, overflow="fold")
-    for url, page, meta in zip(urls, pages, metas, strict=True):
-        state = str(getattr(meta, "state", "")) if meta is not None else "-"
-        if isinstance(page, Page):
-            table.add_row(
-                url.removeprefix(site.base_url),
-                state,
-                "yes",
-                str(page.status_code),
-                str(page.calibre),
-                str(len(page.responses)),
-                _title(page.data),
-            )
-        else:
-            table.add_row(url.removeprefix(site.base_url), state, "no", "", "", "", "")
-    console.print(table)
+    rows = [_answer(url, page, meta) for url, page, meta in zip(urls, pages, metas, strict=True)]
+    if as_json:
+        for row in rows:
+            sys.stdout.write(json.dumps(row) + "\n")
+    else:
+        table = Table(title="Answered from the store")
+        for column in ("url", "latest attempt", "page", "status", "calibre", "hops", "title"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            cells = [row["url"].removeprefix(site.base_url), row["state"], "yes" if row["page"] else "no"]
+            more = (row["status_code"], row["calibre"], row["hops"], row["title"])
+            table.add_row(*cells, *("" if v is None else str(v) for v in more))
+        console.print(table)
     root = Path(store_path)
     names = (str(f.relative_to(root)) for f in root.rglob("*.parquet"))
     files = sorted(n for n in names if not n.startswith("_"))  # _index/...: derived, private

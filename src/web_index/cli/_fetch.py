@@ -219,6 +219,9 @@ def demo(
     port: Annotated[
         int, typer.Option(min=0, max=65535, help="Port of the sample site on 127.0.0.1 (0: any free one).")
     ] = DEMO_PORT,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per URL (stdout) instead of tables.")
+    ] = False,
 ) -> None:
     """Fetch a bundled sample site into a store, then query and compact it.
 
@@ -230,7 +233,14 @@ def demo(
     location = store or tempfile.mkdtemp(prefix="web-index-demo-")
     with cli_errors(location):
         try:
-            code = run_demo(location, chromium=chromium, console=out, slow_seconds=slow_seconds, port=port)
+            code = run_demo(
+                location,
+                chromium=chromium,
+                console=err if as_json else out,
+                slow_seconds=slow_seconds,
+                port=port,
+                as_json=as_json,
+            )
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
                 raise
