@@ -88,6 +88,15 @@ def test_paths_outside_the_store_are_refused(backend: Backend) -> None:
             backend.write_parquet(path, TABLE)
 
 
+def test_a_small_file_is_written_whole_and_listed(backend: Backend) -> None:
+    backend.write_bytes("_marker.json", b'{"a": 1}')
+    backend.write_bytes("_marker.json", b'{"a": 22}')  # replaced whole
+    [info] = backend.list_files("", "_marker.json")
+    assert info.size == len(b'{"a": 22}')
+    with pytest.raises((StoreError, ValueError)):
+        backend.write_bytes("../escape.json", b"{}")
+
+
 def test_a_private_local_folder(backend: Backend) -> None:
     folder = backend.local_folder("_buffer")
     assert folder.is_dir()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import uuid
@@ -24,8 +23,9 @@ from web_index.storage._files import (
     visible_files,
     write_partition_file,
 )
-from web_index.storage._layout import LOCK_DIR, STORE_ENTRIES, STORE_MARKER, Partition, StoredFile
+from web_index.storage._layout import LOCK_DIR, Partition, StoredFile
 from web_index.storage._locks import FileLocks, KindLocks, Locks
+from web_index.storage._marker import open_or_create
 from web_index.storage._merge import merge_sorted
 from web_index.storage._month_index_build import build_month_index
 from web_index.storage._schema import SORT_KEYS
@@ -100,27 +100,6 @@ def _crash_point(name: str) -> None:
         os._exit(137)
 
 
-def _open_or_create(backend: Backend, *, create: bool) -> None:
-    """Check that ``backend`` holds a store, creating one (its marker) if
-    allowed; a store made before the marker gets one when opened to write."""
-    if backend.list_files("", STORE_MARKER):
-        return
-    made_before_marker = bool(STORE_ENTRIES.intersection(backend.list_folders("")))
-    if not (made_before_marker or create):
-        what = f"is not a web-index store (no {STORE_MARKER})" if backend.exists() else "does not exist"
-        raise StoreError(
-            f"no store at {backend.url}: it {what}; create one with `web-index init`, or by inserting into it"
-        )
-    if create:
-        backend.write_bytes(STORE_MARKER, _MARKER)
-
-
-# The marker's content: what wrote the store, for a person who opens it.
-_MARKER = json.dumps(
-    {"store": "web-index", "standard": "0.1.0", "layout": "type/yyyy/mm/domain.parquet"}
-).encode()
-
-
 class Store:
     def __init__(
         self,
@@ -140,7 +119,7 @@ class Store:
         self.readonly = readonly
         self.policy = policy or FlushPolicy()
         self.write_options = write_options or WriteOptions()
-        _open_or_create(backend, create=create and not readonly)
+        open_or_create(backend, create=create and not readonly)
         self.buffer = buffer = open_buffer(buffer, backend, readonly=readonly, durable=durable, clock=clock)
         set_generation_source = getattr(backend, "set_generation_source", None)
         if callable(set_generation_source):

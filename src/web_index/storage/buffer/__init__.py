@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from web_index._dsn import check_dsn
 from web_index._extras import import_extra, lazy_names
-from web_index.errors import StoreError
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._layout import BUFFER_DIR
+from web_index.storage._marker import unwritable
 from web_index.storage.backends import Backend
 from web_index.storage.buffer.base import (
     Buffer,
@@ -59,11 +59,8 @@ def open_buffer(
         return spec
     try:
         folder = backend.local_folder(BUFFER_DIR, create=not readonly)
-    except OSError as exc:  # a read-only mount, no permission
-        raise StoreError(
-            f"the store {backend.url} cannot be written ({exc.strerror or exc});"
-            " to read it only, open it read-only"
-        ) from None
+    except OSError as exc:
+        raise unwritable(backend, exc) from None
     return SqliteBuffer(folder, durable=durable, readonly=readonly, clock=clock)
 
 

@@ -1,0 +1,49 @@
+"""Telling a store from any other location: the marker a store is created with.
+
+A reader given a mistyped location must fail, not answer from an empty folder;
+so a store is created with ``_web-index.json`` at its top, and only writers
+allowed to create one write it. A store made before the marker is recognised
+by its top-level folders and gets one when next opened to write.
+"""
+
+from __future__ import annotations
+
+import json
+
+from web_index.errors import StoreError
+from web_index.storage._layout import STORE_ENTRIES, STORE_MARKER
+from web_index.storage.backends import Backend
+
+__all__ = ["open_or_create", "unwritable"]
+
+# What wrote the store, for a person who opens the file.
+_MARKER = json.dumps(
+    {"store": "web-index", "standard": "0.1.0", "layout": "type/yyyy/mm/domain.parquet"}
+).encode()
+
+
+def open_or_create(backend: Backend, *, create: bool) -> None:
+    """Check that ``backend`` holds a store; with ``create``, make it one
+    (or mark one made before the marker). Else a :class:`StoreError` that says
+    whether the location is missing or holds something else."""
+    if backend.list_files("", STORE_MARKER):
+        return
+    made_before_marker = bool(STORE_ENTRIES.intersection(backend.list_folders("")))
+    if not (made_before_marker or create):
+        what = f"is not a web-index store (no {STORE_MARKER})" if backend.exists() else "does not exist"
+        raise StoreError(
+            f"no store at {backend.url}: it {what}; create one with `web-index init`, or by inserting into it"
+        )
+    if create:
+        try:
+            backend.write_bytes(STORE_MARKER, _MARKER)
+        except OSError as exc:
+            raise unwritable(backend, exc) from None
+
+
+def unwritable(backend: Backend, exc: OSError) -> StoreError:
+    """The error for a store that cannot be written (a read-only mount, no permission)."""
+    return StoreError(
+        f"the store {backend.url} cannot be written ({exc.strerror or exc});"
+        " to read it only, open it read-only"
+    )
