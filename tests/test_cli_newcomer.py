@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -164,3 +165,29 @@ def test_compact_counts_every_partition_it_changed(tmp_path: Path) -> None:
     assert code == 0 and "compacted 4 partitions" in err  # get and get-metadata, two domains
     code, _, err = run("compact", "--store", str(store))
     assert code == 0 and "compacted 0 partitions" in err
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "durable"),
+    [({}, [], True), ({"WEB_INDEX_DURABLE": "0"}, [], False), ({}, ["--no-durable"], False)],
+)
+def test_durability_has_a_flag_and_an_env_var(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], args: list[str], durable: bool
+) -> None:
+    import web_index.cli._app as cli_app
+
+    opened: list[bool] = []
+
+    class Watched(WebIndex):  # the real store, its opening noted
+        def __init__(self, *a: Any, **k: Any) -> None:
+            opened.append(k["durable"])
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(cli_app, "WebIndex", Watched)
+    line = tmp_path / "one.jsonl"
+    method, url, ts, meta, _ = attempt("https://a.example.com/x", T0, state="timeout")
+    request = {"type": method, "url": url, "timestamp": ts.isoformat(), "metadata": meta.to_dict()}
+    line.write_text(json.dumps(request) + "\n")
+    code, _, err = run("insert", "--store", str(tmp_path / "s"), *args, str(line), env=env)
+    assert code == 0, err
+    assert opened == [durable]

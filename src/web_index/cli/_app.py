@@ -87,18 +87,27 @@ BufferOption = Annotated[
 ]
 
 
+DurableOption = Annotated[
+    bool,
+    typer.Option(
+        envvar="WEB_INDEX_DURABLE",
+        help="fsync every batch (--no-durable: faster; a killed process loses nothing, a power cut may).",
+    ),
+]
+
+
 def store_location(store: str | None) -> str:
     """The store a command works on: ``--store``, else the default store."""
     return store or default_store()
 
 
 def open_index(
-    location: str, buffer: str | None, *, read_only: bool = False, create: bool = False
+    location: str, buffer: str | None, *, read_only: bool = False, create: bool = False, durable: bool = True
 ) -> WebIndex:
     """The store at ``location``. Only the commands that fill a store (init,
     insert, fetch) create one; the others fail (exit 4) on a location that
     is not a store, instead of answering from nothing."""
-    return WebIndex(location, read_only=read_only, buffer=buffer or None, create=create)
+    return WebIndex(location, read_only=read_only, buffer=buffer or None, create=create, durable=durable)
 
 
 def progress_bar() -> Progress:

@@ -21,6 +21,7 @@ from web_index.cli._app import (
     EXIT_OK,
     EXIT_USAGE,
     BufferOption,
+    DurableOption,
     StoreOption,
     app,
     cli_errors,
@@ -80,6 +81,7 @@ def fetch(
     ] = None,
     store: StoreOption = "",
     buffer: BufferOption = None,
+    durable: DurableOption = True,
     method: Annotated[str, typer.Option(help="get or head.")] = "get",
     calibre: Annotated[
         str, typer.Option(help="Calibre to start at: a number or http, browser, ...")
@@ -159,7 +161,7 @@ def fetch(
     )
     location = store_location(store)
     try:
-        with cli_errors(location), open_index(location, buffer, create=True) as index:
+        with cli_errors(location), open_index(location, buffer, create=True, durable=durable) as index:
             outcomes = run_fetch(
                 index,
                 todo,

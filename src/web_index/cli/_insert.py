@@ -11,6 +11,7 @@ import typer
 from web_index.cli._app import (
     EXIT_USAGE,
     BufferOption,
+    DurableOption,
     StoreOption,
     app,
     cli_errors,
@@ -48,6 +49,7 @@ def insert(
     source: Annotated[str, typer.Argument(help="JSONL file of insertion requests, or - for stdin.")] = "-",
     store: StoreOption = "",
     buffer: BufferOption = None,
+    durable: DurableOption = True,
     batch: Annotated[int, typer.Option(min=1, help="Requests per durable transaction.")] = 1000,
     skip_invalid: Annotated[bool, typer.Option(help="Report invalid lines and go on.")] = False,
 ) -> None:
@@ -70,7 +72,7 @@ def insert(
     try:
         with (
             cli_errors(location),
-            open_index(location, buffer, create=True) as index,
+            open_index(location, buffer, create=True, durable=durable) as index,
             progress_bar() as progress,
         ):
             task = progress.add_task("inserting", total=None)
