@@ -6,6 +6,7 @@ import contextlib
 import mmap
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -106,10 +107,23 @@ class LocalBackend:
         # Conditions for object stores; flock locks already serialise local writers.
         options.pop("if_match", None)
         options.pop("create", None)
+        return self._replace(path, lambda tmp: write_sealed(table, tmp, **options))
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        def write(tmp: Path) -> None:
+            with tmp.open("wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+        self._replace(path, write)
+
+    def _replace(self, path: str, write: Callable[[Path], object]) -> int:
+        """Write a spool with ``write``, then rename it over ``path``: all or nothing."""
         target = self._path(path)
         tmp = new_spool(self.local_folder(TMP_DIR))
         try:
-            write_sealed(table, tmp, **options)
+            write(tmp)
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp.replace(target)
             _fsync_dir(target.parent)
@@ -117,21 +131,6 @@ class LocalBackend:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
         return target.stat().st_size
-
-    def write_bytes(self, path: str, data: bytes) -> None:
-        target = self._path(path)
-        tmp = new_spool(self.local_folder(TMP_DIR))
-        try:
-            with tmp.open("wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp.replace(target)
-            _fsync_dir(target.parent)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
 
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
