@@ -40,3 +40,30 @@ def test_every_documented_layer_name_exists() -> None:
         assert name in module.__all__, (
             f"docs/api.md names {package}.{name}, which web_index.{package} does not export"
         )
+
+
+def test_the_fetch_settings_table_matches_the_dataclasses() -> None:
+    import ast
+    import dataclasses
+
+    import web_index.fetch as fetch
+
+    page = (DOCS / "api.md").read_text()
+    section = page.split("## Fetching settings", 1)[1].split("\n## ", 1)[0]
+    checked = 0
+    for name in ("AddressPolicy", "FetchLimits", "EscalationPolicy", "FetchConfig"):
+        row = next(line for line in section.splitlines() if line.startswith(f"| `{name}` |"))
+        defaults = {f.name: f for f in dataclasses.fields(getattr(fetch, name))}
+        instance = getattr(fetch, name)()
+        for field, value in re.findall(r"`(\w+)(?:=([^`]*))?`", row.split("|")[2]):
+            assert field in defaults or field in dir(instance), (
+                f"{name}.{field} is documented but does not exist"
+            )
+            if value:
+                try:
+                    documented = ast.literal_eval(value)
+                except (ValueError, SyntaxError):
+                    continue  # prose such as 16 MiB
+                assert getattr(instance, field) == documented, f"{name}.{field}"
+                checked += 1
+    assert checked >= 20
