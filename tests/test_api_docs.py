@@ -19,6 +19,7 @@ PAGES = {
     "web_index.ingest": "api.md",
     "web_index.query": "api.md",
     "web_index.fetch": "fetch.md",
+    "web_index.archive": "archive.md",
 }
 
 

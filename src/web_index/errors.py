@@ -13,6 +13,7 @@ __all__ = [
     "InvalidURLError",
     "MissingExtraError",
     "StoreError",
+    "WarcError",
     "WebIndexError",
 ]
 
@@ -63,3 +64,13 @@ class MissingExtraError(WebIndexError, ImportError):
     """A part of web-index that needs an optional extra was used without it:
     ``s3`` (``s3://`` stores), ``postgres`` (a shared buffer) or ``browser``
     (the Chromium fetcher). The message gives the ``pip install`` line."""
+
+
+class WarcError(InvalidRecordError):
+    """A WARC record or file that is not whole WARC, named by file and byte
+    offset (``.path``, ``.offset``; ``.field`` is ``"<path>@<offset>"``)."""
+
+    def __init__(self, path: str, offset: int, problem: str) -> None:
+        self.path = path
+        self.offset = offset
+        super().__init__(f"{path}@{offset}", problem)

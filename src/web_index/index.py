@@ -156,21 +156,36 @@ class WebIndex:
         """
         return self.insert_many([(type, url, timestamp, metadata, data)])[0]
 
-    def insert_many(self, items: Iterable[InsertItem]) -> list[PageKey]:
+    def insert_many(
+        self, items: Iterable[InsertItem], *, request_ids: Sequence[str] | None = None
+    ) -> list[PageKey]:
         """Store many attempts in one durable transaction: all or none.
 
-        Every item is validated before anything is written.
+        Every item is validated before anything is written. ``request_ids``
+        is for importers whose records carry an identity of their own (a WARC
+        record id), one UUID string per item: the same record imported again
+        then has the same key, so the importer can see it is stored already.
         """
         self._check_writable()
         with _gc_paused():
-            return self._insert_many(items)
+            return self._insert_many(items, request_ids)
 
-    def _insert_many(self, items: Iterable[InsertItem]) -> list[PageKey]:
+    def _insert_many(self, items: Iterable[InsertItem], given: Sequence[str] | None = None) -> list[PageKey]:
+        if given is not None:
+            items = list(items)
+            if len(given) != len(items):
+                from web_index.errors import InvalidRecordError
+
+                raise InvalidRecordError("request_ids", f"{len(given)} ids for {len(items)} attempts")
         attempts: list[AttemptRows] = []
         append = attempts.append
         # A list's ids are drawn at once (one lock and clock read, not one a record).
         rids: Iterator[str | None] = (
-            iter(new_request_ids(len(items))) if isinstance(items, list | tuple) else itertools.repeat(None)
+            iter(_checked_ids(given))
+            if given is not None
+            else iter(new_request_ids(len(items)))
+            if isinstance(items, list | tuple)
+            else itertools.repeat(None)
         )
         limits = self.limits
         for n, (item, rid) in enumerate(zip(items, rids, strict=False)):
@@ -307,3 +322,16 @@ def _key_of(a: AttemptRows) -> PageKey:
     force_setattr(key, "request_id", a.request_id)
     force_setattr(key, "type", a.method if a.success else _METADATA_OF[a.method])
     return key
+
+
+def _checked_ids(ids: Sequence[str]) -> list[str]:
+    import uuid
+
+    from web_index.errors import InvalidRecordError
+
+    for n, rid in enumerate(ids):
+        try:
+            uuid.UUID(rid)
+        except (ValueError, TypeError, AttributeError):
+            raise InvalidRecordError(f"request_ids[{n}]", f"not a UUID: {rid!r}") from None
+    return [str(uuid.UUID(rid)) for rid in ids]

@@ -1,0 +1,264 @@
+"""WARC records into the store: what each record type becomes.
+
+* ``response`` (an HTTP response): a ``get`` attempt (``head`` if its
+  ``request`` record says HEAD), timestamp ``WARC-Date``, one response with
+  the status, headers and body as sent (transfer and content encodings kept).
+* ``revisit``: the same, with the body of the capture it refers to
+  (``WARC-Refers-To-Target-URI`` and ``-Date``), found in the store or earlier
+  in the run; one that cannot be resolved is counted, not stored.
+* ``resource`` (a file without HTTP: a screenshot, a PDF from a crawler):
+  a ``get`` attempt with a 200 response whose only header is its
+  ``Content-Type``.
+* ``request``: gives its response's method; ``warcinfo``: the fetcher's
+  name and version (``software``) for the records after it; ``metadata``,
+  ``conversion`` and ``continuation``: counted, not stored.
+
+Every attempt's ``request_id`` is derived from its ``WARC-Record-ID`` (a
+UUIDv7 whose time is the capture's), so importing a file again finds each
+record stored already and stores nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from web_index.archive._http import parse_http_response
+from web_index.archive._warc_read import WarcRecord, read_warc
+from web_index.errors import InvalidRecordError, WarcError
+from web_index.index import WebIndex
+from web_index.ingest import validate_attempt
+from web_index.models import (
+    AttemptMetadata,
+    AttemptState,
+    Page,
+    PageKey,
+    RecordType,
+    Response,
+    TimeAwarePageQuery,
+    to_us,
+)
+from web_index.urls import url_key
+
+__all__ = ["ImportReport", "import_warcs"]
+
+_DEFAULT_FETCHER = ("warc-import", "unknown")
+
+
+@dataclass
+class ImportReport:
+    """What an import did, record by record."""
+
+    files: int = 0
+    bytes: int = 0
+    records: int = 0
+    stored: int = 0
+    already_stored: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)  # record type or reason -> count
+    problems: list[WarcError] = field(default_factory=list)
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+
+@dataclass
+class _Capture:
+    record: WarcRecord
+    url: str
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+    fetcher: tuple[str, str]
+    method: RecordType = RecordType.GET
+
+
+def import_warcs(
+    index: WebIndex,
+    paths: Iterable[Path],
+    *,
+    calibre: int = 10,
+    skip_invalid: bool = False,
+    batch: int = 500,
+    on_progress: Callable[[ImportReport], None] | None = None,
+) -> ImportReport:
+    """Import every record of the WARC files ``paths`` into ``index``.
+
+    Without ``skip_invalid`` the first problem (a record cut short, no
+    ``WARC-Date``, a response that is not HTTP, a truncated file) raises it as
+    a :class:`WarcError` after storing every record before it; with it, each
+    problem is reported in the result and the import goes on.
+    """
+    report = ImportReport()
+    run = _Run(index, calibre, batch, report)
+    finished = 0  # bytes of the files done
+    for path in paths:
+        report.files += 1
+        fetcher = _DEFAULT_FETCHER
+        for item in read_warc(path):
+            report.records += 1
+            if isinstance(item, WarcError):
+                run.fail(item, skip_invalid)
+                continue
+            if item.type == "warcinfo":
+                fetcher = _software(item.block) or fetcher
+                report.skip("warcinfo")
+            elif item.type == "request":
+                run.request(item)
+            elif item.type in ("response", "revisit", "resource"):
+                try:
+                    run.capture(item, fetcher)
+                except InvalidRecordError as exc:
+                    run.fail(WarcError(item.path, item.offset, f"{exc.field}: {exc.problem}"), skip_invalid)
+            else:
+                report.skip(item.type)
+            if on_progress is not None and report.records % 256 == 0:
+                report.bytes = finished + item.offset
+                on_progress(report)
+        run.store()
+        finished += path.stat().st_size
+        report.bytes = finished
+        if on_progress is not None:
+            on_progress(report)
+    return report
+
+
+class _Run:
+    def __init__(self, index: WebIndex, calibre: int, batch: int, report: ImportReport) -> None:
+        self.index = index
+        self.calibre = calibre
+        self.batch = batch
+        self.report = report
+        self.pending: list[_Capture] = []
+        self.methods: dict[str, RecordType] = {}  # record id -> the method its request used
+        # Bodies of this run by (url, WARC-Date), for revisits of captures not stored yet.
+        self.recent: dict[tuple[str, str], bytes] = {}
+
+    def fail(self, problem: WarcError, skip_invalid: bool) -> None:
+        if not skip_invalid:
+            self.store()
+            raise problem
+        self.report.problems.append(problem)
+
+    def request(self, record: WarcRecord) -> None:
+        method = RecordType.HEAD if record.block[:5].upper() == b"HEAD " else RecordType.GET
+        for rid in (record.header("WARC-Record-ID"), record.header("WARC-Concurrent-To")):
+            if rid:
+                self.methods[rid.strip()] = method
+
+    def capture(self, record: WarcRecord, fetcher: tuple[str, str]) -> None:
+        url = (record.header("WARC-Target-URI") or "").strip().strip("<>")
+        url_key(url)  # a dns: or urn: record is refused here, alone, not with its batch
+        if record.type == "resource":
+            content_type = record.header("Content-Type") or "application/octet-stream"
+            found = _Capture(record, url, 200, [("Content-Type", content_type)], record.block, fetcher)
+        else:
+            status, headers, body = parse_http_response(record.block)
+            if record.type == "revisit":
+                resolved = self._revisited(record)
+                if resolved is None:
+                    self.report.skip("revisit not resolved")
+                    return
+                body = resolved
+            found = _Capture(record, url, status, headers, body, fetcher)
+            self.recent[(url, record.header("WARC-Date") or "")] = body
+        validate_attempt(*self._attempt(found), limits=self.index.limits)  # refused alone, not its batch
+        self.pending.append(found)
+        if len(self.pending) > self.batch:
+            self.store(keep=1)  # the last one's request record may come next
+
+    def _revisited(self, record: WarcRecord) -> bytes | None:
+        target = (record.header("WARC-Refers-To-Target-URI") or "").strip().strip("<>")
+        when = record.header("WARC-Refers-To-Date")
+        if not target or not when:
+            return None
+        if (target, when) in self.recent:
+            return self.recent[(target, when)]
+        self.store()
+        try:
+            at = datetime.fromisoformat(when.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        window = timedelta(seconds=1)  # WARC dates are often to the second
+        query = TimeAwarePageQuery(url=target, timestamp=at, not_before=at - window, not_after=at + window)
+        page = self.index.query([query])[0]
+        return page.data if isinstance(page, Page) else None
+
+    def store(self, keep: int = 0) -> None:
+        todo, self.pending = (
+            self.pending[: len(self.pending) - keep],
+            self.pending[len(self.pending) - keep :],
+        )
+        if not todo:
+            return
+        items, ids = [], []
+        for c in todo:
+            rid = (c.record.header("WARC-Record-ID") or "").strip()
+            c.method = self.methods.pop(rid, c.method)
+            ids.append(_request_id(rid, c.record.date))
+            items.append(self._attempt(c))
+        keys = [
+            PageKey(url=c.url, timestamp=c.record.date, request_id=i, type=c.method.metadata)
+            for c, i in zip(todo, ids, strict=True)
+        ]
+        there = self.index.presence(keys)
+        new = [(item, rid) for item, rid, seen in zip(items, ids, there, strict=True) if not seen]
+        self.report.already_stored += len(todo) - len(new)
+        if new:
+            self.index.insert_many([item for item, _ in new], request_ids=[rid for _, rid in new])
+        self.report.stored += len(new)
+        if len(self.recent) > 4 * self.batch:  # revisits mostly point at recent captures
+            self.recent.clear()
+
+    def _attempt(self, c: _Capture) -> tuple[RecordType, str, datetime, AttemptMetadata, list[Response]]:
+        name, version = c.fetcher
+        meta = AttemptMetadata(
+            state=AttemptState.SUCCESS,
+            url=c.url,
+            fetcher_name=name,
+            fetcher_version=version,
+            fetcher_calibre=self.calibre,
+        )
+        response = Response(
+            url=c.url,
+            request_url=c.url,
+            status_code=c.status,
+            headers=_joined(c.headers),
+            timestamp=c.record.date,
+            data=c.body if c.method is RecordType.GET else None,
+            is_final=True,
+            fetcher_name=name,
+            fetcher_version=version,
+            fetcher_calibre=self.calibre,
+        )
+        return (c.method, c.url, c.record.date, meta, [response])
+
+
+def _joined(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    from web_index.fetch import join_headers
+
+    return join_headers(pairs)
+
+
+def _request_id(record_id: str, date: datetime) -> str:
+    """A UUIDv7 for a WARC record: its capture time in milliseconds, then 74
+    bits of the SHA-256 of its ``WARC-Record-ID``: the same record, the same id."""
+    digest = int.from_bytes(hashlib.sha256(record_id.encode()).digest()[:10], "big")
+    ms = to_us(date) // 1000
+    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | (digest >> 68 & 0xFFF) << 64
+    value |= 0b10 << 62 | (digest & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
+
+
+def _software(block: bytes) -> tuple[str, str] | None:
+    """The fetcher named by a warcinfo's ``software`` field ("Wget/1.21.3")."""
+    for line in block.decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "software" and value.strip():
+            product = value.strip().split()[0]
+            name, _, version = product.partition("/")
+            return name[:200], (version or "unknown")[:200]
+    return None

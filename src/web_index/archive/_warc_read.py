@@ -1,0 +1,152 @@
+"""Reading WARC files record by record, strictly (fastwarc underneath).
+
+fastwarc (like warcio) is lenient: a record cut short comes back shorter, a
+truncated last gzip member is dropped without a word. An archive importer
+must not store half a page as if it were whole, so every record is checked
+here: its block is as long as its ``Content-Length`` says, it has a
+``WARC-Date``; and the end of a per-record gzip file is checked to hold
+nothing but whole members. A problem is a :class:`~web_index.errors.WarcError` naming the
+file and the byte offset of the record (in the compressed file for
+per-record gzip; for a whole-file gzip, the position the reader had reached).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from fastwarc.warc import ArchiveIterator, WarcRecordType
+
+from web_index.errors import InvalidRecordError, WarcError
+from web_index.models import parse_ts
+
+__all__ = ["WARC_SUFFIXES", "WarcRecord", "read_warc", "warc_files"]
+
+WARC_SUFFIXES = (".warc", ".warc.gz")
+_TYPES = frozenset(
+    {"warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion", "continuation"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WarcRecord:
+    """One whole, checked record: its WARC headers (names as written) and block."""
+
+    path: str
+    offset: int
+    type: str
+    headers: dict[str, str]
+    date: datetime
+    block: bytes
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+
+def warc_files(paths: list[Path]) -> list[Path]:
+    """The WARC files of ``paths``: files as given, folders searched (sorted)."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(WARC_SUFFIXES))
+        else:
+            found.append(path)
+    return found
+
+
+def read_warc(path: Path) -> Iterator[WarcRecord | WarcError]:
+    """Each record of ``path``, or the problem where one is not whole.
+
+    A record with a problem is yielded as the problem and reading goes on; a
+    file whose end is cut off yields its problem last, in place of the record
+    it cut. An unreadable file raises ``OSError``.
+    """
+    name = str(path)
+    last_offset = -1
+    per_record_gzip = True
+    with path.open("rb") as fh:
+        gzipped = fh.read(2) == b"\x1f\x8b"
+        fh.seek(0)
+        records = iter(ArchiveIterator(fh, parse_http=False, record_types=WarcRecordType.any_type))
+        held: WarcRecord | WarcError | None = None  # given out once the next record is found where it ends
+        while True:
+            try:
+                record = next(records)
+            except StopIteration:
+                break
+            except OSError as exc:
+                if exc.errno is not None:  # the disk, not the format
+                    raise
+                where = held.offset if held is not None else 0
+                yield WarcError(
+                    name,
+                    where,
+                    "no WARC record where this one ends: its Content-Length is wrong,"
+                    f" or the file is damaged ({exc})",
+                )
+                return  # nothing after it can be trusted to start where it seems
+            if held is not None:
+                yield held
+            offset = record.stream_pos
+            per_record_gzip &= offset > last_offset
+            last_offset = offset
+            held = _checked(record, name, offset)
+    # The last record is given out only if its gzip member ends the file
+    # whole: a member cut in its trailer still inflates to the whole record,
+    # but nothing vouches for its bytes (the CRC is what is missing).
+    tail = _tail_problem(path, last_offset) if held is not None and gzipped and per_record_gzip else None
+    if held is not None and not (tail is not None and tail.offset == last_offset):
+        yield held
+    if tail is not None:
+        yield tail
+
+
+def _checked(record: object, name: str, offset: int) -> WarcRecord | WarcError:
+    headers = dict(record.headers.items())  # type: ignore[attr-defined]
+    block = record.reader.read()  # type: ignore[attr-defined]
+    declared = headers.get("Content-Length")
+    if declared is None or not declared.strip().isdigit():
+        return WarcError(name, offset, "not a whole record (no Content-Length): a truncated or damaged file")
+    if len(block) != int(declared):
+        return WarcError(
+            name,
+            offset,
+            f"record cut short (a truncated or damaged file): Content-Length says {int(declared)} bytes,"
+            f" {len(block)} follow",
+        )
+    kind = headers.get("WARC-Type", "").strip().lower()
+    if kind not in _TYPES:
+        return WarcError(name, offset, f"unknown WARC-Type {headers.get('WARC-Type')!r}")
+    raw_date = headers.get("WARC-Date")
+    if raw_date is None:
+        return WarcError(name, offset, "no WARC-Date")
+    try:
+        date = parse_ts(raw_date.strip().replace("Z", "+00:00"), "WARC-Date")
+    except InvalidRecordError as exc:
+        return WarcError(name, offset, f"WARC-Date {raw_date!r}: {exc.problem}")
+    return WarcRecord(name, offset, kind, headers, date, block)
+
+
+def _tail_problem(path: Path, last_offset: int) -> WarcError | None:
+    """The last gzip member must end the file: a member cut short (which the
+    reader drops silently) or bytes that are no member are a problem."""
+    with path.open("rb") as fh:
+        fh.seek(last_offset)
+        data = fh.read()
+    pos = 0
+    while pos < len(data):
+        inflate = zlib.decompressobj(31)
+        pending = data[pos:]
+        try:
+            while pending and not inflate.eof:
+                inflate.decompress(pending, 1 << 20)  # output dropped, and capped
+                pending = inflate.unconsumed_tail
+        except zlib.error as exc:
+            return WarcError(str(path), last_offset + pos, f"corrupt gzip member: {exc}")
+        if not inflate.eof:
+            return WarcError(str(path), last_offset + pos, "gzip member cut short: the file is truncated")
+        pos = len(data) - len(inflate.unused_data)
+    return None

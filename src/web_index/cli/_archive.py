@@ -1,0 +1,110 @@
+"""Web archives: ``import-warc`` (and, to come, ``export-warc``, ``lookup``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
+
+if TYPE_CHECKING:
+    pass
+
+from web_index.cli._app import (
+    EXIT_USAGE,
+    BufferOption,
+    DurableOption,
+    StoreOption,
+    app,
+    cli_errors,
+    err,
+    fail,
+    open_index,
+    say,
+    store_location,
+)
+
+__all__ = ["import_warc"]
+
+
+@app.command("import-warc")
+def import_warc(
+    paths: Annotated[list[Path], typer.Argument(help="WARC files (.warc, .warc.gz) or folders of them.")],
+    store: StoreOption = "",
+    buffer: BufferOption = None,
+    durable: DurableOption = True,
+    calibre: Annotated[int, typer.Option(min=0, max=100, help="Calibre recorded for the captures.")] = 10,
+    skip_invalid: Annotated[
+        bool, typer.Option(help="Report a broken record or file and go on, instead of stopping at it.")
+    ] = False,
+) -> None:
+    """Import WARC captures into the store (idempotent: a record stored already is not stored again).
+
+    Responses become GET (or HEAD) attempts with status, headers and body as
+    sent; revisits take the body they refer to; resources become 200 pages.
+    A record cut short or a truncated file stops the import with exit 2,
+    naming the file and byte offset, after storing every record before it.
+    """
+    from web_index.archive import import_warcs, warc_files
+    from web_index.errors import InvalidRecordError
+
+    files = warc_files(paths)
+    missing = [p for p in files if not p.is_file()]
+    if missing:
+        raise fail(EXIT_USAGE, f"cannot read {missing[0]}: no such file")
+    if not files:
+        raise fail(EXIT_USAGE, "no WARC files (.warc, .warc.gz) in " + ", ".join(map(str, paths)))
+    total = sum(p.stat().st_size for p in files)
+    location = store_location(store)
+    started = time.monotonic()
+    with (
+        cli_errors(location),
+        open_index(location, buffer, create=True, durable=durable) as index,
+        Progress(
+            TextColumn("[bold]importing"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TextColumn("{task.fields[records]:,} records, {task.fields[rate]:,.0f}/s"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not err.is_terminal,
+        ) as progress,
+    ):
+        task = progress.add_task("import", total=total, records=0, rate=0.0)
+        done_bytes = 0
+
+        def advance(report: object) -> None:
+            records = getattr(report, "records", 0)
+            elapsed = max(time.monotonic() - started, 1e-9)
+            progress.update(
+                task, completed=getattr(report, "bytes", done_bytes), records=records, rate=records / elapsed
+            )
+
+        try:
+            report = import_warcs(
+                index, files, calibre=calibre, skip_invalid=skip_invalid, on_progress=advance
+            )
+        except InvalidRecordError as exc:
+            raise fail(EXIT_USAGE, str(exc)) from None
+    for problem in report.problems:
+        say("[yellow]skipped[/]", problem)
+    elapsed = time.monotonic() - started
+    skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items()))
+    say(
+        "",
+        f"{report.files} files, {report.records} records in {elapsed:.1f} s "
+        f"({report.bytes / max(elapsed, 1e-9) / 1e6:.1f} MB/s): stored {report.stored}, "
+        f"already stored {report.already_stored}"
+        + (f", not stored: {skipped}" if skipped else "")
+        + (f", {len(report.problems)} broken" if report.problems else ""),
+    )

@@ -1,0 +1,291 @@
+"""WARC files made by warcio (the reference writer), imported into a store."""
+
+from __future__ import annotations
+
+import gzip
+import io
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.timeutils import datetime_to_iso_date
+from warcio.warcwriter import WARCWriter
+
+from web_index import WebIndex
+from web_index.archive import import_warcs
+from web_index.cli import app
+from web_index.errors import WarcError
+from web_index.models import AttemptMetadata, Page, RecordType, SimplePageQuery, TimeAwarePageQuery
+
+T0 = datetime(2024, 8, 1, 12, 0, 0, tzinfo=UTC)
+runner = CliRunner()
+
+
+def _iso(when: datetime) -> str:
+    # warcio writes a naive datetime as UTC (an aware one would get "+00:00Z").
+    return datetime_to_iso_date(when.astimezone(UTC).replace(tzinfo=None), use_micros=True)
+
+
+class Warc:
+    """A WARC written with warcio: captures, then the file's bytes."""
+
+    def __init__(self, gzip: bool = True) -> None:
+        self.buf = io.BytesIO()
+        self.writer = WARCWriter(self.buf, gzip=gzip, warc_version="1.1")
+        self.ids: dict[str, str] = {}
+
+    def info(self, software: str) -> None:
+        self.writer.write_record(self.writer.create_warcinfo_record("x.warc.gz", {"software": software}))
+
+    def capture(
+        self,
+        url: str,
+        body: bytes,
+        when: datetime = T0,
+        status: str = "200 OK",
+        headers: list[tuple[str, str]] | None = None,
+        method: str = "GET",
+        pair: bool = True,
+    ) -> None:
+        date = _iso(when)
+        fields = headers if headers is not None else [("Content-Type", "text/html")]
+        http = StatusAndHeaders(status, fields, protocol="HTTP/1.1")
+        response = self.writer.create_warc_record(
+            url,
+            "response",
+            payload=io.BytesIO(body),
+            http_headers=http,
+            warc_headers_dict={"WARC-Date": date},
+        )
+        if not pair:
+            self.writer.write_record(response)
+            return
+        request = self.writer.create_warc_record(
+            url,
+            "request",
+            payload=io.BytesIO(b""),
+            http_headers=StatusAndHeaders(
+                f"{method} / HTTP/1.1", [("Host", "example.com")], is_http_request=True
+            ),
+            warc_headers_dict={"WARC-Date": date},
+        )
+        self.writer.write_request_response_pair(request, response)
+
+    def revisit(self, url: str, when: datetime, refers_to: datetime) -> None:
+        http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
+        record = self.writer.create_revisit_record(
+            url, digest="sha1:AAAA", refers_to_uri=url,
+            refers_to_date=_iso(refers_to), http_headers=http,
+        )  # fmt: skip
+        record.rec_headers.replace_header("WARC-Date", _iso(when))
+        self.writer.write_record(record)
+
+    def other(self, kind: str, url: str, body: bytes, content_type: str) -> None:
+        record = self.writer.create_warc_record(
+            url, kind, payload=io.BytesIO(body), warc_content_type=content_type,
+            warc_headers_dict={"WARC-Date": _iso(T0)},
+        )  # fmt: skip
+        self.writer.write_record(record)
+
+    def save(self, path: Path) -> Path:
+        path.write_bytes(self.buf.getvalue())
+        return path
+
+
+def _get(index: WebIndex, url: str, type: RecordType = RecordType.GET) -> object:
+    return index.query([SimplePageQuery(url=url, type=type)])[0]
+
+
+def test_each_record_type_becomes_what_the_docs_say(tmp_path: Path) -> None:
+    w = Warc()
+    w.info("Wget/1.21.3")
+    w.capture("https://example.com/", b"<p>home</p>", headers=[("Content-Type", "text/html"), ("X-A", "1")])
+    w.capture("https://example.com/head", b"", method="HEAD", when=T0 + timedelta(seconds=1))
+    w.capture("https://example.com/gone", b"nope", status="404 Not Found", when=T0 + timedelta(seconds=2))
+    w.revisit("https://example.com/", T0 + timedelta(days=1), refers_to=T0)
+    w.other("resource", "https://example.com/shot.png", b"\x89PNG...", "image/png")
+    w.other("metadata", "https://example.com/", b"outlinks: none", "application/warc-fields")
+    path = w.save(tmp_path / "a.warc.gz")
+    with WebIndex(tmp_path / "s") as index:
+        report = import_warcs(index, [path], calibre=30)
+        home = index.query([SimplePageQuery(url="https://example.com/")])[0]
+        first = index.query([TimeAwarePageQuery(url="https://example.com/", timestamp=T0, not_after=T0)])[0]
+        head = _get(index, "https://example.com/head", RecordType.HEAD)
+        gone = _get(index, "https://example.com/gone")
+        shot = _get(index, "https://example.com/shot.png")
+        meta = _get(index, "https://example.com/gone", RecordType.GET_METADATA)
+    assert report.stored == 5 and report.skipped == {"warcinfo": 1, "metadata": 1}
+    assert isinstance(home, Page) and home.data == b"<p>home</p>"  # the revisit carries the body
+    assert home.timestamp == T0 + timedelta(days=1) and home.calibre == 30  # the latest: the revisit
+    assert isinstance(first, Page) and first.timestamp == T0 and first.headers["x-a"] == "1"
+    assert isinstance(head, Page) and head.type is RecordType.HEAD and head.data is None
+    assert isinstance(gone, Page) and gone.status_code == 404 and gone.data == b"nope"
+    assert (
+        isinstance(shot, Page) and shot.status_code == 200 and shot.headers == {"content-type": "image/png"}
+    )
+    assert isinstance(meta, AttemptMetadata)
+    assert (meta.fetcher_name, meta.fetcher_version, meta.timestamp) == (
+        "Wget",
+        "1.21.3",
+        T0 + timedelta(seconds=2),
+    )
+
+
+def test_importing_again_stores_nothing_twice(tmp_path: Path) -> None:
+    w = Warc()
+    for i in range(7):
+        w.capture(f"https://example.com/{i}", b"x" * i, when=T0 + timedelta(minutes=i))
+    path = w.save(tmp_path / "a.warc.gz")
+    with WebIndex(tmp_path / "s") as index:
+        first = import_warcs(index, [path], batch=3)
+        index.flush()
+        second = import_warcs(index, [path], batch=3)
+        records = index.stats().records
+    assert (first.stored, first.already_stored) == (7, 0)
+    assert (second.stored, second.already_stored) == (0, 7)
+    assert records == 14  # 7 pages, 7 metadata records
+
+
+@pytest.mark.parametrize("form", ["per-record gzip", "whole-file gzip", "plain"])
+def test_every_gzip_form(tmp_path: Path, form: str) -> None:
+    w = Warc(gzip=form == "per-record gzip")
+    for i in range(3):
+        w.capture(f"https://example.com/{i}", b"body %d" % i)
+    data = w.buf.getvalue()
+    path = tmp_path / ("a.warc" if form == "plain" else "a.warc.gz")
+    path.write_bytes(gzip.compress(data) if form == "whole-file gzip" else data)
+    with WebIndex(tmp_path / "s") as index:
+        assert import_warcs(index, [path]).stored == 3
+        assert _get(index, "https://example.com/2").data == b"body 2"  # type: ignore[attr-defined]
+
+
+def _three(tmp_path: Path, name: str = "a.warc.gz") -> tuple[Path, bytes]:
+    w = Warc()
+    for i in range(3):
+        w.capture(f"https://example.com/{i}", b"page %d " % i * 100, pair=False)
+    return w.save(tmp_path / name), w.buf.getvalue()
+
+
+def test_a_truncated_file_names_the_offset_and_keeps_what_came_before(tmp_path: Path) -> None:
+    path, data = _three(tmp_path)
+    path.write_bytes(data[:-40])  # the last gzip member cut short
+    with WebIndex(tmp_path / "s") as index:
+        with pytest.raises(WarcError) as caught:
+            import_warcs(index, [path])
+        assert caught.value.path == str(path) and 0 < caught.value.offset < len(data)
+        assert "truncated" in str(caught.value)
+        assert [_get(index, f"https://example.com/{i}") is not None for i in range(3)] == [True, True, False]
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda raw: raw.replace(b"Content-Length: ", b"Content-Length: 9", 1), "Content-Length"),
+        (lambda raw: raw.replace(b"WARC-Date: ", b"X-No-Date: ", 1), "no WARC-Date"),
+        (lambda raw: raw.replace(b"HTTP/1.1 200 OK", b"GARBAGE 200 OK!", 1), "not an HTTP response"),
+    ],
+    ids=["wrong Content-Length", "no WARC-Date", "not HTTP"],
+)
+def test_a_broken_record_is_named_and_skip_invalid_goes_on(
+    tmp_path: Path, damage: object, problem: str
+) -> None:
+    w = Warc(gzip=False)
+    for i in range(3):
+        w.capture(f"https://example.com/{i}", b"page %d" % i)
+    bad = tmp_path / "bad.warc"
+    bad.write_bytes(damage(w.buf.getvalue()))  # type: ignore[operator]
+    good, _ = _three(tmp_path, "good.warc.gz")
+    with WebIndex(tmp_path / "s") as index:
+        with pytest.raises(WarcError, match=problem):
+            import_warcs(index, [bad, good])
+        report = import_warcs(index, [bad, good], skip_invalid=True)
+        assert report.problems and problem in str(report.problems[0])
+        assert str(report.problems[0]).startswith(f"{bad}@")
+        assert _get(index, "https://example.com/2") is not None  # good.warc.gz was read after it
+
+
+def test_the_command(tmp_path: Path) -> None:
+    path, data = _three(tmp_path)
+    store = str(tmp_path / "s")
+    result = runner.invoke(app, ["import-warc", "--store", store, str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "stored 3" in result.stderr
+    again = runner.invoke(app, ["import-warc", "--store", store, str(path)])
+    assert "stored 0, already stored 3" in again.stderr
+    path.write_bytes(data[:-40])
+    broken = runner.invoke(app, ["import-warc", "--store", store, str(path)])
+    assert broken.exit_code == 2
+    [line] = broken.stderr.strip().splitlines()
+    assert line.startswith(f"error: {path}@") and "truncated" in line
+
+
+captures = st.lists(
+    st.tuples(
+        st.sampled_from(["https://a.example.com/", "https://b.example.org/x?q=1", "http://c.example.net/p"]),
+        st.integers(0, 10**7),  # seconds after T0
+        st.sampled_from(["200 OK", "301 Moved Permanently", "404 Not Found", "503 Service Unavailable"]),
+        st.lists(
+            st.tuples(
+                st.sampled_from(["X-One", "X-Two", "Server"]), st.text("abc xyz", max_size=8).map(str.strip)
+            ),
+            max_size=3,
+        ),
+        st.binary(max_size=300),
+    ),
+    min_size=1,
+    max_size=8,
+    unique_by=lambda c: (c[0], c[1]),
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(captures=captures, whole_gzip=st.booleans())
+def test_what_goes_in_comes_out(
+    tmp_path_factory: pytest.TempPathFactory, captures: list, whole_gzip: bool
+) -> None:
+    from web_index.fetch import join_headers
+
+    tmp = tmp_path_factory.mktemp("rt")
+    w = Warc(gzip=not whole_gzip)
+    for url, seconds, status, headers, body in captures:
+        w.capture(url, body, when=T0 + timedelta(seconds=seconds), status=status, headers=headers)
+    data = w.buf.getvalue()
+    path = tmp / "a.warc.gz"
+    path.write_bytes(gzip.compress(data) if whole_gzip else data)
+    with WebIndex(tmp / "s") as index:
+        import_warcs(index, [path])
+        at = [T0 + timedelta(seconds=s) for _, s, *_ in captures]
+        queries = [
+            TimeAwarePageQuery(url=c[0], timestamp=t, not_before=t, not_after=t)
+            for c, t in zip(captures, at, strict=True)
+        ]
+        pages = index.query(queries)
+    for (_, seconds, status, headers, body), page in zip(captures, pages, strict=True):
+        assert isinstance(page, Page)
+        assert page.timestamp == T0 + timedelta(seconds=seconds)
+        assert page.status_code == int(status[:3]) and page.data == body
+        assert page.headers == join_headers(headers)  # RFC 9110: no whitespace around a field value
+
+
+@settings(max_examples=40, deadline=None)
+@given(cut=st.floats(0.01, 0.99))
+def test_a_file_cut_anywhere_in_its_last_member_is_refused(
+    tmp_path_factory: pytest.TempPathFactory, cut: float
+) -> None:
+    from web_index.archive import read_warc
+
+    tmp = tmp_path_factory.mktemp("cut")
+    path, data = _three(tmp)
+    last = [r.offset for r in read_warc(path)][-1]  # type: ignore[union-attr]
+    end = last + max(1, int((len(data) - last) * cut))
+    path.write_bytes(data[:end])
+    with WebIndex(tmp / "s") as index:
+        with pytest.raises(WarcError, match="truncated") as caught:
+            import_warcs(index, [path])
+        assert caught.value.offset == last
+        assert _get(index, "https://example.com/1") is not None
+        assert _get(index, "https://example.com/2") is None  # never half a page
