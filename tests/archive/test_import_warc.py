@@ -271,21 +271,18 @@ def test_what_goes_in_comes_out(
         assert page.headers == join_headers(headers)  # RFC 9110: no whitespace around a field value
 
 
-@settings(max_examples=40, deadline=None)
-@given(cut=st.floats(0.01, 0.99))
-def test_a_file_cut_anywhere_in_its_last_member_is_refused(
-    tmp_path_factory: pytest.TempPathFactory, cut: float
-) -> None:
+def test_a_file_cut_anywhere_in_its_last_member_is_refused(tmp_path: Path) -> None:
+    # Every cut, one byte apart: in the WARC headers, the HTTP message, the
+    # body, the gzip trailer (where the record inflates whole but nothing vouches for it).
     from web_index.archive import read_warc
 
-    tmp = tmp_path_factory.mktemp("cut")
-    path, data = _three(tmp)
+    path, data = _three(tmp_path)
     last = [r.offset for r in read_warc(path)][-1]  # type: ignore[union-attr]
-    end = last + max(1, int((len(data) - last) * cut))
-    path.write_bytes(data[:end])
-    with WebIndex(tmp / "s") as index:
-        with pytest.raises(WarcError, match="truncated") as caught:
-            import_warcs(index, [path])
-        assert caught.value.offset == last
+    with WebIndex(tmp_path / "s") as index:
+        for end in range(last + 1, len(data)):
+            path.write_bytes(data[:end])
+            with pytest.raises(WarcError, match="truncated") as caught:
+                import_warcs(index, [path])
+            assert caught.value.offset == last, end
         assert _get(index, "https://example.com/1") is not None
         assert _get(index, "https://example.com/2") is None  # never half a page

@@ -26,6 +26,7 @@ from web_index.models import parse_ts
 __all__ = ["WARC_SUFFIXES", "WarcRecord", "read_warc", "warc_files"]
 
 WARC_SUFFIXES = (".warc", ".warc.gz")
+_LOOK_AHEAD = 64 << 20  # bytes read to check the members after a record
 _TYPES = frozenset(
     {"warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion", "continuation"}
 )
@@ -80,6 +81,12 @@ def read_warc(path: Path) -> Iterator[WarcRecord | WarcError]:
             except OSError as exc:
                 if exc.errno is not None:  # the disk, not the format
                     raise
+                if held is not None and gzipped and per_record_gzip:
+                    cut = _tail_problem(path, held.offset, members=2)
+                    if cut is not None and cut.offset != held.offset:  # the next member is the damaged one
+                        yield held
+                        yield cut
+                        return
                 where = held.offset if held is not None else 0
                 yield WarcError(
                     name,
@@ -130,14 +137,17 @@ def _checked(record: object, name: str, offset: int) -> WarcRecord | WarcError:
     return WarcRecord(name, offset, kind, headers, date, block)
 
 
-def _tail_problem(path: Path, last_offset: int) -> WarcError | None:
-    """The last gzip member must end the file: a member cut short (which the
-    reader drops silently) or bytes that are no member are a problem."""
+def _tail_problem(path: Path, last_offset: int, members: int | None = None) -> WarcError | None:
+    """From ``last_offset`` on, only whole gzip members, up to the end of the
+    file (or ``members`` of them): a member cut short (which the reader drops
+    silently) or bytes that are no member are a problem."""
     with path.open("rb") as fh:
         fh.seek(last_offset)
-        data = fh.read()
-    pos = 0
-    while pos < len(data):
+        data = fh.read() if members is None else fh.read(_LOOK_AHEAD)
+    capped = members is not None and len(data) == _LOOK_AHEAD  # a member may go on past what was read
+    pos = checked = 0
+    while pos < len(data) and (members is None or checked < members):
+        checked += 1
         inflate = zlib.decompressobj(31)
         pending = data[pos:]
         try:
@@ -147,6 +157,8 @@ def _tail_problem(path: Path, last_offset: int) -> WarcError | None:
         except zlib.error as exc:
             return WarcError(str(path), last_offset + pos, f"corrupt gzip member: {exc}")
         if not inflate.eof:
+            if capped:
+                return None
             return WarcError(str(path), last_offset + pos, "gzip member cut short: the file is truncated")
         pos = len(data) - len(inflate.unused_data)
     return None
