@@ -4,8 +4,8 @@
   ``request`` record says HEAD), timestamp ``WARC-Date``, one response with
   the status, headers and body as sent (transfer and content encodings kept).
 * ``revisit``: the same, with the body of the capture it refers to
-  (``WARC-Refers-To-Target-URI`` and ``-Date``), found in the store or earlier
-  in the run; one that cannot be resolved is counted, not stored.
+  (``WARC-Refers-To-Target-URI`` and ``-Date``), found in the store (the
+  batch waiting is stored first); one that cannot be resolved is counted.
 * ``resource`` (a file without HTTP: a screenshot, a PDF from a crawler):
   a ``get`` attempt with a 200 response whose only header is its
   ``Content-Type``.
@@ -134,8 +134,6 @@ class _Run:
         self.report = report
         self.pending: list[_Capture] = []
         self.methods: dict[str, RecordType] = {}  # record id -> the method its request used
-        # Bodies of this run by (url, WARC-Date), for revisits of captures not stored yet.
-        self.recent: dict[tuple[str, str], bytes] = {}
 
     def fail(self, problem: WarcError, skip_invalid: bool) -> None:
         if not skip_invalid:
@@ -164,7 +162,6 @@ class _Run:
                     return
                 body = resolved
             found = _Capture(record, url, status, headers, body, fetcher)
-            self.recent[(url, record.header("WARC-Date") or "")] = body
         validate_attempt(*self._attempt(found), limits=self.index.limits)  # refused alone, not its batch
         self.pending.append(found)
         if len(self.pending) > self.batch:
@@ -175,9 +172,7 @@ class _Run:
         when = record.header("WARC-Refers-To-Date")
         if not target or not when:
             return None
-        if (target, when) in self.recent:
-            return self.recent[(target, when)]
-        self.store()
+        self.store()  # the capture it refers to may be waiting in this batch
         try:
             at = datetime.fromisoformat(when.strip().replace("Z", "+00:00"))
         except ValueError:
@@ -210,8 +205,6 @@ class _Run:
         if new:
             self.index.insert_many([item for item, _ in new], request_ids=[rid for _, rid in new])
         self.report.stored += len(new)
-        if len(self.recent) > 4 * self.batch:  # revisits mostly point at recent captures
-            self.recent.clear()
 
     def _attempt(self, c: _Capture) -> tuple[RecordType, str, datetime, AttemptMetadata, list[Response]]:
         name, version = c.fetcher
