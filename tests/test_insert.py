@@ -255,3 +255,18 @@ def test_a_missing_required_field_is_named(index: WebIndex) -> None:
     with pytest.raises(InvalidRecordError) as info:
         index.insert(item[0], item[1], item[2], attempt(URL)[3], item[4])
     assert info.value.field == "data[0].status_code"
+
+
+def test_given_request_ids_are_checked_and_kept(tmp_path: Path) -> None:
+    import uuid
+
+    items = [attempt(f"https://a.example.com/{i}") for i in range(2)]
+    ids = [str(uuid.uuid4()), str(uuid.uuid4()).upper()]
+    with WebIndex(tmp_path / "s") as index:
+        with pytest.raises(InvalidRecordError, match="request_ids: 1 ids for 2 attempts"):
+            index.insert_many(items, request_ids=ids[:1])
+        with pytest.raises(InvalidRecordError, match=r"request_ids\[1\]: not a UUID"):
+            index.insert_many(items, request_ids=[ids[0], "nope"])
+        keys = index.insert_many(items, request_ids=ids)
+        assert [k.request_id for k in keys] == [i.lower() for i in ids]
+        assert index.stats().buffered_attempts == 2  # the refused calls stored nothing

@@ -171,22 +171,16 @@ class WebIndex:
             return self._insert_many(items, request_ids)
 
     def _insert_many(self, items: Iterable[InsertItem], given: Sequence[str] | None = None) -> list[PageKey]:
-        if given is not None:
-            items = list(items)
-            if len(given) != len(items):
-                from web_index.errors import InvalidRecordError
-
-                raise InvalidRecordError("request_ids", f"{len(given)} ids for {len(items)} attempts")
         attempts: list[AttemptRows] = []
         append = attempts.append
-        # A list's ids are drawn at once (one lock and clock read, not one a record).
-        rids: Iterator[str | None] = (
-            iter(_checked_ids(given))
-            if given is not None
-            else iter(new_request_ids(len(items)))
-            if isinstance(items, list | tuple)
-            else itertools.repeat(None)
-        )
+        rids: Iterator[str | None]
+        if given is not None:
+            items = list(items)
+            rids = iter(_checked_ids(given, len(items)))
+        elif isinstance(items, list | tuple):
+            rids = iter(new_request_ids(len(items)))  # at once: one lock and clock read, not one a record
+        else:
+            rids = itertools.repeat(None)
         limits = self.limits
         for n, (item, rid) in enumerate(zip(items, rids, strict=False)):
             try:
@@ -324,14 +318,18 @@ def _key_of(a: AttemptRows) -> PageKey:
     return key
 
 
-def _checked_ids(ids: Sequence[str]) -> list[str]:
+def _checked_ids(ids: Sequence[str], count: int) -> list[str]:
+    """``ids`` as canonical UUID strings, one per attempt, or the error naming the wrong one."""
     import uuid
 
     from web_index.errors import InvalidRecordError
 
+    if len(ids) != count:
+        raise InvalidRecordError("request_ids", f"{len(ids)} ids for {count} attempts")
+    out = []
     for n, rid in enumerate(ids):
         try:
-            uuid.UUID(rid)
+            out.append(str(uuid.UUID(rid)))
         except (ValueError, TypeError, AttributeError):
             raise InvalidRecordError(f"request_ids[{n}]", f"not a UUID: {rid!r}") from None
-    return [str(uuid.UUID(rid)) for rid in ids]
+    return out

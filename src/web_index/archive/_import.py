@@ -30,6 +30,7 @@ from pathlib import Path
 from web_index.archive._http import parse_http_response
 from web_index.archive._warc_read import WarcRecord, read_warc
 from web_index.errors import InvalidRecordError, WarcError
+from web_index.fetch import join_headers
 from web_index.index import WebIndex
 from web_index.ingest import validate_attempt
 from web_index.models import (
@@ -40,9 +41,9 @@ from web_index.models import (
     RecordType,
     Response,
     TimeAwarePageQuery,
+    parse_when,
     to_us,
 )
-from web_index.urls import url_key
 
 __all__ = ["ImportReport", "import_warcs"]
 
@@ -149,7 +150,6 @@ class _Run:
 
     def capture(self, record: WarcRecord, fetcher: tuple[str, str]) -> None:
         url = (record.header("WARC-Target-URI") or "").strip().strip("<>")
-        url_key(url)  # a dns: or urn: record is refused here, alone, not with its batch
         if record.type == "resource":
             content_type = record.header("Content-Type") or "application/octet-stream"
             found = _Capture(record, url, 200, [("Content-Type", content_type)], record.block, fetcher)
@@ -162,7 +162,8 @@ class _Run:
                     return
                 body = resolved
             found = _Capture(record, url, status, headers, body, fetcher)
-        validate_attempt(*self._attempt(found), limits=self.index.limits)  # refused alone, not its batch
+        # Refused alone (a dns: URL, a status out of range), not with its batch.
+        validate_attempt(*self._attempt(found), limits=self.index.limits)
         self.pending.append(found)
         if len(self.pending) > self.batch:
             self.store(keep=1)  # the last one's request record may come next
@@ -174,8 +175,8 @@ class _Run:
             return None
         self.store()  # the capture it refers to may be waiting in this batch
         try:
-            at = datetime.fromisoformat(when.strip().replace("Z", "+00:00"))
-        except ValueError:
+            at = parse_when(when, "WARC-Refers-To-Date")
+        except InvalidRecordError:
             return None
         window = timedelta(seconds=1)  # WARC dates are often to the second
         query = TimeAwarePageQuery(url=target, timestamp=at, not_before=at - window, not_after=at + window)
@@ -219,7 +220,7 @@ class _Run:
             url=c.url,
             request_url=c.url,
             status_code=c.status,
-            headers=_joined(c.headers),
+            headers=join_headers(c.headers),
             timestamp=c.record.date,
             data=c.body if c.method is RecordType.GET else None,
             is_final=True,
@@ -228,12 +229,6 @@ class _Run:
             fetcher_calibre=self.calibre,
         )
         return (c.method, c.url, c.record.date, meta, [response])
-
-
-def _joined(pairs: list[tuple[str, str]]) -> dict[str, str]:
-    from web_index.fetch import join_headers
-
-    return join_headers(pairs)
 
 
 def _request_id(record_id: str, date: datetime) -> str:

@@ -131,7 +131,7 @@ def _checked(record: object, name: str, offset: int) -> WarcRecord | WarcError:
     if raw_date is None:
         return WarcError(name, offset, "no WARC-Date")
     try:
-        date = parse_ts(raw_date.strip().replace("Z", "+00:00"), "WARC-Date")
+        date = parse_ts(raw_date.strip(), "WARC-Date")
     except InvalidRecordError as exc:
         return WarcError(name, offset, f"WARC-Date {raw_date!r}: {exc.problem}")
     return WarcRecord(name, offset, kind, headers, date, block)
