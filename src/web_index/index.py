@@ -15,7 +15,21 @@ from typing import TYPE_CHECKING, Any, Self, cast
 from msgspec.structs import force_setattr
 
 from web_index.ingest import Limits, new_request_ids, validate_attempt
-from web_index.models import AttemptMetadata, AttemptRows, PageKey, Query, RecordType, Response, from_us
+from web_index.models import (
+    AttemptMetadata,
+    AttemptRows,
+    Digest,
+    DigestHit,
+    Page,
+    PageKey,
+    Query,
+    RecordType,
+    Response,
+    from_us,
+    parse_ts,
+    parse_when,
+    to_us,
+)
 from web_index.query import Result, run_queries
 from web_index.storage import (
     SYSTEM_CLOCK,
@@ -256,6 +270,56 @@ class WebIndex:
         without reading any body."""
         return self._run(queries, bodies=False)  # type: ignore[return-value]
 
+    def scan(
+        self,
+        type: RecordType | str = RecordType.GET,
+        *,
+        domain: str | None = None,
+        url_prefix: str | None = None,
+        start: datetime | str | None = None,
+        end: datetime | str | None = None,
+    ) -> Iterator[Page | AttemptMetadata]:
+        """Every stored record of ``type``, buffered ones included: pages for
+        ``get``/``head``, metadata records for the metadata types; months
+        oldest first, then by partition domain, URL key, time and request id.
+
+        ``domain`` keeps one registrable domain (all its hosts); ``url_prefix``
+        the URLs whose normalised key starts with the prefix's; ``start`` and
+        ``end`` (inclusive) the attempts that began within them. Memory stays
+        bounded by a row group of each file of the partition being read.
+        """
+        from web_index.query import scan_records
+        from web_index.storage import ScanFilter
+        from web_index.urls import domain_of, url_key
+
+        kind = RecordType.parse(type)
+        host = None if domain is None else domain_of(f"http://{domain.strip().strip('.')}/")
+        if url_prefix is not None:
+            if host is not None and host != domain_of(url_prefix):
+                return iter(())  # the prefix lies outside the domain: nothing is in both
+            host = domain_of(url_prefix)
+        where = ScanFilter(
+            domain=host,
+            url_key_prefix=None if url_prefix is None else url_key(url_prefix),
+            start_us=None if start is None else to_us(_when(start, "start", end=False)),
+            end_us=None if end is None else to_us(_when(end, "end", end=True)),
+        )
+        return scan_records(self._store, kind, where)
+
+    def lookup_digest(self, *digests: str | Digest) -> list[DigestHit]:
+        """Every stored GET response whose body has one of these payload digests
+        (``"sha1:<base32>"`` as WARC writes it, or ``"sha256:<hex or base32>"``),
+        buffered or in files, ordered by attempt time: one hash, every location.
+
+        A malformed digest is an :class:`~web_index.errors.InvalidRecordError`
+        naming ``digest``.
+        """
+        from web_index.storage import find_payloads
+
+        wanted = [d if isinstance(d, Digest) else Digest.parse(d) for d in digests]
+        with _gc_paused():
+            return find_payloads(self._store, wanted)
+
     def _run(self, queries: Sequence[Query], *, bodies: bool) -> list[Result | bool]:
         with _gc_paused():
             return run_queries(self._store, list(queries), bodies=bodies)
@@ -281,6 +345,12 @@ class WebIndex:
         from web_index.storage import stats
 
         return stats(self._store)
+
+
+def _when(value: datetime | str, field: str, *, end: bool) -> datetime:
+    if isinstance(value, datetime):
+        return parse_ts(value, field)
+    return parse_when(value, field, end=end)
 
 
 @contextmanager

@@ -1,13 +1,22 @@
-"""Web archives in and out: WARC files read into the store (and, to come,
-written from it), CDX, Memento, collections.
+"""Web archives in and out: WARC files read into the store and written from it
+(with a CDXJ index); to come: CDX, Memento, collections.
 
 ``__all__`` is the public API; names imported ``as`` themselves are the
 internal one, for the other packages of web_index. No HTTP server lives here
 (that is :mod:`web_index.server`).
 """
 
+from web_index.archive._export import ExportReport, export_warcs
 from web_index.archive._import import ImportReport, import_warcs
 from web_index.archive._warc_read import WARC_SUFFIXES as WARC_SUFFIXES
 from web_index.archive._warc_read import WarcRecord, read_warc, warc_files
 
-__all__ = ["ImportReport", "WarcRecord", "import_warcs", "read_warc", "warc_files"]
+__all__ = [
+    "ExportReport",
+    "ImportReport",
+    "WarcRecord",
+    "export_warcs",
+    "import_warcs",
+    "read_warc",
+    "warc_files",
+]

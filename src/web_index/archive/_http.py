@@ -1,13 +1,37 @@
-"""The HTTP response inside a WARC ``response`` record: status line, header
-fields and body, split as sent (nothing decoded)."""
+"""The HTTP response inside a WARC record, and the store's form of its body.
+
+The store keeps a GET body as the fetchers deliver it: with the transfer
+coding undone and every content coding web-index decodes (gzip, deflate)
+undone, under the header fields as sent. So a body is *decoded* exactly when
+its ``Content-Encoding`` names only codings web-index decodes. Import brings a
+WARC payload to that form (:func:`store_body`); export writes it back as a
+consistent HTTP message (:func:`wire_headers`), keeping the fields it must
+change under :data:`ORIGINAL` names, which import restores.
+"""
 
 from __future__ import annotations
 
+import http
 import re
+from collections.abc import Mapping, Sequence
 
 from web_index.errors import InvalidRecordError
+from web_index.fetch import BoundedDecoder, DecompressionBombError
 
-__all__ = ["parse_http_response"]
+__all__ = [
+    "ORIGINAL",
+    "dechunk",
+    "parse_http_response",
+    "restore_headers",
+    "status_line",
+    "store_body",
+    "wire_headers",
+]
+
+# Prefix of a field export renamed because the body it writes is decoded.
+ORIGINAL = "x-web-index-original-"
+_FRAMING = ("content-encoding", "transfer-encoding", "content-length")
+_PIECE = 1 << 12  # fed to the decoder at a time: a break loses at most this much
 
 _STATUS = re.compile(rb"HTTP/\d(?:\.\d)? +(\d{3})(?: .*)?")
 
@@ -42,3 +66,108 @@ def parse_http_response(block: bytes) -> tuple[int, list[tuple[str, str]], bytes
             continue  # a malformed field line is dropped, as browsers do
         headers.append((raw_name.strip().decode("latin-1"), raw_value.strip().decode("latin-1")))
     return int(status[1]), headers, block[end + sep :]
+
+
+def dechunk(body: bytes) -> bytes | None:
+    """The body of a ``Transfer-Encoding: chunked`` message, or ``None`` if
+    ``body`` is not chunked after all (crawlers often keep the header and
+    write the body de-chunked): then every size line must parse. Trailer
+    fields are dropped; a message cut short inside a chunk keeps what came."""
+    out = bytearray()
+    pos = 0
+    while pos < len(body):
+        eol = body.find(b"\n", pos)
+        size_text = body[pos : len(body) if eol == -1 else eol].split(b";", 1)[0].strip()
+        if not _HEX.fullmatch(size_text):
+            return None
+        size = int(size_text, 16)
+        if size == 0:
+            return bytes(out)
+        if eol == -1:
+            return None
+        start = eol + 1
+        out += body[start : start + size]
+        pos = start + size
+        pos += 2 if body[pos : pos + 2] == b"\r\n" else 1 if body[pos : pos + 1] == b"\n" else 0
+    return bytes(out) if out else None
+
+
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+
+
+def store_body(headers: Sequence[tuple[str, str]], body: bytes, max_bytes: int) -> tuple[bytes, str | None]:
+    """``body`` in the store's form (see the module), and a note for the
+    attempt's logs if a content coding broke off (the body is then what
+    decoded before the break). A body that decodes to more than ``max_bytes``
+    is an :class:`InvalidRecordError` on ``data``."""
+    fields = {name.lower(): value for name, value in headers}
+    if "chunked" in fields.get("transfer-encoding", "").lower():
+        body = dechunk(body) or body
+    coding = fields.get("content-encoding")
+    decoder = BoundedDecoder(coding, max_bytes, max_ratio=float(max_bytes))
+    if decoder.undecoded is not None or not coding:
+        return body, None
+    out = bytearray()
+    try:
+        for start in range(0, len(body), _PIECE):
+            out += decoder.feed(body[start : start + _PIECE])
+    except DecompressionBombError as exc:
+        if decoder.produced > max_bytes:
+            raise InvalidRecordError("data", str(exc)) from None
+        return bytes(out), f"content-encoding {coding}: {exc}; the body is what decoded before it"
+    return bytes(out), None
+
+
+def wire_headers(headers: Mapping[str, str], body: bytes | None) -> list[tuple[str, str]]:
+    """A stored response's header fields as an HTTP message carrying ``body``
+    must have them: a decoded body without its content coding, no transfer
+    coding, its own length; each field changed is kept as ``ORIGINAL + name``.
+    ``Set-Cookie`` values (stored joined by newlines) become a field each."""
+    out: list[tuple[str, str]] = []
+    renamed = False
+    for name, value in headers.items():
+        if body is not None and name in _FRAMING and _changes(name, value, body):
+            out.append((ORIGINAL + name, _one_line(value)))
+            renamed = renamed or name == "content-length"
+        elif name == "set-cookie":
+            out += [(name, _one_line(v)) for v in value.split("\n")]
+        else:
+            out.append((name, _one_line(value)))
+    if renamed and body is not None:
+        out.append(("content-length", str(len(body))))
+    return out
+
+
+def restore_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Header fields as they were stored before :func:`wire_headers`."""
+    originals = {n.lower()[len(ORIGINAL) :] for n, _ in headers if n.lower().startswith(ORIGINAL)}
+    out: list[tuple[str, str]] = []
+    for name, value in headers:
+        low = name.lower()
+        if low.startswith(ORIGINAL):
+            out.append((low[len(ORIGINAL) :], value))
+        elif low not in originals:
+            out.append((name, value))
+    return out
+
+
+def _changes(name: str, value: str, body: bytes) -> bool:
+    if name == "transfer-encoding":
+        return True
+    if name == "content-encoding":
+        return BoundedDecoder(value, 1, 1.0).undecoded is None
+    return value.strip() != str(len(body))
+
+
+def _one_line(value: str) -> str:
+    # A stored value never holds a line break from the wire; one written by hand
+    # would end the field early, so it is folded into a space.
+    return value.replace("\r", " ").replace("\n", " ")
+
+
+def status_line(status: int) -> str:
+    try:
+        phrase = http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    return f"HTTP/1.1 {status} {phrase}".rstrip()

@@ -2,7 +2,9 @@
 
 * ``response`` (an HTTP response): a ``get`` attempt (``head`` if its
   ``request`` record says HEAD), timestamp ``WARC-Date``, one response with
-  the status, headers and body as sent (transfer and content encodings kept).
+  the status and header fields as sent and the body as the fetchers store
+  it: de-chunked, and gzip/deflate content codings decoded (``_http``); the
+  fields an export renamed (``x-web-index-original-*``) are restored.
 * ``revisit``: the same, with the body of the capture it refers to
   (``WARC-Refers-To-Target-URI`` and ``-Date``), found in the store (the
   batch waiting is stored first); one that cannot be resolved is counted.
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from web_index.archive._http import parse_http_response
+from web_index.archive._http import parse_http_response, restore_headers, store_body
 from web_index.archive._warc_read import WarcRecord, read_warc
 from web_index.errors import InvalidRecordError, WarcError
 from web_index.fetch import join_headers
@@ -75,6 +77,7 @@ class _Capture:
     body: bytes
     fetcher: tuple[str, str]
     method: RecordType = RecordType.GET
+    note: str | None = None  # for the attempt's logs
 
 
 def import_warcs(
@@ -154,14 +157,17 @@ class _Run:
             content_type = record.header("Content-Type") or "application/octet-stream"
             found = _Capture(record, url, 200, [("Content-Type", content_type)], record.block, fetcher)
         else:
-            status, headers, body = parse_http_response(record.block)
+            status, wire, body = parse_http_response(record.block)
+            note = None
             if record.type == "revisit":
                 resolved = self._revisited(record)
                 if resolved is None:
                     self.report.skip("revisit not resolved")
                     return
                 body = resolved
-            found = _Capture(record, url, status, headers, body, fetcher)
+            else:  # decoded as the fields on the wire say, then stored under the original ones
+                body, note = store_body(wire, body, self.index.limits.max_body_bytes)
+            found = _Capture(record, url, status, restore_headers(wire), body, fetcher, note=note)
         # Refused alone (a dns: URL, a status out of range), not with its batch.
         validate_attempt(*self._attempt(found), limits=self.index.limits)
         self.pending.append(found)
@@ -215,6 +221,7 @@ class _Run:
             fetcher_name=name,
             fetcher_version=version,
             fetcher_calibre=self.calibre,
+            logs=c.note,
         )
         response = Response(
             url=c.url,

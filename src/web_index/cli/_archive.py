@@ -1,10 +1,10 @@
-"""Web archives: ``import-warc`` (and, to come, ``export-warc``, ``lookup``)."""
+"""Web archives: ``import-warc``, ``export-warc``."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.progress import (
@@ -16,10 +16,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-if TYPE_CHECKING:
-    pass
-
 from web_index.cli._app import (
+    EXIT_FOUND_NOTHING,
     EXIT_USAGE,
     BufferOption,
     DurableOption,
@@ -33,7 +31,7 @@ from web_index.cli._app import (
     store_location,
 )
 
-__all__ = ["import_warc"]
+__all__ = ["export_warc", "import_warc"]
 
 
 @app.command("import-warc")
@@ -108,3 +106,65 @@ def import_warc(
         + (f", not stored: {skipped}" if skipped else "")
         + (f", {len(report.problems)} broken" if report.problems else ""),
     )
+
+
+@app.command("export-warc")
+def export_warc(
+    out: Annotated[Path, typer.Argument(help="Folder to write the .warc.gz files and the .cdxj index into.")],
+    store: StoreOption = "",
+    buffer: BufferOption = None,
+    type: Annotated[str, typer.Option("--type", "-t", help="get or head.")] = "get",
+    domain: Annotated[str | None, typer.Option(help="Only this registrable domain (all its hosts).")] = None,
+    url_prefix: Annotated[str | None, typer.Option(help="Only URLs starting with this (normalised).")] = None,
+    start: Annotated[str | None, typer.Option("--from", help="Attempts begun at or after this time.")] = None,
+    end: Annotated[str | None, typer.Option("--to", help="Attempts begun at or before this time.")] = None,
+    name: Annotated[str, typer.Option(help="File name stem: NAME-00000.warc.gz, NAME.cdxj.")] = "web-index",
+    max_file_mb: Annotated[int, typer.Option(min=1, help="Start a new WARC file past this size.")] = 1024,
+) -> None:
+    """Write stored captures as WARC/1.1 files (.warc.gz, a gzip member per record) and a sorted CDXJ index.
+
+    Each response of a chain becomes a request and a response record; a payload
+    written already becomes a revisit. Times: a date, a 4-14 digit timestamp or
+    ISO 8601 with a zone (UTC unless it says). Exit 1 if nothing matched.
+    """
+    from web_index.archive import export_warcs
+
+    if not name or "/" in name or name.startswith("."):
+        raise fail(EXIT_USAGE, f"--name {name!r}: a plain file name stem")
+    location = store_location(store)
+    started = time.monotonic()
+    with (
+        cli_errors(location),
+        open_index(location, buffer, read_only=True) as index,
+        Progress(
+            TextColumn("[bold]exporting"),
+            TextColumn("{task.fields[attempts]:,} attempts, {task.fields[mb]:,.1f} MB"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not err.is_terminal,
+        ) as progress,
+    ):
+        task = progress.add_task("export", total=None, attempts=0, mb=0.0)
+        try:
+            report = export_warcs(
+                index,
+                out,
+                type=type,
+                domain=domain,
+                url_prefix=url_prefix,
+                start=start,
+                end=end,
+                name=name,
+                max_file_bytes=max_file_mb << 20,
+                on_progress=lambda r: progress.update(task, attempts=r.attempts, mb=r.bytes / 1e6),
+            )
+        except FileExistsError as exc:
+            raise fail(EXIT_USAGE, str(exc)) from None
+    elapsed = time.monotonic() - started
+    say(
+        "",
+        f"{report.attempts} attempts: {report.responses} responses, {report.revisits} revisits in "
+        f"{len(report.files)} files ({report.bytes / 1e6:.1f} MB, {elapsed:.1f} s); index {report.cdxj}",
+    )
+    if not report.attempts:
+        raise typer.Exit(EXIT_FOUND_NOTHING)

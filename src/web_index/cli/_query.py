@@ -297,3 +297,32 @@ def presence(
         False,
         fail_missing,
     )
+
+
+@app.command()
+def lookup(
+    digests: Annotated[
+        list[str],
+        typer.Option("--digest", "-d", help="sha1:<base32> (as WARC writes it) or sha256:<hex or base32>."),
+    ],
+    store: StoreOption = "",
+    buffer: BufferOption = None,
+    fail_missing: Annotated[bool, typer.Option(help="Exit 1 if a digest matched nothing.")] = False,
+) -> None:
+    """Find every capture whose body has a payload digest: one JSON line per
+    response found (URL, attempt time, request id, status, the file holding it),
+    oldest first."""
+    from web_index.models import Digest
+
+    try:
+        wanted = [Digest.parse(d) for d in digests]
+    except InvalidRecordError as exc:
+        raise fail(EXIT_USAGE, f"--digest {exc.problem}") from None
+    location = store_location(store)
+    with cli_errors(location), open_index(location, buffer, read_only=True) as index:
+        hits = index.lookup_digest(*wanted)
+    for hit in hits:
+        sys.stdout.write(json.dumps(hit.to_dict(), ensure_ascii=False) + "\n")
+    found = {h.sha1 for h in hits} | {h.sha256 for h in hits}
+    if fail_missing and any(str(d) not in found for d in wanted):
+        raise typer.Exit(EXIT_FOUND_NOTHING)

@@ -29,6 +29,8 @@ from web_index.fetch._classify import (
     parse_retry_after,
 )
 from web_index.fetch._config import FetchConfig
+from web_index.fetch._decode import BoundedDecoder as BoundedDecoder
+from web_index.fetch._errors import DecompressionBombError as DecompressionBombError
 from web_index.fetch._get_or_fetch import aget_or_fetch, get_or_fetch
 from web_index.fetch._http import DEFAULT_USER_AGENT, HttpFetcher
 from web_index.fetch._policy import Action, Decision, EscalationPolicy, plan_fetchers

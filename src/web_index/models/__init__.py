@@ -9,6 +9,10 @@ Every model converts to and from the standard's flat serialised form with
 internal one, for the other packages of web_index (never from a private module).
 """
 
+from web_index.models._digest import Digest, DigestHit
+from web_index.models._digest import payload_digests as payload_digests
+from web_index.models._digest import sha1_text as sha1_text
+from web_index.models._digest import sha256_text as sha256_text
 from web_index.models._enums import AttemptState, Calibre, RecordType
 from web_index.models._io import RESULT_SCHEMA, iter_queries, read_queries, write_queries, write_results
 from web_index.models._io import queries_of as queries_of
@@ -45,6 +49,8 @@ __all__ = [
     "AttemptState",
     "Calibre",
     "DeterministicQuery",
+    "Digest",
+    "DigestHit",
     "Page",
     "PageKey",
     "Query",

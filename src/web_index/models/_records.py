@@ -11,6 +11,7 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from web_index.errors import InvalidRecordError
+from web_index.models._digest import payload_digests, sha1_text
 from web_index.models._enums import AttemptState, Calibre, RecordType
 from web_index.models._time import format_ts, parse_ts
 
@@ -131,6 +132,11 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
         if not isinstance(self.is_final, bool):
             raise InvalidRecordError("is_final", f"expected a bool, got {self.is_final!r}")
         _check_str(self.request_id, "request_id", optional=True)
+
+    @property
+    def payload_digest(self) -> str | None:
+        """The body's SHA-1 as WARC writes it (``sha1:`` + base32); ``None`` for HEAD."""
+        return None if self.data is None else sha1_text(payload_digests(self.data)[0])
 
     def to_dict(self) -> dict[str, Any]:
         """The standard's flat form: ISO 8601 timestamps, headers as a JSON string.

@@ -7,5 +7,6 @@ internal one, for the other packages of web_index (never from a private module).
 from web_index.query._bulk import answer_to_file as answer_to_file
 from web_index.query._engine import run_queries
 from web_index.query._results import Result
+from web_index.query._scan import scan_records as scan_records
 
 __all__ = ["Result", "run_queries"]

@@ -24,7 +24,7 @@ from web_index.query._plan import Candidate, Plan
 from web_index.query._pool import reader_pool
 from web_index.storage import LocalBackend, Store, read_small_files
 
-__all__ = ["Result", "load_results"]
+__all__ = ["Result", "build_result", "load_results", "timestamps_as_int"]
 
 Result = Page | AttemptMetadata | None
 
@@ -102,7 +102,7 @@ def load_results(
             if attempt is None:
                 retry.append(i)  # flushed meanwhile: look again, it is in a file now
                 continue
-            answers[i] = _build(p.type, attempt.metadata, attempt.responses)
+            answers[i] = build_result(p.type, attempt.metadata, attempt.responses)
             continue
         rid = f.candidate.request_id
         if src.path in rows_of:
@@ -119,9 +119,9 @@ def load_results(
             retry.append(i)
             continue
         if p.type.is_metadata:
-            answers[i] = _build(p.type, chain[0], [])
+            answers[i] = build_result(p.type, chain[0], [])
         else:
-            answers[i] = _build(p.type, None, chain)
+            answers[i] = build_result(p.type, None, chain)
 
 
 def _mismatch(row: dict[str, Any], p: Plan, c: Candidate) -> bool:
@@ -209,7 +209,7 @@ def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, A
         # not one per file: a big partition's hits span most of its row groups,
         # and holding them all decoded grows with the partition.
         if held >= _DECODED_BUDGET or g == last:
-            out.update(zip(order, _timestamps_as_int(pa.concat_tables(pieces)).to_pylist(), strict=True))
+            out.update(zip(order, timestamps_as_int(pa.concat_tables(pieces)).to_pylist(), strict=True))
             order, pieces, held = [], [], 0
     return out
 
@@ -224,14 +224,16 @@ def _runs(rows: list[int]) -> list[tuple[int, list[int]]]:
     return runs
 
 
-def _timestamps_as_int(table: pa.Table) -> pa.Table:
+def timestamps_as_int(table: pa.Table) -> pa.Table:
     for idx, fld in enumerate(table.schema):
         if pa.types.is_timestamp(fld.type):
             table = table.set_column(idx, fld.name, table.column(idx).cast(pa.int64()))
     return table
 
 
-def _build(type: RecordType, metadata: dict[str, Any] | None, responses: list[dict[str, Any]]) -> Result:
+def build_result(
+    type: RecordType, metadata: dict[str, Any] | None, responses: list[dict[str, Any]]
+) -> Result:
     if type.is_metadata:
         assert metadata is not None
         m = metadata

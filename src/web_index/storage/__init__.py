@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from web_index._extras import lazy_names
 from web_index.storage._clock import SYSTEM_CLOCK as SYSTEM_CLOCK
 from web_index.storage._clock import Clock
+from web_index.storage._digests import find_payloads as find_payloads
 from web_index.storage._files import WriteOptions
 from web_index.storage._files import read_small_files as read_small_files
 from web_index.storage._files import visible_files as visible_files
@@ -18,6 +19,8 @@ from web_index.storage._layout import StoredFile as StoredFile
 from web_index.storage._month_index import IndexHit as IndexHit
 from web_index.storage._month_index import open_month_index as open_month_index
 from web_index.storage._month_index_format import key_hash as key_hash
+from web_index.storage._scan import ScanFilter as ScanFilter
+from web_index.storage._scan import scan as scan
 from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS
 from web_index.storage._schema import TS_COLUMN as TS_COLUMN
 from web_index.storage._stats import stats as stats

@@ -20,20 +20,29 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError
-from web_index.models import RecordType
+from web_index.models import RecordType, payload_digests
 from web_index.storage._checksum import CheckedFile, check_bytes
 from web_index.storage._layout import Partition, StoredFile, parse_file_name
-from web_index.storage._schema import BODY_COLUMN, FORMAT_VERSION, SCHEMAS, SORT_KEYS, TS_COLUMN
+from web_index.storage._schema import (
+    BODY_COLUMN,
+    DIGEST_COLUMNS,
+    FORMAT_VERSION,
+    SCHEMAS,
+    SORT_KEYS,
+    TS_COLUMN,
+)
 from web_index.storage.backends import Backend, LocalBackend
 
 __all__ = [
     "FORMAT_KEY",
     "SUPERSEDED_KEY",
     "WriteOptions",
+    "conform",
     "list_partition_files",
     "read_small_files",
     "read_superseded",
     "read_table",
+    "row_groups",
     "rows_to_table",
     "schema_matches",
     "sort_dedupe",
@@ -95,16 +104,34 @@ class WriteOptions:
 
 
 def rows_to_table(type: RecordType, rows: Sequence[dict[str, Any]]) -> pa.Table:
+    """Rows (as validation builds them: no digests) as a table of the type's schema."""
     schema = SCHEMAS[type]
-    columns = {name: [row.get(name) for row in rows] for name in schema.names}
     arrays = []
+    names = []
     for field in schema:
-        values = columns[field.name]
+        if field.name in DIGEST_COLUMNS:
+            continue
+        values = [row.get(field.name) for row in rows]
         if pa.types.is_timestamp(field.type):
             arrays.append(pa.array(values, type=pa.int64()).cast(field.type))
         else:
             arrays.append(pa.array(values, type=field.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
+        names.append(field.name)
+    return conform(type, pa.Table.from_arrays(arrays, names=names))
+
+
+def conform(type: RecordType, table: pa.Table) -> pa.Table:
+    """``table`` with the type's exact schema: the payload digests of a ``get``
+    table that has none (rows from the buffer, a file written before digests
+    were stored) computed from its bodies, and every column cast (files read
+    back ``binary``/``string`` where the schema says ``large_*``)."""
+    if type is RecordType.GET and DIGEST_COLUMNS[0] not in table.column_names:
+        # Never null: a get row has a body (b"" at least).
+        pairs = [payload_digests(body or b"") for body in table.column(BODY_COLUMN).to_pylist()]
+        table = table.append_column(
+            DIGEST_COLUMNS[0], pa.array([p[0] for p in pairs], type=pa.binary(20))
+        ).append_column(DIGEST_COLUMNS[1], pa.array([p[1] for p in pairs], type=pa.binary(32)))
+    return table.select(SCHEMAS[type].names).cast(SCHEMAS[type])
 
 
 def sort_dedupe(type: RecordType, table: pa.Table) -> pa.Table:
@@ -117,7 +144,7 @@ def sort_dedupe(type: RecordType, table: pa.Table) -> pa.Table:
     keys = SORT_KEYS[type]
     # One record is one identity (request id, chain index), and its copies sort
     # next to each other (same URL key and time).
-    return sorted_unique(table, keys, keys[2:]).cast(SCHEMAS[type])
+    return conform(type, sorted_unique(table, keys, keys[2:]))
 
 
 def sorted_unique(table: pa.Table, keys: Sequence[str], identity: Sequence[str]) -> pa.Table:
@@ -197,16 +224,25 @@ def _one_batch_each(tables: Iterable[pa.Table]) -> Iterator[pa.RecordBatch]:
             yield from table.combine_chunks().to_batches()
 
 
+def row_groups(handle: pq.ParquetFile) -> Iterator[pa.Table]:
+    """A file's row groups, one table each, in order."""
+    for g in range(handle.metadata.num_row_groups):
+        yield handle.read_row_group(g, use_threads=False)
+
+
 def read_table(type: RecordType, handle: pq.ParquetFile) -> pa.Table:
-    """A whole store file with the type's exact Arrow schema (files written
-    without the stored Arrow schema read back ``binary``/``string`` where the
-    schema says ``large_binary``/``large_string``)."""
-    return handle.read().replace_schema_metadata(None).cast(SCHEMAS[type])
+    """A whole store file with the type's exact Arrow schema (see :func:`conform`)."""
+    return conform(type, handle.read().replace_schema_metadata(None))
 
 
 def schema_matches(type: RecordType, schema: pa.Schema) -> bool:
-    """Whether a file's Arrow schema is the type's, up to large/small variants."""
-    return _normalised(schema.remove_metadata()).equals(_normalised(SCHEMAS[type]))
+    """Whether a file's Arrow schema is the type's, up to large/small variants
+    (a ``get`` file written before payload digests were stored matches too)."""
+    found = _normalised(schema.remove_metadata())
+    expected = SCHEMAS[type]
+    if type is RecordType.GET and DIGEST_COLUMNS[0] not in schema.names:
+        expected = pa.schema([f for f in expected if f.name not in DIGEST_COLUMNS])
+    return found.equals(_normalised(expected))
 
 
 def _normalised(schema: pa.Schema) -> pa.Schema:
@@ -292,7 +328,12 @@ def read_small_files(
         sources.append(data)
     if not sources:
         return pl.DataFrame()
-    frame = pl.read_parquet(sources, columns=None if columns is None else list(columns))
+    # Files of one month may differ by the digest columns (format 2 has none):
+    # the first file's columns are read from all, digests (which no bulk reader
+    # of rows needs) never unless asked for.
+    scan = pl.scan_parquet(sources, missing_columns="insert", extra_columns="ignore")
+    wanted = list(columns) if columns is not None else scan.collect_schema().names()
+    frame = scan.select([c for c in wanted if columns is not None or c not in DIGEST_COLUMNS]).collect()
     owners = pl.DataFrame({"_file": list(paths), "_n": rows}, schema={"_file": pl.String, "_n": pl.Int64})
     where = owners.select(
         pl.col("_file").repeat_by("_n").explode(), pl.int_ranges(0, "_n").explode().alias("_row")

@@ -22,9 +22,10 @@ from typing import Any
 import pyarrow as pa
 
 from web_index.models import RecordType
-from web_index.storage._schema import SCHEMAS, SORT_KEYS, TS_COLUMN
+from web_index.storage._files import conform
+from web_index.storage._schema import SORT_KEYS, TS_COLUMN
 
-__all__ = ["merge_sorted"]
+__all__ = ["merge_sorted", "sort_keys"]
 
 Key = tuple[Any, ...]
 
@@ -44,8 +45,8 @@ class _Input:
         self.table, self.keys, self.pos = None, [], 0
         for table in self._chunks:  # skip empty chunks
             if table.num_rows:
-                self.table = table.cast(SCHEMAS[self._type])
-                self.keys = _keys(self._type, self.table)
+                self.table = conform(self._type, table)
+                self.keys = sort_keys(self._type, self.table)
                 return
 
     def take_through(self, watermark: Key) -> tuple[pa.Table, list[Key]] | None:
@@ -63,7 +64,8 @@ class _Input:
         return taken
 
 
-def _keys(type: RecordType, table: pa.Table) -> list[Key]:
+def sort_keys(type: RecordType, table: pa.Table) -> list[Key]:
+    """Each row's sort key as a tuple (times as microseconds)."""
     columns = [table.column(k) for k in SORT_KEYS[type]]
     ts = SORT_KEYS[type].index(TS_COLUMN[type])
     columns[ts] = columns[ts].cast(pa.int64())

@@ -8,10 +8,22 @@ import pyarrow as pa
 
 from web_index.models import RecordType
 
-__all__ = ["BODY_COLUMN", "FORMAT_VERSION", "KEY_COLUMNS", "SCHEMAS", "SORT_KEYS", "TS_COLUMN"]
+__all__ = [
+    "BODY_COLUMN",
+    "DIGEST_COLUMNS",
+    "FORMAT_VERSION",
+    "KEY_COLUMNS",
+    "SCHEMAS",
+    "SORT_KEYS",
+    "TS_COLUMN",
+]
 
-FORMAT_VERSION = "2"  # 2: every file carries web_index.checksum (docs/format.md)
+# 2: every file carries web_index.checksum; 3: ``get`` files carry payload
+# digests (files without them are read with the digests derived; docs/format.md).
+FORMAT_VERSION = "3"
 BODY_COLUMN = "data"  # the only column of page bodies (``get`` files)
+# The SHA-1 and SHA-256 of each body, raw (``get`` files only).
+DIGEST_COLUMNS = ("payload_sha1", "payload_sha256")
 _TS = pa.timestamp("us", tz="UTC")
 
 
@@ -34,6 +46,8 @@ def _data_schema(with_body: bool) -> pa.Schema:
     ]
     if with_body:
         fields.insert(8, pa.field(BODY_COLUMN, pa.large_binary(), nullable=False))
+        fields.append(pa.field(DIGEST_COLUMNS[0], pa.binary(20), nullable=False))
+        fields.append(pa.field(DIGEST_COLUMNS[1], pa.binary(32), nullable=False))
     return pa.schema(fields)
 
 

@@ -6,10 +6,9 @@ import functools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, cast
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index._retry import retrying
@@ -19,6 +18,7 @@ from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._files import (
     WriteOptions,
     list_partition_files,
+    row_groups,
     rows_to_table,
     visible_files,
     write_partition_file,
@@ -82,11 +82,6 @@ def _default_locks(backend: Backend, buffer: Buffer) -> Locks:
 
 
 _OPEN_TRIES = 8
-
-
-def _row_groups(handle: pq.ParquetFile) -> Iterator[pa.Table]:
-    for g in range(handle.metadata.num_row_groups):
-        yield handle.read_row_group(g, use_threads=False)
 
 
 def _accepted(year: int, month: int) -> bool:
@@ -368,7 +363,7 @@ class Store:
         # memory, not the partition (docs/performance.md).
         merged = merge_sorted(
             partition.type,
-            [_row_groups(handle) for _, handle in opened],
+            [row_groups(handle) for _, handle in opened],
             functools.partial(self.write_options.group_rows, partition.type),
         )
         superseded = [f.part for f in files if f.part is not None]

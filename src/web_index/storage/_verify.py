@@ -8,14 +8,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError, InvalidRecordError, StoreError
-from web_index.models import RecordType, month_bounds
+from web_index.models import RecordType, month_bounds, payload_digests
 from web_index.storage._files import FORMAT_KEY, schema_matches, visible_files
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
 from web_index.storage._month_index_format import index_path
 from web_index.storage._month_index_verify import index_disagreement, index_note
-from web_index.storage._schema import SCHEMAS, SORT_KEYS, TS_COLUMN
+from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SCHEMAS, SORT_KEYS, TS_COLUMN
 from web_index.storage._store import Store
 from web_index.storage.buffer import MethodPartition
 from web_index.urls import domain_of, url_key
@@ -167,18 +168,25 @@ def _verify_partition(
         if not schema_matches(type, handle.schema_arrow):
             report.problems.append(Finding(where, f"schema differs from the {type.value} schema"))
             continue
+        if type is RecordType.GET and not _digests_in(handle):
+            report.notes.append(Finding(where, "no payload digests (a file of format 2): derived when read"))
         # Bodies, logs and tracebacks are decoded (checksums, decompression)
         # one row group at a time and dropped, so memory stays bounded by a row
         # group whatever the file size; the small columns are checked whole.
         heavy = [c for c in ("data", "logs", "traceback") if c in schema.names]
-        light = [c for c in schema.names if c not in heavy]
+        light = [c for c in schema.names if c not in heavy and c in handle.schema_arrow.names]
         try:
-            for g in range(handle.metadata.num_row_groups):
-                handle.read_row_group(g, columns=heavy)
+            wrong_digests = sum(
+                _wrong_digests(handle.read_row_group(g, columns=heavy + _digests_in(handle)))
+                for g in range(handle.metadata.num_row_groups)
+            )
             table = handle.read(columns=light)
         except Exception as exc:
             report.problems.append(Finding(where, f"unreadable: {exc}"))
             continue
+        if wrong_digests:
+            problem = f"{wrong_digests} payload digests differ from their bodies"
+            report.problems.append(Finding(where, problem))
         report.records += table.num_rows
         ts_col = TS_COLUMN[type]
         keys = (
@@ -244,3 +252,15 @@ def _verify_partition(
                     report.problems.append(
                         Finding(where, f"request {rid}: is_final must mark the last response only")
                     )
+
+
+def _digests_in(handle: pq.ParquetFile) -> list[str]:
+    return [c for c in DIGEST_COLUMNS if c in handle.schema_arrow.names]
+
+
+def _wrong_digests(group: pa.Table) -> int:
+    """Rows of a ``get`` row group whose stored digests are not their body's."""
+    if DIGEST_COLUMNS[0] not in group.column_names:
+        return 0  # written before digests were stored: they are derived when read
+    columns = [group.column(c).to_pylist() for c in (BODY_COLUMN, *DIGEST_COLUMNS)]
+    return sum(payload_digests(body) != (sha1, sha256) for body, sha1, sha256 in zip(*columns, strict=True))

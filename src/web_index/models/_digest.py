@@ -1,0 +1,115 @@
+"""Payload digests: the SHA-1 and SHA-256 of a stored body, and their text forms.
+
+A WARC file names a payload by ``sha1:`` and 32 base32 letters
+(``WARC-Payload-Digest``), and so do CDX indexes; SHA-256 is the stronger hash
+newer tools write, as ``sha256:`` and either base32 or hex. web-index stores both
+hashes of every GET body (the bytes of ``Response.data``, as stored) and reads
+every one of these forms.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+import msgspec
+
+from web_index.errors import InvalidRecordError
+from web_index.models._enums import RecordType
+from web_index.models._time import format_ts
+
+if TYPE_CHECKING:
+    from web_index.models._queries import PageKey
+
+__all__ = ["Digest", "DigestHit", "payload_digests", "sha1_text", "sha256_text"]
+
+Algorithm = Literal["sha1", "sha256"]
+_SIZES: dict[str, int] = {"sha1": 20, "sha256": 32}
+
+
+def payload_digests(body: bytes) -> tuple[bytes, bytes]:
+    """The raw SHA-1 (20 bytes) and SHA-256 (32 bytes) of ``body``."""
+    # SHA-1 names payloads in WARC and CDX, not a security use.
+    return hashlib.sha1(body, usedforsecurity=False).digest(), hashlib.sha256(body).digest()
+
+
+def sha1_text(raw: bytes) -> str:
+    """A raw SHA-1 as WARC writes it: ``sha1:`` and 32 base32 letters."""
+    return "sha1:" + base64.b32encode(raw).decode()
+
+
+def sha256_text(raw: bytes) -> str:
+    """A raw SHA-256 as ``sha256:`` and 64 hex digits."""
+    return "sha256:" + raw.hex()
+
+
+class Digest(NamedTuple):
+    """A payload digest to look for: the algorithm and the raw hash."""
+
+    algorithm: Algorithm
+    raw: bytes
+
+    @classmethod
+    def parse(cls, text: str) -> Digest:
+        """``sha1:`` or ``sha256:`` then base32 or hex (case-insensitive);
+        anything else is an :class:`InvalidRecordError` naming ``digest``."""
+        label, colon, value = text.strip().partition(":")
+        algorithm = label.lower()
+        if not colon or algorithm not in _SIZES:
+            expected = "expected sha1:<base32> or sha256:<hex or base32>"
+            raise InvalidRecordError("digest", f"{expected}, got {text!r}")
+        size = _SIZES[algorithm]
+        value = value.strip()
+        raw: bytes | None = None
+        try:
+            if len(value) == 2 * size:
+                raw = bytes.fromhex(value)
+            else:
+                padded = value.upper() + "=" * (-len(value) % 8)
+                raw = base64.b32decode(padded)
+        except (ValueError, binascii.Error):
+            raw = None
+        if raw is None or len(raw) != size:
+            raise InvalidRecordError("digest", f"not a {algorithm} digest in hex or base32: {value!r}")
+        return cls("sha1" if algorithm == "sha1" else "sha256", raw)
+
+    def __str__(self) -> str:
+        return sha1_text(self.raw) if self.algorithm == "sha1" else sha256_text(self.raw)
+
+
+class DigestHit(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored response whose body has the digest looked up, and where it is.
+
+    ``url``, ``timestamp`` and ``request_id`` are the attempt's (a
+    :class:`PageKey` of type ``get`` finds it); ``request_url``,
+    ``chain_index`` and ``status_code`` the response's within its chain (a
+    redirect's body has a digest too). ``location`` is the store path of the
+    file holding it, or ``"buffer"`` if it is not flushed yet.
+    """
+
+    url: str
+    timestamp: datetime
+    request_id: str
+    request_url: str
+    chain_index: int
+    status_code: int
+    location: str
+    sha1: str  # sha1:<base32>, as WARC writes it
+    sha256: str  # sha256:<hex>
+
+    @property
+    def key(self) -> PageKey:
+        """The :class:`PageKey` of the attempt that holds this response."""
+        from web_index.models._queries import PageKey
+
+        return PageKey(
+            type=RecordType.GET, url=self.url, timestamp=self.timestamp, request_id=self.request_id
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f: getattr(self, f) for f in self.__struct_fields__}
+        out["timestamp"] = format_ts(self.timestamp)
+        return out
