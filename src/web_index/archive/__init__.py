@@ -6,17 +6,21 @@ internal one, for the other packages of web_index. No HTTP server lives here
 (that is :mod:`web_index.server`).
 """
 
+from web_index.archive._arc_read import read_arc
 from web_index.archive._export import ExportReport, export_warcs
 from web_index.archive._import import ImportReport, import_warcs
+from web_index.archive._sources import ArchiveFile, archive_files
 from web_index.archive._warc_read import WARC_SUFFIXES as WARC_SUFFIXES
-from web_index.archive._warc_read import WarcRecord, read_warc, warc_files
+from web_index.archive._warc_read import WarcRecord, read_warc
 
 __all__ = [
+    "ArchiveFile",
     "ExportReport",
     "ImportReport",
     "WarcRecord",
+    "archive_files",
     "export_warcs",
     "import_warcs",
+    "read_arc",
     "read_warc",
-    "warc_files",
 ]

@@ -11,6 +11,8 @@
 * ``resource`` (a file without HTTP: a screenshot, a PDF from a crawler):
   a ``get`` attempt with a 200 response whose only header is its
   ``Content-Type``.
+* a record whose target is not an ``http(s)`` URL (``dns:`` lookups that
+  crawlers archive): counted, not stored;
 * ``request``: gives its response's method; ``warcinfo``: the fetcher's
   name and version (``software``) for the records after it; ``metadata``,
   ``conversion`` and ``continuation``: counted, not stored.
@@ -23,13 +25,16 @@ record stored already and stores nothing twice.
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from web_index.archive._arc_read import read_arc
 from web_index.archive._http import parse_http_response, restore_headers, store_body
+from web_index.archive._sources import ArchiveFile, archive_files
 from web_index.archive._warc_read import WarcRecord, read_warc
 from web_index.errors import InvalidRecordError, WarcError
 from web_index.fetch import join_headers
@@ -82,14 +87,15 @@ class _Capture:
 
 def import_warcs(
     index: WebIndex,
-    paths: Iterable[Path],
+    paths: Iterable[str | os.PathLike[str] | ArchiveFile],
     *,
     calibre: int = 10,
     skip_invalid: bool = False,
     batch: int = 500,
     on_progress: Callable[[ImportReport], None] | None = None,
 ) -> ImportReport:
-    """Import every record of the WARC files ``paths`` into ``index``.
+    """Import every record of the WARC (and ARC) files ``paths`` into ``index``:
+    files, folders, ``s3://`` prefixes (see :func:`archive_files`).
 
     Without ``skip_invalid`` the first problem (a record cut short, no
     ``WARC-Date``, a response that is not HTTP, a truncated file) raises it as
@@ -99,35 +105,52 @@ def import_warcs(
     report = ImportReport()
     run = _Run(index, calibre, batch, report)
     finished = 0  # bytes of the files done
-    for path in paths:
+    files: list[ArchiveFile] = []
+    for p in paths:
+        files += [p] if isinstance(p, ArchiveFile) else archive_files([p])
+    for file in files:
         report.files += 1
-        fetcher = _DEFAULT_FETCHER
-        for item in read_warc(path):
-            report.records += 1
-            if isinstance(item, WarcError):
-                run.fail(item, skip_invalid)
-                continue
-            if item.type == "warcinfo":
-                fetcher = _software(item.block) or fetcher
-                report.skip("warcinfo")
-            elif item.type == "request":
-                run.request(item)
-            elif item.type in ("response", "revisit", "resource"):
-                try:
-                    run.capture(item, fetcher)
-                except InvalidRecordError as exc:
-                    run.fail(WarcError(item.path, item.offset, f"{exc.field}: {exc.problem}"), skip_invalid)
-            else:
-                report.skip(item.type)
-            if on_progress is not None and report.records % 256 == 0:
-                report.bytes = finished + item.offset
-                on_progress(report)
+        with file.local() as path:
+            _import_file(run, file, path, skip_invalid, finished, on_progress)
         run.store()
-        finished += path.stat().st_size
+        finished += file.size
         report.bytes = finished
         if on_progress is not None:
             on_progress(report)
     return report
+
+
+def _import_file(
+    run: _Run,
+    file: ArchiveFile,
+    path: Path,
+    skip_invalid: bool,
+    finished: int,
+    on_progress: Callable[[ImportReport], None] | None,
+) -> None:
+    report = run.report
+    fetcher = _DEFAULT_FETCHER
+    records = read_arc(path, file.name) if file.is_arc else read_warc(path, file.name)
+    for item in records:
+        report.records += 1
+        if isinstance(item, WarcError):
+            run.fail(item, skip_invalid)
+            continue
+        if item.type == "warcinfo":
+            fetcher = _software(item.block) or fetcher
+            report.skip("warcinfo")
+        elif item.type == "request":
+            run.request(item)
+        elif item.type in ("response", "revisit", "resource"):
+            try:
+                run.capture(item, fetcher)
+            except InvalidRecordError as exc:
+                run.fail(WarcError(item.path, item.offset, f"{exc.field}: {exc.problem}"), skip_invalid)
+        else:
+            report.skip(item.type)
+        if on_progress is not None and report.records % 256 == 0:
+            report.bytes = finished + item.offset
+            on_progress(report)
 
 
 class _Run:
@@ -153,6 +176,11 @@ class _Run:
 
     def capture(self, record: WarcRecord, fetcher: tuple[str, str]) -> None:
         url = (record.header("WARC-Target-URI") or "").strip().strip("<>")
+        scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+        if scheme not in ("http", "https"):
+            # Crawlers archive their DNS lookups (dns:), FTP and more: not web pages.
+            self.report.skip(f"{scheme or 'no'} URL")
+            return
         if record.type == "resource":
             content_type = record.header("Content-Type") or "application/octet-stream"
             found = _Capture(record, url, 200, [("Content-Type", content_type)], record.block, fetcher)

@@ -23,9 +23,9 @@ from fastwarc.warc import ArchiveIterator, WarcRecordType
 from web_index.errors import InvalidRecordError, WarcError
 from web_index.models import parse_ts
 
-__all__ = ["WARC_SUFFIXES", "WarcRecord", "read_warc", "warc_files"]
+__all__ = ["WARC_SUFFIXES", "WarcRecord", "checked_date", "read_warc", "tail_problem", "warc_files"]
 
-WARC_SUFFIXES = (".warc", ".warc.gz")
+WARC_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz")  # what warc_files finds in folders
 _LOOK_AHEAD = 64 << 20  # bytes read to check the members after a record
 _TYPES = frozenset(
     {"warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion", "continuation"}
@@ -48,7 +48,7 @@ class WarcRecord:
 
 
 def warc_files(paths: list[Path]) -> list[Path]:
-    """The WARC files of ``paths``: files as given, folders searched (sorted)."""
+    """The WARC (and ARC) files of ``paths``: files as given, folders searched (sorted)."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -58,14 +58,14 @@ def warc_files(paths: list[Path]) -> list[Path]:
     return found
 
 
-def read_warc(path: Path) -> Iterator[WarcRecord | WarcError]:
+def read_warc(path: Path, name: str | None = None) -> Iterator[WarcRecord | WarcError]:
     """Each record of ``path``, or the problem where one is not whole.
 
     A record with a problem is yielded as the problem and reading goes on; a
     file whose end is cut off yields its problem last, in place of the record
     it cut. An unreadable file raises ``OSError``.
     """
-    name = str(path)
+    name = name or str(path)  # what messages call the file
     last_offset = -1
     per_record_gzip = True
     with path.open("rb") as fh:
@@ -82,7 +82,7 @@ def read_warc(path: Path) -> Iterator[WarcRecord | WarcError]:
                 if exc.errno is not None:  # the disk, not the format
                     raise
                 if held is not None and gzipped and per_record_gzip:
-                    cut = _tail_problem(path, held.offset, members=2)
+                    cut = tail_problem(path, held.offset, members=2, name=name)
                     if cut is not None and cut.offset != held.offset:  # the next member is the damaged one
                         yield held
                         yield cut
@@ -104,7 +104,11 @@ def read_warc(path: Path) -> Iterator[WarcRecord | WarcError]:
     # The last record is given out only if its gzip member ends the file
     # whole: a member cut in its trailer still inflates to the whole record,
     # but nothing vouches for its bytes (the CRC is what is missing).
-    tail = _tail_problem(path, last_offset) if held is not None and gzipped and per_record_gzip else None
+    tail = (
+        tail_problem(path, last_offset, name=name)
+        if held is not None and gzipped and per_record_gzip
+        else None
+    )
     if held is not None and not (tail is not None and tail.offset == last_offset):
         yield held
     if tail is not None:
@@ -127,17 +131,26 @@ def _checked(record: object, name: str, offset: int) -> WarcRecord | WarcError:
     kind = headers.get("WARC-Type", "").strip().lower()
     if kind not in _TYPES:
         return WarcError(name, offset, f"unknown WARC-Type {headers.get('WARC-Type')!r}")
+    date = checked_date(headers, name, offset)
+    if isinstance(date, WarcError):
+        return date
+    return WarcRecord(name, offset, kind, headers, date, block)
+
+
+def checked_date(headers: dict[str, str], name: str, offset: int) -> datetime | WarcError:
+    """The record's ``WARC-Date``, or the problem with it."""
     raw_date = headers.get("WARC-Date")
     if raw_date is None:
         return WarcError(name, offset, "no WARC-Date")
     try:
-        date = parse_ts(raw_date.strip(), "WARC-Date")
+        return parse_ts(raw_date.strip(), "WARC-Date")
     except InvalidRecordError as exc:
         return WarcError(name, offset, f"WARC-Date {raw_date!r}: {exc.problem}")
-    return WarcRecord(name, offset, kind, headers, date, block)
 
 
-def _tail_problem(path: Path, last_offset: int, members: int | None = None) -> WarcError | None:
+def tail_problem(
+    path: Path, last_offset: int, members: int | None = None, name: str | None = None
+) -> WarcError | None:
     """From ``last_offset`` on, only whole gzip members, up to the end of the
     file (or ``members`` of them): a member cut short (which the reader drops
     silently) or bytes that are no member are a problem."""
@@ -155,10 +168,12 @@ def _tail_problem(path: Path, last_offset: int, members: int | None = None) -> W
                 inflate.decompress(pending, 1 << 20)  # output dropped, and capped
                 pending = inflate.unconsumed_tail
         except zlib.error as exc:
-            return WarcError(str(path), last_offset + pos, f"corrupt gzip member: {exc}")
+            return WarcError(name or str(path), last_offset + pos, f"corrupt gzip member: {exc}")
         if not inflate.eof:
             if capped:
                 return None
-            return WarcError(str(path), last_offset + pos, "gzip member cut short: the file is truncated")
+            return WarcError(
+                name or str(path), last_offset + pos, "gzip member cut short: the file is truncated"
+            )
         pos = len(data) - len(inflate.unused_data)
     return None

@@ -30,13 +30,19 @@ from web_index.cli._app import (
     say,
     store_location,
 )
+from web_index.errors import MissingExtraError
 
 __all__ = ["export_warc", "import_warc"]
 
 
 @app.command("import-warc")
 def import_warc(
-    paths: Annotated[list[Path], typer.Argument(help="WARC files (.warc, .warc.gz) or folders of them.")],
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="WARC or ARC files (.warc, .warc.gz, .arc, .arc.gz), folders or s3:// prefixes of them."
+        ),
+    ],
     store: StoreOption = "",
     buffer: BufferOption = None,
     durable: DurableOption = True,
@@ -45,23 +51,29 @@ def import_warc(
         bool, typer.Option(help="Report a broken record or file and go on, instead of stopping at it.")
     ] = False,
 ) -> None:
-    """Import WARC captures into the store (idempotent: a record stored already is not stored again).
+    """Import WARC or ARC captures into the store (idempotent: a record stored already is not stored again).
 
-    Responses become GET (or HEAD) attempts with status, headers and body as
-    sent; revisits take the body they refer to; resources become 200 pages.
+    Responses become GET (or HEAD) attempts with status and headers as sent and
+    the body as fetchers store it (de-chunked, gzip/deflate decoded); revisits
+    take the body they refer to; resources become 200 pages.
     A record cut short or a truncated file stops the import with exit 2,
     naming the file and byte offset, after storing every record before it.
     """
-    from web_index.archive import import_warcs, warc_files
-    from web_index.errors import InvalidRecordError
+    from web_index.archive import archive_files, import_warcs
+    from web_index.errors import InvalidRecordError, StoreError
 
-    files = warc_files(paths)
-    missing = [p for p in files if not p.is_file()]
+    try:
+        files = archive_files(paths)
+    except FileNotFoundError as exc:
+        raise fail(EXIT_USAGE, f"cannot read {exc.args[0]}: no such object") from None
+    except (StoreError, MissingExtraError) as exc:
+        raise fail(EXIT_USAGE, str(exc)) from None
+    missing = [f.name for f in files if f.path is not None and not f.path.is_file()]
     if missing:
         raise fail(EXIT_USAGE, f"cannot read {missing[0]}: no such file")
     if not files:
-        raise fail(EXIT_USAGE, "no WARC files (.warc, .warc.gz) in " + ", ".join(map(str, paths)))
-    total = sum(p.stat().st_size for p in files)
+        raise fail(EXIT_USAGE, "no WARC or ARC files (.warc, .warc.gz, .arc, .arc.gz) in " + ", ".join(paths))
+    total = sum(f.size for f in files)
     location = store_location(store)
     started = time.monotonic()
     with (

@@ -95,6 +95,11 @@ class Backend(Protocol):
         """Write a small file (the store's marker) atomically: all or nothing."""
         ...
 
+    def copy_out(self, path: str, dest: Path) -> None:
+        """Copy a file of any kind to the local file ``dest``, streamed (the WARC
+        files an import reads from an object store); ``FileNotFoundError`` if gone."""
+        ...
+
     def delete(self, path: str) -> None:
         """Remove ``path``; a missing file is not an error."""
         ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -135,6 +136,9 @@ class LocalBackend:
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._path(path).unlink()
+
+    def copy_out(self, path: str, dest: Path) -> None:
+        shutil.copyfile(self._path(path), dest)
 
     def local_folder(self, name: str, *, create: bool = True) -> Path:
         folder = self._path(name)

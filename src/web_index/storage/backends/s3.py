@@ -211,6 +211,17 @@ class S3Backend:
         except BaseError as exc:
             raise self._fail(exc, f"reading {path}") from None
 
+    def copy_out(self, path: str, dest: Path) -> None:
+        self.requests.add("get")
+        try:
+            with dest.open("wb") as fh:
+                for chunk in obs.get(self.store, store_path(path)).stream(min_chunk_size=8 << 20):
+                    fh.write(chunk)
+        except NotFoundError:
+            raise FileNotFoundError(path) from None
+        except BaseError as exc:
+            raise self._fail(exc, f"reading {path}") from None
+
     def head(self, path: str) -> ObjectInfo | None:
         self.requests.add("head")
         try:
