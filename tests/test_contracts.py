@@ -97,6 +97,17 @@ def test_a_small_file_is_written_whole_and_listed(backend: Backend) -> None:
         backend.write_bytes("../escape.json", b"{}")
 
 
+def test_a_file_of_any_kind_is_copied_out(backend: Backend, tmp_path: Path) -> None:
+    data = bytes(range(256)) * 4096  # 1 MiB, not Parquet
+    backend.write_bytes("in/crawl.warc.gz", data)
+    backend.copy_out("in/crawl.warc.gz", tmp_path / "copy")
+    assert (tmp_path / "copy").read_bytes() == data
+    with pytest.raises(FileNotFoundError):
+        backend.copy_out("in/missing.warc.gz", tmp_path / "other")
+    with pytest.raises((StoreError, ValueError)):
+        backend.copy_out("../escape", tmp_path / "other")
+
+
 def test_a_private_local_folder(backend: Backend) -> None:
     folder = backend.local_folder("_buffer")
     assert folder.is_dir()
