@@ -26,9 +26,6 @@ from web_index.models import (
     RecordType,
     Response,
     from_us,
-    parse_ts,
-    parse_when,
-    to_us,
 )
 from web_index.query import Result, run_queries
 from web_index.storage import (
@@ -289,22 +286,10 @@ class WebIndex:
         bounded by a row group of each file of the partition being read.
         """
         from web_index.query import scan_records
-        from web_index.storage import ScanFilter
-        from web_index.urls import domain_of, url_key
 
-        kind = RecordType.parse(type)
-        host = None if domain is None else domain_of(f"http://{domain.strip().strip('.')}/")
-        if url_prefix is not None:
-            if host is not None and host != domain_of(url_prefix):
-                return iter(())  # the prefix lies outside the domain: nothing is in both
-            host = domain_of(url_prefix)
-        where = ScanFilter(
-            domain=host,
-            url_key_prefix=None if url_prefix is None else url_key(url_prefix),
-            start_us=None if start is None else to_us(_when(start, "start", end=False)),
-            end_us=None if end is None else to_us(_when(end, "end", end=True)),
+        return scan_records(
+            self._store, RecordType.parse(type), domain=domain, url_prefix=url_prefix, start=start, end=end
         )
-        return scan_records(self._store, kind, where)
 
     def lookup_digest(self, *digests: str | Digest) -> list[DigestHit]:
         """Every stored GET response whose body has one of these payload digests
@@ -345,12 +330,6 @@ class WebIndex:
         from web_index.storage import stats
 
         return stats(self._store)
-
-
-def _when(value: datetime | str, field: str, *, end: bool) -> datetime:
-    if isinstance(value, datetime):
-        return parse_ts(value, field)
-    return parse_when(value, field, end=end)
 
 
 @contextmanager
