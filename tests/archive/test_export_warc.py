@@ -255,3 +255,14 @@ def test_cli_export_warc(tmp_path: Path) -> None:
     assert none.exit_code == 1
     bad = runner.invoke(app, ["export-warc", str(tmp_path / "o3"), "--store", store, "--from", "yesterday"])
     assert bad.exit_code == 2 and "start" in bad.stderr
+
+
+def test_a_revisit_finds_its_payload_among_captures_of_the_same_second(tmp_path: Path) -> None:
+    with WebIndex(tmp_path / "a", create=True) as source, WebIndex(tmp_path / "b", create=True) as copy:
+        source.insert("get", URLS[0], T0, *_one(URLS[0], T0, b"first body"))
+        source.insert("get", URLS[0], T0, *_one(URLS[0], T0, b""))  # same URL, same instant
+        source.insert("get", URLS[1], T0, *_one(URLS[1], T0, b"first body"))  # a revisit of the first
+        report = export_warcs(source, tmp_path / "out")
+        assert report.revisits == 1
+        import_warcs(copy, report.files)
+        assert captured(copy, RecordType.GET) == captured(source, RecordType.GET)

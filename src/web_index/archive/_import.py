@@ -43,14 +43,17 @@ from web_index.ingest import validate_attempt
 from web_index.models import (
     AttemptMetadata,
     AttemptState,
+    Digest,
     Page,
     PageKey,
     RecordType,
     Response,
     TimeAwarePageQuery,
     parse_when,
+    payload_digests,
     to_us,
 )
+from web_index.urls import url_key
 
 __all__ = ["ImportReport", "import_warcs"]
 
@@ -215,7 +218,24 @@ class _Run:
         window = timedelta(seconds=1)  # WARC dates are often to the second
         query = TimeAwarePageQuery(url=target, timestamp=at, not_before=at - window, not_after=at + window)
         page = self.index.query([query])[0]
-        return page.data if isinstance(page, Page) else None
+        if not isinstance(page, Page) or page.data is None:
+            return None
+        try:
+            digest = Digest.parse(record.header("WARC-Payload-Digest") or "")
+        except InvalidRecordError:
+            return page.data  # no digest to check the nearest capture against
+        if _matches(page.data, digest):
+            return page.data
+        # Two captures of the URL in the window (the same second, say): the one
+        # with the payload the revisit names, nearest first.
+        key = url_key(target)
+        nearby = [
+            p
+            for p in self.index.scan(url_prefix=target, start=at - window, end=at + window)
+            if isinstance(p, Page) and url_key(p.url) == key and _matches(p.data or b"", digest)
+        ]
+        nearby.sort(key=lambda p: abs((p.timestamp - at).total_seconds()))
+        return nearby[0].data if nearby else None
 
     def store(self, keep: int = 0) -> None:
         todo, self.pending = (
@@ -264,6 +284,10 @@ class _Run:
             fetcher_calibre=self.calibre,
         )
         return (c.method, c.url, c.record.date, meta, [response])
+
+
+def _matches(body: bytes, digest: Digest) -> bool:
+    return payload_digests(body)[0 if digest.algorithm == "sha1" else 1] == digest.raw
 
 
 def _request_id(record_id: str, date: datetime) -> str:
