@@ -217,3 +217,20 @@ def test_cli_lookup(tmp_path: Path) -> None:
     bad = runner.invoke(app, ["lookup", "--store", store, "--digest", "sha1:nothex"])
     assert bad.exit_code == 2
     assert "--digest not a sha1 digest in hex or base32: 'nothex'" in bad.stderr
+
+
+def test_a_month_of_files_with_and_without_digests(tmp_path: Path) -> None:
+    with WebIndex(tmp_path / "s", create=True) as index:
+        index.insert(*attempt(URLS[2], TIMES[0], body=b"older"))
+        index.flush()
+        index.compact()
+        index.insert(*attempt(URLS[0], TIMES[0], body=b"newer"))
+        index.flush()
+        drop_digests(tmp_path / "s")
+        index.compact()  # example.com's part becomes a file with digests; example.org's stays without
+        kinds = sorted(
+            "payload_sha1" in pq.read_schema(p).names for p in (tmp_path / "s" / "get").rglob("*.parquet")
+        )
+        assert kinds == [False, True]
+        for body in (b"older", b"newer"):
+            assert [h.sha1 for h in index.lookup_digest(sha1(body))] == [sha1(body)]

@@ -91,14 +91,21 @@ def _small_file_hits(
     A batch holding a file without digests, or one replaced meanwhile, is read
     file by file instead."""
     try:
-        frame = read_small_files(local, [f.path for f in files], [*_COLUMNS, *DIGEST_COLUMNS])
+        frame = read_small_files(
+            local, [f.path for f in files], [*_COLUMNS, *DIGEST_COLUMNS], missing_as_null=True
+        )
     except (FileNotFoundError, pl.exceptions.PolarsError):
         return [h for f in files for h in _partition_hits(store, f.partition, None, wanted)]
+    # A file without digests read after one with them gets nulls (a stored digest never is).
+    older = set(frame.filter(pl.col(DIGEST_COLUMNS[0]).is_null()).get_column("_file").to_list())
     sha1s, sha256s = (pl.Series(sorted(s), dtype=pl.Binary) for s in (wanted.sha1, wanted.sha256))
     found = frame.filter(
         pl.col(DIGEST_COLUMNS[0]).is_in(sha1s.implode()) | pl.col(DIGEST_COLUMNS[1]).is_in(sha256s.implode())
     )
-    return _hits(found.to_arrow(), found.get_column("_file").to_list())
+    hits = _hits(found.to_arrow(), found.get_column("_file").to_list())
+    return hits + [
+        h for f in files if f.path in older for h in _partition_hits(store, f.partition, None, wanted)
+    ]
 
 
 class _Wanted:

@@ -308,7 +308,11 @@ def visible_files(
 
 
 def read_small_files(
-    backend: LocalBackend, paths: Sequence[str], columns: Sequence[str] | None = None
+    backend: LocalBackend,
+    paths: Sequence[str],
+    columns: Sequence[str] | None = None,
+    *,
+    missing_as_null: bool = False,
 ) -> pl.DataFrame:
     """Every row of these small local store files in one frame, with ``_file``
     (the store path) and ``_row`` (the row's number in its file).
@@ -330,8 +334,11 @@ def read_small_files(
         return pl.DataFrame()
     # Files of one month may differ by the digest columns (format 2 has none):
     # the first file's columns are read from all, digests (which no bulk reader
-    # of rows needs) never unless asked for.
-    scan = pl.scan_parquet(sources, missing_columns="insert", extra_columns="ignore")
+    # of rows needs) never unless asked for. A file without a column asked for
+    # is an error, or with ``missing_as_null`` a column of nulls.
+    scan = pl.scan_parquet(
+        sources, missing_columns="insert" if missing_as_null else "raise", extra_columns="ignore"
+    )
     wanted = list(columns) if columns is not None else scan.collect_schema().names()
     frame = scan.select([c for c in wanted if columns is not None or c not in DIGEST_COLUMNS]).collect()
     owners = pl.DataFrame({"_file": list(paths), "_n": rows}, schema={"_file": pl.String, "_n": pl.Int64})
