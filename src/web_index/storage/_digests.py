@@ -16,6 +16,7 @@ month; it is not built yet.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -49,17 +50,7 @@ def find_payloads(store: Store, digests: Sequence[Digest]) -> list[DigestHit]:
         for row in attempt.responses:
             sha1, sha256 = payload_digests(row[BODY_COLUMN])
             if sha1 in wanted.sha1 or sha256 in wanted.sha256:
-                hit = DigestHit(
-                    url=row["url"],
-                    timestamp=from_us(row["attempt_timestamp"]),
-                    request_id=row["request_id"],
-                    request_url=row["request_url"],
-                    chain_index=row["chain_index"],
-                    status_code=row["status_code"],
-                    location="buffer",
-                    sha1=sha1_text(sha1),
-                    sha256=sha256_text(sha256),
-                )
+                hit = _hit({**row, DIGEST_COLUMNS[0]: sha1, DIGEST_COLUMNS[1]: sha256}, "buffer")
                 hits[(hit.request_id, hit.chain_index)] = hit
     local = store.backend if isinstance(store.backend, LocalBackend) else None
     for year, month in store.months(RecordType.GET):
@@ -160,17 +151,20 @@ def _hits(found: pa.Table, paths: list[str]) -> list[DigestHit]:
     # As microseconds, so that a hit's time is the same object from a file as from the buffer.
     ts = found.column_names.index(_COLUMNS[1])
     found = found.set_column(ts, _COLUMNS[1], found.column(ts).cast(pa.int64()))
-    return [
-        DigestHit(
-            url=row["url"],
-            timestamp=from_us(row["attempt_timestamp"]),
-            request_id=row["request_id"],
-            request_url=row["request_url"],
-            chain_index=row["chain_index"],
-            status_code=row["status_code"],
-            location=path,
-            sha1=sha1_text(row[DIGEST_COLUMNS[0]]),
-            sha256=sha256_text(row[DIGEST_COLUMNS[1]]),
-        )
-        for row, path in zip(found.select([*_COLUMNS, *DIGEST_COLUMNS]).to_pylist(), paths, strict=True)
-    ]
+    rows = found.select([*_COLUMNS, *DIGEST_COLUMNS]).to_pylist()
+    return [_hit(row, path) for row, path in zip(rows, paths, strict=True)]
+
+
+def _hit(row: dict[str, Any], location: str) -> DigestHit:
+    """A hit from a response row (times in microseconds, raw digests)."""
+    return DigestHit(
+        url=row["url"],
+        timestamp=from_us(row["attempt_timestamp"]),
+        request_id=row["request_id"],
+        request_url=row["request_url"],
+        chain_index=row["chain_index"],
+        status_code=row["status_code"],
+        location=location,
+        sha1=sha1_text(row[DIGEST_COLUMNS[0]]),
+        sha256=sha256_text(row[DIGEST_COLUMNS[1]]),
+    )
