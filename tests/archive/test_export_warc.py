@@ -266,3 +266,20 @@ def test_a_revisit_finds_its_payload_among_captures_of_the_same_second(tmp_path:
         assert report.revisits == 1
         import_warcs(copy, report.files)
         assert captured(copy, RecordType.GET) == captured(source, RecordType.GET)
+
+
+def test_an_iri_is_written_as_a_uri(tmp_path: Path) -> None:
+    iri = "http://example.com/caf\u00e9 menu?b=\u00fc"
+    with WebIndex(tmp_path / "s", create=True) as index:
+        index.insert("get", iri, T0, *_one(iri, T0, b"menu"))
+        report = export_warcs(index, tmp_path / "out")
+    with report.files[0].open("rb") as fh:
+        targets = {
+            r.rec_headers.get_header("WARC-Target-URI")
+            for r in ArchiveIterator(fh)
+            if r.rec_type != "warcinfo"
+        }
+    assert report.cdxj is not None
+    (line,) = report.cdxj.read_text().splitlines()
+    assert targets == {"http://example.com/caf%C3%A9%20menu?b=%C3%BC"}
+    assert json.loads(line.split(" ", 2)[2])["url"] == "http://example.com/caf%C3%A9%20menu?b=%C3%BC"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import uuid
 import zlib
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from web_index.archive._http import status_line, wire_headers
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.models import Page, RecordType, Response, payload_digests, sha1_text
+from web_index.urls import url_key
 
 __all__ = ["ExportReport", "export_warcs"]
 
@@ -107,6 +109,7 @@ class _Writer:
         if self.file is None or self.file.tell() >= self.max_bytes:
             self._next_file()
         ident = f"{page.request_id}/{position}"
+        target = _uri(response.request_url)
         response_id = _record_id(ident, "response")
         when = _warc_date(response.timestamp)
         body = response.data
@@ -115,12 +118,12 @@ class _Writer:
             [_latin1(status_line(response.status_code)), *(_latin1(f"{n}: {v}") for n, v in headers), b"\r\n"]
         )
         method = "HEAD" if kind is RecordType.HEAD else "GET"
-        self._write(self._request(response.request_url, method, when, ident, response_id))
+        self._write(self._request(target, method, when, ident, response_id))
         sha1 = payload_digests(body)[0] if body is not None else None
         earlier = self.written.get(sha1) if sha1 is not None and body else None
         record = _record(WarcRecordType.revisit if earlier else WarcRecordType.response, response_id)
         record.headers["WARC-Date"] = when
-        record.headers["WARC-Target-URI"] = response.request_url
+        record.headers["WARC-Target-URI"] = target
         record.headers["WARC-Warcinfo-ID"] = self.warcinfo
         record.headers["Content-Type"] = "application/http; msgtype=response"
         if sha1 is not None:
@@ -134,14 +137,14 @@ class _Writer:
         else:
             block = head + (body or b"")
             if sha1 is not None and body:
-                self.written[sha1] = (response.request_url, when)
+                self.written[sha1] = (target, when)
             self.report.responses += 1
         record.headers["WARC-Block-Digest"] = sha1_text(hashlib.sha1(block, usedforsecurity=False).digest())
         record.set_bytes_content(block)
         offset, length = self._write(record)
         mime = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         fields = {
-            "url": response.request_url,
+            "url": target,
             "mime": "warc/revisit" if earlier else (mime or "unk"),
             "status": str(response.status_code),
             "digest": sha1_text(sha1).removeprefix("sha1:") if sha1 is not None else "-",
@@ -150,7 +153,7 @@ class _Writer:
             "filename": self.path.name if self.path else "",
         }
         stamp = response.timestamp.astimezone(UTC).strftime("%Y%m%d%H%M%S")
-        self.cdx.append(f"{surt.surt(response.request_url)} {stamp} {json.dumps(fields, ensure_ascii=False)}")
+        self.cdx.append(f"{surt.surt(target)} {stamp} {json.dumps(fields, ensure_ascii=False)}")
 
     def _request(self, url: str, method: str, when: str, ident: str, response_id: str) -> WarcRecord:
         parts = urlsplit(url)
@@ -223,6 +226,16 @@ def _warc_date(moment: datetime) -> str:
     """WARC-Date: seconds, with the microseconds when there are any (WARC/1.1 allows a fraction)."""
     utc = moment.astimezone(UTC)
     return utc.strftime("%Y-%m-%dT%H:%M:%S") + (f".{utc.microsecond:06d}" if utc.microsecond else "") + "Z"
+
+
+def _uri(url: str) -> str:
+    """``url`` as a WARC-Target-URI must be (and pywb's index wants it): ASCII,
+    without spaces. A URL that is not (an IRI, a space in a path) is written
+    in its normal form, which percent-encodes them as UTF-8 (``url_key``)."""
+    return url if _URI.fullmatch(url) else url_key(url)
+
+
+_URI = re.compile(r"[!#-;=?-\[\]_a-z~]+")  # printable ASCII but space " < > \ ^ ` { | }
 
 
 def _latin1(line: str) -> bytes:
