@@ -3,7 +3,9 @@ reader) and by importing it back."""
 
 from __future__ import annotations
 
+import base64
 import gzip
+import hashlib
 import json
 import shutil
 import tempfile
@@ -17,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 from warcio.archiveiterator import ArchiveIterator
+from warcio.statusandheaders import StatusAndHeaders
 
-from tests.archive.test_import_warc import T0, Warc
+from tests.archive.test_import_warc import T0, Warc, _iso
 from web_index import WebIndex
 from web_index.archive import export_warcs, import_warcs
 from web_index.cli import app
@@ -283,3 +286,23 @@ def test_an_iri_is_written_as_a_uri(tmp_path: Path) -> None:
     (line,) = report.cdxj.read_text().splitlines()
     assert targets == {"http://example.com/caf%C3%A9%20menu?b=%C3%BC"}
     assert json.loads(line.split(" ", 2)[2])["url"] == "http://example.com/caf%C3%A9%20menu?b=%C3%BC"
+
+
+def test_a_revisit_of_a_decoded_capture(tmp_path: Path) -> None:
+    page = b"<p>" + b"gzip me " * 100 + b"</p>"
+    packed = gzip.compress(page)
+    url = "https://example.com/"
+    w = Warc()
+    w.capture(url, packed, headers=[("Content-Type", "text/html"), ("Content-Encoding", "gzip")])
+    w.capture(url, b"plain", when=T0)  # the same second, stored as sent
+    http = StatusAndHeaders("200 OK", [("Content-Encoding", "gzip")], protocol="HTTP/1.1")
+    digest = "sha1:" + base64.b32encode(hashlib.sha1(packed).digest()).decode()  # of the wire's payload
+    record = w.writer.create_revisit_record(
+        url, digest=digest, refers_to_uri=url, refers_to_date=_iso(T0), http_headers=http
+    )
+    record.rec_headers.replace_header("WARC-Date", _iso(T0 + timedelta(days=1)))
+    w.writer.write_record(record)
+    with WebIndex(tmp_path / "s", create=True) as index:
+        assert import_warcs(index, [w.save(tmp_path / "a.warc.gz")]).stored == 3
+        latest = index.query([SimplePageQuery(url=url)])[0]
+    assert isinstance(latest, Page) and latest.data == page  # the decoded capture, not the plain one

@@ -21,6 +21,7 @@ from web_index.fetch import BoundedDecoder, DecompressionBombError
 __all__ = [
     "ORIGINAL",
     "dechunk",
+    "decoded",
     "parse_http_response",
     "restore_headers",
     "status_line",
@@ -151,12 +152,18 @@ def restore_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]
     return out
 
 
-def _changes(name: str, value: str, body: bytes) -> bool:
+def decoded(headers: Mapping[str, str]) -> bool:
+    """Whether a stored body under these fields differs from the payload on the
+    wire (a transfer coding or a content coding web-index decodes was undone)."""
+    return any(_changes(n, v, None) for n, v in headers.items() if n != "content-length")
+
+
+def _changes(name: str, value: str, body: bytes | None) -> bool:
     if name == "transfer-encoding":
         return True
     if name == "content-encoding":
         return BoundedDecoder(value, 1, 1.0).undecoded is None
-    return value.strip() != str(len(body))
+    return body is not None and name == "content-length" and value.strip() != str(len(body))
 
 
 def _one_line(value: str) -> str:

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from web_index.archive._arc_read import read_arc
-from web_index.archive._http import parse_http_response, restore_headers, store_body
+from web_index.archive._http import decoded, parse_http_response, restore_headers, store_body
 from web_index.archive._sources import ArchiveFile, archive_files
 from web_index.archive._warc_read import WarcRecord, read_warc
 from web_index.errors import InvalidRecordError, WarcError
@@ -224,18 +224,21 @@ class _Run:
             digest = Digest.parse(record.header("WARC-Payload-Digest") or "")
         except InvalidRecordError:
             return page.data  # no digest to check the nearest capture against
-        if _matches(page.data, digest):
-            return page.data
-        # Two captures of the URL in the window (the same second, say): the one
-        # with the payload the revisit names, nearest first.
+        if _matches(page.data, digest) or decoded(page.headers):
+            return page.data  # (a decoded body cannot be checked: the digest is of the wire's payload)
+        # Two captures of the URL in the window (the same second, say): the
+        # nearest with the payload the revisit names, else the nearest whose
+        # payload cannot be checked (decoded), else the nearest.
         key = url_key(target)
         nearby = [
             p
             for p in self.index.scan(url_prefix=target, start=at - window, end=at + window)
-            if isinstance(p, Page) and url_key(p.url) == key and _matches(p.data or b"", digest)
+            if isinstance(p, Page) and url_key(p.url) == key
         ]
-        nearby.sort(key=lambda p: abs((p.timestamp - at).total_seconds()))
-        return nearby[0].data if nearby else None
+        exact = [p for p in nearby if _matches(p.data or b"", digest)]
+        unsure = [p for p in nearby if decoded(p.headers)]
+        best = min(exact or unsure or [page], key=lambda p: abs((p.timestamp - at).total_seconds()))
+        return best.data
 
     def store(self, keep: int = 0) -> None:
         todo, self.pending = (
