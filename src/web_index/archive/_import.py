@@ -86,6 +86,7 @@ class _Capture:
     fetcher: tuple[str, str]
     method: RecordType = RecordType.GET
     note: str | None = None  # for the attempt's logs
+    refers: tuple[str, datetime, Digest | None] | None = None  # a revisit's target, its date, digest
 
 
 def import_warcs(
@@ -189,42 +190,42 @@ class _Run:
             found = _Capture(record, url, 200, [("Content-Type", content_type)], record.block, fetcher)
         else:
             status, wire, body = parse_http_response(record.block)
-            note = None
+            note, refers = None, None
             if record.type == "revisit":
-                resolved = self._revisited(record)
-                if resolved is None:
+                refers = _refers(record)
+                if refers is None:
                     self.report.skip("revisit not resolved")
                     return
-                body = resolved
+                body = b""  # the body it refers to, found when the batch is stored
             else:  # decoded as the fields on the wire say, then stored under the original ones
                 body, note = store_body(wire, body, self.index.limits.max_body_bytes)
-            found = _Capture(record, url, status, restore_headers(wire), body, fetcher, note=note)
+            found = _Capture(
+                record, url, status, restore_headers(wire), body, fetcher, note=note, refers=refers
+            )
         # Refused alone (a dns: URL, a status out of range), not with its batch.
         validate_attempt(*self._attempt(found), limits=self.index.limits)
         self.pending.append(found)
         if len(self.pending) > self.batch:
             self.store(keep=1)  # the last one's request record may come next
 
-    def _revisited(self, record: WarcRecord) -> bytes | None:
-        target = (record.header("WARC-Refers-To-Target-URI") or "").strip().strip("<>")
-        when = record.header("WARC-Refers-To-Date")
-        if not target or not when:
-            return None
-        self.store()  # the capture it refers to may be waiting in this batch
-        try:
-            at = parse_when(when, "WARC-Refers-To-Date")
-        except InvalidRecordError:
-            return None
+    def _resolve(self, revisits: list[_Capture]) -> list[bytes | None]:
+        """The bodies these revisits refer to (``None`` where none is found), one
+        batch of queries for them all."""
         window = timedelta(seconds=1)  # WARC dates are often to the second
-        query = TimeAwarePageQuery(url=target, timestamp=at, not_before=at - window, not_after=at + window)
-        page = self.index.query([query])[0]
+        refers = [c.refers for c in revisits if c.refers is not None]
+        queries = [TimeAwarePageQuery(url=t, timestamp=at, not_before=at - window, not_after=at + window)
+                   for t, at, _ in refers]  # fmt: skip
+        return [
+            self._pick(r, page, window) for r, page in zip(refers, self.index.query(queries), strict=True)
+        ]
+
+    def _pick(
+        self, refers: tuple[str, datetime, Digest | None], page: object, window: timedelta
+    ) -> bytes | None:
+        target, at, digest = refers
         if not isinstance(page, Page) or page.data is None:
             return None
-        try:
-            digest = Digest.parse(record.header("WARC-Payload-Digest") or "")
-        except InvalidRecordError:
-            return page.data  # no digest to check the nearest capture against
-        if _matches(page.data, digest) or decoded(page.headers):
+        if digest is None or _matches(page.data, digest) or decoded(page.headers):
             return page.data  # (a decoded body cannot be checked: the digest is of the wire's payload)
         # Two captures of the URL in the window (the same second, say): the
         # nearest with the payload the revisit names, else the nearest whose
@@ -247,22 +248,40 @@ class _Run:
         )
         if not todo:
             return
-        items, ids = [], []
+        ids = []
         for c in todo:
             rid = (c.record.header("WARC-Record-ID") or "").strip()
             c.method = self.methods.pop(rid, c.method)
             ids.append(_request_id(rid, c.record.date))
-            items.append(self._attempt(c))
         keys = [
             PageKey(url=c.url, timestamp=c.record.date, request_id=i, type=c.method.metadata)
             for c, i in zip(todo, ids, strict=True)
         ]
         there = self.index.presence(keys)
-        new = [(item, rid) for item, rid, seen in zip(items, ids, there, strict=True) if not seen]
+        new = [(c, rid) for c, rid, seen in zip(todo, ids, there, strict=True) if not seen]
         self.report.already_stored += len(todo) - len(new)
-        if new:
-            self.index.insert_many([item for item, _ in new], request_ids=[rid for _, rid in new])
-        self.report.stored += len(new)
+        # Revisits last: the captures they refer to may be in this batch.
+        self._insert([(c, rid) for c, rid in new if c.refers is None or c.method is RecordType.HEAD])
+        waiting = [(c, rid) for c, rid in new if c.refers is not None and c.method is RecordType.GET]
+        while waiting:  # again while some are found: a revisit may refer to a revisit
+            bodies = self._resolve([c for c, _ in waiting])
+            found = [
+                (c, rid, body) for (c, rid), body in zip(waiting, bodies, strict=True) if body is not None
+            ]
+            if not found:
+                break
+            for c, _, body in found:
+                c.body = body
+            self._insert([(c, rid) for c, rid, _ in found])
+            waiting = [w for w, body in zip(waiting, bodies, strict=True) if body is None]
+        for _ in waiting:
+            self.report.skip("revisit not resolved")
+
+    def _insert(self, captures: list[tuple[_Capture, str]]) -> None:
+        if captures:
+            items = [self._attempt(c) for c, _ in captures]
+            self.index.insert_many(items, request_ids=[rid for _, rid in captures])
+            self.report.stored += len(captures)
 
     def _attempt(self, c: _Capture) -> tuple[RecordType, str, datetime, AttemptMetadata, list[Response]]:
         name, version = c.fetcher
@@ -287,6 +306,23 @@ class _Run:
             fetcher_calibre=self.calibre,
         )
         return (c.method, c.url, c.record.date, meta, [response])
+
+
+def _refers(record: WarcRecord) -> tuple[str, datetime, Digest | None] | None:
+    """What a revisit refers to: target URL, date, and the payload digest if it gives one."""
+    target = (record.header("WARC-Refers-To-Target-URI") or "").strip().strip("<>")
+    when = record.header("WARC-Refers-To-Date")
+    if not target or not when:
+        return None
+    try:
+        at = parse_when(when, "WARC-Refers-To-Date")
+    except InvalidRecordError:
+        return None
+    try:
+        digest: Digest | None = Digest.parse(record.header("WARC-Payload-Digest") or "")
+    except InvalidRecordError:
+        digest = None  # nothing to check the nearest capture against
+    return target, at, digest
 
 
 def _matches(body: bytes, digest: Digest) -> bool:
