@@ -37,7 +37,7 @@ from web_index._version import __version__
 from web_index.archive._http import status_line, wire_headers
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
-from web_index.models import Page, RecordType, Response, payload_digests, sha1_text
+from web_index.models import Page, RecordType, Response, payload_sha1, sha1_text
 from web_index.urls import url_key
 
 __all__ = ["ExportReport", "export_warcs"]
@@ -119,7 +119,7 @@ class _Writer:
         )
         method = "HEAD" if kind is RecordType.HEAD else "GET"
         self._write(self._request(target, method, when, ident, response_id))
-        sha1 = payload_digests(body)[0] if body is not None else None
+        sha1 = payload_sha1(body) if body is not None else None
         earlier = self.written.get(sha1) if sha1 is not None and body else None
         record = _record(WarcRecordType.revisit if earlier else WarcRecordType.response, response_id)
         record.headers["WARC-Date"] = when

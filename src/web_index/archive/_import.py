@@ -50,7 +50,6 @@ from web_index.models import (
     Response,
     TimeAwarePageQuery,
     parse_when,
-    payload_digests,
     to_us,
 )
 from web_index.urls import url_key
@@ -225,7 +224,7 @@ class _Run:
         target, at, digest = refers
         if not isinstance(page, Page) or page.data is None:
             return None
-        if digest is None or _matches(page.data, digest) or decoded(page.headers):
+        if digest is None or digest.matches(page.data) or decoded(page.headers):
             return page.data  # (a decoded body cannot be checked: the digest is of the wire's payload)
         # Two captures of the URL in the window (the same second, say): the
         # nearest with the payload the revisit names, else the nearest whose
@@ -236,7 +235,7 @@ class _Run:
             for p in self.index.scan(url_prefix=target, start=at - window, end=at + window)
             if isinstance(p, Page) and url_key(p.url) == key
         ]
-        exact = [p for p in nearby if _matches(p.data or b"", digest)]
+        exact = [p for p in nearby if digest.matches(p.data or b"")]
         unsure = [p for p in nearby if decoded(p.headers)]
         best = min(exact or unsure or [page], key=lambda p: abs((p.timestamp - at).total_seconds()))
         return best.data
@@ -323,10 +322,6 @@ def _refers(record: WarcRecord) -> tuple[str, datetime, Digest | None] | None:
     except InvalidRecordError:
         digest = None  # nothing to check the nearest capture against
     return target, at, digest
-
-
-def _matches(body: bytes, digest: Digest) -> bool:
-    return payload_digests(body)[0 if digest.algorithm == "sha1" else 1] == digest.raw
 
 
 def _request_id(record_id: str, date: datetime) -> str:

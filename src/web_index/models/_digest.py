@@ -24,16 +24,20 @@ from web_index.models._time import format_ts
 if TYPE_CHECKING:
     from web_index.models._queries import PageKey
 
-__all__ = ["Digest", "DigestHit", "payload_digests", "sha1_text", "sha256_text"]
+__all__ = ["Digest", "DigestHit", "payload_digests", "payload_sha1", "sha1_text", "sha256_text"]
 
 Algorithm = Literal["sha1", "sha256"]
 _SIZES: dict[str, int] = {"sha1": 20, "sha256": 32}
 
 
+def payload_sha1(body: bytes) -> bytes:
+    """The raw SHA-1 (20 bytes) of ``body``: what WARC and CDX name a payload by."""
+    return hashlib.sha1(body, usedforsecurity=False).digest()  # a name, not a security use
+
+
 def payload_digests(body: bytes) -> tuple[bytes, bytes]:
     """The raw SHA-1 (20 bytes) and SHA-256 (32 bytes) of ``body``."""
-    # SHA-1 names payloads in WARC and CDX, not a security use.
-    return hashlib.sha1(body, usedforsecurity=False).digest(), hashlib.sha256(body).digest()
+    return payload_sha1(body), hashlib.sha256(body).digest()
 
 
 def sha1_text(raw: bytes) -> str:
@@ -75,6 +79,11 @@ class Digest(NamedTuple):
         if raw is None or len(raw) != size:
             raise InvalidRecordError("digest", f"not a {algorithm} digest in hex or base32: {value!r}")
         return cls("sha1" if algorithm == "sha1" else "sha256", raw)
+
+    def matches(self, body: bytes) -> bool:
+        """Whether ``body`` has this digest (only this algorithm is computed)."""
+        found = payload_sha1(body) if self.algorithm == "sha1" else hashlib.sha256(body).digest()
+        return found == self.raw
 
     def __str__(self) -> str:
         return sha1_text(self.raw) if self.algorithm == "sha1" else sha256_text(self.raw)

@@ -11,7 +11,7 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from web_index.errors import InvalidRecordError
-from web_index.models._digest import payload_digests, sha1_text
+from web_index.models._digest import payload_sha1, sha1_text
 from web_index.models._enums import AttemptState, Calibre, RecordType
 from web_index.models._time import format_ts, parse_ts
 
@@ -136,7 +136,7 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def payload_digest(self) -> str | None:
         """The body's SHA-1 as WARC writes it (``sha1:`` + base32); ``None`` for HEAD."""
-        return None if self.data is None else sha1_text(payload_digests(self.data)[0])
+        return None if self.data is None else sha1_text(payload_sha1(self.data))
 
     def to_dict(self) -> dict[str, Any]:
         """The standard's flat form: ISO 8601 timestamps, headers as a JSON string.

@@ -17,6 +17,7 @@ import bisect
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -35,21 +36,14 @@ __all__ = ["ScanFilter", "scan"]
 _TRIES = 8
 
 
+@dataclass(frozen=True, kw_only=True)
 class ScanFilter:
     """Which records a scan gives: a partition domain, a URL key prefix, a time window."""
 
-    def __init__(
-        self,
-        *,
-        domain: str | None = None,
-        url_key_prefix: str | None = None,
-        start_us: int | None = None,
-        end_us: int | None = None,
-    ) -> None:
-        self.domain = domain
-        self.prefix = url_key_prefix
-        self.start_us = start_us
-        self.end_us = end_us
+    domain: str | None = None
+    url_key_prefix: str | None = None
+    start_us: int | None = None  # attempt start, inclusive
+    end_us: int | None = None
 
     def month(self, year: int, month: int) -> bool:
         lo, hi = month_bounds(year, month)
@@ -57,8 +51,8 @@ class ScanFilter:
 
     def rows(self, type: RecordType, table: pa.Table) -> pa.Table:
         mask: Any = None
-        if self.prefix is not None:
-            mask = pc.starts_with(table.column("url_key"), self.prefix)
+        if self.url_key_prefix is not None:
+            mask = pc.starts_with(table.column("url_key"), self.url_key_prefix)
         ts = table.column(TS_COLUMN[type]).cast(pa.int64())
         for bound, op in ((self.start_us, pc.greater_equal), (self.end_us, pc.less_equal)):
             if bound is not None:
