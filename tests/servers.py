@@ -399,3 +399,51 @@ class Proxy:
         self.closed = True
         self.cut()
         self.listener.close()
+
+
+class Redis:
+    """A throwaway redis-server on loopback, no persistence beyond its temp dir."""
+
+    def __init__(self, binary: str, workdir: Path) -> None:
+        self.binary = binary
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.workdir),
+             "--save", "", "--appendonly", "no", "--protected-mode", "yes"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_port(self.port)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+    def url(self, prefix: str | None = None) -> str:
+        """A broker URL whose keys are namespaced apart from every other test's."""
+        return f"redis://127.0.0.1:{self.port}/0?prefix={prefix or 'wi-' + uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[Redis]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        missing("redis-server (Debian package redis-server)")
+        raise AssertionError
+    workdir = Path(tempfile.mkdtemp(prefix="wi-redis-"))
+    server = Redis(binary, workdir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -18,6 +18,7 @@ EXTRAS: Mapping[str, tuple[str, str, str]] = {
     "s3": ("obstore", "obstore", "an s3:// store"),
     "postgres": ("psycopg", "psycopg", "a PostgreSQL buffer"),
     "browser": ("playwright", "playwright", "the browser fetcher"),
+    "redis": ("redis", "redis", "a Redis queue"),
 }
 
 
