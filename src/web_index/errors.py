@@ -12,6 +12,7 @@ __all__ = [
     "InvalidRecordError",
     "InvalidURLError",
     "MissingExtraError",
+    "SearchError",
     "StoreError",
     "WarcError",
     "WebIndexError",
@@ -74,3 +75,7 @@ class WarcError(InvalidRecordError):
         self.path = path
         self.offset = offset
         super().__init__(f"{path}@{offset}", problem)
+
+
+class SearchError(WebIndexError):
+    """A search pack or query could not be used: not a pack, corrupt, or an empty query."""

@@ -34,9 +34,9 @@ from web_index.cli._app import (
 )
 
 if TYPE_CHECKING:
-    from web_index.fetch import FetchOutcome
+    from web_index.fetch import FetchConfig, FetchOutcome
 
-__all__ = ["demo", "fetch", "parse_calibre"]
+__all__ = ["demo", "fetch", "fetch_config", "parse_calibre"]
 
 
 # The sample site's port: fixed, so that a second run stores the same URLs.
@@ -115,13 +115,6 @@ def fetch(
     """
     from web_index.cli._report import outcome_table, run_fetch, state_counts_table
     from web_index.errors import WebIndexError
-    from web_index.fetch import (
-        DEFAULT_USER_AGENT,
-        AddressPolicy,
-        EscalationPolicy,
-        FetchConfig,
-        FetchLimits,
-    )
     from web_index.urls import url_key
 
     if method not in ("get", "head"):
@@ -140,24 +133,21 @@ def fetch(
             url_key(url)
         except WebIndexError as exc:
             raise fail(EXIT_USAGE, str(exc)) from None
-    config = FetchConfig(
-        policy=EscalationPolicy(
-            max_retries=max_retries, max_attempts=max_attempts, min_calibre=low, max_calibre=high
-        ),
-        limits=FetchLimits(
-            timeout=timeout,
-            connect_timeout=min(timeout, 10.0),
-            read_timeout=min(timeout, 20.0),
-            max_body_bytes=max_body,
-            max_decoded_bytes=max(max_body, 2 * max_body),
-        ),
-        address_policy=AddressPolicy(allow_loopback=allow_loopback, allow_private=allow_private),
-        obey_robots=not ignore_robots,
+    config = fetch_config(
+        low,
+        high,
+        max_retries=max_retries,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        max_body=max_body,
+        allow_loopback=allow_loopback,
+        allow_private=allow_private,
+        ignore_robots=ignore_robots,
         chromium=chromium,
-        user_agent=user_agent or DEFAULT_USER_AGENT,
+        user_agent=user_agent,
         concurrency=concurrency,
         per_domain=per_domain,
-        domain_delay=delay,
+        delay=delay,
     )
     location = store_location(store)
     try:
@@ -198,6 +188,47 @@ def fetch(
         say("[bold red]error:[/]", f"nothing was fetched: {_first_reason(outcomes)}")
         raise typer.Exit(EXIT_FOUND_NOTHING)
     raise typer.Exit(EXIT_OK)
+
+
+def fetch_config(
+    low: int,
+    high: int,
+    *,
+    max_retries: int = 2,
+    max_attempts: int = 8,
+    timeout: float = 30.0,
+    max_body: int = 16 * 2**20,
+    allow_loopback: bool = False,
+    allow_private: bool = False,
+    ignore_robots: bool = False,
+    chromium: Path = Path("/usr/bin/chromium"),
+    user_agent: str | None = None,
+    concurrency: int = 16,
+    per_domain: int = 2,
+    delay: float = 0.0,
+) -> FetchConfig:
+    """The fetch settings of the commands that fetch (``fetch``, ``crawl``, ``worker``)."""
+    from web_index.fetch import DEFAULT_USER_AGENT, AddressPolicy, EscalationPolicy, FetchConfig, FetchLimits
+
+    return FetchConfig(
+        policy=EscalationPolicy(
+            max_retries=max_retries, max_attempts=max_attempts, min_calibre=low, max_calibre=high
+        ),
+        limits=FetchLimits(
+            timeout=timeout,
+            connect_timeout=min(timeout, 10.0),
+            read_timeout=min(timeout, 20.0),
+            max_body_bytes=max_body,
+            max_decoded_bytes=max(max_body, 2 * max_body),
+        ),
+        address_policy=AddressPolicy(allow_loopback=allow_loopback, allow_private=allow_private),
+        obey_robots=not ignore_robots,
+        chromium=chromium,
+        user_agent=user_agent or DEFAULT_USER_AGENT,
+        concurrency=concurrency,
+        per_domain=per_domain,
+        domain_delay=delay,
+    )
 
 
 def _first_reason(outcomes: Sequence[FetchOutcome]) -> str:

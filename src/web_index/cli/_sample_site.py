@@ -27,6 +27,7 @@ __all__ = [
     "Handler",
     "LocalServer",
     "bench_page",
+    "crawl_site_routes",
     "reply",
     "reset_connection",
     "sample_routes",
@@ -260,6 +261,92 @@ def sample_routes(*, slow_seconds: float = 3.0) -> dict[str, Handler]:
         "/robots.txt": robots,
         "/page/*": bench,
     }
+
+
+def crawl_site_routes(
+    pages: int, *, links: int = 5, seed: int = 0, hits: dict[str, int] | None = None
+) -> dict[str, Handler]:
+    """A generated site of ``pages`` pages for crawl tests and benchmarks.
+
+    Page ``/p/<i>`` links to ``links`` others (page ``i + 1`` among them, so every
+    page is reachable from ``/p/0``), to ``/private/<i>`` (which robots.txt
+    disallows) and to another host; its body holds the word ``token<i>x``, in
+    no other page. ``hits`` counts the requests each path received.
+    """
+    import random
+
+    lock = threading.Lock()
+
+    def count(r: BaseHTTPRequestHandler) -> None:
+        if hits is not None:
+            with lock:
+                path = r.path.split("?", 1)[0]
+                hits[path] = hits.get(path, 0) + 1
+
+    def page(r: BaseHTTPRequestHandler) -> None:
+        count(r)
+        tail = r.path.split("?", 1)[0].rsplit("/", 1)[-1]
+        if not (tail.isascii() and tail.isdigit()) or int(tail) >= pages:
+            reply(r, 404, _page("Not found", "<p>No such page.</p>"))
+            return
+        i = int(tail)
+        rng = random.Random(seed * 1_000_003 + i)
+        targets = {(i + 1) % pages, *(rng.randrange(pages) for _ in range(links - 1))}
+        anchors = "".join(f'<a href="/p/{t}">page {t}</a> ' for t in sorted(targets))
+        words = " ".join(rng.choice(_WORDS) for _ in range(60))
+        body = (
+            f"<main><p>token{i}x {words}</p><p>{anchors}</p>"
+            f'<p><a href="/private/{i}">private</a> <a href="http://elsewhere.invalid/{i}">away</a></p></main>'
+        )
+        reply(r, 200, _page(f"Page {i} {rng.choice(_WORDS)}", body))
+
+    def private(r: BaseHTTPRequestHandler) -> None:
+        count(r)
+        reply(r, 200, _page("Private", "<p>robots.txt asks crawlers to stay out.</p>"))
+
+    def robots(r: BaseHTTPRequestHandler) -> None:
+        count(r)
+        reply(r, 200, "User-agent: *\nDisallow: /private/\n", content_type="text/plain; charset=utf-8")
+
+    return {"/p/*": page, "/private/*": private, "/robots.txt": robots}
+
+
+_WORDS = [
+    "archive",
+    "crawler",
+    "index",
+    "parquet",
+    "query",
+    "latest",
+    "nearest",
+    "window",
+    "calibre",
+    "fetcher",
+    "browser",
+    "redirect",
+    "status",
+    "header",
+    "body",
+    "digest",
+    "record",
+    "capture",
+    "replay",
+    "memento",
+    "timestamp",
+    "domain",
+    "partition",
+    "month",
+    "buffer",
+    "flush",
+    "compact",
+    "search",
+    "packer",
+    "timer",
+    "orchestrator",
+    "searcher",
+    "queue",
+    "lease",
+]
 
 
 def sample_urls(base_url: str) -> list[str]:

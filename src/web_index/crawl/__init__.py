@@ -1,5 +1,7 @@
 """The crawl and site-search pipeline: messages, brokers and the workers' roles."""
 
+from web_index.crawl._indexer import Indexer
+from web_index.crawl._local_packs import LocalPacks
 from web_index.crawl._messages import (
     CALLBACKS,
     MESSAGES,
@@ -24,6 +26,20 @@ from web_index.crawl._messages import (
     encode,
 )
 from web_index.crawl._messages import Crawl as Crawl
+from web_index.crawl._pages import Extracted, extract, in_scope, links_of, normalise
+from web_index.crawl._pipeline import (
+    CrawlProgress,
+    CrawlResult,
+    build_roles,
+    crawl_site,
+    default_broker,
+    run_worker,
+    search_site,
+    site_files,
+)
+from web_index.crawl._roles import Crawler, Packer, Timer
+from web_index.crawl._site_files import SiteFiles, check_site
+from web_index.crawl._worker import Role, Worker, WorkerStats
 from web_index.crawl.queues import Broker, DeadLetter, Delivery, QueueCounts, open_broker
 
 __all__ = [
@@ -31,27 +47,50 @@ __all__ = [
     "MESSAGES",
     "Broker",
     "Crawl",
+    "CrawlProgress",
+    "CrawlResult",
     "CrawlSpec",
+    "Crawler",
     "DeadLetter",
     "Delivery",
     "Drop",
+    "Extracted",
     "FullEnd",
     "Heartbeat",
     "IncrementalEnd",
     "Index",
     "IndexCrawl",
+    "Indexer",
     "Load",
+    "LocalPacks",
     "Message",
     "MessageError",
     "PackFull",
     "PackIncremental",
+    "Packer",
     "QueueCounts",
     "Register",
     "ResetTimer",
+    "Role",
     "Scope",
+    "SiteFiles",
     "StartTimer",
+    "Timer",
     "Update",
+    "Worker",
+    "WorkerStats",
+    "build_roles",
+    "check_site",
+    "crawl_site",
     "decode",
+    "default_broker",
     "encode",
+    "extract",
+    "in_scope",
+    "links_of",
+    "normalise",
     "open_broker",
+    "run_worker",
+    "search_site",
+    "site_files",
 ]

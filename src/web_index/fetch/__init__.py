@@ -32,7 +32,7 @@ from web_index.fetch._config import FetchConfig
 from web_index.fetch._decode import BoundedDecoder as BoundedDecoder
 from web_index.fetch._errors import DecompressionBombError as DecompressionBombError
 from web_index.fetch._get_or_fetch import aget_or_fetch, get_or_fetch
-from web_index.fetch._http import DEFAULT_USER_AGENT, HttpFetcher
+from web_index.fetch._http import DEFAULT_USER_AGENT, HttpFetcher, RedirectFilter, redirect_filter
 from web_index.fetch._policy import Action, Decision, EscalationPolicy, plan_fetchers
 from web_index.fetch._robots import ROBOTS_USER_AGENT, RobotsCache, RobotsDecision
 from web_index.fetch._runner import FetchOutcome, FetchRunner, Recorder
@@ -60,6 +60,7 @@ __all__ = [
     "HttpFetcher",
     "Method",
     "Recorder",
+    "RedirectFilter",
     "RobotsCache",
     "RobotsDecision",
     "Verdict",
@@ -75,6 +76,7 @@ __all__ = [
     "join_headers",
     "parse_retry_after",
     "plan_fetchers",
+    "redirect_filter",
 ]
 
 __getattr__ = lazy_names(__name__, {"BrowserFetcher": ("web_index.fetch._browser", "browser")})

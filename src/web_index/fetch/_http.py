@@ -10,13 +10,15 @@ happens.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.cookiejar
 import importlib.util
 import socket
 import ssl
 import sys
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from urllib.parse import urljoin, urlsplit
 
 import anyio
@@ -44,6 +46,23 @@ if importlib.util.find_spec("sniffio") is None:
 
 DEFAULT_USER_AGENT = f"web-index/{__version__} (+https://github.com/thema-ai/web-index)"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+RedirectFilter = Callable[[str], Awaitable[str | None]]
+_redirect_filter: ContextVar[RedirectFilter | None] = ContextVar("redirect_filter", default=None)
+
+
+@contextlib.contextmanager
+def redirect_filter(check: RedirectFilter) -> Iterator[None]:
+    """Within this block (this task and those it starts), the HTTP fetcher asks
+    ``check(target)`` before following a redirect: ``None`` follows it, a reason
+    stops there, the redirect response then being the attempt's last. A crawl
+    uses it so that a redirect out of its scope (or into robots.txt's
+    disallowed paths) is recorded, never requested."""
+    token = _redirect_filter.set(check)
+    try:
+        yield
+    finally:
+        _redirect_filter.reset(token)
 _ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 
 
@@ -283,7 +302,13 @@ class HttpFetcher:
             location = response.headers.get("location")
             if response.status_code not in _REDIRECTS or not location:
                 return
-            current = self._next_hop(current, location)
+            target = self._next_hop(current, location)
+            check = _redirect_filter.get()
+            refused = await check(target) if check is not None else None
+            if refused is not None:
+                attempt.log(f"{response.status_code} -> {target} not followed: {refused}")
+                return
+            current = target
             attempt.log(f"{response.status_code} -> {current}")
         raise TooManyRedirectsError(self.limits.max_redirects)
 

@@ -1,0 +1,271 @@
+"""The crawl and site-search commands: ``crawl``, ``search`` and ``worker``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from web_index.cli._app import (
+    EXIT_FOUND_NOTHING,
+    EXIT_OK,
+    EXIT_USAGE,
+    BufferOption,
+    StoreOption,
+    app,
+    cli_errors,
+    err,
+    fail,
+    open_index,
+    out,
+    say,
+    store_location,
+)
+from web_index.cli._fetch import fetch_config, parse_calibre
+
+if TYPE_CHECKING:
+    from web_index.crawl import CrawlProgress
+
+__all__ = ["crawl", "search", "worker"]
+
+QueueOption = Annotated[
+    str | None,
+    typer.Option(
+        "--queue",
+        envvar="WEB_INDEX_QUEUE",
+        help="Broker: sqlite:///PATH or redis://HOST:PORT/DB [default: a SQLite file beside the store].",
+        show_default=False,
+    ),
+]
+AllowLoopback = Annotated[bool, typer.Option(help="Allow 127.0.0.0/8 and ::1.")]
+AllowPrivate = Annotated[
+    bool, typer.Option(help="Allow private ranges (10/8, 172.16/12, 192.168/16, fc00::/7).")
+]
+Calibre = Annotated[str, typer.Option(help="Calibre to start at: a number or http, browser, ...")]
+MaxCalibre = Annotated[str, typer.Option(help="Highest calibre escalation may reach.")]
+Concurrency = Annotated[int, typer.Option(min=1, help="Pages in flight at once.")]
+PerDomain = Annotated[int, typer.Option(min=1, help="Attempts in flight per domain.")]
+Delay = Annotated[float, typer.Option(min=0, help="Seconds between attempt starts on one domain.")]
+IgnoreRobots = Annotated[bool, typer.Option(help="Do not obey robots.txt.")]
+
+
+@app.command("crawl")
+def crawl(
+    url: Annotated[str, typer.Argument(help="The page to start from.", show_default=False)],
+    store: StoreOption = "",
+    buffer: BufferOption = None,
+    queue: QueueOption = None,
+    scope: Annotated[
+        str, typer.Option(help="What to follow: host, domain (registrable), prefix (of URL), allow.")
+    ] = "host",
+    allow: Annotated[
+        list[str] | None, typer.Option(help="With --scope allow: a host (and its subdomains) or URL prefix.")
+    ] = None,
+    max_pages: Annotated[int, typer.Option(min=1, help="Pages to visit at most.")] = 1000,
+    max_depth: Annotated[int, typer.Option(min=0, help="Links away from URL at most.")] = 5,
+    settle: Annotated[
+        float, typer.Option(min=0.1, help="Seconds without a new page before the site is packed.")
+    ] = 10.0,
+    calibre: Calibre = "http",
+    max_calibre: MaxCalibre = "http",
+    concurrency: Concurrency = 16,
+    per_domain: PerDomain = 8,
+    delay: Delay = 0.0,
+    ignore_robots: IgnoreRobots = False,
+    allow_loopback: AllowLoopback = False,
+    allow_private: AllowPrivate = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")] = False,
+) -> None:
+    """Crawl a site into the store and publish its search database.
+
+    Every attempt is recorded in the store like any fetch; the text of each
+    page is packed into a full-text database once the site has settled
+    (--settle seconds without a new page). Exits 0 when the database holds at
+    least one page, 1 when it holds none.
+    """
+    from web_index.crawl import crawl_site
+    from web_index.errors import WebIndexError
+
+    if scope not in ("host", "domain", "prefix", "allow"):
+        raise fail(EXIT_USAGE, f"--scope must be host, domain, prefix or allow, not {scope!r}")
+    if scope == "allow" and not allow:
+        raise fail(EXIT_USAGE, "--scope allow needs at least one --allow HOST or URL prefix")
+    try:
+        low, high = parse_calibre(calibre), parse_calibre(max_calibre)
+    except typer.BadParameter as exc:
+        raise fail(EXIT_USAGE, str(exc)) from None
+    config = fetch_config(
+        low,
+        high,
+        allow_loopback=allow_loopback,
+        allow_private=allow_private,
+        ignore_robots=ignore_robots,
+        concurrency=concurrency,
+        per_domain=per_domain,
+        delay=delay,
+    )
+    location = store_location(store)
+    display = _Display(enabled=err.is_terminal and not as_json)
+    try:
+        with cli_errors(location), open_index(location, buffer, create=True) as index, display:
+            result = asyncio.run(
+                crawl_site(
+                    index,
+                    url,
+                    scope=scope,  # type: ignore[arg-type]
+                    allow=tuple(allow or ()),
+                    max_pages=max_pages,
+                    max_depth=max_depth,
+                    settle=settle,
+                    config=config,
+                    broker=queue,
+                    concurrency=concurrency,
+                    on_progress=display.update,
+                )
+            )
+    except (ValueError, WebIndexError) as exc:
+        raise fail(EXIT_USAGE, str(exc)) from None
+    if as_json:
+        print(json.dumps({k: getattr(result, k) for k in result.__slots__}), flush=True)
+    else:
+        table = Table(
+            "site", "generation", "pages", "fetched", "errors", "dead letters", "seconds", "pages/s"
+        )
+        rate = result.fetched / result.seconds if result.seconds else 0.0
+        table.add_row(
+            result.site,
+            str(result.generation),
+            str(result.pages),
+            str(result.fetched),
+            str(result.errors),
+            str(result.dead_letters),
+            f"{result.seconds:.1f}",
+            f"{rate:.1f}",
+        )
+        out.print(table)
+    raise typer.Exit(EXIT_OK if result.pages else EXIT_FOUND_NOTHING)
+
+
+class _Display:
+    """One live line on stderr: queued, fetched, indexed, errors, pages/s."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        from rich.live import Live
+
+        self.enabled = enabled
+        self._live = Live("", console=err, transient=False, refresh_per_second=4) if enabled else None
+
+    def __enter__(self) -> _Display:
+        if self._live is not None:
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+    def update(self, p: CrawlProgress) -> None:
+        if self._live is not None:
+            self._live.update(
+                f"queued {p.queued}  fetched {p.fetched}  indexed {p.indexed}  errors {p.errors}"
+                f"  pending {p.pending}  {p.pages_per_second:.1f} pages/s"
+            )
+
+
+@app.command("search")
+def search(
+    site: Annotated[str, typer.Argument(help="The site (as `crawl` printed it).", show_default=False)],
+    query: Annotated[
+        str, typer.Argument(help='Words to find; "a phrase", pre*, a OR b.', show_default=False)
+    ],
+    store: StoreOption = "",
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Results per page.")] = 10,
+    offset: Annotated[int, typer.Option(min=0, help="Results to skip.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per result.")] = False,
+) -> None:
+    """Search a crawled site's published database: ranked url, title, snippet, score.
+
+    Exits 0 with results, 1 with none, 2 for a site with no database.
+    """
+    from web_index.crawl import search_site
+    from web_index.errors import SearchError
+
+    location = store_location(store)
+    with cli_errors(location), open_index(location, None, read_only=True) as index:
+        try:
+            page = search_site(index, site, query, limit=limit, offset=offset)
+        except SearchError as exc:  # no database for the site, or an empty query
+            raise fail(EXIT_USAGE, str(exc)) from None
+    if as_json:
+        for hit in page.hits:
+            score = float(f"{hit.score:.6g}")
+            row = {"url": hit.url, "title": hit.title, "snippet": hit.snippet, "score": score}
+            print(json.dumps(row), flush=True)
+    else:
+        table = Table("#", "url", "title", "snippet", "score", title=f"{page.total} pages match")
+        for n, hit in enumerate(page.hits, start=offset + 1):
+            snippet = escape(hit.snippet).replace("<mark>", "[bold]").replace("</mark>", "[/bold]")
+            table.add_row(str(n), hit.url, escape(hit.title), snippet, f"{hit.score:.3g}")
+        out.print(table)
+    raise typer.Exit(EXIT_OK if page.hits else EXIT_FOUND_NOTHING)
+
+
+@app.command("worker")
+def worker(
+    role: Annotated[list[str], typer.Option(help="indexer, crawler, timer or packer; repeat for several.")],
+    store: StoreOption = "",
+    buffer: BufferOption = None,
+    queue: QueueOption = None,
+    calibre: Calibre = "http",
+    max_calibre: MaxCalibre = "http",
+    concurrency: Concurrency = 16,
+    per_domain: PerDomain = 8,
+    delay: Delay = 0.0,
+    ignore_robots: IgnoreRobots = False,
+    allow_loopback: AllowLoopback = False,
+    allow_private: AllowPrivate = False,
+    workdir: Annotated[Path | None, typer.Option(help="Where packers build databases.")] = None,
+) -> None:
+    """Run pipeline roles against a broker until SIGINT or SIGTERM."""
+    from web_index.crawl import build_roles, run_worker
+
+    unknown = sorted(set(role) - {"indexer", "crawler", "timer", "packer"})
+    if unknown:
+        raise fail(EXIT_USAGE, f"--role {unknown[0]!r}: give indexer, crawler, timer or packer")
+    try:
+        config = fetch_config(
+            parse_calibre(calibre),
+            parse_calibre(max_calibre),
+            allow_loopback=allow_loopback,
+            allow_private=allow_private,
+            ignore_robots=ignore_robots,
+            concurrency=concurrency,
+            per_domain=per_domain,
+            delay=delay,
+        )
+    except typer.BadParameter as exc:
+        raise fail(EXIT_USAGE, str(exc)) from None
+    location = store_location(store)
+    with cli_errors(location), open_index(location, buffer, create=True) as index:
+
+        async def main() -> None:
+            broker, roles, stats = build_roles(index, role, broker=queue, config=config, workdir=workdir)
+            loop = asyncio.get_running_loop()
+            stop = asyncio.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            say("", f"worker: {', '.join(role)} on {broker.url}")
+            await run_worker(broker, roles, stop, concurrency=concurrency, stats=stats)
+            broker.close()
+
+        try:
+            asyncio.run(main())
+        except ValueError as exc:
+            raise fail(EXIT_USAGE, str(exc)) from None
+    raise typer.Exit(EXIT_OK)

@@ -1,0 +1,240 @@
+"""The indexer: fetch a page through the project's fetchers, keep its text,
+tell the timer the site is busy, and hand crawled pages to the crawler.
+
+Every attempt goes into the web index like any other fetch (the runner's
+recorder). The text goes to the site's text files in batches
+(:class:`TextSink`); a message is acknowledged only once its text is there,
+so a killed indexer loses nothing it acknowledged.
+
+Departure from the seed: the indexer, not the crawler, posts a page's
+``crawl`` message, after the page is stored. The crawler then reads the page
+from the index instead of fetching it a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from datetime import UTC, datetime
+
+import msgspec
+
+from web_index.crawl._messages import (
+    Crawl,
+    CrawlSpec,
+    FullEnd,
+    Index,
+    IndexCrawl,
+    Message,
+    MessageError,
+    ResetTimer,
+    StartTimer,
+    encode,
+)
+from web_index.crawl._pages import extract, in_scope, is_html, normalise
+from web_index.crawl._site_files import SiteFiles, check_site
+from web_index.crawl._worker import WorkerStats
+from web_index.crawl.queues import Broker, Delivery
+from web_index.fetch import FetchConfig, FetchRunner, RobotsCache, redirect_filter
+from web_index.index import WebIndex
+from web_index.models import Response
+from web_index.search import PageText
+
+__all__ = ["Indexer", "SpecCache", "TextSink"]
+
+_DEFAULT_SETTLE = 300.0
+
+
+class SpecCache:
+    """Crawl specs by id, read once from the broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._specs: dict[str, CrawlSpec] = {}
+
+    async def get(self, crawl: str) -> CrawlSpec:
+        spec = self._specs.get(crawl)
+        if spec is None:
+            raw = await asyncio.to_thread(self.broker.get_crawl, crawl)
+            if raw is None:
+                raise MessageError(f"no crawl {crawl!r} is known to the broker")
+            spec = self._specs[crawl] = msgspec.json.decode(raw, type=CrawlSpec)
+        return spec
+
+
+class TextSink:
+    """Batches page texts per site into text files; :meth:`add` returns once
+    its text is written."""
+
+    def __init__(self, files: SiteFiles, *, max_batch: int = 500, max_age: float = 0.5) -> None:
+        self.files = files
+        self.max_batch = max_batch
+        self.max_age = max_age
+        self._pending: dict[str, list[tuple[PageText, asyncio.Future[None]]]] = {}
+        self._since: dict[str, float] = {}
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def add(self, site: str, text: PageText) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        batch = self._pending.setdefault(site, [])
+        self._since.setdefault(site, time.monotonic())
+        batch.append((text, future))
+        if len(batch) >= self.max_batch:
+            await self._flush(site)
+        elif self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_aged())
+        await future
+
+    async def _flush_aged(self) -> None:
+        while self._pending:
+            await asyncio.sleep(self.max_age / 2)
+            now = time.monotonic()
+            for site in [s for s, t in self._since.items() if now - t >= self.max_age]:
+                await self._flush(site)
+
+    async def _flush(self, site: str) -> None:
+        batch = self._pending.pop(site, [])
+        self._since.pop(site, None)
+        if not batch:
+            return
+        try:
+            await asyncio.to_thread(self.files.write_texts, site, [t for t, _ in batch])
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        else:
+            for _, future in batch:
+                if not future.done():
+                    future.set_result(None)
+
+    async def aclose(self) -> None:
+        for site in list(self._pending):
+            await self._flush(site)
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+
+
+class Indexer:
+    """Takes ``index+crawl`` and ``index`` from the ``index`` queue."""
+
+    name = "indexer"
+    queue = "index"
+    accepts: tuple[type, ...] = (IndexCrawl, Index)
+    lease = 300.0
+
+    def __init__(
+        self,
+        broker: Broker,
+        index: WebIndex,
+        files: SiteFiles,
+        *,
+        config: FetchConfig | None = None,
+        stats: WorkerStats | None = None,
+        settle: float = _DEFAULT_SETTLE,
+    ) -> None:
+        self.broker = broker
+        self.index = index
+        self.files = files
+        self.config = config or FetchConfig()
+        self.stats = stats or WorkerStats()
+        self.settle = settle
+        self.specs = SpecCache(broker)
+        self.sink = TextSink(files)
+        self.robots: RobotsCache | None = self.config.robots_cache()
+        self.runner = FetchRunner(
+            self.config.build_fetchers(),
+            index,
+            policy=self.config.policy,
+            robots=self.robots,
+            concurrency=self.config.concurrency,
+            per_domain=self.config.per_domain,
+            domain_delay=self.config.domain_delay,
+        )
+
+    async def _send(self, queue: str, *messages: Message) -> None:
+        await asyncio.to_thread(self.broker.send, queue, [encode(m) for m in messages])
+        self.stats.queued += len(messages) if queue in ("index", "crawl") else 0
+
+    async def handle(self, message: Message, delivery: Delivery) -> None:
+        if isinstance(message, IndexCrawl):
+            await self._start(message)
+        elif isinstance(message, Index):
+            await self._index(message)
+
+    async def _start(self, message: IndexCrawl) -> None:
+        site = check_site(message.site)
+        spec = message.spec
+        seed = normalise(spec.seed)
+        if seed is None:
+            raise MessageError(f"crawl {spec.id}: seed {spec.seed!r} is not an http(s) URL")
+        await asyncio.to_thread(self.broker.put_crawl, spec.id, encode_spec(spec))
+        await asyncio.to_thread(self.broker.add_seen, spec.id, [seed], max_pages=spec.max_pages)
+        timer = StartTimer(site=site, timeout=spec.settle, callback_msg=FullEnd(site=site, crawl=spec.id))
+        await self._send("timer", timer)
+        await self._send("index", Index(site=site, url=seed, crawl=spec.id, depth=0))
+
+    async def _index(self, message: Index) -> None:
+        site = check_site(message.site)
+        url = normalise(message.url)
+        if url is None:
+            raise MessageError(f"{message.url!r} is not an http(s) URL")
+        spec = await self.specs.get(message.crawl) if message.crawl else None
+
+        async def follow(target: str) -> str | None:
+            if spec is not None and not in_scope(normalise(target) or target, spec):
+                return "outside the crawl's scope"
+            if self.robots is not None and not (await self.robots.check(target)).allowed:
+                return "disallowed by robots.txt"
+            return None
+
+        with redirect_filter(follow):
+            outcome = await self.runner.fetch(url)
+        self.stats.fetched += len(outcome.attempts)
+        final = outcome.final
+        text, follow_links = await self._text_of(
+            final.responses, final.state.is_success, final.status_code, url
+        )
+        if text is None:
+            self.stats.errors += 1
+        else:
+            await self.sink.add(site, text)
+            self.stats.indexed += 0 if text.deleted else 1
+        settle = spec.settle if spec is not None else self.settle
+        await self._send("timer", ResetTimer(site=site, timeout=settle))
+        if spec is not None and text is not None and follow_links and message.depth < spec.max_depth:
+            await self._send("crawl", Crawl(site=site, url=url, crawl=spec.id, depth=message.depth))
+
+    async def _text_of(
+        self, responses: list[Response], success: bool, status: int | None, url: str
+    ) -> tuple[PageText | None, bool]:
+        if not success or not responses:
+            if status in (404, 410):  # gone: a later pack removes it
+                return PageText(url=url, title="", text="", fetched=datetime.now(UTC), deleted=True), False
+            return None, False
+        final = responses[-1]
+        body = final.data or b""
+        ctype = final.headers.get("content-type")
+        if final.status_code != 200 or not is_html(ctype, body):
+            return None, False
+        got = await asyncio.to_thread(extract, body, ctype, final.request_url)
+        if got is None:
+            return None, False
+        page = PageText(url=url, title=got.title, text=got.text, lang=got.lang, fetched=final.timestamp)
+        return page, not got.nofollow
+
+    async def tick(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        await self.sink.aclose()
+        await self.runner.aclose()
+        if self.robots is not None:
+            await self.robots.aclose()
+
+
+def encode_spec(spec: CrawlSpec) -> bytes:
+    return msgspec.json.encode(spec)

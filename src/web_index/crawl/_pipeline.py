@@ -1,0 +1,234 @@
+"""The whole pipeline in one process: what ``web-index crawl`` runs.
+
+Every role on one worker, against the embedded broker (a SQLite file in the
+store's private folder) unless another is given. The crawl ends when its
+site has settled: nothing of it is queued or leased, its timer has fired,
+and the packer has published the database that followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from web_index.crawl._indexer import Indexer
+from web_index.crawl._local_packs import LocalPacks
+from web_index.crawl._messages import CrawlSpec, IndexCrawl, Scope, encode
+from web_index.crawl._pages import normalise
+from web_index.crawl._roles import Crawler, Packer, Timer
+from web_index.crawl._site_files import SiteFiles, check_site
+from web_index.crawl._worker import Role, Worker, WorkerStats
+from web_index.crawl.queues import Broker, SqliteBroker, open_broker
+from web_index.errors import InvalidURLError
+from web_index.fetch import FetchConfig
+from web_index.index import WebIndex
+from web_index.search import SearchPage
+from web_index.storage import open_backend
+from web_index.urls import domain_of, host_of
+
+__all__ = [
+    "CrawlProgress",
+    "CrawlResult",
+    "build_roles",
+    "crawl_site",
+    "default_broker",
+    "run_worker",
+    "search_site",
+    "site_files",
+]
+
+_QUEUES = ("index", "crawl", "timer", "pack")
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlProgress:
+    """A snapshot for a progress display."""
+
+    queued: int
+    fetched: int
+    indexed: int
+    errors: int
+    pending: int
+    elapsed: float
+
+    @property
+    def pages_per_second(self) -> float:
+        return self.fetched / self.elapsed if self.elapsed > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlResult:
+    site: str
+    crawl: str
+    generation: int
+    pages: int
+    fetched: int
+    errors: int
+    dead_letters: int
+    seconds: float
+
+
+def site_files(index: WebIndex) -> SiteFiles:
+    """The texts and packs beside ``index``'s store."""
+    return SiteFiles(open_backend(index.location))
+
+
+def default_broker(index: WebIndex) -> Broker:
+    """The embedded broker of ``index``'s store: ``_crawl/queue.sqlite`` in its
+    private local folder."""
+    folder: Path = open_backend(index.location).local_folder("_crawl")
+    return SqliteBroker(folder / "queue.sqlite")
+
+
+def _broker(index: WebIndex, broker: Broker | str | None) -> Broker:
+    if broker is None:
+        return default_broker(index)
+    return open_broker(broker) if isinstance(broker, str) else broker
+
+
+def build_roles(
+    index: WebIndex,
+    names: Sequence[str],
+    *,
+    broker: Broker | str | None = None,
+    config: FetchConfig | None = None,
+    workdir: Path | None = None,
+    settle: float = 300.0,
+) -> tuple[Broker, list[Role], WorkerStats]:
+    """The roles ``names`` (indexer, crawler, timer, packer) on ``index``'s store."""
+    brk = _broker(index, broker)
+    files = site_files(index)
+    stats = WorkerStats()
+    fetching = config or FetchConfig()
+    made: dict[str, Callable[[], Role]] = {
+        "indexer": lambda: Indexer(brk, index, files, config=fetching, stats=stats, settle=settle),
+        "crawler": lambda: Crawler(brk, index, robots=fetching.robots_cache(), stats=stats),
+        "timer": lambda: Timer(brk),
+        "packer": lambda: Packer(brk, files, workdir=workdir, stats=stats),
+    }
+    unknown = [n for n in names if n not in made]
+    if unknown:
+        raise ValueError(f"no role {unknown[0]!r}: the roles are {', '.join(made)}")
+    return brk, [made[n]() for n in dict.fromkeys(names)], stats
+
+
+async def run_worker(
+    broker: Broker,
+    roles: Sequence[Role],
+    stop: asyncio.Event,
+    *,
+    concurrency: int = 16,
+    stats: WorkerStats | None = None,
+) -> None:
+    """Run ``roles`` until ``stop`` is set."""
+    worker = Worker(broker, roles, concurrency=concurrency, stats=stats)
+    running = asyncio.create_task(worker.run())
+    await stop.wait()
+    worker.stop()
+    await running
+
+
+def search_site(index: WebIndex, site: str, query: str, *, limit: int = 10, offset: int = 0) -> SearchPage:
+    """Search the newest published database of ``site`` (copied into the store's
+    local folder ``_crawl/packs`` the first time)."""
+    packs = LocalPacks(site_files(index), open_backend(index.location).local_folder("_crawl") / "packs")
+    try:
+        packs.load(site)
+        return packs.search(site, query, limit=limit, offset=offset)
+    finally:
+        packs.close()
+
+
+def site_for(seed: str, scope: Scope) -> str:
+    """The site a crawl's pages are packed and searched under: the seed's host
+    (registrable domain for a ``domain`` crawl), with its port if not the default."""
+    port = urlsplit(seed).port
+    name = domain_of(seed) if scope == "domain" else host_of(seed)
+    return check_site(f"{name}:{port}" if port is not None and ":" not in name else name)
+
+
+async def crawl_site(
+    index: WebIndex,
+    seed: str,
+    *,
+    scope: Scope = "host",
+    allow: tuple[str, ...] = (),
+    max_pages: int = 1000,
+    max_depth: int = 5,
+    settle: float = 10.0,
+    config: FetchConfig | None = None,
+    broker: Broker | str | None = None,
+    concurrency: int = 16,
+    on_progress: Callable[[CrawlProgress], None] | None = None,
+    timeout: float | None = None,
+) -> CrawlResult:
+    """Crawl the site of ``seed`` into ``index`` and publish its search database.
+
+    ``InvalidURLError`` for a seed that is not an http(s) URL; ``TimeoutError``
+    if it has not settled after ``timeout`` seconds.
+    """
+    start = normalise(seed)
+    if start is None:
+        raise InvalidURLError(seed, "a crawl starts from an http(s) URL", field="seed")
+    site = site_for(start, scope)
+    owned = broker is None or isinstance(broker, str)
+    files = site_files(index)
+    brk, roles, stats = build_roles(
+        index, ["indexer", "crawler", "timer", "packer"], broker=broker, config=config, settle=settle
+    )
+    worker = Worker(brk, roles, concurrency=concurrency, stats=stats, poll=0.1)
+    before = await asyncio.to_thread(files.latest, site)
+    spec = CrawlSpec(
+        id=uuid.uuid4().hex,
+        seed=start,
+        scope=scope,
+        allow=allow,
+        max_pages=max_pages,
+        max_depth=max_depth,
+        settle=settle,
+    )
+    began = time.monotonic()
+    await asyncio.to_thread(brk.send, "index", [encode(IndexCrawl(site=site, spec=spec))])
+    running = asyncio.create_task(worker.run())
+    try:
+        while True:
+            await asyncio.sleep(0.25)
+            if running.done():
+                running.result()  # a worker that stopped on its own: say why
+            pending = await asyncio.to_thread(_pending, brk)
+            timers = await asyncio.to_thread(brk.timers)
+            elapsed = time.monotonic() - began
+            if on_progress is not None:
+                on_progress(
+                    CrawlProgress(stats.queued, stats.fetched, stats.indexed, stats.errors, pending, elapsed)
+                )
+            published = stats.published.get(site, 0) > (before or 0)
+            if published and pending == 0 and site not in timers:
+                break
+            if timeout is not None and elapsed > timeout:
+                raise TimeoutError(f"the crawl of {site} had not settled after {timeout:g}s")
+    finally:
+        worker.stop()
+        await running
+        dead = sum(brk.counts(q).dead for q in _QUEUES)
+        if owned:
+            brk.close()
+    return CrawlResult(
+        site=site,
+        crawl=spec.id,
+        generation=stats.published[site],
+        pages=stats.pages[site],
+        fetched=stats.fetched,
+        errors=stats.errors,
+        dead_letters=dead,
+        seconds=time.monotonic() - began,
+    )
+
+
+def _pending(broker: Broker) -> int:
+    return sum(broker.counts(q).pending for q in _QUEUES)
