@@ -125,7 +125,7 @@ def crawl(
                     settle=settle,
                     config=config,
                     broker=queue,
-                    concurrency=concurrency,
+                    in_flight=8 * concurrency,
                     on_progress=display.update,
                 )
             )
@@ -231,6 +231,12 @@ def worker(
     allow_loopback: AllowLoopback = False,
     allow_private: AllowPrivate = False,
     workdir: Annotated[Path | None, typer.Option(help="Where packers build databases.")] = None,
+    lease: Annotated[
+        float | None,
+        typer.Option(
+            min=1, help="Seconds a message is held before another worker may take it [default: per role]."
+        ),
+    ] = None,
 ) -> None:
     """Run pipeline roles against a broker until SIGINT or SIGTERM."""
     from web_index.crawl import build_roles, run_worker
@@ -261,7 +267,7 @@ def worker(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
             say("", f"worker: {', '.join(role)} on {broker.url}")
-            await run_worker(broker, roles, stop, concurrency=concurrency, stats=stats)
+            await run_worker(broker, roles, stop, in_flight=8 * concurrency, stats=stats, lease=lease)
             broker.close()
 
         try:

@@ -67,7 +67,7 @@ class TextSink:
     """Batches page texts per site into text files; :meth:`add` returns once
     its text is written."""
 
-    def __init__(self, files: SiteFiles, *, max_batch: int = 500, max_age: float = 0.5) -> None:
+    def __init__(self, files: SiteFiles, *, max_batch: int = 500, max_age: float = 0.25) -> None:
         self.files = files
         self.max_batch = max_batch
         self.max_age = max_age
@@ -124,7 +124,7 @@ class Indexer:
     name = "indexer"
     queue = "index"
     accepts: tuple[type, ...] = (IndexCrawl, Index)
-    lease = 300.0
+    lease = 30.0
 
     def __init__(
         self,

@@ -122,11 +122,13 @@ async def run_worker(
     roles: Sequence[Role],
     stop: asyncio.Event,
     *,
-    concurrency: int = 16,
+    in_flight: int = 128,
     stats: WorkerStats | None = None,
+    lease: float | None = None,
 ) -> None:
-    """Run ``roles`` until ``stop`` is set."""
-    worker = Worker(broker, roles, concurrency=concurrency, stats=stats)
+    """Run ``roles`` until ``stop`` is set, each with up to ``in_flight`` messages
+    in hand, leased for ``lease`` seconds (default: each role's own)."""
+    worker = Worker(broker, roles, concurrency=in_flight, stats=stats, lease=lease)
     running = asyncio.create_task(worker.run())
     await stop.wait()
     worker.stop()
@@ -163,12 +165,15 @@ async def crawl_site(
     settle: float = 10.0,
     config: FetchConfig | None = None,
     broker: Broker | str | None = None,
-    concurrency: int = 16,
+    in_flight: int = 128,
     on_progress: Callable[[CrawlProgress], None] | None = None,
     timeout: float | None = None,
 ) -> CrawlResult:
     """Crawl the site of ``seed`` into ``index`` and publish its search database.
 
+    ``config`` bounds fetches (``concurrency``, ``per_domain``); ``in_flight``
+    bounds the messages each role holds at once, which is more: an indexed
+    page waits for its text's batch to be written before it is acknowledged.
     ``InvalidURLError`` for a seed that is not an http(s) URL; ``TimeoutError``
     if it has not settled after ``timeout`` seconds.
     """
@@ -181,7 +186,7 @@ async def crawl_site(
     brk, roles, stats = build_roles(
         index, ["indexer", "crawler", "timer", "packer"], broker=broker, config=config, settle=settle
     )
-    worker = Worker(brk, roles, concurrency=concurrency, stats=stats, poll=0.1)
+    worker = Worker(brk, roles, concurrency=in_flight, stats=stats, poll=0.1)
     before = await asyncio.to_thread(files.latest, site)
     spec = CrawlSpec(
         id=uuid.uuid4().hex,

@@ -55,7 +55,7 @@ class Crawler:
     name = "crawler"
     queue = "crawl"
     accepts: tuple[type, ...] = (Crawl,)
-    lease = 120.0
+    lease = 30.0
 
     def __init__(
         self,
@@ -150,7 +150,7 @@ class Packer:
     name = "packer"
     queue = "pack"
     accepts: tuple[type, ...] = (FullEnd, IncrementalEnd, PackFull, PackIncremental)
-    lease = 120.0
+    lease = 60.0
 
     def __init__(
         self,

@@ -71,6 +71,7 @@ class Worker:
         poll: float = 0.5,
         tick_every: float = 0.2,
         stats: WorkerStats | None = None,
+        lease: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -80,6 +81,7 @@ class Worker:
         self.poll = poll
         self.tick_every = tick_every
         self.stats = stats or WorkerStats()
+        self.lease = lease
         self._stop = asyncio.Event()
         self._pool = ThreadPoolExecutor(max_workers=max(8, concurrency + 4), thread_name_prefix="wi-broker")
 
@@ -125,7 +127,7 @@ class Worker:
                     continue
                 try:
                     got = await self._call(
-                        self.broker.receive, role.queue, limit=free, lease=role.lease, wait=self.poll
+                        self.broker.receive, role.queue, limit=free, lease=self._lease(role), wait=self.poll
                     )
                 except Exception:
                     log.exception("%s: receiving from %s failed", role.name, role.queue)
@@ -172,8 +174,14 @@ class Worker:
         log.warning("dead letter from %s: %s", delivery.queue, reason)
         await self._call(self.broker.dead_letter, delivery, reason)
 
+    def _lease(self, role: Role) -> float:
+        return self.lease if self.lease is not None else role.lease
+
     async def _keep_lease(self, role: Role, delivery: Delivery) -> None:
+        # Held while being handled, however long that takes; a dead worker's
+        # messages come back one lease after its last extension.
+        lease = self._lease(role)
         while True:
-            await asyncio.sleep(role.lease / 3)
+            await asyncio.sleep(lease / 3)
             with contextlib.suppress(Exception):
-                await self._call(self.broker.extend, delivery, role.lease)
+                await self._call(self.broker.extend, delivery, lease)
