@@ -1,5 +1,6 @@
-"""Every name a public module exports is documented (docs/api.md, docs/fetch.md
-for the fetchers), and every name the docs give as one of a module's exists."""
+"""Every name a public module exports is documented (docs/api.md; docs/fetch.md
+for the fetchers, docs/archive.md for archives, docs/pipeline.md for the crawl
+and site search), and every name the docs give as one of a module's exists."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ PAGES = {
     "web_index.query": "api.md",
     "web_index.fetch": "fetch.md",
     "web_index.archive": "archive.md",
+    "web_index.crawl": "pipeline.md",
+    "web_index.search": "pipeline.md",
 }
 
 

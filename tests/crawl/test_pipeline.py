@@ -149,3 +149,44 @@ def test_a_seed_that_is_not_http_is_refused(store: WebIndex, crawl_config: Fetch
         crawl(store, "ftp://example.com/", crawl_config)
     with pytest.raises(InvalidURLError):
         crawl(store, "not a url", crawl_config)
+
+
+def test_a_page_that_is_gone_leaves_the_database(store: WebIndex, crawl_config: FetchConfig) -> None:
+    gone: set[str] = set()
+    routes = crawl_site_routes(20)
+    serve_page = routes["/p/*"]
+
+    def page(r: BaseHTTPRequestHandler) -> None:
+        if r.path in gone:
+            reply(r, 404, "<html><body>gone</body></html>")
+        else:
+            serve_page(r)
+
+    with LocalServer({**routes, "/p/*": page}) as site:
+        first = crawl(store, site.url("/p/0"), crawl_config, max_depth=50)
+        assert search_site(store, first.site, "token5x").total == 1
+        gone.add("/p/5")
+        second = crawl(store, site.url("/p/0"), crawl_config, max_depth=50)
+        assert second.pages == 19 and second.dead_letters == 0
+        assert search_site(store, second.site, "token5x").total == 0
+
+
+def test_crawl_and_search_commands_exit_codes(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from web_index.cli import app
+
+    runner = CliRunner()
+    store = str(tmp_path / "cli-store")
+    with LocalServer(crawl_site_routes(10)) as site:
+        args = ["crawl", site.url("/p/0"), "--store", store, "--allow-loopback", "--settle", "0.5", "--json"]
+        done = runner.invoke(app, args)
+        assert done.exit_code == 0, done.output
+        name = f"127.0.0.1:{site.port}"
+        found = runner.invoke(app, ["search", name, "token3x", "--store", store, "--json"])
+        assert found.exit_code == 0 and site.url("/p/3") in found.output
+        assert runner.invoke(app, ["search", name, "nosuchword", "--store", store]).exit_code == 1
+    assert runner.invoke(app, ["search", "no.such.site", "x", "--store", store]).exit_code == 2
+    assert runner.invoke(app, ["search", "Bad Site", "x", "--store", store]).exit_code == 2
+    assert runner.invoke(app, ["search", name, "...", "--store", store]).exit_code == 2
+    assert runner.invoke(app, ["crawl", "ftp://example.com/", "--store", store]).exit_code == 2

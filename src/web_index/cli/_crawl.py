@@ -89,8 +89,8 @@ def crawl(
     (--settle seconds without a new page). Exits 0 when the database holds at
     least one page, 1 when it holds none.
     """
-    from web_index.crawl import crawl_site
-    from web_index.errors import WebIndexError
+    from web_index.crawl import MessageError, crawl_site
+    from web_index.errors import InvalidRecordError
 
     if scope not in ("host", "domain", "prefix", "allow"):
         raise fail(EXIT_USAGE, f"--scope must be host, domain, prefix or allow, not {scope!r}")
@@ -112,8 +112,8 @@ def crawl(
     )
     location = store_location(store)
     display = _Display(enabled=err.is_terminal and not as_json)
-    try:
-        with cli_errors(location), open_index(location, buffer, create=True) as index, display:
+    with cli_errors(location), open_index(location, buffer, create=True) as index, display:
+        try:
             result = asyncio.run(
                 crawl_site(
                     index,
@@ -129,8 +129,8 @@ def crawl(
                     on_progress=display.update,
                 )
             )
-    except (ValueError, WebIndexError) as exc:
-        raise fail(EXIT_USAGE, str(exc)) from None
+        except (MessageError, InvalidRecordError, ValueError) as exc:  # the seed, the scope, the queue URL
+            raise fail(EXIT_USAGE, str(exc)) from None
     if as_json:
         print(json.dumps({k: getattr(result, k) for k in result.__slots__}), flush=True)
     else:
@@ -193,14 +193,14 @@ def search(
 
     Exits 0 with results, 1 with none, 2 for a site with no database.
     """
-    from web_index.crawl import search_site
+    from web_index.crawl import MessageError, search_site
     from web_index.errors import SearchError
 
     location = store_location(store)
     with cli_errors(location), open_index(location, None, read_only=True) as index:
         try:
             page = search_site(index, site, query, limit=limit, offset=offset)
-        except SearchError as exc:  # no database for the site, or an empty query
+        except (SearchError, MessageError) as exc:  # no database for the site, a bad name, an empty query
             raise fail(EXIT_USAGE, str(exc)) from None
     if as_json:
         for hit in page.hits:

@@ -211,11 +211,12 @@ class Indexer:
     async def _text_of(
         self, responses: list[Response], success: bool, status: int | None, url: str
     ) -> tuple[PageText | None, bool]:
+        gone = PageText(url=url, title="", text="", fetched=datetime.now(UTC), deleted=True)
         if not success or not responses:
-            if status in (404, 410):  # gone: a later pack removes it
-                return PageText(url=url, title="", text="", fetched=datetime.now(UTC), deleted=True), False
-            return None, False
+            return (gone if status in (404, 410) else None), False
         final = responses[-1]
+        if final.status_code in (404, 410):  # gone (the fetchers count it a success): packs drop it
+            return gone, False
         body = final.data or b""
         ctype = final.headers.get("content-type")
         if final.status_code != 200 or not is_html(ctype, body):

@@ -188,6 +188,7 @@ async def crawl_site(
     )
     worker = Worker(brk, roles, concurrency=in_flight, stats=stats, poll=0.1)
     before = await asyncio.to_thread(files.latest, site)
+    dead_before = await asyncio.to_thread(_dead, brk)
     spec = CrawlSpec(
         id=uuid.uuid4().hex,
         seed=start,
@@ -220,7 +221,7 @@ async def crawl_site(
     finally:
         worker.stop()
         await running
-        dead = sum(brk.counts(q).dead for q in _QUEUES)
+        dead = _dead(brk) - dead_before
         if owned:
             brk.close()
     return CrawlResult(
@@ -233,6 +234,10 @@ async def crawl_site(
         dead_letters=dead,
         seconds=time.monotonic() - began,
     )
+
+
+def _dead(broker: Broker) -> int:
+    return sum(broker.counts(q).dead for q in _QUEUES)
 
 
 def _pending(broker: Broker) -> int:

@@ -154,18 +154,23 @@ class Worker:
             return
         keeper = asyncio.create_task(self._keep_lease(role, delivery))
         try:
-            await role.handle(message, delivery)
-        except MessageError as exc:
-            await self._bury(delivery, str(exc))
-        except asyncio.CancelledError:
-            raise  # left to its lease: it is delivered again
-        except Exception as exc:
-            self.stats.retried += 1
-            reason = f"{type(exc).__name__}: {exc}"
-            log.warning("%s: %s failed (%s); released for a retry", role.name, delivery.id, reason)
-            await self._call(self.broker.release, delivery, reason)
-        else:
-            await self._call(self.broker.ack, delivery)
+            try:
+                await role.handle(message, delivery)
+            except MessageError as exc:
+                await self._bury(delivery, str(exc))
+            except asyncio.CancelledError:
+                raise  # left to its lease: it is delivered again
+            except Exception as exc:
+                self.stats.retried += 1
+                reason = f"{type(exc).__name__}: {exc}"
+                log.warning("%s: %s failed (%s); released for a retry", role.name, delivery.id, reason)
+                await self._call(self.broker.release, delivery, reason)
+            else:
+                await self._call(self.broker.ack, delivery)
+        except Exception:
+            # The broker itself failed (Redis gone, disk full): the message stays
+            # leased and comes back after its lease; the worker goes on.
+            log.exception("%s: settling %s failed; it returns after its lease", role.name, delivery.id)
         finally:
             keeper.cancel()
 
