@@ -137,8 +137,10 @@ def test_receive_waits_for_a_message_sent_meanwhile(broker_url: str, broker: Bro
 
 def test_messages_survive_reopening(broker_url: str, broker: Broker) -> None:
     broker.send("q", [b"kept"])
+    url = broker.url
+    assert url.startswith(("sqlite:///", "redis://"))
     broker.close()
-    again = open_broker(broker_url)
+    again = open_broker(url)
     assert bodies(again.receive("q")) == [b"kept"]
     again.close()
 

@@ -83,7 +83,7 @@ class SqliteBroker:
 
     @property
     def url(self) -> str:
-        return f"sqlite:///{self.path.resolve()}"
+        return f"sqlite://{self.path.resolve()}"  # sqlite:///abs/path
 
     @property
     def max_deliveries(self) -> int:
