@@ -31,6 +31,7 @@ from web_index.cli._fetch import fetch_config, parse_calibre
 
 if TYPE_CHECKING:
     from web_index.crawl import CrawlProgress
+    from web_index.fetch import FetchConfig
 
 __all__ = ["crawl", "search", "worker"]
 
@@ -96,19 +97,8 @@ def crawl(
         raise fail(EXIT_USAGE, f"--scope must be host, domain, prefix or allow, not {scope!r}")
     if scope == "allow" and not allow:
         raise fail(EXIT_USAGE, "--scope allow needs at least one --allow HOST or URL prefix")
-    try:
-        low, high = parse_calibre(calibre), parse_calibre(max_calibre)
-    except typer.BadParameter as exc:
-        raise fail(EXIT_USAGE, str(exc)) from None
-    config = fetch_config(
-        low,
-        high,
-        allow_loopback=allow_loopback,
-        allow_private=allow_private,
-        ignore_robots=ignore_robots,
-        concurrency=concurrency,
-        per_domain=per_domain,
-        delay=delay,
+    config = _fetching(
+        calibre, max_calibre, allow_loopback, allow_private, ignore_robots, concurrency, per_domain, delay
     )
     location = store_location(store)
     display = _Display(enabled=err.is_terminal and not as_json)
@@ -150,6 +140,33 @@ def crawl(
         )
         out.print(table)
     raise typer.Exit(EXIT_OK if result.pages else EXIT_FOUND_NOTHING)
+
+
+def _fetching(
+    calibre: str,
+    max_calibre: str,
+    allow_loopback: bool,
+    allow_private: bool,
+    ignore_robots: bool,
+    concurrency: int,
+    per_domain: int,
+    delay: float,
+) -> FetchConfig:
+    """The fetch settings ``crawl`` and ``worker`` share; a bad calibre exits 2."""
+    try:
+        low, high = parse_calibre(calibre), parse_calibre(max_calibre)
+    except typer.BadParameter as exc:
+        raise fail(EXIT_USAGE, str(exc)) from None
+    return fetch_config(
+        low,
+        high,
+        allow_loopback=allow_loopback,
+        allow_private=allow_private,
+        ignore_robots=ignore_robots,
+        concurrency=concurrency,
+        per_domain=per_domain,
+        delay=delay,
+    )
 
 
 class _Display:
@@ -244,19 +261,9 @@ def worker(
     unknown = sorted(set(role) - {"indexer", "crawler", "timer", "packer"})
     if unknown:
         raise fail(EXIT_USAGE, f"--role {unknown[0]!r}: give indexer, crawler, timer or packer")
-    try:
-        config = fetch_config(
-            parse_calibre(calibre),
-            parse_calibre(max_calibre),
-            allow_loopback=allow_loopback,
-            allow_private=allow_private,
-            ignore_robots=ignore_robots,
-            concurrency=concurrency,
-            per_domain=per_domain,
-            delay=delay,
-        )
-    except typer.BadParameter as exc:
-        raise fail(EXIT_USAGE, str(exc)) from None
+    config = _fetching(
+        calibre, max_calibre, allow_loopback, allow_private, ignore_robots, concurrency, per_domain, delay
+    )
     location = store_location(store)
     with cli_errors(location), open_index(location, buffer, create=True) as index:
 
