@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from web_index.crawl import SiteFiles
 from web_index.models import AttemptMetadata, Response
+from web_index.search import PageText, build_pack, compress_pack
 
 T0 = datetime(2024, 8, 1, 12, 0, tzinfo=UTC)
 
@@ -67,3 +70,14 @@ def rewrite_store_file(path: Any, table: Any, **options: Any) -> None:
     from web_index.storage.backends import sealed_bytes
 
     Path(path).write_bytes(bytes(sealed_bytes(table, **options)))
+
+
+def publish_pack(files: SiteFiles, tmp: Path, site: str, generation: int, words: dict[str, str]) -> None:
+    """Publish generation ``generation`` of ``site``'s search database, whose page
+    ``http://<site>/<name>`` (titled ``name``) holds the text ``words[name]``."""
+    now = datetime.now(UTC)
+    texts = [PageText(url=f"http://{site}/{n}", title=n, text=t, fetched=now) for n, t in words.items()]
+    db, packed = tmp / f"{site}.{generation}.sqlite", tmp / f"{site}.{generation}.zst"
+    build_pack(db, site, texts, watermark="")
+    compress_pack(db, packed)
+    files.publish(site, generation, packed)

@@ -23,6 +23,7 @@ PAGES = {
     "web_index.archive": "archive.md",
     "web_index.crawl": "pipeline.md",
     "web_index.search": "pipeline.md",
+    "web_index.server": "server.md",
 }
 
 

@@ -19,6 +19,7 @@ EXTRAS: Mapping[str, tuple[str, str, str]] = {
     "postgres": ("psycopg", "psycopg", "a PostgreSQL buffer"),
     "browser": ("playwright", "playwright", "the browser fetcher"),
     "redis": ("redis", "redis", "a Redis queue"),
+    "server": ("starlette", "starlette", "web-index serve"),
 }
 
 

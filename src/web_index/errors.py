@@ -13,6 +13,9 @@ __all__ = [
     "InvalidURLError",
     "MissingExtraError",
     "SearchError",
+    "SearchQueryError",
+    "SearchUnavailableError",
+    "SiteNotFoundError",
     "StoreError",
     "WarcError",
     "WebIndexError",
@@ -79,3 +82,16 @@ class WarcError(InvalidRecordError):
 
 class SearchError(WebIndexError):
     """A search pack or query could not be used: not a pack, corrupt, or an empty query."""
+
+
+class SearchQueryError(SearchError):
+    """A search query that cannot be run: no word to search for, or over its limits."""
+
+
+class SiteNotFoundError(SearchError):
+    """No search database is published for the site (it was never crawled)."""
+
+
+class SearchUnavailableError(SearchError):
+    """A routed search had no answer in time: no searcher (or no orchestrator)
+    is up to serve the site. Worth retrying, unlike its parent."""

@@ -190,3 +190,11 @@ def test_crawl_and_search_commands_exit_codes(tmp_path: Path) -> None:
     assert runner.invoke(app, ["search", "Bad Site", "x", "--store", store]).exit_code == 2
     assert runner.invoke(app, ["search", name, "...", "--store", store]).exit_code == 2
     assert runner.invoke(app, ["crawl", "ftp://example.com/", "--store", store]).exit_code == 2
+    queue = f"sqlite:///{tmp_path / 'nobody.sqlite'}"
+    unanswered = runner.invoke(app, ["search", name, "token3x", "--queue", queue, "--timeout", "0.5"])
+    assert unanswered.exit_code == 5
+    assert unanswered.stderr.strip().splitlines() == [
+        f"error: no searcher answered for '{name}' within 0.5s: are an orchestrator and a searcher running?"
+    ]
+    bad_role = runner.invoke(app, ["worker", "--role", "seacher", "--store", store])
+    assert bad_role.exit_code == 2 and "--role 'seacher'" in bad_role.stderr

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from web_index.cli import _archive, _crawl, _fetch, _insert, _query, _store  # noqa: F401 - register their commands
+from web_index.cli import _archive, _crawl, _fetch, _insert, _query, _serve, _store  # noqa: F401 - register their commands
 from web_index.cli._app import app
 
 __all__ = ["app", "main"]

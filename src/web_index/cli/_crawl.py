@@ -15,6 +15,7 @@ from rich.table import Table
 from web_index.cli._app import (
     EXIT_FOUND_NOTHING,
     EXIT_OK,
+    EXIT_UNAVAILABLE,
     EXIT_USAGE,
     BufferOption,
     StoreOption,
@@ -32,6 +33,7 @@ from web_index.cli._fetch import fetch_config, parse_calibre
 if TYPE_CHECKING:
     from web_index.crawl import CrawlProgress
     from web_index.fetch import FetchConfig
+    from web_index.search import SearchPage
 
 __all__ = ["crawl", "search", "worker"]
 
@@ -205,18 +207,33 @@ def search(
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Results per page.")] = 10,
     offset: Annotated[int, typer.Option(min=0, help="Results to skip.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per result.")] = False,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            help="Ask the searchers of this broker (routed by its orchestrator)"
+            " instead of reading the published database here."
+        ),
+    ] = None,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for a routed answer.")] = 10.0,
 ) -> None:
     """Search a crawled site's published database: ranked url, title, snippet, score.
 
-    Exits 0 with results, 1 with none, 2 for a site with no database.
+    Exits 0 with results, 1 with none, 2 for a site with no database, 5 when
+    no searcher answered a routed search in time.
     """
     from web_index.crawl import MessageError, search_site
-    from web_index.errors import SearchError
+    from web_index.errors import SearchError, SearchUnavailableError
 
     location = store_location(store)
-    with cli_errors(location), open_index(location, None, read_only=True) as index:
+    with cli_errors(location):
         try:
-            page = search_site(index, site, query, limit=limit, offset=offset)
+            if queue is not None:
+                page = _routed(queue, site, query, min(limit, 100), offset, timeout)
+            else:
+                with open_index(location, None, read_only=True) as index:
+                    page = search_site(index, site, query, limit=limit, offset=offset)
+        except SearchUnavailableError as exc:
+            raise fail(EXIT_UNAVAILABLE, str(exc)) from None
         except (SearchError, MessageError) as exc:  # no database for the site, a bad name, an empty query
             raise fail(EXIT_USAGE, str(exc)) from None
     if as_json:
@@ -233,9 +250,27 @@ def search(
     raise typer.Exit(EXIT_OK if page.hits else EXIT_FOUND_NOTHING)
 
 
+def _routed(queue: str, site: str, query: str, limit: int, offset: int, timeout: float) -> SearchPage:
+    from web_index.crawl import SearchRouter, open_broker
+
+    try:
+        broker = open_broker(queue)
+    except ValueError as exc:
+        raise fail(EXIT_USAGE, str(exc)) from None
+    router = SearchRouter(broker, timeout=timeout)
+    try:
+        return router.search(site, query, limit=limit, offset=offset)
+    finally:
+        router.close()
+        broker.close()
+
+
 @app.command("worker")
 def worker(
-    role: Annotated[list[str], typer.Option(help="indexer, crawler, timer or packer; repeat for several.")],
+    role: Annotated[
+        list[str],
+        typer.Option(help="indexer, crawler, timer, packer, orchestrator or searcher; repeat for several."),
+    ],
     store: StoreOption = "",
     buffer: BufferOption = None,
     queue: QueueOption = None,
@@ -247,7 +282,19 @@ def worker(
     ignore_robots: IgnoreRobots = False,
     allow_loopback: AllowLoopback = False,
     allow_private: AllowPrivate = False,
-    workdir: Annotated[Path | None, typer.Option(help="Where packers build databases.")] = None,
+    workdir: Annotated[
+        Path | None, typer.Option(help="Where packers build databases and searchers keep theirs.")
+    ] = None,
+    searcher_id: Annotated[
+        str | None, typer.Option(help="A searcher's name on the queue [default: a new random one].")
+    ] = None,
+    capacity_mb: Annotated[
+        int | None,
+        typer.Option(min=0, help="MB a searcher may fill with databases [default: its disk's free space]."),
+    ] = None,
+    heartbeat: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between a searcher's heartbeats (silent for 3: gone).")
+    ] = 5.0,
     lease: Annotated[
         float | None,
         typer.Option(
@@ -256,11 +303,11 @@ def worker(
     ] = None,
 ) -> None:
     """Run pipeline roles against a broker until SIGINT or SIGTERM."""
-    from web_index.crawl import build_roles, run_worker
+    from web_index.crawl import ROLES, build_roles, run_worker
 
-    unknown = sorted(set(role) - {"indexer", "crawler", "timer", "packer"})
+    unknown = sorted(set(role) - set(ROLES))
     if unknown:
-        raise fail(EXIT_USAGE, f"--role {unknown[0]!r}: give indexer, crawler, timer or packer")
+        raise fail(EXIT_USAGE, f"--role {unknown[0]!r}: give {', '.join(ROLES[:-1])} or {ROLES[-1]}")
     config = _fetching(
         calibre, max_calibre, allow_loopback, allow_private, ignore_robots, concurrency, per_domain, delay
     )
@@ -268,7 +315,16 @@ def worker(
     with cli_errors(location), open_index(location, buffer, create=True) as index:
 
         async def main() -> None:
-            broker, roles, stats = build_roles(index, role, broker=queue, config=config, workdir=workdir)
+            broker, roles, stats = build_roles(
+                index,
+                role,
+                broker=queue,
+                config=config,
+                workdir=workdir,
+                searcher_id=searcher_id,
+                capacity_mb=capacity_mb,
+                heartbeat=heartbeat,
+            )
             loop = asyncio.get_running_loop()
             stop = asyncio.Event()
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -19,15 +19,19 @@ from web_index.crawl._messages import (
     PackIncremental,
     Register,
     ResetTimer,
+    Results,
     Scope,
+    Search,
     StartTimer,
     Update,
     decode,
     encode,
 )
 from web_index.crawl._messages import Crawl as Crawl
+from web_index.crawl._orchestrator import Orchestrator, searcher_queue
 from web_index.crawl._pages import Extracted, extract, in_scope, links_of, normalise
 from web_index.crawl._pipeline import (
+    ROLES,
     CrawlProgress,
     CrawlResult,
     build_roles,
@@ -36,8 +40,12 @@ from web_index.crawl._pipeline import (
     run_worker,
     search_site,
     site_files,
+    store_packs,
 )
+from web_index.crawl._placement import Placement
 from web_index.crawl._roles import Crawler, Packer, Timer
+from web_index.crawl._routing import SearchRouter
+from web_index.crawl._searcher import Searcher
 from web_index.crawl._site_files import SiteFiles, check_site
 from web_index.crawl._worker import Role, Worker, WorkerStats
 from web_index.crawl.queues import Broker, DeadLetter, Delivery, QueueCounts, open_broker
@@ -45,6 +53,7 @@ from web_index.crawl.queues import Broker, DeadLetter, Delivery, QueueCounts, op
 __all__ = [
     "CALLBACKS",
     "MESSAGES",
+    "ROLES",
     "Broker",
     "Crawl",
     "CrawlProgress",
@@ -65,14 +74,20 @@ __all__ = [
     "LocalPacks",
     "Message",
     "MessageError",
+    "Orchestrator",
     "PackFull",
     "PackIncremental",
     "Packer",
+    "Placement",
     "QueueCounts",
     "Register",
     "ResetTimer",
+    "Results",
     "Role",
     "Scope",
+    "Search",
+    "SearchRouter",
+    "Searcher",
     "SiteFiles",
     "StartTimer",
     "Timer",
@@ -92,5 +107,7 @@ __all__ = [
     "open_broker",
     "run_worker",
     "search_site",
+    "searcher_queue",
     "site_files",
+    "store_packs",
 ]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from web_index.crawl._site_files import SiteFiles, check_site
-from web_index.errors import SearchError
+from web_index.errors import SearchError, SiteNotFoundError
 from web_index.search import PackReader, SearchPage, decompress_pack
 
 __all__ = ["LocalPacks"]
@@ -29,11 +29,19 @@ class LocalPacks:
         self._lock = threading.Lock()
         self._readers: dict[str, tuple[int, PackReader]] = {}
         self._retired: list[tuple[float, PackReader]] = []
+        self._checked: dict[str, float] = {}
+        self._loading: dict[str, threading.Lock] = {}
 
     def held(self) -> dict[str, int]:
         """Each site held and its generation."""
         with self._lock:
             return {site: gen for site, (gen, _) in self._readers.items()}
+
+    def used_bytes(self) -> int:
+        """Bytes of the copies held."""
+        with self._lock:
+            paths = [reader.path for _, reader in self._readers.values()]
+        return sum(p.stat().st_size for p in paths if p.exists())
 
     def load(self, site: str, generation: int | None = None) -> int:
         """Hold ``generation`` (default: the newest published) of ``site``'s pack;
@@ -42,7 +50,7 @@ class LocalPacks:
         if generation is None:
             generation = self.files.latest(site)
             if generation is None:
-                raise SearchError(f"no search database is published for {site!r}: crawl it first")
+                raise SiteNotFoundError(f"no search database is published for {site!r}: crawl it first")
         with self._lock:
             current = self._readers.get(site)
         if current is not None and current[0] >= generation:
@@ -55,7 +63,7 @@ class LocalPacks:
                 self.files.download(site, generation, packed)
                 decompress_pack(packed, target)
             except FileNotFoundError:
-                raise SearchError(f"{site} generation {generation} is no longer published") from None
+                raise SiteNotFoundError(f"{site} generation {generation} is no longer published") from None
             finally:
                 packed.unlink(missing_ok=True)
         reader = PackReader(target)
@@ -65,6 +73,25 @@ class LocalPacks:
         if old is not None:
             self._retire(old[1])
         return generation
+
+    def ensure(self, site: str, *, max_age: float = 5.0) -> int:
+        """Hold the newest published generation of ``site``, asking the store at
+        most every ``max_age`` seconds; return the generation held."""
+        site = check_site(site)
+        with self._lock:
+            held, checked = self._readers.get(site), self._checked.get(site, float("-inf"))
+            gate = self._loading.setdefault(site, threading.Lock())
+        if held is not None and time.monotonic() - checked < max_age:
+            return held[0]
+        with gate:  # one download of a site at a time; the others then find it held
+            with self._lock:
+                held, checked = self._readers.get(site), self._checked.get(site, float("-inf"))
+            if held is not None and time.monotonic() - checked < max_age:
+                return held[0]
+            generation = self.load(site)
+            with self._lock:
+                self._checked[site] = time.monotonic()
+            return generation
 
     def drop(self, site: str) -> None:
         with self._lock:

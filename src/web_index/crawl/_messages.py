@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from web_index.errors import WebIndexError
+from web_index.search import SearchPage
 
 __all__ = [
     "CALLBACKS",
@@ -31,7 +32,9 @@ __all__ = [
     "PackIncremental",
     "Register",
     "ResetTimer",
+    "Results",
     "Scope",
+    "Search",
     "StartTimer",
     "Update",
     "decode",
@@ -43,6 +46,7 @@ _Count = Annotated[int, msgspec.Meta(ge=1)]
 _Depth = Annotated[int, msgspec.Meta(ge=0)]
 _Seconds = Annotated[float, msgspec.Meta(gt=0)]
 _NonEmpty = Annotated[str, msgspec.Meta(min_length=1, max_length=2048)]
+_ReplyQueue = Annotated[str, msgspec.Meta(pattern=r"^reply\.[A-Za-z0-9_-]{1,64}$")]
 
 
 class MessageError(WebIndexError, ValueError):
@@ -131,7 +135,8 @@ class ResetTimer(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", ta
 
 
 class Update(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="update"):
-    """A packer published generation ``generation`` of a site's database."""
+    """A packer published generation ``generation`` of a site's database;
+    ``size_mb`` is its size decompressed, the room a searcher needs for it."""
 
     site: _NonEmpty
     generation: _Depth
@@ -169,6 +174,37 @@ class Drop(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="dro
     site: _NonEmpty
 
 
+class Search(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="search"):
+    """A client's search, sent to the orchestrator, which routes it to a searcher
+    holding the site. The answer is a ``results`` message on ``reply_to``;
+    past ``deadline`` (epoch seconds) nobody waits for it, and it is dropped."""
+
+    id: _NonEmpty
+    site: _NonEmpty
+    query: Annotated[str, msgspec.Meta(max_length=2048)]
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100)] = 10
+    offset: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
+    reply_to: _ReplyQueue
+    deadline: float
+
+
+ErrorKind = Literal["not_found", "query", "unavailable", "failed"]
+
+
+class Results(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="results"):
+    """The answer to search ``id``: a page of hits, or why there is none
+    (``error``) and what kind of why: ``not_found`` (no database is published
+    for the site), ``query`` (the query cannot be run), ``unavailable`` (no
+    searcher can serve it now) or ``failed``."""
+
+    id: _NonEmpty
+    site: _NonEmpty
+    searcher: str | None = None
+    page: SearchPage | None = None
+    error: str | None = None
+    kind: ErrorKind | None = None
+
+
 Message = (
     IndexCrawl
     | Index
@@ -184,6 +220,8 @@ Message = (
     | Heartbeat
     | Load
     | Drop
+    | Search
+    | Results
 )
 
 MESSAGES: tuple[type[msgspec.Struct], ...] = (
@@ -201,6 +239,8 @@ MESSAGES: tuple[type[msgspec.Struct], ...] = (
     Heartbeat,
     Load,
     Drop,
+    Search,
+    Results,
 )
 CALLBACKS: tuple[type[msgspec.Struct], ...] = (IncrementalEnd, FullEnd, PackIncremental, PackFull)
 

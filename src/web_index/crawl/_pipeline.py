@@ -19,8 +19,10 @@ from urllib.parse import urlsplit
 from web_index.crawl._indexer import Indexer
 from web_index.crawl._local_packs import LocalPacks
 from web_index.crawl._messages import CrawlSpec, IndexCrawl, Scope, encode
+from web_index.crawl._orchestrator import Orchestrator
 from web_index.crawl._pages import normalise
 from web_index.crawl._roles import Crawler, Packer, Timer
+from web_index.crawl._searcher import Searcher
 from web_index.crawl._site_files import SiteFiles, check_site
 from web_index.crawl._worker import Role, Worker, WorkerStats
 from web_index.crawl.queues import Broker, SqliteBroker, open_broker
@@ -32,6 +34,7 @@ from web_index.storage import open_backend
 from web_index.urls import domain_of, host_of
 
 __all__ = [
+    "ROLES",
     "CrawlProgress",
     "CrawlResult",
     "build_roles",
@@ -40,9 +43,11 @@ __all__ = [
     "run_worker",
     "search_site",
     "site_files",
+    "store_packs",
 ]
 
 _QUEUES = ("index", "crawl", "timer", "pack")
+ROLES = ("indexer", "crawler", "timer", "packer", "orchestrator", "searcher")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,21 +104,37 @@ def build_roles(
     config: FetchConfig | None = None,
     workdir: Path | None = None,
     settle: float = 300.0,
+    searcher_id: str | None = None,
+    capacity_mb: int | None = None,
+    heartbeat: float = 5.0,
 ) -> tuple[Broker, list[Role], WorkerStats]:
-    """The roles ``names`` (indexer, crawler, timer, packer) on ``index``'s store."""
+    """The roles ``names`` (indexer, crawler, timer, packer, orchestrator,
+    searcher) on ``index``'s store. A searcher keeps its databases in
+    ``workdir`` (default: the store's local folder ``_crawl/searchers``);
+    the orchestrator gives up on one silent for three ``heartbeat`` s."""
     brk = _broker(index, broker)
     files = site_files(index)
     stats = WorkerStats()
     fetching = config or FetchConfig()
+
+    def searcher() -> Searcher:
+        folder = workdir or open_backend(index.location).local_folder("_crawl") / "searchers"
+        return Searcher(
+            brk, files, folder, searcher_id=searcher_id, heartbeat=heartbeat, capacity_mb=capacity_mb
+        )
+
     made: dict[str, Callable[[], Role]] = {
         "indexer": lambda: Indexer(brk, index, files, config=fetching, stats=stats, settle=settle),
         "crawler": lambda: Crawler(brk, index, robots=fetching.robots_cache(), stats=stats),
         "timer": lambda: Timer(brk),
         "packer": lambda: Packer(brk, files, workdir=workdir, stats=stats),
+        "orchestrator": lambda: Orchestrator(brk, files, dead_after=3 * heartbeat),
+        "searcher": searcher,
     }
+    assert tuple(made) == ROLES
     unknown = [n for n in names if n not in made]
     if unknown:
-        raise ValueError(f"no role {unknown[0]!r}: the roles are {', '.join(made)}")
+        raise ValueError(f"no role {unknown[0]!r}: the roles are {', '.join(ROLES)}")
     return brk, [made[n]() for n in dict.fromkeys(names)], stats
 
 
@@ -135,10 +156,16 @@ async def run_worker(
     await running
 
 
+def store_packs(index: WebIndex) -> LocalPacks:
+    """Local copies of the published databases beside ``index``'s store, kept in
+    its private local folder ``_crawl/packs``."""
+    return LocalPacks(site_files(index), open_backend(index.location).local_folder("_crawl") / "packs")
+
+
 def search_site(index: WebIndex, site: str, query: str, *, limit: int = 10, offset: int = 0) -> SearchPage:
     """Search the newest published database of ``site`` (copied into the store's
     local folder ``_crawl/packs`` the first time)."""
-    packs = LocalPacks(site_files(index), open_backend(index.location).local_folder("_crawl") / "packs")
+    packs = store_packs(index)
     try:
         packs.load(site)
         return packs.search(site, query, limit=limit, offset=offset)

@@ -23,7 +23,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from web_index.errors import SearchError
+from web_index.errors import SearchQueryError
 
 __all__ = ["MAX_QUERY_CHARS", "MAX_QUERY_TERMS", "fts_query"]
 
@@ -93,7 +93,7 @@ def fts_query(text: str) -> str:
     :data:`MAX_QUERY_TERMS` terms. Never returns an expression FTS5 rejects.
     """
     if len(text) > MAX_QUERY_CHARS:
-        raise SearchError(f"query too long: {len(text)} characters, at most {MAX_QUERY_CHARS}")
+        raise SearchQueryError(f"query too long: {len(text)} characters, at most {MAX_QUERY_CHARS}")
     items = _lex(_UNSAFE.sub(" ", text))
     groups: list[list[_Term]] = []
     joined = False  # the last item was an OR between two terms
@@ -111,9 +111,9 @@ def fts_query(text: str) -> str:
         joined, after_term = False, True
     terms = sum(len(g) for g in groups)
     if terms == 0:
-        raise SearchError(f"empty query: {text!r} has no word to search for")
+        raise SearchQueryError(f"empty query: {text!r} has no word to search for")
     if terms > MAX_QUERY_TERMS:
-        raise SearchError(f"query has {terms} terms, at most {MAX_QUERY_TERMS}")
+        raise SearchQueryError(f"query has {terms} terms, at most {MAX_QUERY_TERMS}")
     return " AND ".join(
         group[0].fts() if len(group) == 1 else "(" + " OR ".join(t.fts() for t in group) + ")"
         for group in groups

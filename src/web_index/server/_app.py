@@ -1,0 +1,62 @@
+"""The app: its routes, the state they share, and running it."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import AsyncIterator
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from web_index.index import WebIndex
+from web_index.server._errors import HANDLERS
+from web_index.server._search import SearchBackend, search
+
+__all__ = ["create_app", "serve"]
+
+
+def create_app(
+    index: WebIndex, *, queue: str | None = None, search_timeout: float = 10.0, refresh: float = 5.0
+) -> Starlette:
+    """The server's app over ``index``.
+
+    ``GET /search?site=&q=`` answers from the site's newest published
+    database, copied here and re-checked every ``refresh`` seconds; with
+    ``queue`` (a broker URL) searches are routed by that pipeline's
+    orchestrator to its searchers instead, each waiting up to
+    ``search_timeout`` seconds.
+    """
+    searches = SearchBackend(index, queue=queue, timeout=search_timeout, refresh=refresh)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            searches.close()
+
+    app = Starlette(
+        routes=[Route("/search", search, methods=["GET"])],
+        lifespan=lifespan,
+        exception_handlers=HANDLERS,
+    )
+    app.state.searches = searches
+    return app
+
+
+def serve(app: Starlette, *, host: str = "127.0.0.1", port: int = 8080) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM, then return (a graceful stop is a success)."""
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+    # uvicorn stops gracefully on these signals and then raises them again for
+    # the handlers it found: these, which only note them.
+    noted: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda s, _f: noted.append(s)) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

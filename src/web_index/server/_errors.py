@@ -1,0 +1,50 @@
+"""Errors as JSON: ``{"error": ..., "parameter": ...}`` with the status that says whose fault it is."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from web_index.errors import WebIndexError
+
+__all__ = ["HANDLERS", "ApiError", "bad_parameter"]
+
+
+class ApiError(Exception):
+    """An answer other than 200: ``status``, a one-line ``message``, and the
+    query ``parameter`` at fault when there is one."""
+
+    def __init__(self, status: int, message: str, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.parameter = parameter
+
+
+def bad_parameter(name: str, problem: str) -> ApiError:
+    return ApiError(400, f"{name}: {problem}", name)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    body: dict[str, Any] = {"error": exc.message}
+    if exc.parameter is not None:
+        body["parameter"] = exc.parameter
+    return JSONResponse(body, status_code=exc.status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _failed(request: Request, exc: Exception) -> Response:
+    # A damaged database or an unreachable store: the server's fault, said in one line.
+    return JSONResponse({"error": str(exc)}, status_code=500)
+
+
+HANDLERS: Mapping[Any, Any] = {ApiError: _api_error, HTTPException: _http_error, WebIndexError: _failed}
