@@ -204,6 +204,18 @@ def test_seen_set_admits_each_url_once_up_to_the_cap(broker: Broker) -> None:
     assert broker.add_seen("c", [], max_pages=3) == []
 
 
+def test_admitted_urls_are_queued_in_the_same_step(broker: Broker) -> None:
+    urls = ["a", "b", "a", "c", "d"]
+    got = broker.add_seen("c", urls, max_pages=3, queue="index", bodies=[f"body-{u}".encode() for u in urls])
+    assert got == [True, True, False, True, False]
+    taken = broker.receive("index", limit=10, lease=5)
+    assert [d.body for d in taken] == [b"body-a", b"body-b", b"body-c"]
+    assert broker.add_seen("c", ["e"], max_pages=10, queue="index", bodies=[b"body-e"]) == [True]
+    with pytest.raises(ValueError, match="1 bodies for 2 URLs"):
+        broker.add_seen("c", ["f", "g"], max_pages=10, queue="index", bodies=[b"x"])
+    assert broker.seen_count("c") == 4  # the refused call marked nothing
+
+
 def test_seen_set_under_concurrent_writers(broker_url: str) -> None:
     admitted: list[str] = []
     lock = threading.Lock()
@@ -212,7 +224,10 @@ def test_seen_set_under_concurrent_writers(broker_url: str) -> None:
         b = open_broker(broker_url)
         for i in range(0, 60, 3):
             urls = [f"u{(i + offset + k) % 60}" for k in range(3)]
-            for url, ok in zip(urls, b.add_seen("c", urls, max_pages=50), strict=True):
+            bodies = [u.encode() for u in urls]
+            for url, ok in zip(
+                urls, b.add_seen("c", urls, max_pages=50, queue="q", bodies=bodies), strict=True
+            ):
                 if ok:
                     with lock:
                         admitted.append(url)
@@ -224,6 +239,10 @@ def test_seen_set_under_concurrent_writers(broker_url: str) -> None:
     for t in threads:
         t.join()
     assert len(admitted) == 50 and len(set(admitted)) == 50
+    b = open_broker(broker_url)
+    queued = [d.body.decode() for d in b.receive("q", limit=100, lease=5)]
+    b.close()
+    assert sorted(queued) == sorted(admitted)  # each admitted URL queued once, no other
 
 
 def test_crawl_specs_are_kept_once(broker: Broker) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -295,6 +296,9 @@ def worker(
     heartbeat: Annotated[
         float, typer.Option(min=0.1, help="Seconds between a searcher's heartbeats (silent for 3: gone).")
     ] = 5.0,
+    log_level: Annotated[
+        str, typer.Option(help="What the roles log to stderr: debug, info, warning or error.")
+    ] = "warning",
     lease: Annotated[
         float | None,
         typer.Option(
@@ -305,6 +309,10 @@ def worker(
     """Run pipeline roles against a broker until SIGINT or SIGTERM."""
     from web_index.crawl import ROLES, build_roles, run_worker
 
+    level = logging.getLevelName(log_level.upper())
+    if log_level.lower() not in ("debug", "info", "warning", "error") or not isinstance(level, int):
+        raise fail(EXIT_USAGE, f"--log-level {log_level!r}: give debug, info, warning or error")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     unknown = sorted(set(role) - set(ROLES))
     if unknown:
         raise fail(EXIT_USAGE, f"--role {unknown[0]!r}: give {', '.join(ROLES[:-1])} or {ROLES[-1]}")

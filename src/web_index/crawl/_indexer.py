@@ -172,10 +172,12 @@ class Indexer:
         if seed is None:
             raise MessageError(f"crawl {spec.id}: seed {spec.seed!r} is not an http(s) URL")
         await asyncio.to_thread(self.broker.put_crawl, spec.id, encode_spec(spec))
-        await asyncio.to_thread(self.broker.add_seen, spec.id, [seed], max_pages=spec.max_pages)
         timer = StartTimer(site=site, timeout=spec.settle, callback_msg=FullEnd(site=site, crawl=spec.id))
         await self._send("timer", timer)
-        await self._send("index", Index(site=site, url=seed, crawl=spec.id, depth=0))
+        first = encode(Index(site=site, url=seed, crawl=spec.id, depth=0))
+        await asyncio.to_thread(
+            self.broker.add_seen, spec.id, [seed], max_pages=spec.max_pages, queue="index", bodies=[first]
+        )
 
     async def _index(self, message: Index) -> None:
         site = check_site(message.site)

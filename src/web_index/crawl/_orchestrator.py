@@ -96,6 +96,7 @@ class Orchestrator:
         await self._send(commands)
         if forward is None:
             return
+        log.debug("orchestrator: search %s on %s to %s", forward.id, forward.site, target)
         if target is None:
             answer = Results(id=forward.id, site=forward.site, error=why, kind=kind)
             await asyncio.to_thread(self.broker.send, forward.reply_to, [encode(answer)])

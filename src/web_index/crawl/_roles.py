@@ -94,15 +94,15 @@ class Crawler:
             links = [link for link, verdict in zip(links, allowed, strict=True) if verdict.allowed]
         for start in range(0, len(links), _SEEN_CHUNK):
             chunk = links[start : start + _SEEN_CHUNK]
-            admitted = await asyncio.to_thread(self.broker.add_seen, spec.id, chunk, max_pages=spec.max_pages)
-            new = [
-                Index(site=site, url=link, crawl=spec.id, depth=message.depth + 1)
-                for link, ok in zip(chunk, admitted, strict=True)
-                if ok
+            bodies = [
+                encode(Index(site=site, url=link, crawl=spec.id, depth=message.depth + 1)) for link in chunk
             ]
-            if new:
-                await asyncio.to_thread(self.broker.send, "index", [encode(m) for m in new])
-                self.stats.queued += len(new)
+            # Marked seen and queued in one step: if this worker dies half way,
+            # the redelivered message finds each link either unseen or queued.
+            admitted = await asyncio.to_thread(
+                self.broker.add_seen, spec.id, chunk, max_pages=spec.max_pages, queue="index", bodies=bodies
+            )
+            self.stats.queued += sum(admitted)
 
     async def tick(self) -> None:
         return None

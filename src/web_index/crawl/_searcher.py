@@ -10,6 +10,7 @@ it holds every few seconds, and at once after each change.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import shutil
 import time
@@ -35,6 +36,8 @@ from web_index.crawl.queues import Broker, Delivery
 from web_index.errors import SearchError, SearchQueryError, SiteNotFoundError
 
 __all__ = ["Searcher"]
+
+log = logging.getLogger("web_index.crawl")
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -83,17 +86,27 @@ class Searcher:
             answer = await self._answer(message)
             await asyncio.to_thread(self.broker.send, message.reply_to, [encode(answer)])
             self.answered += 1
+            log.debug("searcher %s: answered %s on %s", self.id, message.id, message.site)
             return
         assert isinstance(message, Load | Drop)
         site = check_site(message.site)
+        began = time.monotonic()
         async with self._locks.setdefault(site, asyncio.Lock()):
             if isinstance(message, Drop):
                 await asyncio.to_thread(self.packs.drop, site)
+                log.info("searcher %s: dropped %s", self.id, site)
             else:
                 try:
-                    await asyncio.to_thread(self.packs.load, site, message.generation)
+                    held = await asyncio.to_thread(self.packs.load, site, message.generation)
                 except SearchError:  # pruned since: the newest is what is wanted anyway
-                    await asyncio.to_thread(self.packs.load, site)
+                    held = await asyncio.to_thread(self.packs.load, site)
+                log.info(
+                    "searcher %s: holds %s generation %d (%.2fs)",
+                    self.id,
+                    site,
+                    held,
+                    time.monotonic() - began,
+                )
         await self._beat()
 
     async def _answer(self, search: Search) -> Results:

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from web_index._extras import import_extra
-from web_index.crawl.queues.base import DeadLetter, Delivery, QueueCounts, backoff
+from web_index.crawl.queues.base import DeadLetter, Delivery, QueueCounts, backoff, check_bodies
 
 __all__ = ["RedisBroker"]
 
@@ -92,13 +92,17 @@ return 1
 # KEYS: seen set. ARGV: max pages, urls... Returns 1/0 per url.
 _ADD_SEEN = """
 local count = redis.call('SCARD', KEYS[1])
+local n = tonumber(ARGV[2])
 local out = {}
-for i = 2, #ARGV do
+for i = 1, n do
   if count >= tonumber(ARGV[1]) then out[#out + 1] = 0
   else
-    local new = redis.call('SADD', KEYS[1], ARGV[i])
+    local new = redis.call('SADD', KEYS[1], ARGV[2 + i])
     count = count + new
     out[#out + 1] = new
+    if new == 1 and #KEYS > 1 then
+      redis.call('XADD', KEYS[2], '*', 'b', ARGV[2 + n + i], 'n', 0, 'e', '')
+    end
   end
 end
 return out
@@ -309,10 +313,22 @@ class RedisBroker:
         value = self._r.get(self._key("crawl", crawl))
         return None if value is None else bytes(value)
 
-    def add_seen(self, crawl: str, urls: Sequence[str], *, max_pages: int) -> list[bool]:
+    def add_seen(
+        self,
+        crawl: str,
+        urls: Sequence[str],
+        *,
+        max_pages: int,
+        queue: str | None = None,
+        bodies: Sequence[bytes] = (),
+    ) -> list[bool]:
+        check_bodies(urls, queue, bodies)
         if not urls:
             return []
-        got = self._add_seen(keys=[self._key("seen", crawl)], args=[max_pages, *urls])
+        keys = [self._key("seen", crawl)]
+        if queue is not None:
+            keys.append(self._stream(queue))
+        got = self._add_seen(keys=keys, args=[max_pages, len(urls), *urls, *map(bytes, bodies)])
         return [bool(x) for x in got]
 
     def seen_count(self, crawl: str) -> int:

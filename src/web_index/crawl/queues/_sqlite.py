@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from web_index.crawl.queues.base import DeadLetter, Delivery, QueueCounts, backoff
+from web_index.crawl.queues.base import DeadLetter, Delivery, QueueCounts, backoff, check_bodies
 
 __all__ = ["SqliteBroker"]
 
@@ -244,8 +244,18 @@ class SqliteBroker:
         rows = self._read("SELECT spec FROM crawls WHERE id = ?", (crawl,))
         return bytes(rows[0][0]) if rows else None
 
-    def add_seen(self, crawl: str, urls: Sequence[str], *, max_pages: int) -> list[bool]:
+    def add_seen(
+        self,
+        crawl: str,
+        urls: Sequence[str],
+        *,
+        max_pages: int,
+        queue: str | None = None,
+        bodies: Sequence[bytes] = (),
+    ) -> list[bool]:
+        check_bodies(urls, queue, bodies)
         admitted: list[bool] = []
+        visible = self._clock()
         with self._write() as db:
             row = db.execute("SELECT COUNT(*) FROM seen WHERE crawl = ?", (crawl,)).fetchone()
             count = int(row[0])
@@ -257,6 +267,11 @@ class SqliteBroker:
                 new = cur.rowcount == 1
                 count += new
                 admitted.append(new)
+            if queue is not None:
+                db.executemany(
+                    "INSERT INTO messages (queue, body, visible) VALUES (?, ?, ?)",
+                    [(queue, bytes(b), visible) for b, ok in zip(bodies, admitted, strict=True) if ok],
+                )
         return admitted
 
     def seen_count(self, crawl: str) -> int:

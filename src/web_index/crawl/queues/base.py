@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Broker", "DeadLetter", "Delivery", "QueueCounts", "backoff"]
+__all__ = ["Broker", "DeadLetter", "Delivery", "QueueCounts", "backoff", "check_bodies"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,12 @@ class QueueCounts:
 def backoff(deliveries: int, base: float = 1.0, cap: float = 60.0) -> float:
     """Seconds before a message that failed its ``deliveries``-th delivery is offered again."""
     return float(min(cap, base * 2 ** max(0, deliveries - 1)))
+
+
+def check_bodies(urls: Sequence[str], queue: str | None, bodies: Sequence[bytes]) -> None:
+    """``add_seen``'s arguments agree: one body per URL with a queue, none without."""
+    if len(bodies) != (len(urls) if queue is not None else 0):
+        raise ValueError(f"add_seen: {len(bodies)} bodies for {len(urls)} URLs and queue {queue!r}")
 
 
 class Broker(Protocol):
@@ -111,9 +117,20 @@ class Broker(Protocol):
 
     def get_crawl(self, crawl: str) -> bytes | None: ...
 
-    def add_seen(self, crawl: str, urls: Sequence[str], *, max_pages: int) -> list[bool]:
+    def add_seen(
+        self,
+        crawl: str,
+        urls: Sequence[str],
+        *,
+        max_pages: int,
+        queue: str | None = None,
+        bodies: Sequence[bytes] = (),
+    ) -> list[bool]:
         """Mark ``urls`` seen in ``crawl``: for each, whether it was new *and*
-        admitted (the crawl had seen fewer than ``max_pages`` URLs)."""
+        admitted (the crawl had seen fewer than ``max_pages`` URLs). With
+        ``queue``, ``bodies[i]`` is sent there for each admitted ``urls[i]`` in
+        the same step: a consumer that dies in between cannot leave a URL seen
+        but never queued, which nothing would ever queue again."""
         ...
 
     def seen_count(self, crawl: str) -> int: ...
