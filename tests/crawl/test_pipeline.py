@@ -198,3 +198,20 @@ def test_crawl_and_search_commands_exit_codes(tmp_path: Path) -> None:
     ]
     bad_role = runner.invoke(app, ["worker", "--role", "seacher", "--store", store])
     assert bad_role.exit_code == 2 and "--role 'seacher'" in bad_role.stderr
+    with LocalServer(crawl_site_routes(10)) as site:
+        args = [
+            "crawl",
+            site.url("/p/0"),
+            "--store",
+            store,
+            "--allow-loopback",
+            "--settle",
+            "60",
+            "--timeout",
+            "2",
+        ]
+        late = runner.invoke(app, args)
+    assert late.exit_code == 5
+    assert late.stderr.strip().splitlines()[-1] == (
+        f"error: the crawl of 127.0.0.1:{site.port} had not settled after 2s: what was fetched is recorded, the rest stays queued"
+    )

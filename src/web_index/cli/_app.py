@@ -51,7 +51,7 @@ EXIT_FOUND_NOTHING = 1  # query/presence: at least one query matched nothing (wi
 EXIT_USAGE = 2  # bad arguments or invalid input
 EXIT_PROBLEMS = 3  # verify found problems
 EXIT_STORE_ERROR = 4  # the store could not be read or written
-EXIT_UNAVAILABLE = 5  # a service the command needs did not answer in time (a routed search)
+EXIT_UNAVAILABLE = 5  # timed out waiting: a routed search no searcher answered, a crawl that did not settle
 
 
 def _console(*, stderr: bool) -> Console:

@@ -85,13 +85,17 @@ def crawl(
     allow_loopback: AllowLoopback = False,
     allow_private: AllowPrivate = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(min=1, help="Give up (exit 5) if the site has not settled after this many seconds."),
+    ] = None,
 ) -> None:
     """Crawl a site into the store and publish its search database.
 
     Every attempt is recorded in the store like any fetch; the text of each
     page is packed into a full-text database once the site has settled
     (--settle seconds without a new page). Exits 0 when the database holds at
-    least one page, 1 when it holds none.
+    least one page, 1 when it holds none, 5 when --timeout ran out first.
     """
     from web_index.crawl import MessageError, crawl_site
     from web_index.errors import InvalidRecordError
@@ -120,10 +124,15 @@ def crawl(
                     broker=queue,
                     in_flight=8 * concurrency,
                     on_progress=display.update,
+                    timeout=timeout,
                 )
             )
         except (MessageError, InvalidRecordError, ValueError) as exc:  # the seed, the scope, the queue URL
             raise fail(EXIT_USAGE, str(exc)) from None
+        except TimeoutError as exc:  # what was fetched stays recorded; the queue keeps the rest
+            raise fail(
+                EXIT_UNAVAILABLE, f"{exc}: what was fetched is recorded, the rest stays queued"
+            ) from None
     if as_json:
         print(json.dumps({k: getattr(result, k) for k in result.__slots__}), flush=True)
     else:

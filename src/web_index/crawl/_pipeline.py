@@ -9,6 +9,7 @@ and the packer has published the database that followed.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -29,7 +30,7 @@ from web_index.crawl.queues import Broker, SqliteBroker, open_broker
 from web_index.errors import InvalidURLError
 from web_index.fetch import FetchConfig
 from web_index.index import WebIndex
-from web_index.search import SearchPage
+from web_index.search import SearchPage, decompress_pack, read_pack_info
 from web_index.storage import open_backend
 from web_index.urls import domain_of, host_of
 
@@ -240,9 +241,15 @@ async def crawl_site(
                 on_progress(
                     CrawlProgress(stats.queued, stats.fetched, stats.indexed, stats.errors, pending, elapsed)
                 )
-            published = stats.published.get(site, 0) > (before or 0)
-            if published and pending == 0 and site not in timers:
-                break
+            if pending == 0 and site not in timers:
+                if stats.published.get(site, 0) > (before or 0):
+                    break
+                # On a shared broker another worker's packer may have packed it.
+                elsewhere = await asyncio.to_thread(files.latest, site)
+                if elsewhere is not None and elsewhere > (before or 0):
+                    stats.published[site] = elsewhere
+                    stats.pages[site] = await asyncio.to_thread(_pages_in, files, site, elsewhere)
+                    break
             if timeout is not None and elapsed > timeout:
                 raise TimeoutError(f"the crawl of {site} had not settled after {timeout:g}s")
     finally:
@@ -261,6 +268,13 @@ async def crawl_site(
         dead_letters=dead,
         seconds=time.monotonic() - began,
     )
+
+
+def _pages_in(files: SiteFiles, site: str, generation: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="wi-pack-") as tmp:
+        files.download(site, generation, Path(tmp) / "pack.zst")
+        decompress_pack(Path(tmp) / "pack.zst", Path(tmp) / "pack.sqlite")
+        return read_pack_info(Path(tmp) / "pack.sqlite").pages
 
 
 def _dead(broker: Broker) -> int:
