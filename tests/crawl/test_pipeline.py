@@ -213,5 +213,6 @@ def test_crawl_and_search_commands_exit_codes(tmp_path: Path) -> None:
         late = runner.invoke(app, args)
     assert late.exit_code == 5
     assert late.stderr.strip().splitlines()[-1] == (
-        f"error: the crawl of 127.0.0.1:{site.port} had not settled after 2s: what was fetched is recorded, the rest stays queued"
+        f"error: the crawl of 127.0.0.1:{site.port} had not settled after 2s:"
+        " what was fetched is recorded, the rest stays queued"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from web_index.crawl._site_files import SiteFiles, check_site
@@ -58,7 +59,8 @@ class LocalPacks:
         self.folder.mkdir(parents=True, exist_ok=True)
         target = self.folder / f"{site}.{generation:08d}.sqlite"
         if not target.exists():
-            packed = self.folder / f"{site}.{generation:08d}.sqlite.zst.part"
+            # Named for this download alone: processes sharing the folder may load it at once.
+            packed = self.folder / f"{site}.{generation:08d}.{uuid.uuid4().hex}.zst.part"
             try:
                 self.files.download(site, generation, packed)
                 decompress_pack(packed, target)
@@ -72,7 +74,18 @@ class LocalPacks:
             self._readers[site] = (generation, reader)
         if old is not None:
             self._retire(old[1])
+        self._forget_older(site, generation)
         return generation
+
+    def _forget_older(self, site: str, generation: int) -> None:
+        # Copies of older generations left by earlier processes (or by another
+        # one sharing the folder: its open connections keep reading the unlinked file).
+        prefix = f"{site}."
+        for path in self.folder.iterdir():
+            rest = path.name.removeprefix(prefix).removesuffix(".sqlite")
+            ours = path.name.startswith(prefix) and path.name.endswith(".sqlite") and rest.isdigit()
+            if ours and int(rest) < generation:
+                path.unlink(missing_ok=True)
 
     def ensure(self, site: str, *, max_age: float = 5.0) -> int:
         """Hold the newest published generation of ``site``, asking the store at
