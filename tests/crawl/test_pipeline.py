@@ -216,3 +216,30 @@ def test_crawl_and_search_commands_exit_codes(tmp_path: Path) -> None:
         f"error: the crawl of 127.0.0.1:{site.port} had not settled after 2s:"
         " what was fetched is recorded, the rest stays queued"
     )
+
+
+@pytest.mark.parametrize(
+    ("seed", "scope", "site"),
+    [
+        ("http://www.example.co.uk/a", "host", "www.example.co.uk"),
+        ("http://www.example.co.uk/a", "domain", "example.co.uk"),
+        ("http://127.0.0.1:8421/", "host", "127.0.0.1:8421"),
+        ("http://[::1]:8080/a", "host", "[::1]:8080"),
+        ("http://[2001:db8::1]/", "prefix", "[2001:db8::1]"),
+        ("http://my_host.example/", "host", "my_host.example"),
+    ],
+)
+def test_the_site_a_crawl_is_packed_under(seed: str, scope: str, site: str) -> None:
+    from web_index.crawl import check_site
+    from web_index.crawl._pipeline import site_for
+
+    assert site_for(seed, scope) == site  # type: ignore[arg-type]
+    assert check_site(site) == site
+
+
+@pytest.mark.parametrize("bad", ["../x", "[::1]/../x", "[::1", "a/b", "..", "A.example", "x" * 300])
+def test_a_site_name_that_could_leave_its_folder_is_refused(bad: str) -> None:
+    from web_index.crawl import MessageError, check_site
+
+    with pytest.raises(MessageError, match="is not a lower-case host name"):
+        check_site(bad)

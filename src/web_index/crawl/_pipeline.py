@@ -179,7 +179,7 @@ def site_for(seed: str, scope: Scope) -> str:
     (registrable domain for a ``domain`` crawl), with its port if not the default."""
     port = urlsplit(seed).port
     name = domain_of(seed) if scope == "domain" else host_of(seed)
-    return check_site(f"{name}:{port}" if port is not None and ":" not in name else name)
+    return check_site(name if port is None else f"{name}:{port}")
 
 
 async def crawl_site(

@@ -32,7 +32,8 @@ __all__ = ["GRACE", "SiteFiles", "check_site"]
 TEXT_DIR = "search/text"
 PACK_DIR = "search/packs"
 GRACE = timedelta(minutes=2)
-_SITE = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?(?::[0-9]{1,5})?")
+# A host name (underscores occur in real ones), or an IPv6 address in brackets; then a port.
+_SITE = re.compile(r"(?:[a-z0-9_](?:[a-z0-9._-]{0,251}[a-z0-9_])?|\[[0-9a-f:.]{2,45}\])(?::[0-9]{1,5})?")
 _PACK = re.compile(r"(\d{8})\.sqlite\.zst")
 _STAMP = "%Y%m%dT%H%M%S%f"
 _TEXT_FIELDS: list[pa.Field[Any]] = [
@@ -47,9 +48,9 @@ _TEXT_SCHEMA = pa.schema(_TEXT_FIELDS)
 
 
 def check_site(site: str) -> str:
-    """``site`` if it can name a site's folder (a lower-case host name, with
-    ``:port`` when not the default); else :class:`MessageError`: it comes from
-    a message, and must never reach a path."""
+    """``site`` if it can name a site's folder (a lower-case host name or an
+    IPv6 address in brackets, with ``:port`` when not the default); else
+    :class:`MessageError`: it comes from a message, and must never reach a path."""
     if not _SITE.fullmatch(site) or ".." in site:
         raise MessageError(f"site {site!r} is not a lower-case host name")
     return site
