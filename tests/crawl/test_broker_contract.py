@@ -245,6 +245,21 @@ def test_seen_set_under_concurrent_writers(broker_url: str) -> None:
     assert sorted(queued) == sorted(admitted)  # each admitted URL queued once, no other
 
 
+def test_turns_are_spaced_for_every_consumer(broker_url: str) -> None:
+    one, two = open_broker(broker_url), open_broker(broker_url)
+    waits = [
+        one.reserve_turn("a.test", 0.5),
+        two.reserve_turn("a.test", 0.5),
+        one.reserve_turn("a.test", 0.5),
+    ]
+    assert waits == [pytest.approx(0, abs=0.05), pytest.approx(0.5, abs=0.05), pytest.approx(1.0, abs=0.05)]
+    assert two.reserve_turn("b.test", 0.5) == pytest.approx(0, abs=0.05)  # each key its own schedule
+    time.sleep(1.1)
+    assert one.reserve_turn("a.test", 0.0) == pytest.approx(0.4, abs=0.1)  # the turn taken 1.0 s on
+    one.close()
+    two.close()
+
+
 def test_crawl_specs_are_kept_once(broker: Broker) -> None:
     assert broker.get_crawl("c") is None
     assert broker.put_crawl("c", b"spec-1")

@@ -46,6 +46,19 @@ __all__ = ["Indexer", "SpecCache", "TextSink"]
 _DEFAULT_SETTLE = 300.0
 
 
+class BrokerPacer:
+    """Turns of each domain kept by the broker, so that every indexer process
+    spaces its requests to a host by the one ``--delay`` / Crawl-delay."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def wait_turn(self, domain: str, interval: float) -> None:
+        wait = await asyncio.to_thread(self.broker.reserve_turn, domain, interval)
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+
 class SpecCache:
     """Crawl specs by id, read once from the broker."""
 
@@ -153,6 +166,7 @@ class Indexer:
             concurrency=self.config.concurrency,
             per_domain=self.config.per_domain,
             domain_delay=self.config.domain_delay,
+            pacer=BrokerPacer(broker),
         )
 
     async def _send(self, queue: str, *messages: Message) -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from web_index.fetch._attempt import Attempt, Fetcher, Method, Stopwatch, utc_now
+from web_index.fetch._pacing import LocalPacer, Pacer
 from web_index.fetch._policy import Action, Decision, EscalationPolicy, plan_fetchers
 from web_index.fetch._robots import RobotsCache
 from web_index.models import AttemptState, PageKey
@@ -100,12 +100,10 @@ class Recorder:
 
 
 class _Domain:
-    __slots__ = ("next_start", "slots", "starting")
+    __slots__ = ("slots",)
 
     def __init__(self, concurrency: int) -> None:
         self.slots = asyncio.Semaphore(concurrency)
-        self.starting = asyncio.Lock()
-        self.next_start = 0.0
 
 
 AttemptHook = Callable[[Attempt, Decision], None]
@@ -118,7 +116,10 @@ class FetchRunner:
     ``None`` to fetch without recording (attempts are still returned).
     ``robots`` is a :class:`RobotsCache`, or ``None`` to ignore robots.txt.
     ``on_attempt`` is called after each attempt with the policy's decision.
-    :meth:`aclose` closes the fetchers too, unless ``owns_fetchers`` is false.
+    ``pacer`` spaces the starts to a domain by ``domain_delay`` (or its
+    Crawl-delay): its own :class:`LocalPacer` by default, or one shared with
+    other processes. :meth:`aclose` closes the fetchers too, unless
+    ``owns_fetchers`` is false.
     """
 
     def __init__(
@@ -134,6 +135,7 @@ class FetchRunner:
         on_attempt: AttemptHook | None = None,
         rng: random.Random | None = None,
         owns_fetchers: bool = True,
+        pacer: Pacer | None = None,
     ) -> None:
         if concurrency < 1 or per_domain < 1 or domain_delay < 0:
             raise ValueError("concurrency and per_domain must be >= 1, domain_delay >= 0")
@@ -145,6 +147,7 @@ class FetchRunner:
         self.domain_delay = domain_delay
         self.on_attempt = on_attempt
         self.owns_fetchers = owns_fetchers
+        self.pacer: Pacer = pacer or LocalPacer()
         self._rng = rng or random.Random()
         self._recorder = Recorder(index) if index is not None else None
         self._global: asyncio.Semaphore | None = None
@@ -235,9 +238,5 @@ class FetchRunner:
         async with slot.slots, self._global:
             delay = max(self.domain_delay, self._crawl_delays.get(domain, 0.0))
             if delay:
-                async with slot.starting:
-                    wait = slot.next_start - time.monotonic()
-                    if wait > 0:
-                        await asyncio.sleep(wait)
-                    slot.next_start = time.monotonic() + delay
+                await self.pacer.wait_turn(domain, delay)
             return await fetcher.fetch(url, method, min(number, 255))

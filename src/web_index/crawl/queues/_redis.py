@@ -108,6 +108,15 @@ end
 return out
 """
 
+# KEYS: the key's next free start (ms). ARGV: interval ms. Returns ms to wait.
+_RESERVE_TURN = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local start = math.max(ms, tonumber(redis.call('GET', KEYS[1]) or '0'))
+redis.call('SET', KEYS[1], start + tonumber(ARGV[1]), 'PX', start - ms + tonumber(ARGV[1]) + 60000)
+return start - ms
+"""
+
 # A timer: its deadline in a sorted set, and <site>:t timeout (ms), <site>:q queue,
 # <site>:c callback in a hash.
 # KEYS: deadlines zset, timer hash. ARGV: site, timeout ms, queue, callback, mode (start|reset).
@@ -162,6 +171,7 @@ class RedisBroker:
         self._delay = self._r.register_script(_DELAY)
         self._settle = self._r.register_script(_SETTLE)
         self._add_seen = self._r.register_script(_ADD_SEEN)
+        self._reserve_turn = self._r.register_script(_RESERVE_TURN)
         self._set_timer = self._r.register_script(_SET_TIMER)
         self._fire = self._r.register_script(_FIRE)
         self._r.ping()
@@ -333,6 +343,10 @@ class RedisBroker:
 
     def seen_count(self, crawl: str) -> int:
         return int(self._r.scard(self._key("seen", crawl)))
+
+    def reserve_turn(self, key: str, interval: float) -> float:
+        waited = self._reserve_turn(keys=[self._key("turn", key)], args=[max(0, int(interval * 1000))])
+        return float(waited) / 1000
 
     # --- timers ---------------------------------------------------------------
     def _timer(self, site: str, timeout: float, queue: str, callback: bytes, mode: str) -> bool:

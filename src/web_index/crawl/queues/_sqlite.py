@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS timers (
     callback BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS timers_due ON timers (deadline);
+CREATE TABLE IF NOT EXISTS turns (key TEXT PRIMARY KEY, next REAL NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -277,6 +278,14 @@ class SqliteBroker:
     def seen_count(self, crawl: str) -> int:
         ((count,),) = self._read("SELECT COUNT(*) FROM seen WHERE crawl = ?", (crawl,))
         return int(count)
+
+    def reserve_turn(self, key: str, interval: float) -> float:
+        now = self._clock()
+        with self._write() as db:
+            row = db.execute("SELECT next FROM turns WHERE key = ?", (key,)).fetchone()
+            start = max(now, float(row[0]) if row else now)
+            db.execute("INSERT OR REPLACE INTO turns (key, next) VALUES (?, ?)", (key, start + interval))
+        return start - now
 
     # --- timers ---------------------------------------------------------------
     def start_timer(self, site: str, timeout: float, callback_queue: str, callback: bytes) -> None:

@@ -135,6 +135,12 @@ class Broker(Protocol):
 
     def seen_count(self, crawl: str) -> int: ...
 
+    def reserve_turn(self, key: str, interval: float) -> float:
+        """Take the next turn of ``key`` (a host's request starts), at least
+        ``interval`` seconds after the turn before it, whoever took that one;
+        return the seconds to wait for it. Politeness shared by every worker."""
+        ...
+
     # --- timers ---------------------------------------------------------------
     def start_timer(self, site: str, timeout: float, callback_queue: str, callback: bytes) -> None:
         """Set ``site``'s timer to fire in ``timeout`` seconds, replacing any it had."""
