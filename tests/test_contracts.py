@@ -5,6 +5,7 @@ joins the parameter lists and must pass unchanged."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -106,6 +107,21 @@ def test_a_file_of_any_kind_is_copied_out(backend: Backend, tmp_path: Path) -> N
         backend.copy_out("in/missing.warc.gz", tmp_path / "other")
     with pytest.raises((StoreError, ValueError)):
         backend.copy_out("../escape", tmp_path / "other")
+
+
+def test_a_local_file_is_copied_in_whole(backend: Backend, tmp_path: Path) -> None:
+    src = tmp_path / "pack.sqlite.zst"
+    src.write_bytes(os.urandom(3 << 20))  # 3 MiB, over the S3 multipart threshold set below
+    if isinstance(getattr(backend, "inner", backend), S3Backend):
+        getattr(backend, "inner", backend).multipart_bytes = 1 << 20
+    backend.copy_in(src, "search/packs/a.test/00000001.sqlite.zst")
+    [info] = backend.list_files("search/packs/a.test")
+    assert (info.name, info.size) == ("00000001.sqlite.zst", 3 << 20)
+    backend.copy_out("search/packs/a.test/00000001.sqlite.zst", tmp_path / "back")
+    assert (tmp_path / "back").read_bytes() == src.read_bytes()
+    with pytest.raises((StoreError, ValueError)):
+        backend.copy_in(src, "../escape.zst")
+    assert backend.list_files("search/packs/a.test") == [info]  # nothing else written
 
 
 def test_a_private_local_folder(backend: Backend) -> None:

@@ -8,7 +8,7 @@ watermark (less a grace period: an indexer's clock may lag, or its write may
 land after a later-named one).
 
 ``search/packs/<site>/<generation>.sqlite.zst``: the published databases,
-each written whole (a rename on disk, one PUT on S3) under a new generation
+each written whole (a rename on disk, one upload on S3, streamed) under a new generation
 number, so that a reader sees a complete database or none.
 """
 
@@ -132,7 +132,7 @@ class SiteFiles:
 
     def publish(self, site: str, generation: int, compressed: Path) -> None:
         """Publish the compressed database ``compressed`` as ``generation``."""
-        self.backend.write_bytes(_pack_path(site, generation), compressed.read_bytes())
+        self.backend.copy_in(compressed, _pack_path(site, generation))
 
     def download(self, site: str, generation: int, dest: Path) -> None:
         """Copy ``generation``'s compressed database to ``dest``."""

@@ -95,6 +95,11 @@ class Backend(Protocol):
         """Write a small file (the store's marker) atomically: all or nothing."""
         ...
 
+    def copy_in(self, src: Path, path: str) -> None:
+        """Write the local file ``src`` to ``path`` whole (a reader sees all of
+        it or none), streamed: it may be larger than memory (a search pack)."""
+        ...
+
     def copy_out(self, path: str, dest: Path) -> None:
         """Copy a file of any kind to the local file ``dest``, streamed (the WARC
         files an import reads from an object store); ``FileNotFoundError`` if gone."""

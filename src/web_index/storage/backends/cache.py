@@ -308,6 +308,12 @@ class CachingBackend:
         finally:
             self.invalidate(path)
 
+    def copy_in(self, src: Path, path: str) -> None:
+        try:
+            self.inner.copy_in(src, path)
+        finally:
+            self.invalidate(path)
+
     def copy_out(self, path: str, dest: Path) -> None:
         self.inner.copy_out(path, dest)  # whole files of any kind: not what the cache holds
 

@@ -137,6 +137,14 @@ class LocalBackend:
         with contextlib.suppress(FileNotFoundError):
             self._path(path).unlink()
 
+    def copy_in(self, src: Path, path: str) -> None:
+        def write(tmp: Path) -> None:
+            shutil.copyfile(src, tmp)
+            with tmp.open("rb+") as fh:
+                os.fsync(fh.fileno())
+
+        self._replace(path, write)
+
     def copy_out(self, path: str, dest: Path) -> None:
         shutil.copyfile(self._path(path), dest)
 

@@ -211,6 +211,20 @@ class S3Backend:
         except BaseError as exc:
             raise self._fail(exc, f"reading {path}") from None
 
+    def copy_in(self, src: Path, path: str) -> None:
+        self.requests.add("put")
+        try:
+            obs.put(
+                self.store,
+                store_path(path),
+                src,
+                use_multipart=src.stat().st_size > self.multipart_bytes,
+                chunk_size=_PART_BYTES,
+                max_concurrency=4,
+            )
+        except BaseError as exc:
+            raise self._fail(exc, f"writing {path}") from None
+
     def copy_out(self, path: str, dest: Path) -> None:
         self.requests.add("get")
         try:
