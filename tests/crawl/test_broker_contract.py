@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.servers import Redis
-from web_index.crawl.queues import Broker, SqliteBroker, open_broker
+from web_index.crawl.queues import Broker, QueueCounts, SqliteBroker, open_broker
 
 LEASE = 0.4
 
@@ -258,6 +258,19 @@ def test_turns_are_spaced_for_every_consumer(broker_url: str) -> None:
     assert one.reserve_turn("a.test", 0.0) == pytest.approx(0.4, abs=0.1)  # the turn taken 1.0 s on
     one.close()
     two.close()
+
+
+def test_a_forgotten_queue_is_gone_and_the_others_stay(broker: Broker) -> None:
+    broker.send("reply.a", [b"1", b"2"])
+    broker.send("reply.b", [b"3"])
+    (held,) = broker.receive("reply.a", lease=30)
+    broker.dead_letter(held, "bad")
+    broker.forget("reply.a")
+    assert broker.counts("reply.a") == QueueCounts(0, 0, 0)
+    assert broker.receive("reply.a") == []
+    assert bodies(broker.receive("reply.b")) == [b"3"]
+    broker.send("reply.a", [b"4"])  # usable again
+    assert bodies(broker.receive("reply.a")) == [b"4"]
 
 
 def test_crawl_specs_are_kept_once(broker: Broker) -> None:

@@ -75,6 +75,7 @@ class Orchestrator:
         now = self.clock()
         forward: Search | None = None
         target: str | None = None
+        why, kind = "", None
         async with self._lock:  # the placement changes in one task at a time
             if isinstance(message, Register):
                 commands = self.placement.register(message.searcher, message.free_mb, now)

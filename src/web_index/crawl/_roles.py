@@ -183,7 +183,7 @@ class Packer:
             self.stats.pages[site] = pages
 
     def pack(self, site: str, *, full: bool) -> tuple[int, int, int] | None:
-        """Pack ``site``; its new generation, compressed size and page count,
+        """Pack ``site``; its new generation, size decompressed and page count,
         or ``None`` when an incremental pack finds nothing new."""
         latest = self.files.latest(site)
         if self.workdir is not None:
@@ -203,7 +203,8 @@ class Packer:
                     return None
                 info = update_pack(db, self.files.read_texts(site, names), watermark=max(names[-1], old))
             packed = Path(tmp) / "pack.sqlite.zst"
-            size = compress_pack(db, packed)
+            size = db.stat().st_size  # what a searcher needs on disk (update's size_mb)
+            compress_pack(db, packed)
             generation = (latest or 0) + 1
             self.files.publish(site, generation, packed)
         self.files.prune(site, keep=self.keep)

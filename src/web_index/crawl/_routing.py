@@ -132,8 +132,11 @@ class SearchRouter:
                     entry[0].set_result(answer)
 
     def close(self) -> None:
+        """Stop reading, fail the searches still waiting, and delete the reply queue."""
         self._stop.set()
         self._reader.join(timeout=5)
+        with contextlib.suppress(Exception):
+            self.broker.forget(self.reply_to)
         with self._lock:
             left, self._waiting = list(self._waiting.values()), {}
         for waiting, _, _ in left:

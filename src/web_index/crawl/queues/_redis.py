@@ -315,6 +315,11 @@ class RedisBroker:
         leased = int(pending["pending"])
         return QueueCounts(int(length) - leased + int(delayed), leased, int(dead))
 
+    def forget(self, queue: str) -> None:
+        names = ("q", "d", "dh", "dead")
+        self._r.delete(*(self._key(kind, queue) for kind in names))
+        self._groups.discard(queue)
+
     # --- crawl state ----------------------------------------------------------
     def put_crawl(self, crawl: str, spec: bytes) -> bool:
         return bool(self._r.set(self._key("crawl", crawl), spec, nx=True))

@@ -235,6 +235,11 @@ class SqliteBroker:
         ((dead,),) = self._read("SELECT COUNT(*) FROM dead WHERE queue = ?", (queue,))
         return QueueCounts(int(ready), int(leased), int(dead))
 
+    def forget(self, queue: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM messages WHERE queue = ?", (queue,))
+            db.execute("DELETE FROM dead WHERE queue = ?", (queue,))
+
     # --- crawl state ----------------------------------------------------------
     def put_crawl(self, crawl: str, spec: bytes) -> bool:
         with self._write() as db:

@@ -110,6 +110,11 @@ class Broker(Protocol):
 
     def counts(self, queue: str) -> QueueCounts: ...
 
+    def forget(self, queue: str) -> None:
+        """Delete ``queue``, its messages and dead letters (a reply queue whose
+        asker has gone)."""
+        ...
+
     # --- crawl state ----------------------------------------------------------
     def put_crawl(self, crawl: str, spec: bytes) -> bool:
         """Keep a crawl's spec; ``False`` (and unchanged) if the crawl exists."""
