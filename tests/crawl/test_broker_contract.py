@@ -260,6 +260,17 @@ def test_turns_are_spaced_for_every_consumer(broker_url: str) -> None:
     two.close()
 
 
+def test_many_are_acknowledged_in_one_step(broker: Broker) -> None:
+    broker.send("q", [b"1", b"2", b"3"])
+    got = broker.receive("q", limit=3, lease=30)
+    broker.ack_many(got[:2])
+    assert broker.counts("q") == QueueCounts(0, 1, 0)
+    broker.ack_many([])
+    broker.ack_many(got[:2])  # again: nothing left to take
+    broker.ack_many(got[2:])
+    assert broker.counts("q") == QueueCounts(0, 0, 0)
+
+
 def test_a_forgotten_queue_is_gone_and_the_others_stay(broker: Broker) -> None:
     broker.send("reply.a", [b"1", b"2"])
     broker.send("reply.b", [b"3"])

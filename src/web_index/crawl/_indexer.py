@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from web_index.crawl._batching import Batcher
 from web_index.crawl._messages import (
     Crawl,
     CrawlSpec,
@@ -159,6 +160,7 @@ class Indexer:
         self._reset_at: dict[str, float] = {}  # when each site's timer was last reset
         self._owed: dict[str, float] = {}  # sites with pages since then: their settle time
         self.sink = TextSink(files)
+        self._crawls: Batcher[bytes] = Batcher(lambda bodies: broker.send("crawl", bodies))
         self.robots: RobotsCache | None = self.config.robots_cache()
         self.runner = FetchRunner(
             self.config.build_fetchers(),
@@ -224,7 +226,8 @@ class Indexer:
         settle = spec.settle if spec is not None else self.settle
         await self._reset_timer(site, settle)
         if spec is not None and text is not None and follow_links and message.depth < spec.max_depth:
-            await self._send("crawl", Crawl(site=site, url=url, crawl=spec.id, depth=message.depth))
+            await self._crawls.add(encode(Crawl(site=site, url=url, crawl=spec.id, depth=message.depth)))
+            self.stats.queued += 1
 
     async def _text_of(
         self, responses: list[Response], success: bool, status: int | None, url: str

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from web_index.crawl._batching import Batcher
 from web_index.crawl._messages import Message, MessageError, decode
 from web_index.crawl.queues import Broker, Delivery
 
@@ -84,6 +85,7 @@ class Worker:
         self.lease = lease
         self._stop = asyncio.Event()
         self._pool = ThreadPoolExecutor(max_workers=max(8, concurrency + 4), thread_name_prefix="wi-broker")
+        self._acks: Batcher[Delivery] = Batcher(broker.ack_many)
 
     def stop(self) -> None:
         self._stop.set()
@@ -166,7 +168,7 @@ class Worker:
                 log.warning("%s: %s failed (%s); released for a retry", role.name, delivery.id, reason)
                 await self._call(self.broker.release, delivery, reason)
             else:
-                await self._call(self.broker.ack, delivery)
+                await self._acks.add(delivery)
         except Exception:
             # The broker itself failed (Redis gone, disk full): the message stays
             # leased and comes back after its lease; the worker goes on.

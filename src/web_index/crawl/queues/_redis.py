@@ -258,7 +258,9 @@ class RedisBroker:
             out.append(delivery)
         return out
 
-    def _run_settle(self, d: Delivery, action: str, reason: str, delay_ms: int = 0) -> None:
+    def _run_settle(
+        self, d: Delivery, action: str, reason: str, delay_ms: int = 0, client: Any = None
+    ) -> None:
         keys = [
             self._stream(d.queue),
             self._key("d", d.queue),
@@ -267,13 +269,19 @@ class RedisBroker:
         ]
         owner, _, times = d.lease_token.rpartition("/")
         args = [d.id, owner, action, reason, delay_ms, d.deliveries, uuid.uuid4().hex, times]
-        self._settle(keys=keys, args=args)
+        self._settle(keys=keys, args=args, client=client)
 
     def _bury(self, delivery: Delivery, reason: str) -> None:
         self._run_settle(delivery, "bury", reason)
 
     def ack(self, delivery: Delivery) -> None:
         self._run_settle(delivery, "ack", "")
+
+    def ack_many(self, deliveries: Sequence[Delivery]) -> None:
+        pipe = self._r.pipeline(transaction=False)  # one round trip; each settle is atomic itself
+        for delivery in deliveries:
+            self._run_settle(delivery, "ack", "", client=pipe)
+        pipe.execute()
 
     def extend(self, delivery: Delivery, lease: float) -> None:
         # Resetting the idle time restarts the lease as receivers measure it

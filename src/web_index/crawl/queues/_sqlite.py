@@ -174,6 +174,13 @@ class SqliteBroker:
                 "DELETE FROM messages WHERE id = ? AND lease = ?", (int(delivery.id), delivery.lease_token)
             )
 
+    def ack_many(self, deliveries: Sequence[Delivery]) -> None:
+        with self._write() as db:
+            db.executemany(
+                "DELETE FROM messages WHERE id = ? AND lease = ?",
+                [(int(d.id), d.lease_token) for d in deliveries],
+            )
+
     def extend(self, delivery: Delivery, lease: float) -> None:
         with self._write() as db:
             db.execute(

@@ -93,6 +93,10 @@ class Broker(Protocol):
         """Done with: the message is gone for good."""
         ...
 
+    def ack_many(self, deliveries: Sequence[Delivery]) -> None:
+        """:meth:`ack` each of ``deliveries``, in one step."""
+        ...
+
     def extend(self, delivery: Delivery, lease: float) -> None:
         """Keep holding a message ``lease`` more seconds (long work, e.g. a pack)."""
         ...
