@@ -20,6 +20,7 @@ from tests.factories import publish_pack
 from tests.servers import free_port, wait_port
 from web_index import WebIndex
 from web_index.crawl import site_files
+from web_index.errors import SearchError
 from web_index.server import create_app
 
 CLI = str(Path(sys.executable).parent / "web-index")
@@ -157,6 +158,40 @@ def test_serve_binds_loopback_by_default_and_refuses_a_bad_host(tmp_path: Path) 
         got = httpx.get(f"http://127.0.0.1:{port}/search?site=a.test&q=x")
         assert got.status_code == 404
         assert json.loads(got.text)["error"].startswith("no search database is published for 'a.test'")
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    assert b"Traceback" not in proc.stderr.read()  # type: ignore[union-attr]
+
+
+def test_every_role_in_one_process_on_the_embedded_broker(tmp_path: Path) -> None:
+    from web_index.cli._sample_site import LocalServer, crawl_site_routes
+    from web_index.crawl import CrawlSpec, IndexCrawl, SearchRouter, default_broker, encode
+
+    store = tmp_path / "store"
+    WebIndex(store).close()
+    roles = ["indexer", "crawler", "timer", "packer", "orchestrator", "searcher"]
+    args = [CLI, "worker", "--store", str(store), "--allow-loopback", "--heartbeat", "0.3"]
+    proc = subprocess.Popen([*args, *(f"--role={r}" for r in roles)], stderr=subprocess.PIPE)
+    try:
+        with LocalServer(crawl_site_routes(30)) as site, WebIndex(store, read_only=True) as index:
+            broker = default_broker(index)  # the worker's too: no --queue on either side
+            spec = CrawlSpec(id="one-process", seed=site.url("/p/0"), max_depth=100, settle=0.5)
+            broker.send("index", [encode(IndexCrawl(site=f"127.0.0.1:{site.port}", spec=spec))])
+            router = SearchRouter(broker, timeout=2)
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    page = router.search(f"127.0.0.1:{site.port}", "token29x")
+                    if page.total:
+                        break
+                except SearchError:
+                    pass  # not crawled, packed or placed yet
+                assert time.monotonic() < deadline, "no answer from the one-process pipeline"
+                time.sleep(0.2)
+            assert page.hits[0].url == site.url("/p/29")
+            router.close()
+            broker.close()
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
