@@ -4,6 +4,7 @@ call has, and a failure reaches every caller whose item it carried."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -40,5 +41,22 @@ def test_a_failed_call_fails_its_callers_only() -> None:
         await batcher.add(2)  # a later batch is not affected
         with pytest.raises(OSError, match=r"disk full while writing \[5\]"):
             await batcher.add(5)
+
+    asyncio.run(main())
+
+
+def test_items_added_during_a_call_are_not_stranded() -> None:
+    calls: list[list[int]] = []
+
+    def slow(items: Sequence[int]) -> None:
+        time.sleep(0.05)
+        calls.append(list(items))
+
+    async def main() -> None:
+        batcher: Batcher[int] = Batcher(slow, max_wait=0.001)
+        first = asyncio.create_task(batcher.add(1))
+        await asyncio.sleep(0.02)  # the call carrying 1 is under way
+        await asyncio.wait_for(asyncio.gather(batcher.add(2), batcher.add(3), first), timeout=5)
+        assert calls == [[1], [2, 3]]
 
     asyncio.run(main())

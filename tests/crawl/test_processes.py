@@ -26,8 +26,12 @@ def worker(store: Path, queue: str, *roles: str) -> subprocess.Popen[bytes]:
     args = [str(Path(sys.executable).parent / "web-index"), "worker", "--store", str(store), "--queue", queue]
     for role in roles:
         args += ["--role", role]
+    # A file, not a pipe nobody reads: a worker that logs a lot must not block on a full pipe.
+    log = (store.parent / f"{'-'.join(roles)}-{uuid.uuid4().hex[:6]}.log").open("wb")
     return subprocess.Popen(
-        [*args, "--allow-loopback", "--lease", "3"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [*args, "--allow-loopback", "--lease", "3", "--log-level", "info"],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
     )
 
 
@@ -84,3 +88,5 @@ def test_workers_on_redis_survive_a_killed_indexer(redis_server: Redis, tmp_path
                 except subprocess.TimeoutExpired:
                     p.kill()
             broker.close()
+    for log in tmp_path.glob("*.log"):
+        assert b"Traceback" not in log.read_bytes(), log.read_text()[-3000:]

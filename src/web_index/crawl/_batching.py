@@ -40,8 +40,11 @@ class Batcher(Generic[T]):
         await done
 
     async def _flush_soon(self) -> None:
-        await asyncio.sleep(self.max_wait)
-        await self._flush()
+        # Until none is left: items added while a call is under way have no
+        # flusher of their own (this one was still running when they came).
+        while self._items:
+            await asyncio.sleep(self.max_wait)
+            await self._flush()
 
     async def _flush(self) -> None:
         batch, self._items = self._items, []
