@@ -1,0 +1,543 @@
+"""Crawl pages/s against Scrapy, pack rate and search latency over HTTP, in one run.
+
+    .venv/bin/python bench/crawl_bench.py [--pages 10000] [--pack-pages 100000] [--queries 1000]
+
+1. Crawl the generated site of ``crawl_site_routes`` (served by ``LocalServer`` in its own process,
+   which counts and timestamps every request) with ``web-index crawl`` (one process), with
+   ``--workers`` ``web-index worker --role indexer --role crawler`` processes plus a timer+packer,
+   each on a SQLite and on a Redis broker, and with a plain Scrapy spider (robots.txt obeyed, links
+   followed within the host), plain and extracting each page's text with web-index's ``extract``.
+   Pages/s: distinct pages served / (last page served - first request served), from the server.
+2. Pack ``--pack-pages`` synthetic texts (bench/pack_bench.py) written by ``SiteFiles.write_texts``
+   in batches of 500: ``Packer.pack(site, full=True)`` timed, then its phases one by one.
+3. ``--queries`` sequential GET /search on ``web-index serve`` over that store (one keep-alive
+   client), next to ``PackReader.search`` and the bare FTS5 query on the same pack, alternated; then
+   through an orchestrator + searcher (``serve --queue``). See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import web_index
+from pack_bench import pages as synthetic_pages
+from pack_bench import percentile, queries, vocabulary
+from web_index import WebIndex, __version__
+from web_index.crawl import CrawlSpec, IndexCrawl, Packer, encode, open_broker, site_files
+from web_index.search import PackReader, build_pack, compress_pack, decompress_pack, fts_query, read_pack_info
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "crawl_bench.json"
+CLI = str(Path(sys.executable).parent / "web-index")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def serve_site(pages: int, port: int) -> None:
+    """The crawl site, plus ``/_bench/stats`` (counts, times, CPU) and ``/_bench/reset``."""
+    from web_index.cli._sample_site import Handler, LocalServer, crawl_site_routes, reply
+
+    lock, seen, s = threading.Lock(), set[str](), dict[str, float]()
+
+    def reset() -> None:
+        seen.clear()
+        s.update(requests=0, robots=0, private=0, first=0.0, last=0.0, cpu=time.process_time())
+
+    def timed(handler: Handler) -> Handler:
+        def run(r: Any) -> None:
+            handler(r)
+            path, now = r.path.split("?", 1)[0], time.time()
+            with lock:
+                s["first"] = s["first"] or now
+                s["requests"] += 1
+                s["robots"] += path == "/robots.txt"
+                s["private"] += path.startswith("/private/")
+                if path.startswith("/p/"):
+                    seen.add(path)
+                    s["last"] = now
+
+        return run
+
+    def stats(r: Any) -> None:
+        with lock:
+            body = {**s, "pages": len(seen), "cpu": time.process_time() - s["cpu"]}
+        reply(r, 200, json.dumps(body), content_type="application/json")
+
+    def do_reset(r: Any) -> None:
+        with lock:
+            reset()
+        reply(r, 200, "{}", content_type="application/json")
+
+    reset()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # for sigwait, in every thread
+    routes = {k: timed(v) for k, v in crawl_site_routes(pages).items()}
+    server = LocalServer({**routes, "/_bench/stats": stats, "/_bench/reset": do_reset}, port=port)
+    server.start()
+    print(server.base_url, flush=True)
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    server.stop()
+
+
+def scrapy_crawl(seed: str, concurrency: int, extract_text: bool) -> None:
+    """A plain Scrapy spider over the site (its own process: a Twisted reactor cannot restart)."""
+    from scrapy import Spider
+    from scrapy.crawler import CrawlerProcess
+    from scrapy.http import Response
+
+    from web_index.crawl import extract
+
+    class SiteSpider(Spider):
+        name = "site"
+        allowed_domains = ("127.0.0.1",)
+        start_urls = (seed,)
+
+        def parse(self, response: Response, **kwargs: Any) -> Any:
+            if extract_text:  # web-index's own extraction (resiliparse), the text dropped
+                extract(response.body, response.headers.get("Content-Type", b"").decode(), response.url)
+            for href in response.css("a::attr(href)").getall():
+                yield response.follow(href, self.parse)
+
+    process = CrawlerProcess({
+        "CONCURRENT_REQUESTS": concurrency, "CONCURRENT_REQUESTS_PER_DOMAIN": concurrency,
+        "ROBOTSTXT_OBEY": True, "LOG_LEVEL": "WARNING", "AUTOTHROTTLE_ENABLED": False, "DEPTH_LIMIT": 0,
+        "DOWNLOAD_DELAY": 0, "HTTPCACHE_ENABLED": False, "TELNETCONSOLE_ENABLED": False,
+    })  # fmt: skip
+    crawler = process.create_crawler(SiteSpider)
+    process.crawl(crawler)
+    process.start()
+    got = crawler.stats.get_stats() if crawler.stats else {}
+    keys = ("response_received_count", "robotstxt/forbidden", "offsite/filtered", "dupefilter/filtered")
+    print(json.dumps({k: got.get(k, 0) for k in keys}))
+
+
+class Site:
+    """The site server's process, and its counters."""
+
+    def __init__(self, pages: int) -> None:
+        self.pages, port = pages, free_port()
+        args = [sys.executable, __file__, "--serve-site", str(pages), str(port)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.base = self.proc.stdout.readline().strip()
+        self.host = self.base.removeprefix("http://")
+        self.client = httpx.Client(base_url=self.base, timeout=10)
+
+    def reset(self) -> None:
+        self.client.get("/_bench/reset").raise_for_status()
+
+    def stats(self) -> dict[str, float]:
+        return dict(self.client.get("/_bench/stats").json())
+
+    def capacity(self, n: int, clients: int) -> dict[str, float]:
+        """Pages/s served to ``clients`` threads of this process, a keep-alive httpx.Client each."""
+
+        def one(k: int) -> None:
+            with httpx.Client(base_url=self.base) as client:
+                for i in range(k, n, clients):
+                    client.get(f"/p/{i}").raise_for_status()
+
+        self.reset()
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(one, range(clients)))
+        st = self.stats()
+        return {"pages_per_s": round(n / (st["last"] - st["first"])), "server_cpu_ms_per_page": cpu_ms(st)}
+
+    def close(self) -> None:
+        self.client.close()
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def stop(procs: list[subprocess.Popen[Any]], grace: float = 30) -> int:
+    """SIGTERM ``procs``; SIGKILL those still running ``grace`` s later; how many needed it."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    deadline, killed = time.monotonic() + grace, 0
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            killed += 1
+    return killed
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t = time.perf_counter()
+    got = fn()
+    return got, round(time.perf_counter() - t, 2)
+
+
+def cpu_ms(st: dict[str, float]) -> float:
+    return round(1000 * st["cpu"] / max(1.0, st["requests"]), 3)
+
+
+def cpu_of(pids: list[int], last: dict[int, float]) -> dict[int, float]:
+    """user + system CPU seconds of each process (the last reading for one that has exited)."""
+    out = dict(last)
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) / TICK
+        except (OSError, IndexError):
+            pass
+    return out
+
+
+def busy() -> float:
+    """CPU seconds the whole machine has been busy (all but idle and iowait)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICK
+
+
+def watch(site: Site, procs: list[subprocess.Popen[Any]], also: tuple[int, ...] = ()) -> dict[str, Any]:
+    """Poll the site until every page was served; the figures, with the CPU seconds of the crawlers
+    (and ``also``: redis-server) and of everything else, from the first request to the last page."""
+    pids, cpu, cpu0, busy0 = [*(p.pid for p in procs), *also], dict[int, float](), 0.0, 0.0
+    got, progress = 0, time.time()
+    while True:
+        st, cpu = site.stats(), cpu_of(pids, cpu)
+        if not cpu0 and st["first"]:
+            cpu0, busy0 = sum(cpu.values()), busy() - st["cpu"]
+        if st["pages"] >= site.pages or all(p.poll() is not None for p in procs):
+            break
+        if st["pages"] > got:
+            got, progress = int(st["pages"]), time.time()
+        elif time.time() - progress > 120:
+            raise RuntimeError(f"no new page for 120 s at {got} pages")
+        time.sleep(0.1)
+    window, cpu_s = st["last"] - st["first"], sum(cpu.values()) - cpu0
+    other = busy() - st["cpu"] - busy0 - cpu_s  # the bench's polling, the kernel, any other process
+    return {
+        "pages": int(st["pages"]), "page_requests": int(st["requests"] - st["robots"] - st["private"]),
+        "robots_requests": int(st["robots"]), "private_requests": int(st["private"]),
+        "fetch_s": round(window, 2), "pages_per_s": round(st["pages"] / window, 1),
+        "crawler_cpu_s": round(cpu_s, 1), "crawler_cpu_ms_per_page": round(1000 * cpu_s / st["pages"], 2),
+        "server_cpu_ms_per_request": cpu_ms(st), "last_page": st["last"],
+        "other_cpu_s": round(other, 1), "load_1min": os.getloadavg()[0],
+    }  # fmt: skip
+
+
+def run_scrapy(site: Site, concurrency: int, extract_text: bool) -> dict[str, Any]:
+    site.reset()
+    args = [sys.executable, __file__, "--scrapy", f"{site.base}/p/0", "--concurrency", str(concurrency)]
+    proc = subprocess.Popen(args + ["--extract"] * extract_text, stdout=subprocess.PIPE, text=True)
+    row = watch(site, [proc])
+    return {**row, "scrapy_stats": json.loads(proc.communicate()[0])}
+
+
+def run_cli(site: Site, tmp: Path, concurrency: int, queue: str, also: tuple[int, ...]) -> dict[str, Any]:
+    """``web-index crawl``: every role in one process."""
+    site.reset()
+    store = tmp / f"store-{time.time()}"
+    args = [CLI, "crawl", f"{site.base}/p/0", "--store", str(store), "--allow-loopback", "--settle"]
+    args += ["1", "--max-pages", str(site.pages), "--max-depth", "100000", "--json"]
+    args += ["--concurrency", str(concurrency), "--per-domain", str(concurrency)]
+    proc = subprocess.Popen([*args, "--queue", queue], stdout=subprocess.PIPE, text=True)
+    row = watch(site, [proc], also)
+    try:
+        out, _ = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:  # not settled 5 min after the last page: say so, go on
+        return {**row, "hung": stop([proc])}
+    assert proc.returncode == 0, proc.returncode
+    return {**row, "to_published_s": round(time.time() - row["last_page"], 2), "cli": json.loads(out)}
+
+
+def run_workers(
+    site: Site, tmp: Path, c: int, workers: int, queue: str, also: tuple[int, ...]
+) -> dict[str, Any]:
+    """``workers`` indexer+crawler processes and a timer+packer on ``queue``; an ``index+crawl`` posted."""
+    store = tmp / f"store-{time.time()}"
+    WebIndex(store, create=True).close()
+    base = [CLI, "worker", "--store", str(store), "--queue", queue, "--allow-loopback"]
+    base += ["--concurrency", str(c), "--per-domain", str(c)]
+    roles = [["indexer", "crawler"]] * workers + [["timer", "packer"]]
+    logs = [store.with_suffix(f".{i}.log") for i in range(len(roles))]
+    procs = [
+        subprocess.Popen(
+            base + [a for r in rs for a in ("--role", r)], stdout=subprocess.DEVNULL, stderr=log.open("w")
+        )
+        for rs, log in zip(roles, logs, strict=True)
+    ]
+    broker, row = open_broker(queue), dict[str, Any]()
+    try:
+        while not all("worker:" in log.read_text() for log in logs):  # every worker has started
+            if any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"a worker exited: {[log.read_text() for log in logs]}")
+            time.sleep(0.1)
+        site.reset()
+        spec = CrawlSpec(id="bench", seed=f"{site.base}/p/0", max_pages=site.pages, max_depth=10**5, settle=1)
+        broker.send("index", [encode(IndexCrawl(site=site.host, spec=spec))])
+        row = watch(site, procs, also)
+        with WebIndex(store, read_only=True) as index:
+            files = site_files(index)
+            while (generation := files.latest(site.host)) is None:
+                time.sleep(0.05)
+            row["to_published_s"] = round(time.time() - row["last_page"], 2)
+            files.download(site.host, generation, store / "published.zst")
+        decompress_pack(store / "published.zst", store / "published.sqlite")
+        row["packed_pages"] = read_pack_info(store / "published.sqlite").pages
+        row["dead_letters"] = sum(broker.counts(q).dead for q in ("index", "crawl", "timer", "pack"))
+    finally:
+        row["killed_after_sigterm"] = stop(procs)  # workers still running 30 s after SIGTERM
+        broker.close()
+    return row
+
+
+def pack_and_search(tmp: Path, n: int, n_queries: int, brokers: dict[str, str]) -> dict[str, Any]:
+    site, store = "site.example", tmp / "pack-store"
+    vocab = vocabulary(random.Random(1), 50_000)
+    texts = synthetic_pages(n, 2, vocab, 2048)
+    out: dict[str, Any] = {"pages": n, "text_mib": round(sum(len(p.text.encode()) for p in texts) / 2**20, 1)}
+    with WebIndex(store, create=True) as index:
+        files = site_files(index)
+        _, out["write_texts_s"] = timed(
+            lambda: [files.write_texts(site, texts[i : i + 500]) for i in range(0, n, 500)]
+        )
+        broker, db = open_broker(f"sqlite://{tmp}/pack-queue.sqlite"), tmp / "pack.sqlite"
+        (generation, _, pages), pack_s = timed(
+            lambda: Packer(broker, files, workdir=tmp / "pk").pack(site, full=True)
+        )
+        broker.close()
+        assert pages == n, (pages, n)
+        zstd_mib = round(files.pack_size(site, generation) / 2**20, 1)  # as published
+        out.update(pack_s=pack_s, pages_per_s=round(n / pack_s), zstd_mib=zstd_mib)
+        # The same steps again one by one, to see where the time goes.
+        again, out["phase_read_texts_s"] = timed(lambda: list(files.read_texts(site, files.text_files(site))))
+        _, out["phase_build_pack_s"] = timed(lambda: build_pack(db, site, again, watermark="bench"))
+        _, out["phase_compress_s"] = timed(lambda: compress_pack(db, tmp / "pack.sqlite.zst"))
+        out["pack_mib"] = round(db.stat().st_size / 2**20, 1)
+    qs = queries(n_queries, 3, vocab)
+    out["search"] = {"direct": search_http(store, db, site, qs, None, tmp)}
+    for name, queue in brokers.items():
+        out["search"][f"routed ({name})"] = search_http(store, db, site, qs, queue, tmp)
+    return out
+
+
+def search_http(store: Path, db: Path, site: str, qs: list[str], queue: str | None, tmp: Path) -> Any:
+    """p50/p99 of GET /search on ``web-index serve``, next to PackReader and the bare FTS5 query."""
+    port, procs = free_port(), []
+    serve = [CLI, "serve", "--store", str(store), "--port", str(port)]
+    if queue is not None:  # an orchestrator and a searcher, and the server routing through them
+        shutil.rmtree(tmp / "searcher", ignore_errors=True)
+        roles = ["--role", "orchestrator", "--role", "searcher", "--heartbeat", "0.5"]
+        worker = [CLI, "worker", "--store", str(store), "--queue", queue, *roles, "--workdir"]
+        procs.append(subprocess.Popen([*worker, str(tmp / "searcher")], stderr=subprocess.DEVNULL))
+        serve += ["--queue", queue]
+    procs.append(subprocess.Popen(serve, stderr=subprocess.DEVNULL))
+    times: dict[str, list[float]] = {"http": [], "reader": [], "floor": []}
+    floor_sql = "SELECT rowid FROM pages_fts WHERE pages_fts MATCH ? ORDER BY bm25(pages_fts) LIMIT 10"
+    floor = sqlite3.connect(db.absolute().as_uri() + "?mode=ro&immutable=1", uri=True)
+    try:
+        with (
+            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client,
+            PackReader(db) as reader,
+        ):
+
+            def get(q: str) -> httpx.Response:
+                return client.get("/search", params={"site": site, "q": q})
+
+            t, first = time.perf_counter(), None
+            while first is None or first.status_code != 200:  # up, with the site's pack loaded
+                if time.perf_counter() - t > 120:
+                    raise RuntimeError(f"serve never answered 200: {first and first.text}")
+                try:
+                    first = get(qs[0])
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            first_s = time.perf_counter() - t
+            sides: dict[str, Callable[[str], Any]] = {
+                "http": lambda q: get(q).raise_for_status().json()["total"],
+                "reader": lambda q: reader.search(q).total,
+                "floor": lambda q: floor.execute(floor_sql, (fts_query(q),)).fetchall(),
+            }
+            for q in qs[:20]:  # warm every side
+                for side in sides.values():
+                    side(q)
+            for q in qs:  # alternated, so that no side gets a warmer cache
+                answers = []
+                for name, side in sides.items():
+                    t = time.perf_counter()
+                    answers.append(side(q))
+                    times[name].append(time.perf_counter() - t)
+                assert answers[0] == answers[1], (q, answers[:2])
+    finally:
+        floor.close()
+        killed = stop(procs)
+    out: dict[str, Any] = {
+        "queries": len(qs),
+        "first_answer_s": round(first_s, 2),
+        "killed_after_sigterm": killed,
+    }
+    for name, xs in times.items():
+        p50, p99 = statistics.median(xs), percentile(xs, 99)
+        out[name] = {"p50_ms": round(1000 * p50, 2), "p99_ms": round(1000 * p99, 2)}
+    return out
+
+
+def table(title: str, cols: list[str], rows: dict[str, list[Any]], col: int = 12) -> None:
+    print(f"\n{title:32}" + "".join(f"{c:>{col}}" for c in cols))
+    for name, vals in rows.items():
+        print(f"{name:32}" + "".join(f"{v:>{col}}" for v in vals))
+
+
+def report(r: dict[str, Any]) -> None:
+    cap, p = r["server_capacity"]["pages_per_s"], r["pack"]
+    cols = ["pages/s", "fetch s", "to pack s", "pages", "requests", "CPU ms/pg", "srv ms/req", "other CPU s"]
+    keys = ["pages_per_s", "fetch_s", "to_published_s", "pages", "page_requests", "crawler_cpu_ms_per_page"]
+    keys += ["server_cpu_ms_per_request", "other_cpu_s"]
+    rows = {k: [w.get(c, "-") for c in keys] for k, w in r["crawl"].items()}
+    table(f"crawl, {r['crawl_pages']:,} pages", cols, rows)
+    print(f"concurrency {r['concurrency']} (per domain too) a process; site server alone: {cap:,} pages/s")
+    print(f"\npack: {p['pages']:,} pages ({p['text_mib']} MiB of text; write_texts {p['write_texts_s']} s): "
+          f"Packer.pack {p['pack_s']} s = {p['pages_per_s']:,} pages/s -> {p['pack_mib']} MiB, "
+          f"{p['zstd_mib']} MiB zstd; one by one: read texts {p['phase_read_texts_s']} s, build_pack "
+          f"{p['phase_build_pack_s']} s, compress {p['phase_compress_s']} s")  # fmt: skip
+    sides = ("http", "reader", "floor")
+    rows = {k: [f"{s[x]['p50_ms']}/{s[x]['p99_ms']}" for x in sides] + [s["first_answer_s"]]
+            for k, s in p["search"].items()}  # fmt: skip
+    table("search p50/p99 ms", ["GET /search", "PackReader", "bare FTS5", "first s"], rows, 16)
+    print()
+    for name, w in [*r["crawl"].items(), *p["search"].items()]:
+        if w.get("hung") or w.get("killed_after_sigterm"):
+            print(f"{name}: {w.get('killed_after_sigterm') or w.get('hung')} process(es) hung, killed")
+    for name, (met, how) in r["targets"].items():
+        print(f"target {name}: {'met' if met else 'NOT met'} ({how})")
+
+
+def pin_source(working_tree: bool) -> str:
+    """Re-run on a copy of HEAD's src/, first on PYTHONPATH for every process started (the checkout
+    may change during the run), with PYTHONHASHSEED=0 (pack_bench's vocabulary() orders a set).
+    Returns the commit measured."""
+    if pinned := os.environ.get("CRAWL_BENCH_COMMIT"):
+        return pinned
+    if working_tree:
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0",
+                  "CRAWL_BENCH_COMMIT": "working tree"})  # fmt: skip
+    git = ["git", "-C", str(HERE.parent)]
+    commit = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dest = Path(tempfile.gettempdir()) / f"web-index-crawl-bench-src-{commit}"
+    if not dest.exists():
+        archive = subprocess.run([*git, "archive", "HEAD", "src"], capture_output=True, check=True).stdout
+        Path(f"{dest}.part").mkdir(exist_ok=True)
+        subprocess.run(["tar", "-x", "-C", f"{dest}.part"], input=archive, check=True)
+        Path(f"{dest}.part").rename(dest)
+    path = os.pathsep.join(filter(None, [str(dest / "src"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "CRAWL_BENCH_COMMIT": commit, "PYTHONPATH": path, "PYTHONHASHSEED": "0"}
+    os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], env)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    ap.add_argument("--pages", type=int, default=10_000)
+    ap.add_argument("--pack-pages", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--no-redis", action="store_true", help="skip the rows on a Redis broker")
+    ap.add_argument("--working-tree", action="store_true", help="measure src/ as it is, not a copy of HEAD's")
+    ap.add_argument("--serve-site", nargs=2, type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--scrapy", help=argparse.SUPPRESS)
+    ap.add_argument("--extract", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve_site:
+        return serve_site(*args.serve_site)
+    if args.scrapy:
+        return scrapy_crawl(args.scrapy, args.concurrency, args.extract)
+    commit = pin_source(args.working_tree)
+    import scrapy
+
+    c, n = args.concurrency, args.workers
+    r: dict[str, Any] = {
+        "benchmark": "crawl", "date": time.strftime("%Y-%m-%d"), "commit": commit,
+        "web_index_from": str(Path(web_index.__file__).parent),
+        "web_index": __version__, "scrapy": scrapy.__version__, "python": platform.python_version(),
+        "machine": platform.platform(), "cpus": os.cpu_count(), "sqlite": sqlite3.sqlite_version,
+        "load_before": os.getloadavg()[0], "crawl_pages": args.pages, "concurrency": c, "workers": n,
+    }  # fmt: skip
+    redis_bin = None if args.no_redis else shutil.which("redis-server")
+    site, redis = Site(args.pages), None
+    try:
+        with tempfile.TemporaryDirectory(prefix="web-index-crawl-bench-") as tmp_dir:
+            tmp = Path(tmp_dir)
+            rport = free_port()
+            if redis_bin:
+                redis_args = ["--port", str(rport), "--save", "", "--appendonly", "no", "--dir", tmp_dir]
+                redis = subprocess.Popen([redis_bin, *redis_args], stdout=subprocess.DEVNULL)
+
+            def queue(broker: str, kind: str) -> str:
+                if broker == "Redis":
+                    return f"redis://127.0.0.1:{rport}/0?prefix=bench-{kind}"
+                return f"sqlite://{tmp}/queue-{kind}.sqlite"
+
+            brokers = ["SQLite", "Redis"] if redis_bin else ["SQLite"]
+            r["server_capacity"] = site.capacity(min(args.pages, 5000), 16)
+            print(f"site server: {r['server_capacity']}", flush=True)
+            steps: dict[str, Callable[[], dict[str, Any]]] = {
+                "Scrapy": lambda: run_scrapy(site, c, False),
+                "Scrapy + extract": lambda: run_scrapy(site, c, True),
+            }
+            for b in brokers:
+                also = (redis.pid,) if redis and b == "Redis" else ()
+                steps[f"web-index, 1 process, {b}"] = lambda b=b, a=also: run_cli(
+                    site, tmp, c, queue(b, "one"), a
+                )
+                steps[f"web-index, {n}+1 processes, {b}"] = lambda b=b, a=also: run_workers(
+                    site, tmp, c, n, queue(b, "many"), a
+                )
+            r["crawl"] = {}
+            for name, step in steps.items():
+                r["crawl"][name] = step()
+                print(f"{name}: {r['crawl'][name]}", flush=True)
+            routed = {b: queue(b, "search") for b in brokers}
+            r["pack"] = pack_and_search(tmp, args.pack_pages, args.queries, routed)
+    finally:
+        site.close()
+        if redis is not None:
+            redis.terminate()
+            redis.wait(10)
+    crawl = r["crawl"]
+    best = max(v["pages_per_s"] for k, v in crawl.items() if k.startswith("web-index"))
+    p50 = r["pack"]["search"]["direct"]["http"]["p50_ms"]
+    r["targets"] = {
+        "crawl >= Scrapy pages/s": (best >= (scr := crawl["Scrapy"]["pages_per_s"]),
+                                    f"web-index at best {best}, Scrapy {scr} pages/s"),
+        "pack >= 2,000 pages/s": (r["pack"]["pages_per_s"] >= 2000, f"{r['pack']['pages_per_s']:,} pages/s"),
+        "search p50 <= 10 ms": (p50 <= 10, f"GET /search p50 {p50} ms"),
+    }  # fmt: skip
+    report(r)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(r, indent=2) + "\n")
+    print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
