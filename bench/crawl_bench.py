@@ -292,7 +292,9 @@ def run_workers(
                 raise RuntimeError(f"a worker exited: {[log.read_text() for log in logs]}")
             time.sleep(0.1)
         site.reset()
-        spec = CrawlSpec(id="bench", seed=f"{site.base}/p/0", max_pages=site.pages, max_depth=10**5, settle=1)
+        spec = CrawlSpec(
+            id=store.name, seed=f"{site.base}/p/0", max_pages=site.pages, max_depth=10**5, settle=1
+        )
         broker.send("index", [encode(IndexCrawl(site=site.host, spec=spec))])
         row = watch(site, procs, also)
         with WebIndex(store, read_only=True) as index:
@@ -321,9 +323,11 @@ def pack_and_search(tmp: Path, n: int, n_queries: int, brokers: dict[str, str]) 
             lambda: [files.write_texts(site, texts[i : i + 500]) for i in range(0, n, 500)]
         )
         broker, db = open_broker(f"sqlite://{tmp}/pack-queue.sqlite"), tmp / "pack.sqlite"
+        busy0, cpu0 = busy(), time.process_time()
         (generation, _, pages), pack_s = timed(
             lambda: Packer(broker, files, workdir=tmp / "pk").pack(site, full=True)
         )
+        out["pack_other_cpu_s"] = round(busy() - busy0 - (time.process_time() - cpu0), 1)
         broker.close()
         assert pages == n, (pages, n)
         zstd_mib = round(files.pack_size(site, generation) / 2**20, 1)  # as published
@@ -493,7 +497,8 @@ def main() -> None:
                 redis_args = ["--port", str(rport), "--save", "", "--appendonly", "no", "--dir", tmp_dir]
                 redis = subprocess.Popen([redis_bin, *redis_args], stdout=subprocess.DEVNULL)
 
-            def queue(broker: str, kind: str) -> str:
+            def queue(broker: str, kind: str) -> str:  # a fresh one each time
+                kind += f"-{time.monotonic_ns()}"
                 if broker == "Redis":
                     return f"redis://127.0.0.1:{rport}/0?prefix=bench-{kind}"
                 return f"sqlite://{tmp}/queue-{kind}.sqlite"
@@ -514,8 +519,13 @@ def main() -> None:
                     site, tmp, c, n, queue(b, "many"), a
                 )
             r["crawl"] = {}
-            for name, step in steps.items():
-                r["crawl"][name] = step()
+            for name, step in steps.items():  # a row that shared the CPU with other work runs again
+                tries = [step()]
+                while tries[-1]["other_cpu_s"] > 0.1 * tries[-1]["fetch_s"] and len(tries) < 3:
+                    print(f"{name}: {tries[-1]['other_cpu_s']} CPU s of other work: again", flush=True)
+                    tries.append(step())
+                calm = min(tries, key=lambda t: t["other_cpu_s"])
+                r["crawl"][name] = {**calm, "tries_pages_per_s": [t["pages_per_s"] for t in tries]}
                 print(f"{name}: {r['crawl'][name]}", flush=True)
             routed = {b: queue(b, "search") for b in brokers}
             r["pack"] = pack_and_search(tmp, args.pack_pages, args.queries, routed)
