@@ -18,9 +18,11 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from typing import IO
 
 import pytest
 
@@ -66,9 +68,21 @@ class Fleet:
         self.acked: list[str] = []
         self.lock = threading.Lock()
         self.procs: list[subprocess.Popen[str]] = []
+        self.logs = tempfile.TemporaryDirectory(prefix="web-index-faults-")
+        self.log_paths: dict[int, str] = {}
 
     def spawn(self, mode: str, seed: int, max_rows: int = 5) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
+        path = os.path.join(self.logs.name, f"{len(self.procs)}-{mode}.log")
+        with open(path, "w") as log:
+            proc = self._popen(mode, seed, max_rows, log)
+        self.procs.append(proc)
+        self.log_paths[proc.pid] = path
+        if mode == "write":
+            threading.Thread(target=self._drain, args=(proc,), daemon=True).start()
+        return proc
+
+    def _popen(self, mode: str, seed: int, max_rows: int, log: IO[str]) -> subprocess.Popen[str]:
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -81,14 +95,19 @@ class Fleet:
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=log,
             text=True,
             env=self.env,
         )
-        self.procs.append(proc)
-        if mode == "write":
-            threading.Thread(target=self._drain, args=(proc,), daemon=True).start()
-        return proc
+
+    def died(self, procs: list[subprocess.Popen[str]]) -> str:
+        """The last lines each exited child wrote to stderr, for an assertion message."""
+        out = []
+        for p in procs:
+            if p.poll() is not None:
+                with open(self.log_paths[p.pid]) as f:
+                    out.append(f"pid {p.pid} exit {p.returncode}: " + "".join(f.readlines()[-15:]))
+        return "\n".join(out)
 
     def _drain(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
@@ -183,7 +202,7 @@ def test_s3_server_killed_mid_upload_and_restarted(seaweed: SeaweedFS, postgres:
         fleet.wait_for(n + 10)
         restart_server()
     fleet.wait_for(fleet.count() + 10)
-    assert all(w.poll() is None for w in writers), "a writer died of a transient outage"
+    assert all(w.poll() is None for w in writers), "a writer died of an outage:\n" + fleet.died(writers)
     fleet.kill_all()
     check(fleet.location, fleet.buffer, fleet.acked)
 
@@ -201,7 +220,7 @@ def test_dropped_connections(seaweed: SeaweedFS) -> None:
             time.sleep(rng.uniform(0.05, 0.3))
             proxy.cut()
         fleet.wait_for(fleet.count() + 10)
-        assert all(w.poll() is None for w in writers)
+        assert all(w.poll() is None for w in writers), fleet.died(writers)
         fleet.kill_all()
     finally:
         proxy.close()

@@ -270,3 +270,29 @@ def test_given_request_ids_are_checked_and_kept(tmp_path: Path) -> None:
         keys = index.insert_many(items, request_ids=ids)
         assert [k.request_id for k in keys] == [i.lower() for i in ids]
         assert index.stats().buffered_attempts == 2  # the refused calls stored nothing
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [OSError(28, "No space left on device"), ValueError("Parquet magic bytes not found"), RuntimeError("x")],
+)
+def test_a_failed_flush_after_an_insert_does_not_fail_the_insert(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: Exception
+) -> None:
+    """The attempts are durable before the flush: whatever the flush meets, the insert
+    succeeded (raising would invite the caller to insert again), and a later flush
+    moves them."""
+    from web_index import FlushPolicy
+    from web_index.storage import _store
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise fault
+
+    with WebIndex(tmp_path / "store", policy=FlushPolicy(max_rows=1)) as index:
+        monkeypatch.setattr(_store, "write_partition_file", broken)
+        keys = [index.insert(*attempt(f"{URL}/{i}")) for i in range(3)]
+        assert all(isinstance(p, Page) for p in index.query(keys))  # read from the buffer
+        monkeypatch.undo()
+        assert index.flush() == 3
+        assert all(isinstance(p, Page) for p in index.query(keys))
+        assert index.verify().ok

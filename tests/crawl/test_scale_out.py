@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
-import subprocess
-import sys
 import time
 import uuid
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from tests.crawl.workers import Workers, published_urls
 from tests.servers import Postgres, Redis, SeaweedFS
 from web_index import WebIndex
 from web_index.cli._sample_site import LocalServer, crawl_site_routes
@@ -31,7 +30,6 @@ from web_index.crawl import (
 )
 from web_index.crawl.queues import Broker
 from web_index.models import Page, SimplePageQuery
-from web_index.search import decompress_pack
 
 PAGES = 2000
 QUEUES = ("index", "crawl", "timer", "pack", "orch")
@@ -58,93 +56,70 @@ def test_scaled_out_pipeline_on_redis_s3_and_postgres(
 ) -> None:
     store, buffer, queue = seaweed.new_store(), postgres.new_database(), redis_server.url()
     WebIndex(store, buffer=buffer).close()
-    cli = str(Path(sys.executable).parent / "web-index")
-
-    def worker(*roles: str, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
-        args = [cli, "worker", "--store", store, "--buffer", buffer, "--queue", queue, "--allow-loopback"]
-        args += ["--log-level", "info"]
-        for role in roles:
-            args += ["--role", role]
-        log = (tmp_path / f"{'-'.join(roles)}-{uuid.uuid4().hex[:6]}.log").open("wb")
-        return subprocess.Popen([*args, *extra], stdout=subprocess.DEVNULL, stderr=log)
-
     hits: dict[str, int] = {}
-    broker = open_broker(queue)
-    procs: list[subprocess.Popen[bytes]] = []
-    with LocalServer(crawl_site_routes(PAGES, hits=hits)) as site:
-        try:
-            crawlers = [worker("indexer", "crawler", extra=("--lease", "3")) for _ in range(3)]
-            searchers = {
-                sid: worker(
-                    "searcher", extra=("--searcher-id", sid, "--heartbeat", "0.5", "--workdir", str(tmp_path))
-                )
-                for sid in ("s1", "s2")
-            }
-            procs += [*crawlers, worker("timer"), worker("packer"), *searchers.values()]
-            procs.append(worker("orchestrator", extra=("--heartbeat", "0.5")))
-            name = f"127.0.0.1:{site.port}"
-            spec = CrawlSpec(
-                id=uuid.uuid4().hex, seed=site.url("/p/0"), max_pages=10_000, max_depth=10_000, settle=3.0
+    common = ("--store", store, "--buffer", buffer, "--queue", queue, "--allow-loopback")
+    with (
+        LocalServer(crawl_site_routes(PAGES, hits=hits)) as site,
+        Workers(tmp_path, *common) as workers,
+        closing(open_broker(queue)) as broker,
+    ):
+        crawlers = [workers.start("indexer", "crawler", extra=("--lease", "3")) for _ in range(3)]
+        searchers = {
+            sid: workers.start(
+                "searcher", extra=("--searcher-id", sid, "--heartbeat", "0.5", "--workdir", str(tmp_path))
             )
-            broker.send("index", [encode(IndexCrawl(site=name, spec=spec))])
+            for sid in ("s1", "s2")
+        }
+        workers.start("timer")
+        workers.start("packer")
+        workers.start("orchestrator", extra=("--heartbeat", "0.5"))
+        name = f"127.0.0.1:{site.port}"
+        spec = CrawlSpec(
+            id=uuid.uuid4().hex, seed=site.url("/p/0"), max_pages=10_000, max_depth=10_000, settle=3.0
+        )
+        broker.send("index", [encode(IndexCrawl(site=name, spec=spec))])
 
-            deadline = time.monotonic() + 300
-            while sum(1 for p in hits if p.startswith("/p/")) < PAGES // 4:
-                assert time.monotonic() < deadline, "the crawl did not start"
-                time.sleep(0.1)
-            os.kill(crawlers[0].pid, signal.SIGKILL)  # mid-crawl, messages in hand
-            crawlers[0].wait()
+        deadline = time.monotonic() + 300
+        while sum(1 for p in hits if p.startswith("/p/")) < PAGES // 4:
+            assert time.monotonic() < deadline, "the crawl did not start"
+            time.sleep(0.1)
+        os.kill(crawlers[0].pid, signal.SIGKILL)  # mid-crawl, messages in hand
+        crawlers[0].wait()
 
-            with WebIndex(store, buffer=buffer, read_only=True) as index:
-                files = site_files(index)
-                urls: list[str] = []
-                while True:
-                    assert time.monotonic() < deadline, f"not settled: {len(hits)} paths requested"
-                    pending = sum(broker.counts(q).pending for q in QUEUES[:4])
-                    gen = files.latest(name)
-                    if pending == 0 and not broker.timers() and gen is not None:
-                        files.download(name, gen, tmp_path / "p.zst")
-                        decompress_pack(tmp_path / "p.zst", tmp_path / f"p{gen}.sqlite")
-                        with sqlite3.connect(tmp_path / f"p{gen}.sqlite") as db:
-                            urls = [u for (u,) in db.execute("SELECT url FROM pages")]
-                        if len(urls) >= PAGES:
-                            break
-                    time.sleep(0.5)
-                # Every reachable page once; nothing out of scope or disallowed was asked for.
-                assert sorted(urls) == sorted(site.url(f"/p/{i}") for i in range(PAGES))
-                assert sorted({p for p in hits if not p.startswith("/p/")}) == ["/robots.txt"]
-                # Every page is in the store (the shared buffer) as a fetch of its own.
-                stored = index.query([SimplePageQuery(url=site.url(f"/p/{i}")) for i in range(PAGES)])
-                assert all(isinstance(p, Page) and p.final.status_code == 200 for p in stored)
-
-            # Searches are routed to the searcher holding the site ...
-            first = ask(broker, name, "token123x")
-            assert (
-                first is not None and first.page is not None and first.page.hits[0].url == site.url("/p/123")
-            ), first
-            holder = first.searcher
-            assert holder in searchers
-            # ... and, once that searcher stops, to the other (the searches routed
-            # to it before its silence was noticed go unanswered: askers time out).
-            searchers[holder].send_signal(signal.SIGTERM)
-            assert searchers[holder].wait(30) == 0
-            other = next(s for s in searchers if s != holder)
+        with WebIndex(store, buffer=buffer, read_only=True) as index:
+            files = site_files(index)
+            urls: list[str] = []
             while True:
-                assert time.monotonic() < deadline, "the site never moved to the other searcher"
-                answer = ask(broker, name, "token1999x", timeout=3.0)
-                if answer is not None and answer.searcher == other:
-                    break
-            assert answer.page is not None and answer.page.hits[0].url == site.url("/p/1999")
-            assert all(broker.counts(q).dead == 0 for q in QUEUES), [broker.dead_letters(q) for q in QUEUES]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-            broker.close()
-    for log in tmp_path.glob("*.log"):
-        assert b"Traceback" not in log.read_bytes(), log.read_text()[-3000:]
+                assert time.monotonic() < deadline, f"not settled: {len(hits)} paths requested"
+                pending = sum(broker.counts(q).pending for q in QUEUES[:4])
+                if pending == 0 and not broker.timers():
+                    urls = published_urls(files, name, tmp_path)
+                    if len(urls) >= PAGES:
+                        break
+                time.sleep(0.5)
+            # Every reachable page once; nothing out of scope or disallowed was asked for.
+            assert sorted(urls) == sorted(site.url(f"/p/{i}") for i in range(PAGES))
+            assert sorted({p for p in hits if not p.startswith("/p/")}) == ["/robots.txt"]
+            # Every page is in the store (the shared buffer) as a fetch of its own.
+            stored = index.query([SimplePageQuery(url=site.url(f"/p/{i}")) for i in range(PAGES)])
+            assert all(isinstance(p, Page) and p.final.status_code == 200 for p in stored)
+
+        # Searches are routed to the searcher holding the site ...
+        first = ask(broker, name, "token123x")
+        assert (
+            first is not None and first.page is not None and first.page.hits[0].url == site.url("/p/123")
+        ), first
+        holder = first.searcher
+        assert holder in searchers
+        # ... and, once that searcher stops, to the other (the searches routed
+        # to it before its silence was noticed go unanswered: askers time out).
+        searchers[holder].send_signal(signal.SIGTERM)
+        assert searchers[holder].wait(30) == 0
+        other = next(s for s in searchers if s != holder)
+        while True:
+            assert time.monotonic() < deadline, "the site never moved to the other searcher"
+            answer = ask(broker, name, "token1999x", timeout=3.0)
+            if answer is not None and answer.searcher == other:
+                break
+        assert answer.page is not None and answer.page.hits[0].url == site.url("/p/1999")
+        assert all(broker.counts(q).dead == 0 for q in QUEUES), [broker.dead_letters(q) for q in QUEUES]

@@ -198,10 +198,13 @@ class Store:
             # Plain tuples first: a batch has far fewer partitions than attempts.
             touched = {(a.method, a.year, a.month, a.domain) for a in attempts}
             self.maybe_flush(MethodPartition._make(t) for t in touched)
-        except (StoreError, OSError) as exc:
-            # The attempts are durable and visible already: a flush that failed
-            # (the object store unreachable, a full disk) is redone by a later one.
-            log.warning("flush after insert failed, will retry later: %s", exc)
+        except Exception as exc:
+            # The attempts are durable and visible already, so the insert has
+            # succeeded whatever the flush met (the object store unreachable, a
+            # full disk, a file read half-way while its server died): raising
+            # would tell the caller it failed and invite it to insert twice.
+            # A later flush redoes this one.
+            log.warning("flush after insert failed, will retry later: %s", exc, exc_info=True)
 
     def maybe_flush(self, touched: Iterable[MethodPartition] = ()) -> None:
         """Flush partitions past a threshold (size checks now, age checks now and then)."""
