@@ -8,11 +8,9 @@
    each on a SQLite and on a Redis broker, and with a plain Scrapy spider (robots.txt obeyed, links
    followed within the host), plain and extracting each page's text with web-index's ``extract``.
    Pages/s: distinct pages served / (last page served - first request served), from the server.
-2. Pack ``--pack-pages`` synthetic texts (bench/pack_bench.py) written by ``SiteFiles.write_texts``
-   in batches of 500: ``Packer.pack(site, full=True)`` timed, then its phases one by one.
-3. ``--queries`` sequential GET /search on ``web-index serve`` over that store (one keep-alive
-   client), next to ``PackReader.search`` and the bare FTS5 query on the same pack, alternated; then
-   through an orchestrator + searcher (``serve --queue``). See bench/README.md.
+2. Pack ``--pack-pages`` synthetic texts and search them ``--queries`` times over HTTP, next to a
+   PackReader and the bare FTS5 query, directly and through an orchestrator + searcher on each broker
+   (``serve --queue``): bench/search_bench.py. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -21,12 +19,9 @@ import argparse
 import json
 import os
 import platform
-import random
 import shutil
 import signal
-import socket
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,23 +34,15 @@ from typing import Any
 
 import httpx
 
+import search_bench
 import web_index
-from pack_bench import pages as synthetic_pages
-from pack_bench import percentile, queries, vocabulary
+from _procs import CLI, TICK, busy, free_port, stop
 from web_index import WebIndex, __version__
-from web_index.crawl import CrawlSpec, IndexCrawl, Packer, encode, open_broker, site_files
-from web_index.search import PackReader, build_pack, compress_pack, decompress_pack, fts_query, read_pack_info
+from web_index.crawl import CrawlSpec, IndexCrawl, encode, open_broker, site_files
+from web_index.search import decompress_pack, read_pack_info
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "crawl_bench.json"
-CLI = str(Path(sys.executable).parent / "web-index")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def serve_site(pages: int, port: int) -> None:
@@ -173,27 +160,6 @@ class Site:
         self.proc.wait(10)
 
 
-def stop(procs: list[subprocess.Popen[Any]], grace: float = 30) -> int:
-    """SIGTERM ``procs``; SIGKILL those still running ``grace`` s later; how many needed it."""
-    for p in procs:
-        p.send_signal(signal.SIGTERM)
-    deadline, killed = time.monotonic() + grace, 0
-    for p in procs:
-        try:
-            p.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            killed += 1
-    return killed
-
-
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    t = time.perf_counter()
-    got = fn()
-    return got, round(time.perf_counter() - t, 2)
-
-
 def cpu_ms(st: dict[str, float]) -> float:
     return round(1000 * st["cpu"] / max(1.0, st["requests"]), 3)
 
@@ -208,12 +174,6 @@ def cpu_of(pids: list[int], last: dict[int, float]) -> dict[int, float]:
         except (OSError, IndexError):
             pass
     return out
-
-
-def busy() -> float:
-    """CPU seconds the whole machine has been busy (all but idle and iowait)."""
-    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / TICK
 
 
 def watch(site: Site, procs: list[subprocess.Popen[Any]], also: tuple[int, ...] = ()) -> dict[str, Any]:
@@ -312,99 +272,6 @@ def run_workers(
     return row
 
 
-def pack_and_search(tmp: Path, n: int, n_queries: int, brokers: dict[str, str]) -> dict[str, Any]:
-    site, store = "site.example", tmp / "pack-store"
-    vocab = vocabulary(random.Random(1), 50_000)
-    texts = synthetic_pages(n, 2, vocab, 2048)
-    out: dict[str, Any] = {"pages": n, "text_mib": round(sum(len(p.text.encode()) for p in texts) / 2**20, 1)}
-    with WebIndex(store, create=True) as index:
-        files = site_files(index)
-        _, out["write_texts_s"] = timed(
-            lambda: [files.write_texts(site, texts[i : i + 500]) for i in range(0, n, 500)]
-        )
-        broker, db = open_broker(f"sqlite://{tmp}/pack-queue.sqlite"), tmp / "pack.sqlite"
-        busy0, cpu0 = busy(), time.process_time()
-        (generation, _, pages), pack_s = timed(
-            lambda: Packer(broker, files, workdir=tmp / "pk").pack(site, full=True)
-        )
-        out["pack_other_cpu_s"] = round(busy() - busy0 - (time.process_time() - cpu0), 1)
-        broker.close()
-        assert pages == n, (pages, n)
-        zstd_mib = round(files.pack_size(site, generation) / 2**20, 1)  # as published
-        out.update(pack_s=pack_s, pages_per_s=round(n / pack_s), zstd_mib=zstd_mib)
-        # The same steps again one by one, to see where the time goes.
-        again, out["phase_read_texts_s"] = timed(lambda: list(files.read_texts(site, files.text_files(site))))
-        _, out["phase_build_pack_s"] = timed(lambda: build_pack(db, site, again, watermark="bench"))
-        _, out["phase_compress_s"] = timed(lambda: compress_pack(db, tmp / "pack.sqlite.zst"))
-        out["pack_mib"] = round(db.stat().st_size / 2**20, 1)
-    qs = queries(n_queries, 3, vocab)
-    out["search"] = {"direct": search_http(store, db, site, qs, None, tmp)}
-    for name, queue in brokers.items():
-        out["search"][f"routed ({name})"] = search_http(store, db, site, qs, queue, tmp)
-    return out
-
-
-def search_http(store: Path, db: Path, site: str, qs: list[str], queue: str | None, tmp: Path) -> Any:
-    """p50/p99 of GET /search on ``web-index serve``, next to PackReader and the bare FTS5 query."""
-    port, procs = free_port(), []
-    serve = [CLI, "serve", "--store", str(store), "--port", str(port)]
-    if queue is not None:  # an orchestrator and a searcher, and the server routing through them
-        shutil.rmtree(tmp / "searcher", ignore_errors=True)
-        roles = ["--role", "orchestrator", "--role", "searcher", "--heartbeat", "0.5"]
-        worker = [CLI, "worker", "--store", str(store), "--queue", queue, *roles, "--workdir"]
-        procs.append(subprocess.Popen([*worker, str(tmp / "searcher")], stderr=subprocess.DEVNULL))
-        serve += ["--queue", queue]
-    procs.append(subprocess.Popen(serve, stderr=subprocess.DEVNULL))
-    times: dict[str, list[float]] = {"http": [], "reader": [], "floor": []}
-    floor_sql = "SELECT rowid FROM pages_fts WHERE pages_fts MATCH ? ORDER BY bm25(pages_fts) LIMIT 10"
-    floor = sqlite3.connect(db.absolute().as_uri() + "?mode=ro&immutable=1", uri=True)
-    try:
-        with (
-            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client,
-            PackReader(db) as reader,
-        ):
-
-            def get(q: str) -> httpx.Response:
-                return client.get("/search", params={"site": site, "q": q})
-
-            t, first = time.perf_counter(), None
-            while first is None or first.status_code != 200:  # up, with the site's pack loaded
-                if time.perf_counter() - t > 120:
-                    raise RuntimeError(f"serve never answered 200: {first and first.text}")
-                try:
-                    first = get(qs[0])
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            first_s = time.perf_counter() - t
-            sides: dict[str, Callable[[str], Any]] = {
-                "http": lambda q: get(q).raise_for_status().json()["total"],
-                "reader": lambda q: reader.search(q).total,
-                "floor": lambda q: floor.execute(floor_sql, (fts_query(q),)).fetchall(),
-            }
-            for q in qs[:20]:  # warm every side
-                for side in sides.values():
-                    side(q)
-            for q in qs:  # alternated, so that no side gets a warmer cache
-                answers = []
-                for name, side in sides.items():
-                    t = time.perf_counter()
-                    answers.append(side(q))
-                    times[name].append(time.perf_counter() - t)
-                assert answers[0] == answers[1], (q, answers[:2])
-    finally:
-        floor.close()
-        killed = stop(procs)
-    out: dict[str, Any] = {
-        "queries": len(qs),
-        "first_answer_s": round(first_s, 2),
-        "killed_after_sigterm": killed,
-    }
-    for name, xs in times.items():
-        p50, p99 = statistics.median(xs), percentile(xs, 99)
-        out[name] = {"p50_ms": round(1000 * p50, 2), "p99_ms": round(1000 * p99, 2)}
-    return out
-
-
 def table(title: str, cols: list[str], rows: dict[str, list[Any]], col: int = 12) -> None:
     print(f"\n{title:32}" + "".join(f"{c:>{col}}" for c in cols))
     for name, vals in rows.items():
@@ -419,14 +286,7 @@ def report(r: dict[str, Any]) -> None:
     rows = {k: [w.get(c, "-") for c in keys] for k, w in r["crawl"].items()}
     table(f"crawl, {r['crawl_pages']:,} pages", cols, rows)
     print(f"concurrency {r['concurrency']} (per domain too) a process; site server alone: {cap:,} pages/s")
-    print(f"\npack: {p['pages']:,} pages ({p['text_mib']} MiB of text; write_texts {p['write_texts_s']} s): "
-          f"Packer.pack {p['pack_s']} s = {p['pages_per_s']:,} pages/s -> {p['pack_mib']} MiB, "
-          f"{p['zstd_mib']} MiB zstd; one by one: read texts {p['phase_read_texts_s']} s, build_pack "
-          f"{p['phase_build_pack_s']} s, compress {p['phase_compress_s']} s")  # fmt: skip
-    sides = ("http", "reader", "floor")
-    rows = {k: [f"{s[x]['p50_ms']}/{s[x]['p99_ms']}" for x in sides] + [s["first_answer_s"]]
-            for k, s in p["search"].items()}  # fmt: skip
-    table("search p50/p99 ms", ["GET /search", "PackReader", "bare FTS5", "first s"], rows, 16)
+    search_bench.report(p)
     print()
     for name, w in [*r["crawl"].items(), *p["search"].items()]:
         if w.get("hung") or w.get("killed_after_sigterm"):
@@ -528,7 +388,7 @@ def main() -> None:
                 r["crawl"][name] = {**calm, "tries_pages_per_s": [t["pages_per_s"] for t in tries]}
                 print(f"{name}: {r['crawl'][name]}", flush=True)
             routed = {b: queue(b, "search") for b in brokers}
-            r["pack"] = pack_and_search(tmp, args.pack_pages, args.queries, routed)
+            r["pack"] = search_bench.pack_and_search(tmp, args.pack_pages, args.queries, routed)
     finally:
         site.close()
         if redis is not None:

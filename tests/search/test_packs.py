@@ -97,6 +97,12 @@ class PackModel(RuleBasedStateMachine):
         self.builds = 0
         self.reference: dict[str, PageText] = {}
         self.watermark = ""
+        self.reader: PackReader | None = None  # of the current file, kept across searches
+
+    def reopen(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+        self.reader = PackReader(self.path, cached_answers=4)
 
     @initialize(batch=batches)
     def first_build(self, batch: list[PageText]) -> None:
@@ -110,6 +116,7 @@ class PackModel(RuleBasedStateMachine):
         info = build_pack(self.path, "site.example", iter(batch), watermark=self.watermark)
         self.reference = {u: t for u, t in winners(batch).items() if not t.deleted}
         assert info.pages == len(self.reference)
+        self.reopen()
 
     @rule(batch=batches, watermark=st.sampled_from(["", "part-x", "part-y"]))
     def update(self, batch: list[PageText], watermark: str) -> None:
@@ -123,6 +130,7 @@ class PackModel(RuleBasedStateMachine):
                 self.reference.pop(url, None)
             else:
                 self.reference[url] = text
+        self.reopen()
 
     @invariant()
     def info_matches(self) -> None:
@@ -148,6 +156,12 @@ class PackModel(RuleBasedStateMachine):
             assert totals == {len(expected)}, token
 
     @invariant()
+    def a_kept_reader_answers_as_a_fresh_one(self) -> None:
+        assert self.reader is not None
+        for token in [*TOKENS, *TOKENS]:  # the second round mostly from kept answers
+            assert self.reader.search(token, limit=3) == search_pack(self.path, token, limit=3)
+
+    @invariant()
     def stored_text_is_the_winners(self) -> None:
         # Which version of a page is kept, not only whether it is found.
         con = sqlite3.connect(self.path.as_uri() + "?mode=ro", uri=True)
@@ -162,6 +176,8 @@ class PackModel(RuleBasedStateMachine):
         assert rows == expected
 
     def teardown(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
         for f in self.dir.iterdir():
             f.unlink()
         self.dir.rmdir()
@@ -226,7 +242,7 @@ def test_limit_and_offset_are_checked(tmp_path: Path) -> None:
     for kw, name in [({"limit": 0}, "limit"), ({"limit": 1001}, "limit"), ({"offset": -1}, "offset")]:
         with pytest.raises(ValueError, match=name):
             search_pack(tmp_path / "p.db", "b", **kw)  # type: ignore[arg-type]
-    assert search_pack(tmp_path / "p.db", "b", limit=1000, offset=5).hits == []
+    assert search_pack(tmp_path / "p.db", "b", limit=1000, offset=5).hits == ()
 
 
 def test_build_refuses_an_existing_file_and_leaves_no_work_files(tmp_path: Path) -> None:
@@ -328,7 +344,7 @@ def test_one_reader_serves_many_threads(tmp_path: Path) -> None:
     texts = [_page(f"https://s/{i}", f"t{i}", " ".join(FILLER[: 1 + i % 10])) for i in range(200)]
     build_pack(path, "s", texts, watermark="")
     queries = FILLER * 20
-    with PackReader(path) as reader:
+    with PackReader(path, cached_answers=0) as reader:  # every search runs its SQL
         expected = {q: reader.search(q, limit=5) for q in FILLER}
         with ThreadPoolExecutor(4) as pool:
             pages = list(pool.map(lambda q: reader.search(q, limit=5), queries))
@@ -336,3 +352,21 @@ def test_one_reader_serves_many_threads(tmp_path: Path) -> None:
         assert reader.info.pages == 200
     with pytest.raises(SearchError, match="closed"):
         reader.search("alpha")
+
+
+def test_a_reader_keeps_its_answers(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    texts = [_page(f"https://s/{i}", f"t{i}", " ".join(FILLER[: 1 + i % 10])) for i in range(50)]
+    build_pack(path, "s", texts, watermark="")
+    with PackReader(path, cached_answers=2) as reader:
+        first = reader.search("beta", limit=3)
+        assert reader.search("beta", limit=3) is first
+        assert reader.search("beta", limit=3, offset=3) != first
+        assert reader.search("gamma") != first  # "beta" limit=3 is now the oldest kept: gone
+        assert reader.search("beta", limit=3) == first == search_pack(path, "beta", limit=3)
+        info = reader.cache_info()
+        assert (info.hits, info.misses, info.currsize) == (1, 4, 2)
+        for _ in range(2):  # a refused query is refused every time, never kept
+            with pytest.raises(SearchError, match="empty query"):
+                reader.search("-- !!")
+    assert reader.cache_info().currsize == 0

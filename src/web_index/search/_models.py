@@ -88,4 +88,4 @@ class SearchPage(msgspec.Struct, frozen=True, kw_only=True):
     total: int
     offset: int
     limit: int
-    hits: list[SearchHit]
+    hits: tuple[SearchHit, ...]

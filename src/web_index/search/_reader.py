@@ -7,6 +7,7 @@ lower weight would let one long body outrank it by repetition.
 
 from __future__ import annotations
 
+import functools
 import html
 import sqlite3
 import threading
@@ -26,22 +27,25 @@ TITLE_WEIGHT, BODY_WEIGHT = 10.0, 1.0
 SNIPPET_TOKENS = 16
 
 # The rank and the rowid (a total order, so that pages of results neither
-# repeat nor skip a hit of equal score) of the hits wanted, first; only then
-# the snippets and the stored url and title, for those hits alone: SQLite
-# computes a row's every column before sorting, and a snippet reads and
-# re-tokenises the page's body.
-_SEARCH = """
-WITH top(id, rank) AS MATERIALIZED (
-    SELECT rowid, bm25(pages_fts, :title_weight, :body_weight) AS rank FROM pages_fts
-    WHERE pages_fts MATCH :q ORDER BY rank, rowid LIMIT :limit OFFSET :offset
-)
-SELECT p.url, p.title, snippet(pages_fts, 1, char(2), char(3), '…', :tokens), top.rank
-FROM top CROSS JOIN pages_fts CROSS JOIN pages AS p
-WHERE pages_fts MATCH :q AND pages_fts.rowid = top.id AND p.id = top.id
-ORDER BY top.rank, top.id
+# repeat nor skip a hit of equal score) of the hits wanted, first; only then,
+# in a second statement, the snippets and the stored url and title of those
+# hits alone: SQLite computes a row's every column before sorting, and a
+# snippet reads and re-tokenises the page's body. (One statement joining the
+# two cost 1.5-5 ms more a query on a 100,000-page pack: bench/crawl_bench.py.)
+_TOP = """
+SELECT rowid, bm25(pages_fts, ?, ?) AS rank FROM pages_fts
+WHERE pages_fts MATCH ? ORDER BY rank, rowid LIMIT ? OFFSET ?
 """
-_SETTINGS = {"title_weight": TITLE_WEIGHT, "body_weight": BODY_WEIGHT, "tokens": SNIPPET_TOKENS}
+_HITS = """
+SELECT pages_fts.rowid, p.url, p.title, snippet(pages_fts, 1, char(2), char(3), '…', ?)
+FROM pages_fts JOIN pages AS p ON p.id = pages_fts.rowid
+WHERE pages_fts MATCH ? AND pages_fts.rowid IN ({ids})
+"""
 _COUNT = "SELECT count(*) FROM pages_fts WHERE pages_fts MATCH ?"
+# Answers kept per reader. A pack never changes, so a kept answer is never
+# stale; query streams repeat their popular queries, which are also the
+# dearest (a common word ranks a large share of the pages).
+CACHED_ANSWERS = 256
 
 
 def _snippet_html(raw: str) -> str:
@@ -72,8 +76,9 @@ class PackReader:
     search is running.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, cached_answers: int = CACHED_ANSWERS) -> None:
         self.path = path
+        self._answer = functools.lru_cache(maxsize=cached_answers)(self._search)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
@@ -103,33 +108,48 @@ class PackReader:
 
     def search(self, query: str, *, limit: int = 10, offset: int = 0) -> SearchPage:
         """The hits ``offset`` to ``offset + limit`` for the free-text
-        ``query`` (see :func:`fts_query`), best first, and their total."""
+        ``query`` (see :func:`fts_query`), best first, and their total.
+
+        The reader keeps its last ``cached_answers`` answers and gives the
+        same query with the same ``limit`` and ``offset`` its kept answer.
+        """
         if not 1 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit must be 1 to {MAX_LIMIT}, got {limit}")
         if offset < 0:
             raise ValueError(f"offset must be 0 or more, got {offset}")
-        expression = fts_query(query)
         if self._closed:
             raise SearchError(f"{self.path}: the PackReader is closed")
+        return self._answer(query, limit, offset)
+
+    def cache_info(self) -> functools._CacheInfo:
+        """Hits, misses and size of the kept answers."""
+        return self._answer.cache_info()
+
+    def _search(self, query: str, limit: int, offset: int) -> SearchPage:
+        expression = fts_query(query)
         con = self._connection()
         try:
             (total,) = con.execute(_COUNT, (expression,)).fetchone()
-            rows = con.execute(
-                _SEARCH, {"q": expression, "limit": limit, "offset": offset, **_SETTINGS}
-            ).fetchall()
+            top = con.execute(_TOP, (TITLE_WEIGHT, BODY_WEIGHT, expression, limit, offset)).fetchall()
+            found = {}
+            if top:
+                ids = ", ".join("?" * len(top))
+                params = (SNIPPET_TOKENS, expression, *(rowid for rowid, _ in top))
+                found = {rowid: rest for rowid, *rest in con.execute(_HITS.format(ids=ids), params)}
         except sqlite3.Error as e:  # a damaged pack; queries themselves are made safe by fts_query
             raise SearchError(f"{self.path}: search failed: {e}") from e
-        hits = [
-            SearchHit(url=url, title=title, snippet=_snippet_html(snippet), score=-rank)
-            for url, title, snippet, rank in rows
-        ]
-        return SearchPage(query=query, total=total, offset=offset, limit=limit, hits=hits)
+        hits = []
+        for rowid, rank in top:
+            url, title, snippet = found[rowid]
+            hits.append(SearchHit(url=url, title=title, snippet=_snippet_html(snippet), score=-rank))
+        return SearchPage(query=query, total=total, offset=offset, limit=limit, hits=tuple(hits))
 
     def close(self) -> None:
         """Close every thread's connection; later searches raise SearchError."""
         with self._lock:
             self._closed = True
             held, self._held = list(self._held), weakref.WeakSet()
+        self._answer.cache_clear()
         for h in held:
             h.con.close()
 
