@@ -6,41 +6,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from tests.factories import publish_pack
+from tests.server.serving import serving
 from tests.servers import free_port, wait_port
 from web_index import WebIndex
 from web_index.crawl import site_files
 from web_index.errors import SearchError
-from web_index.server import create_app
 
 CLI = str(Path(sys.executable).parent / "web-index")
-
-
-@contextmanager
-def serving(index: WebIndex, **options: object) -> Iterator[httpx.Client]:
-    """``create_app(index, **options)`` on uvicorn on a free loopback port."""
-    port = free_port()
-    app = create_app(index, **options)  # type: ignore[arg-type]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_port(port)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Web archives in and out: WARC files read into the store and written from it
-(with a CDXJ index); to come: CDX, Memento, collections.
+(with a CDXJ index), and the CDX server API's queries over the store; to
+come: Memento, collections.
 
 ``__all__`` is the public API; names imported ``as`` themselves are the
 internal one, for the other packages of web_index. No HTTP server lives here
@@ -7,6 +8,13 @@ internal one, for the other packages of web_index. No HTTP server lives here
 """
 
 from web_index.archive._arc_read import read_arc
+from web_index.archive._cdx import Capture as Capture
+from web_index.archive._cdx import cdx_lines as cdx_lines
+from web_index.archive._cdx import cdx_page as cdx_page
+from web_index.archive._cdx import find_captures as find_captures
+from web_index.archive._cdx import num_pages as num_pages
+from web_index.archive._cdx_query import CdxQuery as CdxQuery
+from web_index.archive._cdx_query import parse_cdx_query as parse_cdx_query
 from web_index.archive._export import ExportReport, export_warcs
 from web_index.archive._import import ImportReport, import_warcs
 from web_index.archive._sources import ArchiveFile, archive_files

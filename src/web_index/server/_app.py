@@ -11,6 +11,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from web_index.index import WebIndex
+from web_index.server._cdx import DEFAULT_COLLECTION, cdx
 from web_index.server._errors import HANDLERS
 from web_index.server._search import SearchBackend, search
 
@@ -18,9 +19,18 @@ __all__ = ["create_app", "serve"]
 
 
 def create_app(
-    index: WebIndex, *, queue: str | None = None, search_timeout: float = 10.0, refresh: float = 5.0
+    index: WebIndex,
+    *,
+    queue: str | None = None,
+    search_timeout: float = 10.0,
+    refresh: float = 5.0,
+    collection: str = DEFAULT_COLLECTION,
 ) -> Starlette:
     """The server's app over ``index``.
+
+    ``GET /{collection}/cdx`` (and ``/{collection}/index``) is the CDX
+    server API over the store, which is the one collection, named
+    ``collection``.
 
     ``GET /search?site=&q=`` answers from the site's newest published
     database, copied here and re-checked every ``refresh`` seconds; with
@@ -38,11 +48,17 @@ def create_app(
             searches.close()
 
     app = Starlette(
-        routes=[Route("/search", search, methods=["GET"])],
+        routes=[
+            Route("/search", search, methods=["GET"]),
+            Route("/{coll}/cdx", cdx, methods=["GET"]),
+            Route("/{coll}/index", cdx, methods=["GET"]),
+        ],
         lifespan=lifespan,
         exception_handlers=HANDLERS,
     )
     app.state.searches = searches
+    app.state.index = index
+    app.state.collection = collection
     return app
 
 
