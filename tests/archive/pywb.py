@@ -255,3 +255,24 @@ def running_pywb(
             yield PywbServer(f"http://127.0.0.1:{port}", collection, workdir, log, client)
     finally:
         _stop(proc)
+
+
+@contextlib.contextmanager
+def running_pywb_remote(index: str, workdir: Path, *, collection: str = "coll") -> Iterator[PywbServer]:
+    """pywb with one collection whose ``index`` is a remote source (``cdx+URL``,
+    ``memento+URL``): it has no WARCs of its own and loads what it replays from there."""
+    ensure_pywb_venv()
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.yaml").write_text(
+        "# tests/archive/pywb.py: a collection of a remote source only\n"
+        f"collections:\n  {collection}:\n    index: {json.dumps(index)}\n"
+        "enable_memento: true\n"
+        "debug: true\n"
+    )
+    log = workdir / "pywb.log"
+    proc, port = _start(workdir, log, collection)
+    try:
+        with httpx.Client(timeout=START_TIMEOUT, trust_env=False, follow_redirects=False) as client:
+            yield PywbServer(f"http://127.0.0.1:{port}", collection, workdir, log, client)
+    finally:
+        _stop(proc)

@@ -11,11 +11,13 @@ from web_index.archive._arc_read import read_arc
 from web_index.archive._cdx import Capture as Capture
 from web_index.archive._cdx import cdx_lines as cdx_lines
 from web_index.archive._cdx import cdx_page as cdx_page
+from web_index.archive._cdx import closest_memento as closest_memento
 from web_index.archive._cdx import find_captures as find_captures
 from web_index.archive._cdx import num_pages as num_pages
 from web_index.archive._cdx_query import CdxQuery as CdxQuery
 from web_index.archive._cdx_query import parse_cdx_query as parse_cdx_query
 from web_index.archive._export import ExportReport, export_warcs
+from web_index.archive._http import wire_headers as wire_headers
 from web_index.archive._import import ImportReport, import_warcs
 from web_index.archive._sources import ArchiveFile, archive_files
 from web_index.archive._warc_read import WARC_SUFFIXES as WARC_SUFFIXES

@@ -30,7 +30,7 @@ from web_index.index import WebIndex
 from web_index.models import Page, Response, payload_sha1, sha1_text
 from web_index.urls import host_of, url_key
 
-__all__ = ["PAGE_SIZE", "Capture", "cdx_lines", "cdx_page", "find_captures", "num_pages"]
+__all__ = ["PAGE_SIZE", "Capture", "cdx_lines", "cdx_page", "closest_memento", "find_captures", "num_pages"]
 
 PAGE_SIZE = 1000  # captures a page of results (page=, showNumPages)
 _TEXT_FIELDS = CDX_FIELDS[:9]  # the 9-field CDX line, which pywb parses back
@@ -93,31 +93,68 @@ def _forms(url: str) -> list[tuple[str | None, str | None]]:
 
 def find_captures(index: WebIndex, query: CdxQuery, *, source: str) -> list[Capture]:
     """Every capture ``query`` asks for, in its order, up to its ``limit``."""
+    found = [(fields, moment) for _, fields, moment in _matching(index, query, source)]
+    return _ordered(found, query)
+
+
+def closest_memento(
+    index: WebIndex, url: str, when: datetime, *, source: str
+) -> tuple[Response, Capture] | None:
+    """The response captured for ``url`` closest to ``when`` (of equally close
+    ones, the earlier), with its capture; ``None`` if there is none."""
+    query = CdxQuery(url=url, closest=when)
+    best: tuple[float, str, Response, Capture] | None = None
+    for response, fields, moment in _matching(index, query, source):
+        distance = abs((moment - when).total_seconds())
+        if best is None or (distance, fields["timestamp"]) < best[:2]:
+            best = (distance, fields["timestamp"], response, (fields, moment))
+    return None if best is None else (best[2], best[3])
+
+
+def _matching(
+    index: WebIndex, query: CdxQuery, source: str
+) -> Iterator[tuple[Response, dict[str, str], datetime]]:
     try:
         scans, wanted = _scans(query)
     except InvalidRecordError as exc:
         raise InvalidRecordError("url", exc.problem) from None
-    start, end = _moment(query.start), _moment(query.end)
-    found: list[Capture] = []
+    found = False
     for url_prefix, domain in scans:
-        pages = index.scan(
-            query.type,
-            url_prefix=url_prefix,
-            domain=domain,
-            start=None if start is None else start - _CHAIN_SPAN,
-            end=None if end is None else end + timedelta(seconds=1),  # its fractions of a second too
-        )
-        for page in pages:
-            assert isinstance(page, Page)
-            for response in page.responses:
-                url = _uri(response.request_url)
-                key = surt.surt(url)
-                if not wanted(key):
-                    continue
-                fields, moment = _capture(response, url, key, source)
-                if query.start <= fields["timestamp"] <= query.end and _passes(query, fields):
-                    found.append((fields, moment))
-    return _ordered(found, query)
+        for hit in _scan(index, query, source, url_prefix, domain, wanted):
+            found = True
+            yield hit
+    if not found and query.match_type in ("exact", "prefix"):
+        # Not the start of any attempt: perhaps a later response of a redirect
+        # chain, stored under the URL that was asked for first. The partition holds it.
+        yield from _scan(index, query, source, None, host_of(query.url), wanted)
+
+
+def _scan(
+    index: WebIndex,
+    query: CdxQuery,
+    source: str,
+    url_prefix: str | None,
+    domain: str | None,
+    wanted: Callable[[str], bool],
+) -> Iterator[tuple[Response, dict[str, str], datetime]]:
+    start, end = _moment(query.start), _moment(query.end)
+    pages = index.scan(
+        query.type,
+        url_prefix=url_prefix,
+        domain=domain,
+        start=None if start is None else start - _CHAIN_SPAN,
+        end=None if end is None else end + timedelta(seconds=1),  # its fractions of a second too
+    )
+    for page in pages:
+        assert isinstance(page, Page)
+        for response in page.responses:
+            url = _uri(response.request_url)
+            key = surt.surt(url)
+            if not wanted(key):
+                continue
+            fields, moment = _capture(response, url, key, source)
+            if query.start <= fields["timestamp"] <= query.end and _passes(query, fields):
+                yield response, fields, moment
 
 
 def _passes(query: CdxQuery, fields: dict[str, str]) -> bool:

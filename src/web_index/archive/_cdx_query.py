@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 from web_index.errors import InvalidRecordError
 from web_index.models import RecordType
+from web_index.urls import url_key
 
 __all__ = [
     "CDX_FIELDS",
@@ -176,6 +177,10 @@ def parse_cdx_query(params: Mapping[str, Sequence[str]]) -> CdxQuery:
         raise InvalidRecordError("matchType", f"{match_type!r} is not one of {', '.join(MATCH_TYPES)}")
     if "://" not in url:  # as pywb: a bare host or path is an http URL
         url = "http://" + url
+    try:
+        url_key(url)
+    except InvalidRecordError as exc:
+        raise InvalidRecordError("url", exc.problem) from None
     start = _one(params, "from") or _one(params, "from_ts")
     end = _one(params, "to")
     closest = _one(params, "closest")  # empty, as pywb's cdx+ source sends it: absent

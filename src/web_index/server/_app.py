@@ -13,6 +13,7 @@ from starlette.routing import Route
 from web_index.index import WebIndex
 from web_index.server._cdx import DEFAULT_COLLECTION, cdx
 from web_index.server._errors import HANDLERS
+from web_index.server._mementos import memento
 from web_index.server._search import SearchBackend, search
 
 __all__ = ["create_app", "serve"]
@@ -30,7 +31,7 @@ def create_app(
 
     ``GET /{collection}/cdx`` (and ``/{collection}/index``) is the CDX
     server API over the store, which is the one collection, named
-    ``collection``.
+    ``collection``; ``/{collection}/{timestamp}id_/{url}`` its mementos.
 
     ``GET /search?site=&q=`` answers from the site's newest published
     database, copied here and re-checked every ``refresh`` seconds; with
@@ -52,6 +53,7 @@ def create_app(
             Route("/search", search, methods=["GET"]),
             Route("/{coll}/cdx", cdx, methods=["GET"]),
             Route("/{coll}/index", cdx, methods=["GET"]),
+            Route("/{coll}/{stamp}/{url:path}", memento, methods=["GET", "HEAD"]),
         ],
         lifespan=lifespan,
         exception_handlers=HANDLERS,

@@ -1,0 +1,115 @@
+"""Mementos over real HTTP: ``/{coll}/{timestamp}id_/{url}`` and the redirect to the closest;
+read by cdx_toolkit, and by the real pywb 2.10, whose collection's only index is this server's
+CDX API (``cdx+``), replaying a page that lives only in web-index."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+
+import cdx_toolkit
+import httpx
+import pytest
+
+from tests.archive.pywb import running_pywb_remote
+from tests.server.serving import serving
+from web_index import WebIndex
+from web_index.models import AttemptMetadata, Response
+
+T0 = datetime(2024, 5, 1, 8, 30, tzinfo=UTC)
+PAGE = "https://example.com/news?id=7"
+OLD = "http://example.com/old"
+
+
+def _stamp(t: datetime) -> str:
+    return t.strftime("%Y%m%d%H%M%S")
+
+
+def _response(
+    url: str, request_url: str, at: datetime, status: int, headers: dict[str, str], body: bytes
+) -> Response:
+    return Response(
+        url=url, request_url=request_url, status_code=status, headers=headers, timestamp=at, data=body,
+        is_final=status < 300, fetcher_name="t", fetcher_version="1", fetcher_calibre=10,
+    )  # fmt: skip
+
+
+def _meta(url: str) -> AttemptMetadata:
+    return AttemptMetadata(
+        state="success", url=url, fetcher_name="t", fetcher_version="1", fetcher_calibre=10
+    )
+
+
+@pytest.fixture
+def http(tmp_path: Path) -> Iterator[httpx.Client]:
+    html = {"content-type": "text/html; charset=utf-8", "x-served-by": "origin"}
+    with WebIndex(tmp_path / "store") as index:
+        for day in range(2):
+            at = T0 + timedelta(days=day)
+            body = f"<html><body><p>Day {day} news</p></body></html>".encode()
+            index.insert("get", PAGE, at, _meta(PAGE), [_response(PAGE, PAGE, at, 200, html, body)])
+        moved = [
+            _response(OLD, OLD, T0, 301, {"location": "/new"}, b""),
+            _response(
+                OLD, "http://example.com/new", T0 + timedelta(seconds=2), 200, html, b"<p>New home</p>"
+            ),
+        ]
+        index.insert("get", OLD, T0, _meta(OLD), moved)
+        with serving(index) as client:
+            yield client
+
+
+def test_a_memento_is_the_response_as_it_was(http: httpx.Client) -> None:
+    got = http.get(f"/store/{_stamp(T0)}id_/{PAGE}")
+    assert got.status_code == 200 and got.content == b"<html><body><p>Day 0 news</p></body></html>"
+    assert got.headers["x-served-by"] == "origin" and got.headers["content-type"].startswith("text/html")
+    assert got.headers["memento-datetime"] == format_datetime(T0, usegmt=True)
+    assert f'<{PAGE}>; rel="original"' in got.headers["link"]
+    assert got.headers["content-security-policy"] == "sandbox"
+    later = http.get(f"/store/{_stamp(T0 + timedelta(days=1, hours=5))}id_/{PAGE}")  # the closest
+    assert later.content.startswith(b"<html><body><p>Day 1")
+    assert http.get(f"/store/2024id_/{PAGE}").content.startswith(b"<html><body><p>Day 1")  # end of 2024
+    assert http.head(f"/store/{_stamp(T0)}id_/{PAGE}").status_code == 200
+
+
+def test_a_timestamp_redirects_to_the_closest_memento(http: httpx.Client) -> None:
+    got = http.get(f"/store/20240502/{PAGE}")
+    assert got.status_code == 302
+    assert got.headers["location"].endswith(f"/store/{_stamp(T0 + timedelta(days=1))}id_/{PAGE}")
+
+
+def test_a_redirect_points_at_its_targets_memento(http: httpx.Client) -> None:
+    moved = http.get(f"/store/{_stamp(T0)}id_/{OLD}")
+    assert moved.status_code == 301
+    target = moved.headers["location"]
+    assert target.endswith("id_/http://example.com/new")
+    assert http.get(target).content == b"<p>New home</p>"
+
+
+def test_what_is_not_there(http: httpx.Client) -> None:
+    assert http.get(f"/store/{_stamp(T0)}id_/https://example.com/never").status_code == 404
+    assert http.get(f"/store/{_stamp(T0)}id_/ftp://example.com/x").json()["parameter"] == "url"
+    assert http.get(f"/store/yesterday/{PAGE}").status_code == 404
+    assert http.get(f"/other/{_stamp(T0)}id_/{PAGE}").status_code == 404
+
+
+def test_cdx_toolkit_fetches_the_content(http: httpx.Client) -> None:
+    base = str(http.base_url).rstrip("/")
+    cdx = cdx_toolkit.CDXFetcher(source=f"{base}/store/cdx", wb=f"{base}/store")
+    captures = list(cdx.iter(PAGE))
+    assert [c["timestamp"] for c in captures] == [_stamp(T0), _stamp(T0 + timedelta(days=1))]
+    assert captures[1].content == b"<html><body><p>Day 1 news</p></body></html>"  # sent as http%3A//...
+
+
+def test_pywb_replays_a_page_from_this_cdx_server(http: httpx.Client, tmp_path: Path) -> None:
+    cdx = f"cdx+{str(http.base_url).rstrip('/')}/store/cdx"
+    with running_pywb_remote(cdx, tmp_path / "pywb") as pywb:
+        raw = pywb.replay_raw(PAGE, _stamp(T0))
+        assert raw.status_code == 200, pywb.log_tail()
+        assert raw.content == b"<html><body><p>Day 0 news</p></body></html>"
+        rewritten = pywb.client.get(f"{pywb.base_url}/{pywb.collection}/{_stamp(T0)}mp_/{PAGE}")
+        assert rewritten.status_code == 200 and b"Day 0 news" in rewritten.content, pywb.log_tail()
+        listed = pywb.cdx(PAGE)
+        assert [c["timestamp"] for c in listed] == [_stamp(T0), _stamp(T0 + timedelta(days=1))]
