@@ -113,3 +113,44 @@ def test_pywb_replays_a_page_from_this_cdx_server(http: httpx.Client, tmp_path: 
         assert rewritten.status_code == 200 and b"Day 0 news" in rewritten.content, pywb.log_tail()
         listed = pywb.cdx(PAGE)
         assert [c["timestamp"] for c in listed] == [_stamp(T0), _stamp(T0 + timedelta(days=1))]
+
+
+def test_the_timegate_chooses_by_accept_datetime(http: httpx.Client) -> None:
+    for path in (f"/store/timegate/{PAGE}", f"/store/{PAGE}"):
+        asked = http.get(path, headers={"Accept-Datetime": "Wed, 01 May 2024 09:00:00 GMT"})
+        assert asked.status_code == 302 and asked.headers["vary"] == "accept-datetime"
+        assert asked.headers["location"].endswith(f"/store/{_stamp(T0)}id_/{PAGE}")
+        assert f'<{PAGE}>; rel="original"' in asked.headers["link"]
+        assert f'datetime="{format_datetime(T0, usegmt=True)}"' in asked.headers["link"]
+        latest = http.head(path)
+        assert latest.headers["location"].endswith(f"/store/{_stamp(T0 + timedelta(days=1))}id_/{PAGE}")
+    bad = http.get(f"/store/timegate/{PAGE}", headers={"Accept-Datetime": "last week"})
+    assert bad.status_code == 400 and bad.json()["parameter"] == "Accept-Datetime"
+    assert http.get("/store/timegate/https://example.com/never").status_code == 404
+
+
+def test_the_timemap_lists_every_memento(http: httpx.Client) -> None:
+    link = http.get(f"/store/timemap/link/{PAGE}")
+    assert link.headers["content-type"].startswith("application/link-format")
+    entries = link.text.strip().split(",\n")
+    assert entries[0] == f'<{PAGE}>; rel="original"' and 'rel="timegate"' in entries[1]
+    assert f'from="{format_datetime(T0, usegmt=True)}"' in entries[2]
+    days = [T0, T0 + timedelta(days=1)]
+    dated = [(f"{http.base_url}/store/{_stamp(t)}id_/{PAGE}", format_datetime(t, usegmt=True)) for t in days]
+    assert entries[3:] == [f'<{uri}>; rel="memento"; datetime="{date}"' for uri, date in dated]
+    as_json = http.get(f"/store/timemap/json/{PAGE}").json()
+    assert as_json["original_uri"] == PAGE
+    assert [m["datetime"] for m in as_json["mementos"]["list"]] == [
+        t.strftime("%Y-%m-%dT%H:%M:%SZ") for t in days
+    ]
+    assert http.get(f"/store/timemap/xml/{PAGE}").status_code == 404
+
+
+def test_pywb_replays_through_the_memento_protocol(http: httpx.Client, tmp_path: Path) -> None:
+    source = f"memento+{str(http.base_url).rstrip('/')}/store/"
+    with running_pywb_remote(source, tmp_path / "pywb") as pywb:
+        raw = pywb.replay_raw(PAGE, _stamp(T0 + timedelta(hours=1)))  # asked by TimeGate
+        assert raw.status_code == 200, pywb.log_tail()
+        assert raw.content == b"<html><body><p>Day 0 news</p></body></html>"
+        timemap = pywb.client.get(f"{pywb.base_url}/{pywb.collection}/timemap/link/{PAGE}")
+        assert timemap.status_code == 200 and timemap.text.count('rel="memento"') == 2, pywb.log_tail()

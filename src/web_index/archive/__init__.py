@@ -14,6 +14,7 @@ from web_index.archive._cdx import cdx_page as cdx_page
 from web_index.archive._cdx import closest_memento as closest_memento
 from web_index.archive._cdx import find_captures as find_captures
 from web_index.archive._cdx import num_pages as num_pages
+from web_index.archive._cdx_query import MAX_LIMIT as MAX_LIMIT
 from web_index.archive._cdx_query import CdxQuery as CdxQuery
 from web_index.archive._cdx_query import parse_cdx_query as parse_cdx_query
 from web_index.archive._export import ExportReport, export_warcs

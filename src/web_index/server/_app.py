@@ -13,8 +13,9 @@ from starlette.routing import Route
 from web_index.index import WebIndex
 from web_index.server._cdx import DEFAULT_COLLECTION, cdx
 from web_index.server._errors import HANDLERS
-from web_index.server._mementos import memento
+from web_index.server._mementos import memento, timegate
 from web_index.server._search import SearchBackend, search
+from web_index.server._timemaps import timemap
 
 __all__ = ["create_app", "serve"]
 
@@ -31,7 +32,9 @@ def create_app(
 
     ``GET /{collection}/cdx`` (and ``/{collection}/index``) is the CDX
     server API over the store, which is the one collection, named
-    ``collection``; ``/{collection}/{timestamp}id_/{url}`` its mementos.
+    ``collection``; ``/{collection}/{timestamp}id_/{url}`` its mementos,
+    ``/{collection}/timegate/{url}`` and ``/{collection}/timemap/link/{url}``
+    their TimeGate and TimeMap.
 
     ``GET /search?site=&q=`` answers from the site's newest published
     database, copied here and re-checked every ``refresh`` seconds; with
@@ -53,6 +56,8 @@ def create_app(
             Route("/search", search, methods=["GET"]),
             Route("/{coll}/cdx", cdx, methods=["GET"]),
             Route("/{coll}/index", cdx, methods=["GET"]),
+            Route("/{coll}/timegate/{url:path}", timegate, methods=["GET", "HEAD"]),
+            Route("/{coll}/timemap/{form}/{url:path}", timemap, methods=["GET"]),
             Route("/{coll}/{stamp}/{url:path}", memento, methods=["GET", "HEAD"]),
         ],
         lifespan=lifespan,

@@ -1,7 +1,10 @@
 """Mementos (RFC 7089): ``GET /{coll}/{timestamp}id_/{url}`` is the response
 captured for ``url`` closest to ``timestamp`` (1 to 14 digits), as it was: its
 status, header fields and body, with ``Memento-Datetime`` and a ``Link`` to the
-original; ``/{coll}/{timestamp}/{url}`` redirects (302) to that memento.
+original; ``/{coll}/{timestamp}/{url}`` redirects (302) to that memento. The
+TimeGate, ``/{coll}/timegate/{url}`` (and ``/{coll}/{url}``, the form pywb's
+``memento+`` source asks), redirects to the memento closest to the request's
+``Accept-Datetime`` (the latest without one), ``Vary: accept-datetime``.
 
 The target URL is the rest of the path, raw, and the request's own query: the
 form pywb's ``cdx+`` and ``memento+`` sources ask for. cdx_toolkit sends it
@@ -18,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from email.utils import format_datetime
+from datetime import UTC, datetime
+from email.utils import format_datetime, parsedate_to_datetime
 from urllib.parse import unquote, urljoin
 
 from starlette.requests import Request
@@ -29,7 +33,7 @@ from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.server._errors import ApiError, bad_parameter
 
-__all__ = ["memento"]
+__all__ = ["collection", "memento", "not_found", "target_url", "timegate"]
 
 _STAMP = re.compile(r"([0-9]{1,14})(id_)?")
 _HOP_BY_HOP = frozenset(["connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"])
@@ -45,25 +49,44 @@ def _target(request: Request, prefix: str) -> str:
     return f"{target}?{query}" if query else target
 
 
-async def memento(request: Request) -> Response:
-    coll, stamp = request.path_params["coll"], request.path_params["stamp"]
+def collection(request: Request) -> str:
+    """The collection the path names, which must be this server's."""
+    coll: str = request.path_params["coll"]
     if coll != request.app.state.collection:
         raise ApiError(404, f"no collection {coll!r}; this server has {request.app.state.collection!r}")
+    return coll
+
+
+def target_url(request: Request, prefix: str) -> str:
+    """The URL after ``prefix`` in the path (with the request's query), checked."""
+    try:
+        return parse_cdx_query({"url": [_target(request, prefix)]}).url
+    except InvalidRecordError as exc:
+        raise bad_parameter(exc.field, exc.problem) from None
+
+
+def not_found(url: str) -> Response:
+    message = f"no captures for {url}"
+    return JSONResponse({"error": message, "message": message}, status_code=404)
+
+
+async def memento(request: Request) -> Response:
+    coll, stamp = collection(request), request.path_params["stamp"]
+    if stamp.startswith(("http:", "https:")):  # /{coll}/{url}: pywb's TimeGate path
+        return await _timegate(request, coll, target_url(request, f"/{coll}/"))
     m = _STAMP.fullmatch(stamp)
     if m is None:
         raise ApiError(404, f"not a memento path: {stamp!r} is not a timestamp of 1 to 14 digits (and id_)")
     digits, raw = m.group(1), m.group(2) is not None
-    target = _target(request, f"/{coll}/{stamp}/")
     try:
-        query = parse_cdx_query({"url": [target], "closest": [digits]})
+        query = parse_cdx_query({"url": [_target(request, f"/{coll}/{stamp}/")], "closest": [digits]})
     except InvalidRecordError as exc:
         raise bad_parameter(exc.field, exc.problem) from None
     assert query.closest is not None
     index: WebIndex = request.app.state.index
     found = await asyncio.to_thread(closest_memento, index, query.url, query.closest, source=coll)
     if found is None:
-        message = f"no captures for {query.url}"
-        return JSONResponse({"error": message, "message": message}, status_code=404)
+        return not_found(query.url)
     response, (fields, moment) = found
     base = f"{str(request.base_url).rstrip('/')}/{coll}/{fields['timestamp']}id_/"
     if not raw:
@@ -90,3 +113,39 @@ async def memento(request: Request) -> Response:
         (b"content-length", str(len(response.data or b"")).encode()),
     ]
     return out
+
+
+async def timegate(request: Request) -> Response:
+    coll = collection(request)
+    return await _timegate(request, coll, target_url(request, f"/{coll}/timegate/"))
+
+
+def _accept_datetime(request: Request) -> datetime:
+    asked = request.headers.get("accept-datetime")
+    if asked is None:
+        return datetime.now(UTC)  # the latest
+    try:
+        when = parsedate_to_datetime(asked)
+    except (TypeError, ValueError):
+        when = None
+    if when is None or when.tzinfo is None:
+        raise bad_parameter("Accept-Datetime", f"{asked!r} is not an HTTP date (RFC 1123, in GMT)")
+    return when
+
+
+async def _timegate(request: Request, coll: str, url: str) -> Response:
+    when = _accept_datetime(request)
+    index: WebIndex = request.app.state.index
+    found = await asyncio.to_thread(closest_memento, index, url, when, source=coll)
+    if found is None:
+        return not_found(url)
+    _, (fields, moment) = found
+    root = f"{str(request.base_url).rstrip('/')}/{coll}"
+    chosen = f"{root}/{fields['timestamp']}id_/{fields['url']}"
+    date = format_datetime(moment, usegmt=True)
+    link = (
+        f'<{url}>; rel="original", '
+        f'<{root}/timemap/link/{url}>; rel="timemap"; type="application/link-format", '
+        f'<{chosen}>; rel="memento"; datetime="{date}"'
+    )
+    return Response(status_code=302, headers={"location": chosen, "vary": "accept-datetime", "link": link})

@@ -1,0 +1,59 @@
+"""TimeMaps (RFC 7089): ``GET /{coll}/timemap/link/{url}`` lists every memento of
+``url`` (``application/link-format``: the original, the TimeGate, the map itself
+with its ``from`` and ``until``, then each memento with its ``datetime``, oldest
+first), and ``/{coll}/timemap/json/{url}`` the same as JSON (the form of the
+Memento aggregator's: ``original_uri``, ``timegate_uri``, ``timemap_uri``,
+``mementos.list`` of ``{"datetime", "uri"}``). Each parameter is quoted: pywb's
+``memento+`` source reads nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from email.utils import format_datetime
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from web_index.archive import MAX_LIMIT, find_captures, parse_cdx_query
+from web_index.index import WebIndex
+from web_index.server._errors import ApiError
+from web_index.server._mementos import collection, not_found, target_url
+
+__all__ = ["timemap"]
+
+
+async def timemap(request: Request) -> Response:
+    coll, form = collection(request), request.path_params["form"]
+    if form not in ("link", "json"):
+        raise ApiError(404, f"no timemap form {form!r}: link or json")
+    url = target_url(request, f"/{coll}/timemap/{form}/")
+    index: WebIndex = request.app.state.index
+    query = parse_cdx_query({"url": [url], "limit": [str(MAX_LIMIT)]})
+    captures = await asyncio.to_thread(find_captures, index, query, source=coll)
+    if not captures:
+        return not_found(url)
+    root = f"{str(request.base_url).rstrip('/')}/{coll}"
+    mementos = [(f"{root}/{c['timestamp']}id_/{c['url']}", moment) for c, moment in captures]
+    if form == "json":
+        body = {
+            "original_uri": url,
+            "timegate_uri": f"{root}/timegate/{url}",
+            "timemap_uri": {
+                "link_format": f"{root}/timemap/link/{url}",
+                "json_format": f"{root}/timemap/json/{url}",
+            },
+            "mementos": {
+                "list": [{"datetime": m.strftime("%Y-%m-%dT%H:%M:%SZ"), "uri": u} for u, m in mementos]
+            },
+        }
+        return JSONResponse(body)
+    first, last = (format_datetime(mementos[i][1], usegmt=True) for i in (0, -1))
+    lines = [
+        f'<{url}>; rel="original"',
+        f'<{root}/timegate/{url}>; rel="timegate"',
+        f'<{root}/timemap/link/{url}>; rel="self"; type="application/link-format"; '
+        f'from="{first}"; until="{last}"',
+        *(f'<{u}>; rel="memento"; datetime="{format_datetime(m, usegmt=True)}"' for u, m in mementos),
+    ]
+    return Response(",\n".join(lines) + "\n", media_type="application/link-format")
