@@ -248,13 +248,8 @@ def running_pywb(
     ensure_pywb_venv()
     workdir.mkdir(parents=True, exist_ok=True)
     _layout(warcs, cdxj, workdir, collection)
-    log = workdir / "pywb.log"
-    proc, port = _start(workdir, log, collection)
-    try:
-        with httpx.Client(timeout=START_TIMEOUT, trust_env=False, follow_redirects=False) as client:
-            yield PywbServer(f"http://127.0.0.1:{port}", collection, workdir, log, client)
-    finally:
-        _stop(proc)
+    with _serving(workdir, collection) as server:
+        yield server
 
 
 @contextlib.contextmanager
@@ -269,6 +264,12 @@ def running_pywb_remote(index: str, workdir: Path, *, collection: str = "coll") 
         "enable_memento: true\n"
         "debug: true\n"
     )
+    with _serving(workdir, collection) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _serving(workdir: Path, collection: str) -> Iterator[PywbServer]:
     log = workdir / "pywb.log"
     proc, port = _start(workdir, log, collection)
     try:

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
-import uuid
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from tests.crawl.workers import Workers, published_urls
+from tests.crawl.workers import Workers, crawl_then_kill, published_urls
 from tests.servers import Redis
 from web_index import WebIndex
 from web_index.cli._sample_site import LocalServer, crawl_site_routes
-from web_index.crawl import CrawlSpec, IndexCrawl, encode, open_broker, search_site, site_files
+from web_index.crawl import open_broker, search_site, site_files
 
 PAGES = 300
 
@@ -34,17 +31,8 @@ def test_workers_on_redis_survive_a_killed_indexer(redis_server: Redis, tmp_path
     ):
         crawlers = [workers.start("indexer", "crawler") for _ in range(3)]
         workers.start("timer", "packer")
-        name = f"127.0.0.1:{site.port}"
-        spec = CrawlSpec(
-            id=uuid.uuid4().hex, seed=site.url("/p/0"), max_pages=10_000, max_depth=1000, settle=2.0
-        )
-        broker.send("index", [encode(IndexCrawl(site=name, spec=spec))])
         deadline = time.monotonic() + 120
-        while sum(1 for p in hits if p.startswith("/p/")) < PAGES // 4:
-            assert time.monotonic() < deadline, "the crawl did not start"
-            time.sleep(0.1)
-        os.kill(crawlers[0].pid, signal.SIGKILL)
-        crawlers[0].wait()
+        name = crawl_then_kill(broker, site, hits, crawlers[0], pages=PAGES, settle=2.0, deadline=deadline)
         with WebIndex(store, read_only=True) as index:
             files = site_files(index)
             urls: list[str] = []

@@ -5,7 +5,6 @@ searchers (the one serving the site stopped afterwards)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 import uuid
@@ -14,13 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.crawl.workers import Workers, published_urls
+from tests.crawl.workers import Workers, crawl_then_kill, published_urls
 from tests.servers import Postgres, Redis, SeaweedFS
 from web_index import WebIndex
 from web_index.cli._sample_site import LocalServer, crawl_site_routes
 from web_index.crawl import (
-    CrawlSpec,
-    IndexCrawl,
     Results,
     Search,
     decode,
@@ -73,18 +70,8 @@ def test_scaled_out_pipeline_on_redis_s3_and_postgres(
         workers.start("timer")
         workers.start("packer")
         workers.start("orchestrator", extra=("--heartbeat", "0.5"))
-        name = f"127.0.0.1:{site.port}"
-        spec = CrawlSpec(
-            id=uuid.uuid4().hex, seed=site.url("/p/0"), max_pages=10_000, max_depth=10_000, settle=3.0
-        )
-        broker.send("index", [encode(IndexCrawl(site=name, spec=spec))])
-
         deadline = time.monotonic() + 300
-        while sum(1 for p in hits if p.startswith("/p/")) < PAGES // 4:
-            assert time.monotonic() < deadline, "the crawl did not start"
-            time.sleep(0.1)
-        os.kill(crawlers[0].pid, signal.SIGKILL)  # mid-crawl, messages in hand
-        crawlers[0].wait()
+        name = crawl_then_kill(broker, site, hits, crawlers[0], pages=PAGES, settle=3.0, deadline=deadline)
 
         with WebIndex(store, buffer=buffer, read_only=True) as index:
             files = site_files(index)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from types import TracebackType
 
-from web_index.crawl import SiteFiles
+from web_index.cli._sample_site import LocalServer
+from web_index.crawl import CrawlSpec, IndexCrawl, SiteFiles, encode
+from web_index.crawl.queues import Broker
 from web_index.search import decompress_pack
 
 CLI = str(Path(sys.executable).parent / "web-index")
@@ -70,3 +74,28 @@ def published_urls(files: SiteFiles, site: str, folder: Path) -> list[str]:
     decompress_pack(folder / "p.zst", folder / f"p{generation}.sqlite")
     with sqlite3.connect(folder / f"p{generation}.sqlite") as db:
         return [u for (u,) in db.execute("SELECT url FROM pages")]
+
+
+def crawl_then_kill(
+    broker: Broker,
+    site: LocalServer,
+    hits: dict[str, int],
+    victim: subprocess.Popen[bytes],
+    *,
+    pages: int,
+    settle: float,
+    deadline: float,
+) -> str:
+    """Queue a crawl of ``site`` from ``/p/0`` and, once a quarter of its ``pages``
+    were asked for, SIGKILL ``victim`` (mid-crawl, messages in hand); the site's name."""
+    name = f"127.0.0.1:{site.port}"
+    spec = CrawlSpec(
+        id=uuid.uuid4().hex, seed=site.url("/p/0"), max_pages=10_000, max_depth=10_000, settle=settle
+    )
+    broker.send("index", [encode(IndexCrawl(site=name, spec=spec))])
+    while sum(1 for p in hits if p.startswith("/p/")) < pages // 4:
+        assert time.monotonic() < deadline, "the crawl did not start"
+        time.sleep(0.1)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    return name
