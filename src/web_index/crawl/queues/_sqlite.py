@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from web_index._retry import Pause, retrying
 from web_index.crawl.queues.base import DeadLetter, Delivery, QueueCounts, backoff, check_bodies
 
 __all__ = ["SqliteBroker"]
@@ -58,6 +59,19 @@ CREATE TABLE IF NOT EXISTS turns (key TEXT PRIMARY KEY, next REAL NOT NULL) WITH
 """
 
 
+class _LockedError(Exception):
+    pass
+
+
+def _wal(db: sqlite3.Connection) -> None:
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):
+            raise _LockedError from exc
+        raise
+
+
 class SqliteBroker:
     """Queues and crawl state in the SQLite file ``path`` (created if missing)."""
 
@@ -78,7 +92,16 @@ class SqliteBroker:
         self._poll = poll
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        # Switching a new file to WAL needs it alone, and SQLite answers "locked"
+        # at once, without waiting out the busy timeout, while another process
+        # opens it too (workers started together on a fresh queue): try again.
+        retrying(
+            lambda: _wal(self._db),
+            tries=600,
+            on=(_LockedError,),
+            pause=Pause(0.01, cap=0.1),
+            gave_up=f"{self.path}: the queue file stayed locked for a minute",
+        )
         self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against a process crash
         self._db.executescript(_SCHEMA)  # its own transaction: each statement is idempotent
 
