@@ -66,6 +66,7 @@ class Fleet:
         self.buffer = buffer
         self.env = {**os.environ, "WEB_INDEX_LEASE_TTL": "2", **(extra_env or {})}
         self.acked: list[str] = []
+        self.acked_by: dict[int, int] = {}  # pid -> inserts acknowledged
         self.lock = threading.Lock()
         self.procs: list[subprocess.Popen[str]] = []
         self.logs = tempfile.TemporaryDirectory(prefix="web-index-faults-")
@@ -114,6 +115,7 @@ class Fleet:
         for line in proc.stdout:
             with self.lock:
                 self.acked.append(line)
+                self.acked_by[proc.pid] = self.acked_by.get(proc.pid, 0) + 1
 
     def count(self) -> int:
         with self.lock:
@@ -124,6 +126,20 @@ class Fleet:
         while self.count() < n:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {self.count()} of {n} inserts acknowledged")
+            time.sleep(0.05)
+
+    def wait_until_writing(self, writers: list[subprocess.Popen[str]], timeout: float = 90) -> None:
+        """Until each writer has acknowledged an insert: it opened the store and runs.
+        (An outage while a writer still opens the store is a failed start, not what
+        these tests are about; under load a writer can take seconds to get there.)"""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                if all(self.acked_by.get(w.pid, 0) for w in writers):
+                    return
+            assert all(w.poll() is None for w in writers), self.died(writers)
+            if time.monotonic() > deadline:
+                raise TimeoutError("a writer never acknowledged an insert")
             time.sleep(0.05)
 
     def kill(self, proc: subprocess.Popen[str]) -> None:
@@ -197,6 +213,7 @@ def test_s3_server_killed_mid_upload_and_restarted(seaweed: SeaweedFS, postgres:
     writers = [fleet.spawn("write", rng.randrange(10**6), 3) for _ in range(2)]
     fleet.spawn("flush", 1)
     fleet.spawn("compact", 2)
+    fleet.wait_until_writing(writers)
     for _ in range(3):
         n = fleet.count()
         fleet.wait_for(n + 10)
@@ -215,6 +232,7 @@ def test_dropped_connections(seaweed: SeaweedFS) -> None:
     try:
         writers = [fleet.spawn("write", rng.randrange(10**6), 3) for _ in range(2)]
         fleet.spawn("compact", 5)
+        fleet.wait_until_writing(writers)
         fleet.wait_for(10)
         for _ in range(15):
             time.sleep(rng.uniform(0.05, 0.3))
