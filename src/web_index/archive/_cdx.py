@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import surt
 
 from web_index.archive._cdx_query import CDX_FIELDS, CdxQuery
-from web_index.archive._export import _uri
+from web_index.archive._http import target_uri
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.models import Page, Response, payload_sha1, sha1_text
@@ -148,7 +148,7 @@ def _scan(
     for page in pages:
         assert isinstance(page, Page)
         for response in page.responses:
-            url = _uri(response.request_url)
+            url = target_uri(response.request_url)
             key = surt.surt(url)
             if not wanted(key):
                 continue

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 import uuid
 import zlib
 from collections.abc import Callable
@@ -34,11 +33,10 @@ import surt
 from fastwarc.warc import WarcRecord, WarcRecordType
 
 from web_index._version import __version__
-from web_index.archive._http import status_line, wire_headers
+from web_index.archive._http import status_line, target_uri, wire_headers
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.models import Page, RecordType, Response, payload_sha1, sha1_text
-from web_index.urls import url_key
 
 __all__ = ["ExportReport", "export_warcs"]
 
@@ -109,7 +107,7 @@ class _Writer:
         if self.file is None or self.file.tell() >= self.max_bytes:
             self._next_file()
         ident = f"{page.request_id}/{position}"
-        target = _uri(response.request_url)
+        target = target_uri(response.request_url)
         response_id = _record_id(ident, "response")
         when = _warc_date(response.timestamp)
         body = response.data
@@ -226,16 +224,6 @@ def _warc_date(moment: datetime) -> str:
     """WARC-Date: seconds, with the microseconds when there are any (WARC/1.1 allows a fraction)."""
     utc = moment.astimezone(UTC)
     return utc.strftime("%Y-%m-%dT%H:%M:%S") + (f".{utc.microsecond:06d}" if utc.microsecond else "") + "Z"
-
-
-def _uri(url: str) -> str:
-    """``url`` as a WARC-Target-URI must be (and pywb's index wants it): ASCII,
-    without spaces. A URL that is not (an IRI, a space in a path) is written
-    in its normal form, which percent-encodes them as UTF-8 (``url_key``)."""
-    return url if _URI.fullmatch(url) else url_key(url)
-
-
-_URI = re.compile(r"[!#-;=?-\[\]_a-z~]+")  # printable ASCII but space " < > \ ^ ` { | }
 
 
 def _latin1(line: str) -> bytes:

@@ -21,7 +21,7 @@ from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.server._errors import ApiError, bad_parameter
 
-__all__ = ["DEFAULT_COLLECTION", "cdx"]
+__all__ = ["DEFAULT_COLLECTION", "cdx", "collection", "not_found"]
 
 DEFAULT_COLLECTION = "store"
 _MEDIA = {
@@ -32,10 +32,23 @@ _MEDIA = {
 }
 
 
-async def cdx(request: Request) -> Response:
-    coll = request.path_params["coll"]
+def collection(request: Request) -> str:
+    """The collection the path names, which must be this server's (else a 404)."""
+    coll: str = request.path_params["coll"]
     if coll != request.app.state.collection:
         raise ApiError(404, f"no collection {coll!r}; this server has {request.app.state.collection!r}")
+    return coll
+
+
+def not_found(what: str) -> Response:
+    """No captures of ``what``: a 404 saying so in ``error`` and ``message``
+    (cdx_toolkit reads either as "none"; pywb's ``cdx+`` source any 404)."""
+    message = f"no captures for {what}"
+    return JSONResponse({"error": message, "message": message}, status_code=404)
+
+
+async def cdx(request: Request) -> Response:
+    coll = collection(request)
     params: dict[str, list[str]] = {}
     for name, value in request.query_params.multi_items():
         params.setdefault(name, []).append(value)
@@ -49,6 +62,5 @@ async def cdx(request: Request) -> Response:
     except InvalidRecordError as exc:
         raise bad_parameter(exc.field, exc.problem) from None
     if not page:
-        message = f"no captures for {query.url} ({query.match_type})"
-        return JSONResponse({"error": message, "message": message}, status_code=404)
+        return not_found(f"{query.url} ({query.match_type})")
     return Response("".join(cdx_lines(page, query)), media_type=_MEDIA[query.output])

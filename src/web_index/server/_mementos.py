@@ -26,14 +26,15 @@ from email.utils import format_datetime, parsedate_to_datetime
 from urllib.parse import unquote, urljoin
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 
 from web_index.archive import closest_memento, parse_cdx_query, wire_headers
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
+from web_index.server._cdx import collection, not_found
 from web_index.server._errors import ApiError, bad_parameter
 
-__all__ = ["collection", "memento", "not_found", "target_url", "timegate"]
+__all__ = ["memento", "target_url", "timegate"]
 
 _STAMP = re.compile(r"([0-9]{1,14})(id_)?")
 _HOP_BY_HOP = frozenset(["connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"])
@@ -49,25 +50,12 @@ def _target(request: Request, prefix: str) -> str:
     return f"{target}?{query}" if query else target
 
 
-def collection(request: Request) -> str:
-    """The collection the path names, which must be this server's."""
-    coll: str = request.path_params["coll"]
-    if coll != request.app.state.collection:
-        raise ApiError(404, f"no collection {coll!r}; this server has {request.app.state.collection!r}")
-    return coll
-
-
 def target_url(request: Request, prefix: str) -> str:
     """The URL after ``prefix`` in the path (with the request's query), checked."""
     try:
         return parse_cdx_query({"url": [_target(request, prefix)]}).url
     except InvalidRecordError as exc:
         raise bad_parameter(exc.field, exc.problem) from None
-
-
-def not_found(url: str) -> Response:
-    message = f"no captures for {url}"
-    return JSONResponse({"error": message, "message": message}, status_code=404)
 
 
 async def memento(request: Request) -> Response:

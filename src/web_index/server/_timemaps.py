@@ -17,8 +17,9 @@ from starlette.responses import JSONResponse, Response
 
 from web_index.archive import MAX_LIMIT, find_captures, parse_cdx_query
 from web_index.index import WebIndex
+from web_index.server._cdx import collection, not_found
 from web_index.server._errors import ApiError
-from web_index.server._mementos import collection, not_found, target_url
+from web_index.server._mementos import target_url
 
 __all__ = ["timemap"]
 
