@@ -142,6 +142,11 @@ def _expected(captures: list[dict[str, Any]], p: dict[str, list[str]]) -> list[d
         )
     else:
         got.sort(key=lambda c: (c["fields"]["urlkey"], c["fields"]["timestamp"]), reverse="sort" in p)
+    if p.get("collapse"):  # of neighbours with the same value (or its first N characters), the first
+        name, _, width = p["collapse"][0].partition(":")
+        cut = int(width) if width else None
+        values = [c["fields"].get(name, "-")[:cut] for c in got]
+        got = [c for i, c in enumerate(got) if i == 0 or values[i] != values[i - 1]]
     return [c["fields"] for c in got[: int(p.get("limit", ["10000"])[0])]]
 
 
@@ -163,6 +168,7 @@ queries = st.fixed_dictionaries(
         "sort": st.just("reverse"),
         "limit": st.integers(1, 30).map(str),
         "type": st.sampled_from(["get", "head"]),
+        "collapse": st.sampled_from(["urlkey", "timestamp:4", "timestamp:8", "status", "digest"]),
         "filter": st.lists(
             st.tuples(
                 st.sampled_from(["", "!"]),

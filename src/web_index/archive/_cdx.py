@@ -30,7 +30,17 @@ from web_index.index import WebIndex
 from web_index.models import Page, Response, payload_sha1, sha1_text
 from web_index.urls import host_of, url_key
 
-__all__ = ["PAGE_SIZE", "Capture", "cdx_lines", "cdx_page", "closest_memento", "find_captures", "num_pages"]
+__all__ = [
+    "PAGE_SIZE",
+    "Capture",
+    "cdx_lines",
+    "cdx_page",
+    "closest_memento",
+    "find_captures",
+    "num_pages",
+    "ordered",
+    "wanted_fields",
+]
 
 PAGE_SIZE = 1000  # captures a page of results (page=, showNumPages)
 _TEXT_FIELDS = CDX_FIELDS[:9]  # the 9-field CDX line, which pywb parses back
@@ -94,7 +104,7 @@ def _forms(url: str) -> list[tuple[str | None, str | None]]:
 def find_captures(index: WebIndex, query: CdxQuery, *, source: str) -> list[Capture]:
     """Every capture ``query`` asks for, in its order, up to its ``limit``."""
     found = [(fields, moment) for _, fields, moment in _matching(index, query, source)]
-    return _ordered(found, query)
+    return ordered(found, query)
 
 
 def closest_memento(
@@ -153,11 +163,15 @@ def _scan(
             if not wanted(key):
                 continue
             fields, moment = _capture(response, url, key, source)
-            if query.start <= fields["timestamp"] <= query.end and _passes(query, fields):
+            if wanted_fields(query, fields):
                 yield response, fields, moment
 
 
-def _passes(query: CdxQuery, fields: dict[str, str]) -> bool:
+def wanted_fields(query: CdxQuery, fields: dict[str, str]) -> bool:
+    """Whether a capture with ``fields`` is within the query's ``from``/``to``
+    and passes its filters (the key is matched by whoever finds it)."""
+    if not query.start <= fields["timestamp"] <= query.end:
+        return False
     line = ""
     for f in query.filters:
         if f.field is None:
@@ -170,13 +184,28 @@ def _passes(query: CdxQuery, fields: dict[str, str]) -> bool:
     return True
 
 
-def _ordered(found: list[Capture], query: CdxQuery) -> list[Capture]:
+def ordered(found: list[Capture], query: CdxQuery) -> list[Capture]:
+    """``found`` in the query's order (closest first, or by key and time,
+    reversed on request), collapsed, cut at its ``limit``; sorted in place."""
     if query.closest is not None:
         target = query.closest
         found.sort(key=lambda c: (abs((c[1] - target).total_seconds()), c[0]["timestamp"], c[0]["urlkey"]))
     else:
         found.sort(key=lambda c: (c[0]["urlkey"], c[0]["timestamp"]), reverse=query.reverse)
+    if query.collapse is not None:
+        found = _collapsed(found, *query.collapse)
     return found[: query.limit]
+
+
+def _collapsed(found: list[Capture], field: str, width: int | None) -> list[Capture]:
+    kept: list[Capture] = []
+    last: str | None = None
+    for capture in found:
+        value = capture[0].get(field, "-")[:width]
+        if value != last:
+            kept.append(capture)
+            last = value
+    return kept
 
 
 def num_pages(count: int) -> dict[str, int]:

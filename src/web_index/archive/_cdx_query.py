@@ -6,7 +6,9 @@ it (pywb's own ``cdx+`` index source, cdx_toolkit, scripts) work unchanged:
 ``to`` (1 to 14 digits, padded as pywb pads them), ``closest``, ``sort``
 (``closest`` or ``reverse``) and ``reverse``, ``limit``, ``filter`` (any number:
 ``[!][=|~]field:value``), ``fl``, ``output``, ``page``, ``showNumPages`` and
-``type``, a web-index addition that picks the record type listed. A bad value
+``type``, a web-index addition that picks the record type listed, and
+``collapse`` (``field`` or ``field:N``: of neighbouring lines whose field, or
+its first N characters, is the same, only the first is kept). A bad value
 is an :class:`~web_index.errors.InvalidRecordError` naming the parameter.
 """
 
@@ -36,7 +38,7 @@ __all__ = [
 # line pywb and wayback tools parse, then where it came from).
 CDX_FIELDS = (
     "urlkey", "timestamp", "url", "mime", "status", "digest", "length", "offset", "filename",
-    "source", "source_type",
+    "source", "source_type", "live_url",
 )  # fmt: skip
 # pywb's names for them (and the classic CDX names that cdx_toolkit may send).
 _ALIASES = {
@@ -93,6 +95,7 @@ class CdxQuery:
     page: int | None = None
     show_num_pages: bool = False
     type: RecordType = RecordType.GET
+    collapse: tuple[str, int | None] | None = None
 
 
 def _one(params: Mapping[str, Sequence[str]], name: str) -> str | None:
@@ -156,6 +159,15 @@ def _int(params: Mapping[str, Sequence[str]], name: str, low: int, high: int) ->
     return int(raw)
 
 
+def _collapse(value: str | None) -> tuple[str, int | None] | None:
+    if not value:
+        return None
+    name, sep, width = value.partition(":")
+    if sep and not (width.isdigit() and 0 < int(width) <= 1000):
+        raise InvalidRecordError("collapse", f"{width!r} is not a number of characters from 1 to 1000")
+    return _field(name.strip(), "collapse"), int(width) if sep else None
+
+
 def _flag(params: Mapping[str, Sequence[str]], name: str) -> bool:
     return (_one(params, name) or "").lower() in ("1", "true", "yes", "on")
 
@@ -213,4 +225,5 @@ def parse_cdx_query(params: Mapping[str, Sequence[str]]) -> CdxQuery:
         page=_int(params, "page", 0, 10**9),
         show_num_pages=_flag(params, "showNumPages"),
         type=kind,
+        collapse=_collapse(_one(params, "collapse")),
     )
