@@ -1,6 +1,7 @@
 """Web archives in and out: WARC files read into the store and written from it
-(with a CDXJ index), and the CDX server API's queries over the store; to
-come: Memento, collections.
+(with a CDXJ index), the CDX server API's queries over the store, and
+collections: stores, CDXJ + WARC folders, remote CDX servers and Memento
+archives and the live web, looked up together (``collections.yaml``).
 
 ``__all__`` is the public API; names imported ``as`` themselves are the
 internal one, for the other packages of web_index. No HTTP server lives here
@@ -17,6 +18,11 @@ from web_index.archive._cdx import num_pages as num_pages
 from web_index.archive._cdx_query import MAX_LIMIT as MAX_LIMIT
 from web_index.archive._cdx_query import CdxQuery as CdxQuery
 from web_index.archive._cdx_query import parse_cdx_query as parse_cdx_query
+from web_index.archive._collection import Collection as Collection
+from web_index.archive._collection import Loaded as Loaded
+from web_index.archive._collection import open_collections as open_collections
+from web_index.archive._collection_config import load_collections as load_collections
+from web_index.archive._collection_config import parse_collections as parse_collections
 from web_index.archive._export import ExportReport, export_warcs
 from web_index.archive._http import wire_headers as wire_headers
 from web_index.archive._import import ImportReport, import_warcs

@@ -37,6 +37,7 @@ __all__ = [
     "cdx_page",
     "closest_memento",
     "find_captures",
+    "key_range",
     "num_pages",
     "ordered",
     "wanted_fields",
@@ -74,24 +75,33 @@ def _moment(ts: str) -> datetime | None:
         return None
 
 
-def _scans(query: CdxQuery) -> tuple[list[tuple[str | None, str | None]], Callable[[str], bool]]:
-    """The scans (``url_prefix``, ``domain``) that hold what ``query`` asks for,
-    and the test a capture's ``urlkey`` must pass.
+def key_range(query: CdxQuery) -> tuple[str, Callable[[str], bool]]:
+    """Where in a SURT-sorted index ``query``'s captures start (every matching
+    ``urlkey`` starts with it), and the test a ``urlkey`` must pass.
 
     Matching is on the SURT key, as in pywb: it drops the scheme and a
-    leading ``www.``, so ``example.com/`` finds ``https://www.example.com/``
-    too. The store keys URLs with both, so an exact or prefix query scans
-    each of the four forms; a host or domain query scans the partition.
+    leading ``www.``, so ``example.com/`` finds ``https://www.example.com/`` too.
     """
     key = surt.surt(query.url)
     if query.match_type == "exact":
-        return _forms(query.url), lambda k: k == key
+        return key, lambda k: k == key
     if query.match_type == "prefix":
-        return _forms(query.url), lambda k: k.startswith(key)
+        return key, lambda k: k.startswith(key)
     host = key.split(")", 1)[0]
     if query.match_type == "host":
-        return [(None, host_of(query.url))], lambda k: k.startswith(host + ")")
-    return [(None, host_of(query.url))], lambda k: k.startswith((host + ")", host + ","))
+        return host + ")", lambda k: k.startswith(host + ")")
+    return host, lambda k: k.startswith((host + ")", host + ","))
+
+
+def _scans(query: CdxQuery) -> tuple[list[tuple[str | None, str | None]], Callable[[str], bool]]:
+    """The scans (``url_prefix``, ``domain``) of the store that hold what
+    ``query`` asks for, and the test a capture's ``urlkey`` must pass. The
+    store keys URLs with their scheme and ``www.``, so an exact or prefix query
+    scans each of the four forms; a host or domain query scans the partition."""
+    _, wanted = key_range(query)
+    if query.match_type in ("exact", "prefix"):
+        return _forms(query.url), wanted
+    return [(None, host_of(query.url))], wanted
 
 
 def _forms(url: str) -> list[tuple[str | None, str | None]]:

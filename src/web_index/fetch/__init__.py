@@ -33,6 +33,7 @@ from web_index.fetch._decode import BoundedDecoder as BoundedDecoder
 from web_index.fetch._errors import DecompressionBombError as DecompressionBombError
 from web_index.fetch._get_or_fetch import aget_or_fetch, get_or_fetch
 from web_index.fetch._http import DEFAULT_USER_AGENT, HttpFetcher, RedirectFilter, redirect_filter
+from web_index.fetch._http import guarded_client as guarded_client
 from web_index.fetch._pacing import LocalPacer, Pacer
 from web_index.fetch._policy import Action, Decision, EscalationPolicy, plan_fetchers
 from web_index.fetch._robots import ROBOTS_USER_AGENT, RobotsCache, RobotsDecision

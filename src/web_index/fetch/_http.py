@@ -63,6 +63,8 @@ def redirect_filter(check: RedirectFilter) -> Iterator[None]:
         yield
     finally:
         _redirect_filter.reset(token)
+
+
 _ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 
 
@@ -146,6 +148,30 @@ def _no_cookies() -> httpx.Cookies:
     return httpx.Cookies(jar)
 
 
+def guarded_client(
+    policy: AddressPolicy,
+    *,
+    timeout: httpx.Timeout | float,
+    headers: Mapping[str, str] | None = None,
+    limits: httpx.Limits | None = None,
+    verify: ssl.SSLContext | str | bool = True,
+    http2: bool = False,
+    follow_redirects: bool = False,
+) -> httpx.AsyncClient:
+    """An httpx client whose every connection, redirects' too, passes ``policy``
+    (the fetchers' and every other outgoing call's), with no cookies kept and
+    no proxy settings taken from the environment."""
+    limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+    return httpx.AsyncClient(
+        transport=_GuardedTransport(policy, verify=verify, http2=http2, limits=limits),
+        headers=headers,
+        cookies=_no_cookies(),
+        follow_redirects=follow_redirects,
+        trust_env=False,
+        timeout=timeout,
+    )
+
+
 class HttpFetcher:
     """Fetch with httpx (calibre :attr:`Calibre.HTTP` unless told otherwise).
 
@@ -213,20 +239,17 @@ class HttpFetcher:
                 max_connections=self._max_connections,
                 max_keepalive_connections=min(self._max_connections, 20),
             )
-            transport = _GuardedTransport(
-                self.address_policy, verify=self._verify, http2=self._http2, limits=pool
-            )
-            self._client = httpx.AsyncClient(
-                transport=transport,
-                headers=self._headers,
-                cookies=_no_cookies(),
-                follow_redirects=False,
-                trust_env=False,
+            self._client = guarded_client(
+                self.address_policy,
                 timeout=httpx.Timeout(
                     self.limits.timeout,
                     connect=self.limits.connect_timeout,
                     read=self.limits.read_timeout,
                 ),
+                headers=self._headers,
+                limits=pool,
+                verify=self._verify,
+                http2=self._http2,
             )
         return self._client
 

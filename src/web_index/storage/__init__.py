@@ -14,6 +14,7 @@ from web_index.storage._digests import find_payloads as find_payloads
 from web_index.storage._files import WriteOptions
 from web_index.storage._files import read_small_files as read_small_files
 from web_index.storage._files import visible_files as visible_files
+from web_index.storage._layout import STORE_MARKER as STORE_MARKER
 from web_index.storage._layout import Partition
 from web_index.storage._layout import StoredFile as StoredFile
 from web_index.storage._month_index import IndexHit as IndexHit

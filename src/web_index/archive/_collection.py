@@ -1,0 +1,283 @@
+"""A collection at work: its steps looked up in turn, each step's sources at
+once, their captures merged, and a capture loaded from wherever its row says.
+
+Lookup (the Index API): the first step whose sources find anything answers;
+within a step every source is asked at once and given the step's
+``index_timeout``: one that fails or is late is skipped (logged), the others'
+captures merged in the query's order. Loading (the Resource API, mementos):
+each capture in that order is tried until one loads: a store's from the
+store, a ``live_url`` by fetching it (when the step has the ``$live``
+loader), a WARC row from the step's WARC loaders, then from next to the CDXJ
+index that listed it. A live capture is fetched through the fetchers, under
+the address policy; when the collection has a web-index store, what was
+fetched is recorded there first and served from it (cache-on-write: the next
+lookup finds it in the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+from web_index.archive._cdx import Capture, closest_memento, ordered
+from web_index.archive._cdx_query import CdxQuery
+from web_index.archive._collection_config import CollectionSpec, LoaderSpec
+from web_index.archive._index_sources import CdxjIndex, IndexSource, LiveIndex, StoreIndex, load_index
+from web_index.archive._loaders import MAX_RECORD_BYTES, LoadError, WarcLoader, record_response
+from web_index.fetch import (
+    AddressPolicy,
+    FetchConfig,
+    HttpFetcher,
+    aget_or_fetch,
+    guarded_client,
+    join_headers,
+)
+from web_index.index import WebIndex
+from web_index.models import Page, Response, SimplePageQuery
+
+__all__ = ["Collection", "Loaded", "open_collections"]
+
+_log = logging.getLogger("web_index.archive")
+_CANDIDATES = 25  # captures tried, closest first, before a load gives up
+# A remote archive's own fields on its mementos, and the hop-by-hop ones: not the page's.
+_NOT_ARCHIVED = frozenset(
+    ["memento-datetime", "link", "connection", "keep-alive", "transfer-encoding", "content-length"]
+)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A capture and its response; ``record`` is the WARC record as its file
+    holds it, when it came from one (else it is built from the response)."""
+
+    capture: Capture
+    response: Response
+    record: bytes | None = None
+
+
+class _Step:
+    def __init__(
+        self,
+        sources: Sequence[IndexSource],
+        timeout: float | None,
+        loaders: Sequence[LoaderSpec],
+        owner: Collection,
+    ) -> None:
+        self.sources = {s.name: s for s in sources}
+        self.timeout, self.owner = timeout, owner
+        self.live = any(spec.kind == "live" for spec in loaders)
+        self.warcs = [WarcLoader(spec, owner.client) for spec in loaders if spec.kind != "live"]
+
+    async def find(self, query: CdxQuery) -> list[Capture]:
+        answers = await asyncio.gather(*(self._ask(s, query) for s in self.sources.values()))
+        if len(answers) == 1:
+            return answers[0]
+        return ordered([c for found in answers for c in found], query)
+
+    async def _ask(self, source: IndexSource, query: CdxQuery) -> list[Capture]:
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await source.find(query)
+        except TimeoutError:
+            _log.warning(
+                "%s: source %s skipped: no answer in %s s", self.owner.name, source.name, self.timeout
+            )
+        except Exception as exc:  # a source down or malformed must not sink the others
+            _log.warning("%s: source %s skipped: %s", self.owner.name, source.name, _one_line(exc))
+        return []
+
+    async def load(self, query: CdxQuery) -> Loaded | None:
+        if len(self.sources) == 1:
+            (only,) = self.sources.values()
+            if isinstance(only, StoreIndex) and _plain_closest(query):
+                assert query.closest is not None
+                found = await asyncio.to_thread(
+                    closest_memento, only.index, query.url, query.closest, source=only.name
+                )
+                return None if found is None else Loaded(found[1], found[0])
+        for capture in await self.find(replace(query, limit=min(query.limit, _CANDIDATES))):
+            try:
+                loaded = await self._load(capture)
+            except Exception as exc:  # as pywb: the next capture is tried
+                _log.warning("%s: %s not loaded: %s", self.owner.name, capture[0].get("url"), _one_line(exc))
+                continue
+            if loaded is not None:
+                return loaded
+        return None
+
+    async def _load(self, capture: Capture) -> Loaded | None:
+        fields = capture[0]
+        source = self.sources.get(fields.get("source", ""))
+        if source is not None:
+            response = await source.response(capture)
+            if response is not None:
+                return Loaded(capture, response)
+        if fields.get("live_url") and self.live:
+            if isinstance(source, LiveIndex):
+                return Loaded(capture, await self.owner.fetch_live(fields["url"]))
+            return Loaded(capture, await self.owner.fetch_replay(capture))
+        if "filename" in fields:
+            places = list(self.warcs)
+            if isinstance(source, CdxjIndex):
+                places.append(self.owner.warcs_beside(source))
+            for place in places:
+                record = await place.load(capture)
+                if record is not None:
+                    return Loaded(capture, record_response(record, capture), record)
+        return None
+
+
+def _plain_closest(query: CdxQuery) -> bool:
+    plain = CdxQuery(url=query.url, closest=query.closest, type=query.type)
+    return query.closest is not None and replace(query, limit=plain.limit, output=plain.output) == plain
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+class Collection:
+    """A named collection: the steps of its declaration, open."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        address_policy: AddressPolicy | None = None,
+        remote_timeout: float = 10.0,
+        record_into: WebIndex | None = None,
+    ) -> None:
+        self.name = name
+        self.address_policy = address_policy or AddressPolicy()
+        self.client = guarded_client(self.address_policy, timeout=remote_timeout)
+        # A person asking for a page, not a crawl: no robots.txt; HTTP only (no browser).
+        self.fetch_config = FetchConfig(address_policy=self.address_policy, obey_robots=False)
+        self._fetcher: HttpFetcher | None = None
+        self.record_into = record_into
+        self.steps: list[_Step] = []
+        self._beside: dict[str, WarcLoader] = {}
+
+    @classmethod
+    def of_store(cls, name: str, index: WebIndex) -> Collection:
+        """One web-index store, served as it is (never written to)."""
+        collection = cls(name)
+        collection.add_step([StoreIndex(name, index)], None, ())
+        return collection
+
+    def add_step(
+        self, sources: Sequence[IndexSource], timeout: float | None, loaders: Sequence[LoaderSpec]
+    ) -> None:
+        self.steps.append(_Step(sources, timeout, loaders, self))
+
+    async def find(self, query: CdxQuery) -> list[Capture]:
+        """The captures ``query`` asks for: the first step's that finds any."""
+        for step in self.steps:
+            found = await step.find(query)
+            if found:
+                return found
+        return []
+
+    async def load(self, query: CdxQuery) -> Loaded | None:
+        """The first capture, in the query's order, that loads; ``None`` if none does."""
+        for step in self.steps:
+            loaded = await step.load(query)
+            if loaded is not None:
+                return loaded
+        return None
+
+    async def fetch_live(self, url: str) -> Response:
+        """``url`` fetched now; recorded into the collection's store first, when it has one."""
+        if self.record_into is not None:
+            (result,) = await aget_or_fetch(
+                self.record_into,
+                [SimplePageQuery(url=url)],
+                max_age=timedelta(0),
+                config=self.fetch_config,
+                fetchers=[self._live_fetcher()],
+                stale_if_error=False,
+            )
+            if not isinstance(result, Page):
+                raise LoadError(f"{url}: the live fetch failed")
+            return result.responses[0]
+        attempt = await self._live_fetcher().fetch(url)
+        if not attempt.responses:
+            raise LoadError(f"{url}: {attempt.state.value}: {'; '.join(attempt.logs[-1:])}")
+        return attempt.responses[0]
+
+    def _live_fetcher(self) -> HttpFetcher:
+        if self._fetcher is None:
+            self._fetcher = self.fetch_config.http_fetcher()
+        return self._fetcher
+
+    async def fetch_replay(self, capture: Capture) -> Response:
+        """A remote archive's raw memento of ``capture``, as it was archived."""
+        fields, moment = capture
+        async with self.client.stream("GET", fields["live_url"]) as answer:
+            if answer.status_code >= 400 and "memento-datetime" not in answer.headers:
+                raise LoadError(f"{fields['live_url']}: {answer.status_code}")
+            body = bytearray()
+            async for chunk in answer.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_RECORD_BYTES:
+                    raise LoadError(f"{fields['live_url']}: larger than {MAX_RECORD_BYTES} bytes")
+        headers = join_headers(
+            (k, v) for k, v in answer.headers.multi_items() if k.lower() not in _NOT_ARCHIVED
+        )
+        return Response(
+            url=fields["url"],
+            request_url=fields["url"],
+            status_code=answer.status_code,
+            headers=headers,
+            timestamp=moment,
+            data=bytes(body),
+            is_final=not 300 <= answer.status_code < 400,
+            fetcher_name=fields.get("source", "remote"),
+            fetcher_version="-",
+            fetcher_calibre=10,
+        )
+
+    def warcs_beside(self, source: CdxjIndex) -> WarcLoader:
+        """The WARC files next to a CDXJ index, as our export writes them."""
+        folder = str(source.folder) + "/"
+        if folder not in self._beside:
+            self._beside[folder] = WarcLoader(LoaderSpec("warc-prefix", folder), self.client)
+        return self._beside[folder]
+
+    async def aclose(self) -> None:
+        for step in self.steps:
+            for source in step.sources.values():
+                await source.aclose()
+            for loader in step.warcs:
+                await loader.aclose()
+        await self.client.aclose()
+        if self._fetcher is not None:
+            await self._fetcher.aclose()
+
+
+def open_collections(
+    specs: Mapping[str, CollectionSpec],
+    *,
+    address_policy: AddressPolicy | None = None,
+    remote_timeout: float = 10.0,
+) -> dict[str, Collection]:
+    """The declared collections, open: their stores, CDXJ files and clients.
+    A collection with both a ``$live`` source and a store records into the
+    first store it names."""
+    out: dict[str, Collection] = {}
+    for name, spec in specs.items():
+        live = any(s.kind == "live" for s in spec.sources)
+        collection = Collection(name, address_policy=address_policy, remote_timeout=remote_timeout)
+        for step in spec.steps:
+            sources = []
+            for source_spec in step.sources:
+                writable = live and collection.record_into is None and source_spec.kind == "web-index"
+                source = load_index(source_spec, collection.client, writable=writable)
+                if writable and isinstance(source, StoreIndex):
+                    collection.record_into = source.index
+                sources.append(source)
+            collection.add_step(sources, step.timeout, step.loaders)
+        out[name] = collection
+    return out

@@ -1,0 +1,192 @@
+"""Index sources: where a collection looks captures up. :class:`IndexSource`
+is the one contract; a web-index store, a folder of CDXJ indexes, the live
+web, a remote CDX server and a remote Memento archive each plug in behind it,
+and :func:`load_index` builds the one a :class:`SourceSpec` declares.
+
+A source answers a :class:`CdxQuery` with its captures, in the query's order
+and up to its limit, each tagged with ``source`` (its name) and
+``source_type``; a capture it can load is marked as pywb's spec marks it:
+``live_url`` (load it from there), ``filename``/``offset``/``length`` (a WARC
+record that a resource loader finds) or, for a store, nothing (the store
+holds the response: :meth:`IndexSource.response`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import mmap
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from web_index.archive._cdx import Capture, closest_memento, find_captures, key_range, ordered, wanted_fields
+from web_index.archive._cdx_query import CdxQuery
+from web_index.archive._collection_config import SourceSpec
+from web_index.index import WebIndex
+from web_index.models import Response
+
+__all__ = ["CdxjIndex", "IndexSource", "LiveIndex", "StoreIndex", "capture_moment"]
+
+
+def capture_moment(timestamp: str) -> datetime:
+    """A CDX timestamp (up to 14 digits, padded with the earliest moment) as a time."""
+    digits = timestamp[:14]
+    padded = digits + "19700101000000"[len(digits) :]
+    return datetime.strptime(padded, "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+
+
+class IndexSource(ABC):
+    """One place captures are looked up (pywb's index source)."""
+
+    source_type = ""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @abstractmethod
+    async def find(self, query: CdxQuery) -> list[Capture]:
+        """The captures ``query`` asks for, in its order, up to its limit.
+        Raises when the source cannot answer (unreachable, malformed)."""
+
+    async def response(self, capture: Capture) -> Response | None:
+        """The response ``capture`` stands for, when this source holds it itself."""
+        return None
+
+    async def aclose(self) -> None:  # noqa: B027 (most sources hold nothing open)
+        """Release what the source holds open."""
+
+    def _tag(self, fields: dict[str, str]) -> dict[str, str]:
+        fields["source"], fields["source_type"] = self.name, self.source_type
+        return fields
+
+
+class StoreIndex(IndexSource):
+    """A web-index store: every response it holds is a capture (see ``_cdx``)."""
+
+    source_type = "web-index"
+
+    def __init__(self, name: str, index: WebIndex, *, owned: bool = False) -> None:
+        super().__init__(name)
+        self.index = index
+        self._owned = owned
+
+    async def find(self, query: CdxQuery) -> list[Capture]:
+        return await asyncio.to_thread(find_captures, self.index, query, source=self.name)
+
+    async def response(self, capture: Capture) -> Response | None:
+        fields, moment = capture
+        found = await asyncio.to_thread(closest_memento, self.index, fields["url"], moment, source=self.name)
+        return None if found is None else found[0]
+
+    async def aclose(self) -> None:
+        if self._owned:
+            self.index.close()
+
+
+class CdxjIndex(IndexSource):
+    """A ``.cdxj`` file, or a folder of them, sorted as pywb sorts them
+    (bytewise): each is searched by bisection, as pywb does, never read whole."""
+
+    source_type = "file"
+
+    def __init__(self, name: str, path: Path) -> None:
+        super().__init__(name)
+        self.folder = path if path.is_dir() else path.parent
+        self.files = sorted(path.glob("*.cdxj")) if path.is_dir() else [path]
+
+    async def find(self, query: CdxQuery) -> list[Capture]:
+        return await asyncio.to_thread(self._find, query)
+
+    def _find(self, query: CdxQuery) -> list[Capture]:
+        start, wanted = key_range(query)
+        found: list[Capture] = []
+        for path in self.files:
+            for line in _lines_from(path, start.encode("utf-8", "surrogateescape")):
+                key, _, rest = line.partition(b" ")
+                if not key.startswith(start.encode("utf-8", "surrogateescape")):
+                    break
+                urlkey = key.decode("utf-8", "surrogateescape")
+                if not wanted(urlkey):
+                    continue
+                timestamp, _, blob = rest.partition(b" ")
+                try:
+                    extra = json.loads(blob)
+                    fields = {k: str(v) for k, v in extra.items()} if isinstance(extra, dict) else {}
+                    fields.update(urlkey=urlkey, timestamp=timestamp.decode("ascii"))
+                    moment = capture_moment(fields["timestamp"])
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise ValueError(f"{path}: a line that is not CDXJ: {line[:200]!r}") from exc
+                fields.setdefault("url", "")
+                for name in ("mime", "status", "digest"):
+                    fields.setdefault(name, "-")
+                if wanted_fields(query, self._tag(fields)):
+                    found.append((fields, moment))
+        return ordered(found, query)
+
+
+def _lines_from(path: Path, key: bytes) -> Iterator[bytes]:
+    """The lines of a sorted file from the first that is not below ``key``."""
+    with path.open("rb") as fh:
+        if fh.seek(0, 2) == 0:
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            lo, hi = 0, len(mm)
+            while lo < hi:  # lo and hi are line starts; lines before lo are below key
+                mid = (lo + hi) // 2
+                start = mm.rfind(b"\n", 0, mid) + 1
+                end = mm.find(b"\n", start)
+                end = len(mm) if end < 0 else end
+                if mm[start:end] < key:
+                    lo = end + 1
+                else:
+                    hi = start
+            pos = lo
+            while pos < len(mm):
+                end = mm.find(b"\n", pos)
+                end = len(mm) if end < 0 else end
+                yield mm[pos:end].rstrip(b"\r")
+                pos = end + 1
+
+
+class LiveIndex(IndexSource):
+    """The live web: any URL is "captured" now, to be loaded from itself."""
+
+    source_type = "live"
+
+    async def find(self, query: CdxQuery) -> list[Capture]:
+        if query.match_type != "exact":
+            return []
+        now = datetime.now(UTC).replace(microsecond=0)
+        key, _ = key_range(query)
+        fields = {
+            "urlkey": key,
+            "timestamp": now.strftime("%Y%m%d%H%M%S"),
+            "url": query.url,
+            "mime": "-",
+            "status": "-",
+            "digest": "-",
+            "live_url": query.url,
+        }
+        return [(fields, now)] if wanted_fields(query, self._tag(fields)) else []
+
+
+def load_index(spec: SourceSpec, client: httpx.AsyncClient, *, writable: bool = False) -> IndexSource:
+    """The index source ``spec`` declares; remote ones make their calls with
+    ``client`` (which passes the address policy); a store opened for writing
+    when ``writable`` (a ``$live`` source records into it)."""
+    from web_index.archive._remote_sources import CdxApiIndex, MementoIndex
+
+    if spec.kind == "web-index":
+        index = WebIndex(spec.location, read_only=not writable, create=False)
+        return StoreIndex(spec.name, index, owned=True)
+    if spec.kind == "file":
+        return CdxjIndex(spec.name, Path(spec.location))
+    if spec.kind == "cdx":
+        return CdxApiIndex(spec.name, spec.location, spec.replay, client)
+    if spec.kind == "memento":
+        return MementoIndex(spec.name, spec.timemap, spec.replay, client)
+    return LiveIndex(spec.name)
