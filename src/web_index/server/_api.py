@@ -1,0 +1,151 @@
+"""The JSON query API: ``POST /api/query`` and ``/api/presence`` answer a batch of
+the standard's query objects, one NDJSON line per query in input order, the lines
+``web-index query`` and ``presence`` print; ``POST /api/insert``, only with a
+write token, stores a batch of insertion requests, all or none.
+
+A batch is checked whole before anything is answered: a bad query is a 400
+naming ``queries[N].field``, never half an answer. It is then answered
+:data:`CHUNK` queries at a time, each chunk's lines sent before the next is
+asked, so the first lines of a large batch arrive long before the last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from web_index.errors import InvalidRecordError
+from web_index.index import InsertItem, WebIndex
+from web_index.models import Query, query_from_dict, result_json
+from web_index.server._body import json_items, read_body
+from web_index.server._errors import ApiError, bad_parameter
+
+__all__ = ["CHUNK", "DEFAULT_MAX_BATCH", "DEFAULT_MAX_BODY", "insert", "presence", "query"]
+
+DEFAULT_MAX_BATCH = 100_000
+DEFAULT_MAX_BODY = 64 * 1024 * 1024
+CHUNK = 1000
+_NDJSON = "application/x-ndjson"
+_encode = msgspec.json.Encoder().encode
+
+
+async def query(request: Request) -> Response:
+    bodies = _flag(request, "bodies")
+    return await _answer(request, lambda index, chunk: _query_lines(index, chunk, bodies))
+
+
+async def presence(request: Request) -> Response:
+    return await _answer(request, _presence_lines)
+
+
+def _flag(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name, "false").lower()
+    if raw not in ("true", "false", "1", "0"):
+        raise bad_parameter(name, f"{raw!r} is not true or false")
+    return raw in ("true", "1")
+
+
+def _query_lines(index: WebIndex, chunk: Sequence[Query], bodies: bool) -> bytes:
+    results = index.query(chunk)
+    return b"".join(
+        _encode({"query": q.to_dict(), "result": result_json(r, bodies=bodies)}) + b"\n"
+        for q, r in zip(chunk, results, strict=True)
+    )
+
+
+def _presence_lines(index: WebIndex, chunk: Sequence[Query]) -> bytes:
+    present = index.presence(chunk)
+    return b"".join(
+        _encode({"query": q.to_dict(), "present": p}) + b"\n" for q, p in zip(chunk, present, strict=True)
+    )
+
+
+async def _answer(request: Request, lines: Callable[[WebIndex, Sequence[Query]], bytes]) -> Response:
+    items = await _items(request, "queries")
+    queries = await asyncio.to_thread(_queries, items)
+    index: WebIndex = request.app.state.index
+    chunks = [queries[i : i + CHUNK] for i in range(0, len(queries), CHUNK)]
+    # The first chunk is answered before the answer starts, so that a store
+    # that cannot be read is a 500 of its own, not a stream cut short.
+    first = await asyncio.to_thread(lines, index, chunks[0]) if chunks else b""
+
+    async def stream() -> AsyncIterator[bytes]:
+        yield first
+        for chunk in chunks[1:]:
+            yield await asyncio.to_thread(lines, index, chunk)
+
+    return StreamingResponse(stream(), media_type=_NDJSON)
+
+
+async def _items(request: Request, name: str) -> list[Any]:
+    state = request.app.state
+    body = await read_body(request, state.max_body)
+    content_type = request.headers.get("content-type", "")
+    return await asyncio.to_thread(json_items, body, content_type, name, state.max_batch)
+
+
+def _queries(items: list[Any]) -> list[Query]:
+    out: list[Query] = []
+    for n, item in enumerate(items):
+        try:
+            out.append(query_from_dict(item))
+        except InvalidRecordError as exc:
+            # "query" is the object itself (not an object, an unknown field).
+            field = f"queries[{n}]" if exc.field == "query" else f"queries[{n}].{exc.field}"
+            raise bad_parameter(field, exc.problem) from None
+    return out
+
+
+async def insert(request: Request) -> Response:
+    _authorize(request)
+    items = await _items(request, "attempts")
+    attempts = [_attempt(n, item) for n, item in enumerate(items)]
+    index: WebIndex = request.app.state.index
+    try:
+        keys = await asyncio.to_thread(index.insert_many, attempts)
+    except InvalidRecordError as exc:
+        raise bad_parameter(_attempt_field(exc.field), exc.problem) from None
+    return JSONResponse({"keys": [k.to_dict() for k in keys]})
+
+
+def _authorize(request: Request) -> None:
+    token: bytes = request.app.state.write_token
+    given = request.headers.get("authorization")
+    if given is None:
+        raise ApiError(401, "Authorization: a Bearer token is required", "Authorization", _CHALLENGE)
+    scheme, _, credentials = given.strip().partition(" ")
+    # Headers arrive decoded as Latin-1: encoding them back gives the bytes sent.
+    if scheme.lower() != "bearer" or not hmac.compare_digest(credentials.strip().encode("latin-1"), token):
+        raise ApiError(401, "Authorization: not the write token", "Authorization", _INVALID)
+
+
+_CHALLENGE = {"www-authenticate": 'Bearer realm="web-index"'}
+_INVALID = {"www-authenticate": 'Bearer realm="web-index", error="invalid_token"'}
+_REQUIRED = ("type", "url", "timestamp", "metadata")
+
+
+def _attempt(n: int, item: Any) -> InsertItem:
+    """An insertion request as ``insert_many`` takes it (which checks the rest);
+    unknown fields are ignored, as ``web-index insert`` ignores them."""
+    if not isinstance(item, dict):
+        raise bad_parameter(f"attempts[{n}]", f"expected an object, got {type(item).__name__}")
+    for name in _REQUIRED:
+        if name not in item:
+            raise bad_parameter(f"attempts[{n}].{name}", "required field missing")
+    return (item["type"], item["url"], item["timestamp"], item["metadata"], item.get("data", []))
+
+
+# insert_many names a field of any item but the first "item N: field".
+_ITEM = re.compile(r"item (\d+): (.*)", re.S)
+
+
+def _attempt_field(field: str) -> str:
+    m = _ITEM.fullmatch(field)
+    return f"attempts[{m[1]}].{m[2]}" if m else f"attempts[0].{field}"
