@@ -110,10 +110,12 @@ def _batches(keys: list[PageKey]) -> st.SearchStrategy[list[dict[str, Any]]]:
 def test_answers_equal_the_index_line_by_line(
     stored: tuple[WebIndex, list[PageKey]],
     http: httpx.Client,
+    monkeypatch: pytest.MonkeyPatch,
     data: st.DataObject,
     bodies: bool,
     ndjson: bool,
 ) -> None:
+    monkeypatch.setattr(_api, "CHUNK", 3)  # batches of several chunks, and their edges
     index, keys = stored
     objects = data.draw(_batches(keys))
     got = _lines(_post(http, "/api/query", objects, ndjson, bodies=str(bodies).lower()))
@@ -123,6 +125,28 @@ def test_answers_equal_the_index_line_by_line(
     assert present == [
         {"query": q.to_dict(), "present": p} for q, p in zip(queries, index.presence(queries), strict=True)
     ]
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+_fields = st.sampled_from(
+    ["url", "type", "kind", "timestamp", "not_before", "not_after", "calibre", "request_id"]
+)
+
+
+@settings(max_examples=100)
+@given(
+    st.dictionaries(_fields, _json | st.sampled_from([STORED[0], "get", "key", "2024-08-01T12:00Z"])) | _json
+)
+def test_any_json_is_answered_or_refused_naming_the_query(http: httpx.Client, anything: Any) -> None:
+    got = http.post("/api/query", json=[{"url": STORED[0]}, anything])
+    assert got.status_code in (200, 400), got.text
+    if got.status_code == 400:
+        assert got.json()["parameter"].startswith("queries[1]")
+        assert got.json()["error"].startswith(got.json()["parameter"] + ": ")
 
 
 def test_the_batches_asked_find_and_miss(stored: tuple[WebIndex, list[PageKey]]) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.factories import T0, attempt
@@ -125,6 +127,36 @@ def test_a_bad_item_stores_nothing_and_is_named(
     assert refused.status_code == 400 and refused.json()["parameter"] == parameter
     assert refused.json()["error"].startswith(f"{parameter}: ")
     assert _count(index) == before == 1
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+_PATHS = [
+    *[(name,) for name in ("type", "url", "timestamp", "metadata", "data")],
+    *[("metadata", name) for name in ("state", "url", "fetcher_calibre", "run_time", "timestamp", "logs")],
+    *[("data", 0, name) for name in ("headers", "timestamp", "data", "status_code", "is_final", "url", "x")],
+]
+
+
+@settings(max_examples=100)
+@given(path=st.sampled_from(_PATHS), value=_json)
+def test_any_json_in_a_field_is_stored_or_refused_naming_it(
+    writable: tuple[WebIndex, httpx.Client], path: tuple[Any, ...], value: Any
+) -> None:
+    _, http = writable
+    item = request("https://a.example/")
+    target: Any = item
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    got = http.post("/api/insert", json=[request("https://b.example/"), item], headers=_auth())
+    assert got.status_code in (200, 400), got.text
+    if got.status_code == 400:
+        assert got.json()["parameter"].startswith("attempts[1].")
+        assert got.json()["error"].startswith(got.json()["parameter"] + ": ")
 
 
 def test_the_insert_caps(tmp_path: Path) -> None:
