@@ -5,7 +5,10 @@ a time, and refuse a bad batch whole; the caps on a request's size."""
 from __future__ import annotations
 
 import json
+import logging
+import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -316,6 +319,24 @@ def test_a_body_over_max_body_is_refused_without_reading_it(stored: tuple[WebInd
         declared = {**NDJSON, "content-length": str(2**40)}
         refused = http.post("/api/query", content=endless(), headers=declared)  # refused before any is read
         assert refused.status_code == 413 and sent < 32 * 2**20
+
+
+def test_a_client_leaving_mid_body_leaves_no_traceback(http: httpx.Client) -> None:
+    errors: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = errors.append  # type: ignore[method-assign]
+    logging.getLogger("uvicorn.error").addHandler(handler)
+    try:
+        assert http.base_url.port is not None
+        with socket.create_connection(("127.0.0.1", http.base_url.port)) as raw:
+            raw.sendall(
+                b"POST /api/query HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n[" + b" " * 999
+            )
+            time.sleep(0.2)  # the server is reading the body
+        assert _lines(http.post("/api/query", json=[])) == []  # still serving, and done with the other
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+    assert [r.getMessage() for r in errors if r.levelno >= logging.ERROR] == []
 
 
 def test_the_limits_are_create_apps_and_the_clis(stored: tuple[WebIndex, list[PageKey]]) -> None:

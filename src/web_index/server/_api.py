@@ -46,10 +46,10 @@ async def presence(request: Request) -> Response:
 
 
 def _flag(request: Request, name: str) -> bool:
-    raw = request.query_params.get(name, "false").lower()
-    if raw not in ("true", "false", "1", "0"):
+    raw = request.query_params.get(name, "false")
+    if raw.lower() not in ("true", "false", "1", "0"):
         raise bad_parameter(name, f"{raw!r} is not true or false")
-    return raw in ("true", "1")
+    return raw.lower() in ("true", "1")
 
 
 def _query_lines(index: WebIndex, chunk: Sequence[Query], bodies: bool) -> bytes:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from web_index.server._errors import ApiError, bad_parameter
 
@@ -25,11 +25,14 @@ async def read_body(request: Request, max_body: int) -> bytes:
         raise _too_large(max_body)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_body:
-            raise _too_large(max_body)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body:
+                raise _too_large(max_body)
+            chunks.append(chunk)
+    except ClientDisconnect:  # an answer no one will read, rather than a traceback in the log
+        raise ApiError(400, f"body: the client left after {size:,} bytes", "body") from None
     return b"".join(chunks)
 
 
