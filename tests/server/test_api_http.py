@@ -216,9 +216,49 @@ def test_a_batch_larger_than_a_chunk_streams_in_order(
             got.append(json.loads(next(lines)))
         first_read.set()  # the first chunk arrived before the second was asked
         got += [json.loads(line) for line in lines]
-    assert sizes == [_api.CHUNK, _api.CHUNK, 500] and waited_out == [False, False]
+    assert sizes == [_api.CHUNK, _api.CHUNK + 500] and waited_out == [False]
     monkeypatch.undo()
     assert got == _expected(index, objects, False)
+
+
+@pytest.mark.parametrize("path", ["/api/presence", "/api/query"])
+def test_chunks_grow_while_their_bodies_are_light(
+    stored: tuple[WebIndex, list[PageKey]], http: httpx.Client, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    index, _ = stored
+    c = _api.CHUNK
+    monkeypatch.setattr(_api, "LARGEST", 4 * c)
+    objects = [{"url": (STORED + ABSENT)[i % 7]} for i in range(c * 11 + 1)]
+    sizes: list[int] = []
+    method = path.rpartition("/")[2]
+    answer = getattr(index, method)
+    monkeypatch.setattr(index, method, lambda chunk: sizes.append(len(chunk)) or answer(chunk))
+    got = _lines(http.post(path, json=objects))
+    assert sizes == [c, 2 * c, 4 * c, 4 * c, 1]
+    queries = [query_from_dict(o) for o in objects]
+    key = "present" if method == "presence" else "result"
+    expected = [r if key == "present" else result_json(r, bodies=False) for r in answer(queries)]
+    assert got == [{"query": q.to_dict(), key: r} for q, r in zip(queries, expected, strict=True)]
+
+
+def test_query_chunks_shrink_when_their_bodies_are_heavy(
+    stored: tuple[WebIndex, list[PageKey]], http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index, _ = stored
+    c = _api.CHUNK
+    body = len(b"<html>ok</html>")  # every stored page's, and every query below finds one
+    monkeypatch.setattr(_api, "BODY_BUDGET", body * c // 4)
+    monkeypatch.setattr(_api, "SMALLEST", c // 8)
+    sizes: list[int] = []
+    answer = index.query
+    monkeypatch.setattr(index, "query", lambda chunk: sizes.append(len(chunk)) or answer(chunk))
+    got = _lines(http.post("/api/query", json=[{"url": STORED[i % 5]} for i in range(2 * c)]))
+    assert len(got) == 2 * c and all(line["result"] is not None for line in got)
+    assert sizes == [c, c // 4, c // 4, c // 4, c // 4]
+    monkeypatch.setattr(_api, "BODY_BUDGET", 1)
+    sizes.clear()
+    assert len(_lines(http.post("/api/query", json=[{"url": STORED[0]}] * (2 * c)))) == 2 * c
+    assert sizes == [c, *[c // 8] * 8]
 
 
 LATE = _api.CHUNK * 2 + 3
