@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -28,8 +27,6 @@ from web_index.cli._app import (
 )
 from web_index.errors import InvalidRecordError
 from web_index.models import (
-    AttemptMetadata,
-    Page,
     PageKey,
     Query,
     RecordType,
@@ -37,6 +34,7 @@ from web_index.models import (
     TimeAwarePageQuery,
     iter_queries,
     query_from_dict,
+    result_json,
 )
 
 
@@ -114,20 +112,6 @@ def _file_queries(source: Path, for_url: Callable[[str], Query]) -> Iterator[Que
         raise InvalidRecordError(f"--from {source}", str(exc)) from None
 
 
-def _result_json(result: Page | AttemptMetadata | None, bodies: bool) -> Any:
-    if result is None:
-        return None
-    out = result.to_dict()
-    if isinstance(result, Page):
-        for response in out["responses"]:
-            body = response.pop("data")
-            if bodies and body is not None:
-                response["data"] = base64.b64encode(body).decode()
-            elif body is not None:
-                response["data_length"] = len(body)
-    return out
-
-
 QueryType = Annotated[str, typer.Option("--type", "-t", help="get, head, get-metadata or head-metadata.")]
 Calibre = Annotated[int | None, typer.Option(help="Only records of this calibre or higher.")]
 Strict = Annotated[bool, typer.Option("--strict", help="Only records of exactly --calibre.")]
@@ -185,7 +169,7 @@ def _run(
     for q, r in zip(queries, results, strict=True):
         if kind == "query":
             missing += r is None
-            line = {"query": q.to_dict(), "result": _result_json(r, bodies)}
+            line = {"query": q.to_dict(), "result": result_json(r, bodies=bodies)}
         else:
             missing += not r
             line = {"query": q.to_dict(), "present": r}

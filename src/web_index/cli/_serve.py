@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -15,11 +17,34 @@ from web_index.cli._app import (
     cli_errors,
     fail,
     open_index,
+    os_problem,
     say,
     store_location,
 )
 
 __all__ = ["serve"]
+
+# Never an option's value: a command line is visible to every user of the machine.
+_ENV = "WEB_INDEX_WRITE_TOKEN"
+
+
+def _write_token(path: Path | None) -> str | None:
+    """The write token: the file's content, else the environment's, stripped; an
+    empty or unreadable file is a usage error."""
+    if path is None:
+        value = os.environ.get(_ENV, "")
+        if value and not value.strip():
+            raise fail(EXIT_USAGE, f"{_ENV} is blank")
+        return value.strip() or None  # empty: unset, as for the options' own variables
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise fail(EXIT_USAGE, f"--write-token-file: cannot read {os_problem(exc)}") from None
+    except UnicodeDecodeError:
+        raise fail(EXIT_USAGE, f"--write-token-file {path}: not UTF-8 text") from None
+    if not token:
+        raise fail(EXIT_USAGE, f"--write-token-file {path}: empty")
+    return token
 
 
 @app.command("serve")
@@ -38,8 +63,26 @@ def serve(
         ),
     ] = None,
     search_timeout: Annotated[float, typer.Option(min=0.1, help="Seconds a routed search may take.")] = 10.0,
+    max_batch: Annotated[
+        int, typer.Option(min=1, help="Queries (or insertion requests) a request of the JSON API may hold.")
+    ] = 100_000,
+    max_body: Annotated[int, typer.Option(min=1, help="Bytes a request body of the JSON API may hold.")] = (
+        64 * 1024 * 1024
+    ),
+    write_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="A file holding the token POST /api/insert requires (Authorization: Bearer); or put"
+            f" the token itself in {_ENV} [default: no /api/insert, the store opened read-only].",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Serve the store over HTTP until SIGINT or SIGTERM: GET /search?site=&q= (see docs/server.md)."""
+    """Serve the store over HTTP until SIGINT or SIGTERM (see docs/server.md).
+
+    GET /search?site=&q=; the store as a web archive: /store/cdx, mementos, TimeGate and TimeMaps;
+    the JSON query API: POST /api/query and /api/presence, and POST /api/insert with a write token.
+    """
     from web_index.server import create_app
     from web_index.server import serve as run
 
@@ -48,12 +91,22 @@ def serve(
     except ValueError:
         if host != "localhost":
             raise fail(EXIT_USAGE, f"--host {host!r}: give an IP address (127.0.0.1, ::1, 0.0.0.0)") from None
+    token = _write_token(write_token_file)
     location = store_location(store)
-    with cli_errors(location), open_index(location, None, read_only=True) as index:
+    with cli_errors(location), open_index(location, None, read_only=token is None) as index:
         try:
-            application = create_app(index, queue=queue, search_timeout=search_timeout)
+            application = create_app(
+                index,
+                queue=queue,
+                search_timeout=search_timeout,
+                max_batch=max_batch,
+                max_body=max_body,
+                write_token=token,
+            )
         except ValueError as exc:  # a queue URL of neither form
             raise fail(EXIT_USAGE, str(exc)) from None
-        say("", f"serving {location} on http://{host}:{port}" + (f" (searches via {queue})" if queue else ""))
+        via = f" (searches via {queue})" if queue else ""
+        writes = ", POST /api/insert open to the write token" if token else ""
+        say("", f"serving {location} on http://{host}:{port}{via}{writes}")
         run(application, host=host, port=port)
     raise typer.Exit(EXIT_OK)

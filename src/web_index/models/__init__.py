@@ -29,6 +29,7 @@ from web_index.models._queries import (
     query_from_dict,
 )
 from web_index.models._records import AttemptMetadata, Page, Response
+from web_index.models._records import result_json as result_json
 from web_index.models._rows import GET_COLUMNS as GET_COLUMNS
 from web_index.models._rows import HEAD_COLUMNS as HEAD_COLUMNS
 from web_index.models._rows import METADATA_COLUMNS as METADATA_COLUMNS

@@ -18,7 +18,7 @@ from web_index.models._time import format_ts, parse_ts
 if TYPE_CHECKING:
     from web_index.models._queries import PageKey
 
-__all__ = ["AttemptMetadata", "Page", "Response"]
+__all__ = ["AttemptMetadata", "Page", "Response", "result_json"]
 
 _U8 = 255
 _MAX_STATUS = 999
@@ -276,3 +276,20 @@ class Page(msgspec.Struct, frozen=True, kw_only=True):
             request_id=data["request_id"],
             responses=[Response.from_dict(r, f"responses[{i}]") for i, r in enumerate(responses)],
         )
+
+
+def result_json(result: Page | AttemptMetadata | None, *, bodies: bool) -> dict[str, Any] | None:
+    """A query's answer as JSON, as ``web-index query`` and ``POST /api/query`` write it:
+    ``to_dict()``, with each body in base64 (``data``) with ``bodies``, else only its
+    size (``data_length``), and ``None`` for no match."""
+    if result is None:
+        return None
+    out = result.to_dict()
+    if isinstance(result, Page):
+        for response in out["responses"]:
+            body = response.pop("data")
+            if bodies and body is not None:
+                response["data"] = base64.b64encode(body).decode()
+            elif body is not None:
+                response["data_length"] = len(body)
+    return out

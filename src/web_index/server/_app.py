@@ -11,6 +11,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from web_index.index import WebIndex
+from web_index.server import _api
 from web_index.server._cdx import DEFAULT_COLLECTION, cdx
 from web_index.server._errors import HANDLERS
 from web_index.server._mementos import memento, timegate
@@ -27,6 +28,9 @@ def create_app(
     search_timeout: float = 10.0,
     refresh: float = 5.0,
     collection: str = DEFAULT_COLLECTION,
+    max_batch: int = _api.DEFAULT_MAX_BATCH,
+    max_body: int = _api.DEFAULT_MAX_BODY,
+    write_token: str | None = None,
 ) -> Starlette:
     """The server's app over ``index``.
 
@@ -41,7 +45,26 @@ def create_app(
     ``queue`` (a broker URL) searches are routed by that pipeline's
     orchestrator to its searchers instead, each waiting up to
     ``search_timeout`` seconds.
+
+    ``POST /api/query`` and ``/api/presence`` answer a JSON array or NDJSON
+    of query objects with one NDJSON line each, in input order: at most
+    ``max_batch`` queries and ``max_body`` bytes a request (else a 413).
+    ``POST /api/insert`` stores insertion requests, all or none, under the
+    same caps; it exists only with a ``write_token`` (then ``index`` must be
+    writable), which requests give as ``Authorization: Bearer <token>``.
     """
+    if max_batch < 1 or max_body < 1:
+        raise ValueError(f"max_batch and max_body must be at least 1, got {max_batch} and {max_body}")
+    routes = [
+        Route("/api/query", _api.query, methods=["POST"]),
+        Route("/api/presence", _api.presence, methods=["POST"]),
+    ]
+    if write_token is not None:
+        if not write_token.strip():
+            raise ValueError("write_token is empty")
+        if index.read_only:
+            raise ValueError("a write_token needs an index opened writable, not read_only")
+        routes.append(Route("/api/insert", _api.insert, methods=["POST"]))
     searches = SearchBackend(index, queue=queue, timeout=search_timeout, refresh=refresh)
 
     @contextlib.asynccontextmanager
@@ -53,6 +76,7 @@ def create_app(
 
     app = Starlette(
         routes=[
+            *routes,
             Route("/search", search, methods=["GET"]),
             Route("/{coll}/cdx", cdx, methods=["GET"]),
             Route("/{coll}/index", cdx, methods=["GET"]),
@@ -63,9 +87,16 @@ def create_app(
         lifespan=lifespan,
         exception_handlers=HANDLERS,
     )
+    # No 307 to "path/" for a path that matches nothing: "/api/insert/" would be
+    # a memento path, so an absent /api/insert (or a mistyped /api/querry) would
+    # answer a redirect, then a 405, instead of a plain 404.
+    app.router.redirect_slashes = False
     app.state.searches = searches
     app.state.index = index
     app.state.collection = collection
+    app.state.max_batch = max_batch
+    app.state.max_body = max_body
+    app.state.write_token = None if write_token is None else write_token.strip().encode()
     return app
 
 

@@ -15,14 +15,21 @@ __all__ = ["HANDLERS", "ApiError", "bad_parameter"]
 
 
 class ApiError(Exception):
-    """An answer other than 200: ``status``, a one-line ``message``, and the
-    query ``parameter`` at fault when there is one."""
+    """An answer other than 200: ``status``, a one-line ``message``, the
+    query ``parameter`` at fault when there is one, and any ``headers`` the status needs."""
 
-    def __init__(self, status: int, message: str, parameter: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        parameter: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.parameter = parameter
+        self.headers = headers
 
 
 def bad_parameter(name: str, problem: str) -> ApiError:
@@ -34,7 +41,7 @@ async def _api_error(request: Request, exc: Exception) -> Response:
     body: dict[str, Any] = {"error": exc.message}
     if exc.parameter is not None:
         body["parameter"] = exc.parameter
-    return JSONResponse(body, status_code=exc.status)
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
