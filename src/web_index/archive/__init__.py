@@ -10,8 +10,10 @@ internal one, for the other packages of web_index. No HTTP server lives here
 
 from web_index.archive._arc_read import read_arc
 from web_index.archive._cdx import Capture as Capture
+from web_index.archive._cdx import Memento as Memento
 from web_index.archive._cdx import cdx_lines as cdx_lines
 from web_index.archive._cdx import cdx_page as cdx_page
+from web_index.archive._cdx import closest_capture as closest_capture
 from web_index.archive._cdx import closest_memento as closest_memento
 from web_index.archive._cdx import find_captures as find_captures
 from web_index.archive._cdx import num_pages as num_pages
@@ -29,6 +31,10 @@ from web_index.archive._import import ImportReport, import_warcs
 from web_index.archive._sources import ArchiveFile, archive_files
 from web_index.archive._warc_read import WARC_SUFFIXES as WARC_SUFFIXES
 from web_index.archive._warc_read import WarcRecord, read_warc
+from web_index.archive._warc_write import capture_ident as capture_ident
+from web_index.archive._warc_write import record_bytes as record_bytes
+from web_index.archive._warc_write import record_id as record_id
+from web_index.archive._warc_write import response_record as response_record
 
 __all__ = [
     "ArchiveFile",

@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import surt
@@ -33,8 +34,10 @@ from web_index.urls import host_of, url_key
 __all__ = [
     "PAGE_SIZE",
     "Capture",
+    "Memento",
     "cdx_lines",
     "cdx_page",
+    "closest_capture",
     "closest_memento",
     "find_captures",
     "key_range",
@@ -113,8 +116,32 @@ def _forms(url: str) -> list[tuple[str | None, str | None]]:
 
 def find_captures(index: WebIndex, query: CdxQuery, *, source: str) -> list[Capture]:
     """Every capture ``query`` asks for, in its order, up to its ``limit``."""
-    found = [(fields, moment) for _, fields, moment in _matching(index, query, source)]
+    found = [m.capture for m in _matching(index, query, source)]
     return ordered(found, query)
+
+
+class Memento(NamedTuple):
+    """A capture and the stored response it is, with what names its WARC
+    records: the attempt's request id and the response's position in its chain."""
+
+    response: Response
+    capture: Capture
+    request_id: str
+    position: int
+
+
+def closest_capture(index: WebIndex, query: CdxQuery, *, source: str) -> Memento | None:
+    """The capture ``query`` asks for (its match, dates, filters and record
+    type) closest to its ``closest``, the latest without one, with its
+    response; ``None`` if there is none. Of equally close ones, the first in
+    ``find_captures``'s order."""
+    when = query.closest or datetime.now(UTC)
+    best: tuple[tuple[float, str, str], Memento] | None = None
+    for memento in _matching(index, query, source):
+        rank = _nearness(memento.capture, when)
+        if best is None or rank < best[0]:
+            best = (rank, memento)
+    return None if best is None else best[1]
 
 
 def closest_memento(
@@ -122,18 +149,11 @@ def closest_memento(
 ) -> tuple[Response, Capture] | None:
     """The response captured for ``url`` closest to ``when`` (of equally close
     ones, the earlier), with its capture; ``None`` if there is none."""
-    query = CdxQuery(url=url, closest=when)
-    best: tuple[float, str, Response, Capture] | None = None
-    for response, fields, moment in _matching(index, query, source):
-        distance = abs((moment - when).total_seconds())
-        if best is None or (distance, fields["timestamp"]) < best[:2]:
-            best = (distance, fields["timestamp"], response, (fields, moment))
-    return None if best is None else (best[2], best[3])
+    found = closest_capture(index, CdxQuery(url=url, closest=when), source=source)
+    return None if found is None else (found.response, found.capture)
 
 
-def _matching(
-    index: WebIndex, query: CdxQuery, source: str
-) -> Iterator[tuple[Response, dict[str, str], datetime]]:
+def _matching(index: WebIndex, query: CdxQuery, source: str) -> Iterator[Memento]:
     try:
         scans, wanted = _scans(query)
     except InvalidRecordError as exc:
@@ -156,7 +176,7 @@ def _scan(
     url_prefix: str | None,
     domain: str | None,
     wanted: Callable[[str], bool],
-) -> Iterator[tuple[Response, dict[str, str], datetime]]:
+) -> Iterator[Memento]:
     start, end = _moment(query.start), _moment(query.end)
     pages = index.scan(
         query.type,
@@ -167,14 +187,14 @@ def _scan(
     )
     for page in pages:
         assert isinstance(page, Page)
-        for response in page.responses:
+        for position, response in enumerate(page.responses):
             url = target_uri(response.request_url)
             key = surt.surt(url)
             if not wanted(key):
                 continue
             fields, moment = _capture(response, url, key, source)
             if wanted_fields(query, fields):
-                yield response, fields, moment
+                yield Memento(response, (fields, moment), page.request_id, position)
 
 
 def wanted_fields(query: CdxQuery, fields: dict[str, str]) -> bool:
@@ -199,7 +219,7 @@ def ordered(found: list[Capture], query: CdxQuery) -> list[Capture]:
     reversed on request), collapsed, cut at its ``limit``; sorted in place."""
     if query.closest is not None:
         target = query.closest
-        found.sort(key=lambda c: (abs((c[1] - target).total_seconds()), c[0]["timestamp"], c[0]["urlkey"]))
+        found.sort(key=lambda c: _nearness(c, target))
     else:
         found.sort(key=lambda c: (c[0]["urlkey"], c[0]["timestamp"]), reverse=query.reverse)
     if query.collapse is not None:
@@ -216,6 +236,11 @@ def _collapsed(found: list[Capture], field: str, width: int | None) -> list[Capt
             kept.append(capture)
             last = value
     return kept
+
+
+def _nearness(capture: Capture, target: datetime) -> tuple[float, str, str]:
+    fields, moment = capture
+    return abs((moment - target).total_seconds()), fields["timestamp"], fields["urlkey"]
 
 
 def num_pages(count: int) -> dict[str, int]:

@@ -13,15 +13,14 @@ per response or revisit, sorted) give its offset and length.
 
 Record ids are derived from the request id, the position in the chain and
 the record's kind: exporting the same records again writes the same ids, and
-importing the files again stores nothing twice.
+importing the files again stores nothing twice. The response records are
+built by ``_warc_write``, which the server's Resource API shares.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,15 +32,21 @@ import surt
 from fastwarc.warc import WarcRecord, WarcRecordType
 
 from web_index._version import __version__
-from web_index.archive._http import status_line, target_uri, wire_headers
+from web_index.archive._http import target_uri
+from web_index.archive._warc_write import (
+    capture_ident,
+    new_record,
+    record_bytes,
+    record_id,
+    response_record,
+    set_block,
+    warc_date,
+)
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
-from web_index.models import Page, RecordType, Response, payload_sha1, sha1_text
+from web_index.models import Page, RecordType, Response, sha1_text
 
 __all__ = ["ExportReport", "export_warcs"]
-
-_NAMESPACE = uuid.UUID("5f1d7c1e-2b8a-4d0e-9a57-7d3f0c6b9e21")  # of web-index's WARC record ids
-_REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 
 
 @dataclass
@@ -106,44 +111,27 @@ class _Writer:
     def write_capture(self, page: Page, position: int, response: Response, kind: RecordType) -> None:
         if self.file is None or self.file.tell() >= self.max_bytes:
             self._next_file()
-        ident = f"{page.request_id}/{position}"
+        ident = capture_ident(page.request_id, position)
         target = target_uri(response.request_url)
-        response_id = _record_id(ident, "response")
-        when = _warc_date(response.timestamp)
-        body = response.data
-        headers = wire_headers(response.headers, body)
-        head = b"".join(
-            [_latin1(status_line(response.status_code)), *(_latin1(f"{n}: {v}") for n, v in headers), b"\r\n"]
-        )
+        response_id = record_id(ident, "response")
+        when = warc_date(response.timestamp)
         method = "HEAD" if kind is RecordType.HEAD else "GET"
         self._write(self._request(target, method, when, ident, response_id))
-        sha1 = payload_sha1(body) if body is not None else None
-        earlier = self.written.get(sha1) if sha1 is not None and body else None
-        record = _record(WarcRecordType.revisit if earlier else WarcRecordType.response, response_id)
-        record.headers["WARC-Date"] = when
-        record.headers["WARC-Target-URI"] = target
-        record.headers["WARC-Warcinfo-ID"] = self.warcinfo
-        record.headers["Content-Type"] = "application/http; msgtype=response"
-        if sha1 is not None:
-            record.headers["WARC-Payload-Digest"] = sha1_text(sha1)
-        if earlier is not None:
-            record.headers["WARC-Profile"] = _REVISIT_PROFILE
-            record.headers["WARC-Refers-To-Target-URI"] = earlier[0]
-            record.headers["WARC-Refers-To-Date"] = earlier[1]
-            block = head
+        record, sha1 = response_record(
+            response, warc_record_id=response_id, warcinfo_id=self.warcinfo, written=self.written
+        )
+        revisit = record.record_type == WarcRecordType.revisit
+        if revisit:
             self.report.revisits += 1
         else:
-            block = head + (body or b"")
-            if sha1 is not None and body:
+            if sha1 is not None and response.data:
                 self.written[sha1] = (target, when)
             self.report.responses += 1
-        record.headers["WARC-Block-Digest"] = sha1_text(hashlib.sha1(block, usedforsecurity=False).digest())
-        record.set_bytes_content(block)
         offset, length = self._write(record)
         mime = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         fields = {
             "url": target,
-            "mime": "warc/revisit" if earlier else (mime or "unk"),
+            "mime": "warc/revisit" if revisit else (mime or "unk"),
             "status": str(response.status_code),
             "digest": sha1_text(sha1).removeprefix("sha1:") if sha1 is not None else "-",
             "length": str(length),
@@ -159,14 +147,13 @@ class _Writer:
         block = f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc.rsplit('@', 1)[-1]}\r\n\r\n".encode(
             "utf-8", "surrogateescape"
         )
-        record = _record(WarcRecordType.request, _record_id(ident, "request"))
+        record = new_record(WarcRecordType.request, record_id(ident, "request"))
         record.headers["WARC-Date"] = when
         record.headers["WARC-Target-URI"] = url
         record.headers["WARC-Warcinfo-ID"] = self.warcinfo
         record.headers["WARC-Concurrent-To"] = response_id
         record.headers["Content-Type"] = "application/http; msgtype=request"
-        record.headers["WARC-Block-Digest"] = sha1_text(hashlib.sha1(block, usedforsecurity=False).digest())
-        record.set_bytes_content(block)
+        set_block(record, block)
         return record
 
     def _next_file(self) -> None:
@@ -174,9 +161,9 @@ class _Writer:
         self.path = self.out / f"{self.name}-{len(self.report.files):05d}.warc.gz"
         self.file = self.path.open("xb")  # never over a file already there
         self.report.files.append(self.path)
-        info = _record(WarcRecordType.warcinfo, _record_id(self.path.name, "warcinfo"))
+        info = new_record(WarcRecordType.warcinfo, record_id(self.path.name, "warcinfo"))
         self.warcinfo = info.headers["WARC-Record-ID"]
-        info.headers["WARC-Date"] = _warc_date(datetime.now(UTC))
+        info.headers["WARC-Date"] = warc_date(datetime.now(UTC))
         info.headers["WARC-Filename"] = self.path.name
         info.headers["Content-Type"] = "application/warc-fields"
         info.set_bytes_content(
@@ -187,10 +174,8 @@ class _Writer:
 
     def _write(self, record: WarcRecord) -> tuple[int, int]:
         assert self.file is not None
-        raw = io.BytesIO()
-        record.write(raw)
         packer = zlib.compressobj(6, zlib.DEFLATED, 31)  # one gzip member a record
-        member = packer.compress(raw.getvalue()) + packer.flush()
+        member = packer.compress(record_bytes(record)) + packer.flush()
         offset = self.file.tell()
         self.file.write(member)
         self.report.bytes += len(member)
@@ -208,28 +193,3 @@ class _Writer:
         self.cdx.sort(key=lambda line: line.encode("utf-8", "surrogateescape"))
         with self.report.cdxj.open("x", encoding="utf-8", errors="surrogateescape", newline="\n") as fh:
             fh.writelines(line + "\n" for line in self.cdx)
-
-
-def _record(kind: WarcRecordType, record_id: str) -> WarcRecord:
-    record = WarcRecord()
-    record.init_headers(kind, record_urn=record_id.removeprefix("<urn:").removesuffix(">").encode())
-    return record
-
-
-def _record_id(ident: str, kind: str) -> str:
-    return f"<urn:uuid:{uuid.uuid5(_NAMESPACE, f'{kind}:{ident}')}>"
-
-
-def _warc_date(moment: datetime) -> str:
-    """WARC-Date: seconds, with the microseconds when there are any (WARC/1.1 allows a fraction)."""
-    utc = moment.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S") + (f".{utc.microsecond:06d}" if utc.microsecond else "") + "Z"
-
-
-def _latin1(line: str) -> bytes:
-    """A line of the HTTP head as the wire has it: Latin-1, which import reads
-    back exactly; a character beyond it (only a hand-made record has one) in UTF-8."""
-    try:
-        return line.encode("latin-1") + b"\r\n"
-    except UnicodeEncodeError:
-        return line.encode("utf-8", "surrogateescape") + b"\r\n"

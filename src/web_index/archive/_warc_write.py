@@ -1,0 +1,119 @@
+"""WARC/1.1 records of stored responses, built one way for the export and the
+server's Resource API.
+
+A capture's ``response`` record holds the status line, the header fields as
+an HTTP message carrying the stored body must have them (``wire_headers``)
+and the body, dated when the response arrived, with its payload and block
+digests. Its id is derived from the attempt's request id and the response's
+position in the chain, so whoever writes the record of a capture (an export,
+the Resource API) gives it the same id, and an import stores it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from fastwarc.warc import WarcRecord, WarcRecordType
+
+from web_index.archive._http import status_line, target_uri, wire_headers
+from web_index.models import Response, payload_sha1, sha1_text
+
+__all__ = [
+    "capture_ident",
+    "new_record",
+    "record_bytes",
+    "record_id",
+    "response_record",
+    "set_block",
+    "warc_date",
+]
+
+_NAMESPACE = uuid.UUID("5f1d7c1e-2b8a-4d0e-9a57-7d3f0c6b9e21")  # of web-index's WARC record ids
+_REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+
+
+def capture_ident(request_id: str, position: int) -> str:
+    """What names the records of the ``position``-th response of an attempt's chain."""
+    return f"{request_id}/{position}"
+
+
+def record_id(ident: str, kind: str) -> str:
+    """The ``WARC-Record-ID`` of the ``kind`` record (``response``, ``request``…) of ``ident``."""
+    return f"<urn:uuid:{uuid.uuid5(_NAMESPACE, f'{kind}:{ident}')}>"
+
+
+def new_record(kind: WarcRecordType, warc_record_id: str) -> WarcRecord:
+    """An empty record of ``kind`` with that ``WARC-Record-ID`` (``<urn:uuid:…>``)."""
+    record = WarcRecord()
+    record.init_headers(kind, record_urn=warc_record_id.removeprefix("<urn:").removesuffix(">").encode())
+    return record
+
+
+def warc_date(moment: datetime) -> str:
+    """WARC-Date: seconds, with the microseconds when there are any (WARC/1.1 allows a fraction)."""
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S") + (f".{utc.microsecond:06d}" if utc.microsecond else "") + "Z"
+
+
+def response_record(
+    response: Response,
+    *,
+    warc_record_id: str,
+    warcinfo_id: str | None = None,
+    written: Mapping[bytes, tuple[str, str]] | None = None,
+) -> tuple[WarcRecord, bytes | None]:
+    """The ``response`` record of ``response``, and its payload's SHA-1 (``None``
+    without a body). A body whose payload is in ``written`` (the payloads a
+    file holds already, by SHA-1: the target URI and WARC-Date of the record
+    holding each) makes it a ``revisit`` record of that one instead, which
+    holds the HTTP head only."""
+    body = response.data
+    headers = wire_headers(response.headers, body)
+    head = b"".join(
+        [_latin1(status_line(response.status_code)), *(_latin1(f"{n}: {v}") for n, v in headers), b"\r\n"]
+    )
+    sha1 = payload_sha1(body) if body is not None else None
+    refers_to = written.get(sha1) if written is not None and sha1 is not None and body else None
+    record = new_record(WarcRecordType.revisit if refers_to else WarcRecordType.response, warc_record_id)
+    record.headers["WARC-Date"] = warc_date(response.timestamp)
+    record.headers["WARC-Target-URI"] = target_uri(response.request_url)
+    if warcinfo_id is not None:
+        record.headers["WARC-Warcinfo-ID"] = warcinfo_id
+    record.headers["Content-Type"] = "application/http; msgtype=response"
+    if sha1 is not None:
+        record.headers["WARC-Payload-Digest"] = sha1_text(sha1)
+    if refers_to:
+        record.headers["WARC-Profile"] = _REVISIT_PROFILE
+        record.headers["WARC-Refers-To-Target-URI"] = refers_to[0]
+        record.headers["WARC-Refers-To-Date"] = refers_to[1]
+        block = head
+    else:
+        block = head + (body or b"")
+    set_block(record, block)
+    return record, sha1
+
+
+def set_block(record: WarcRecord, block: bytes) -> None:
+    """``block`` as the record's content, with its ``WARC-Block-Digest``."""
+    record.headers["WARC-Block-Digest"] = sha1_text(hashlib.sha1(block, usedforsecurity=False).digest())
+    record.set_bytes_content(block)
+
+
+def record_bytes(record: WarcRecord) -> bytes:
+    """``record`` as a WARC file holds it uncompressed (``Content-Length`` set)."""
+    raw = io.BytesIO()
+    record.write(raw)
+    return raw.getvalue()
+
+
+def _latin1(line: str) -> bytes:
+    """A line of the HTTP head as the wire has it: Latin-1, which import reads
+    back exactly; a character beyond it (only a hand-made record has one) in UTF-8."""
+    try:
+        return line.encode("latin-1") + b"\r\n"
+    except UnicodeEncodeError:
+        return line.encode("utf-8", "surrogateescape") + b"\r\n"
