@@ -15,6 +15,7 @@ from web_index.server import _api
 from web_index.server._cdx import DEFAULT_COLLECTION, cdx
 from web_index.server._errors import HANDLERS
 from web_index.server._mementos import memento, timegate
+from web_index.server._resource import resource, resource_post
 from web_index.server._search import SearchBackend, search
 from web_index.server._timemaps import timemap
 
@@ -38,7 +39,9 @@ def create_app(
     server API over the store, which is the one collection, named
     ``collection``; ``/{collection}/{timestamp}id_/{url}`` its mementos,
     ``/{collection}/timegate/{url}`` and ``/{collection}/timemap/link/{url}``
-    their TimeGate and TimeMap.
+    their TimeGate and TimeMap; ``GET /{collection}/resource?url=`` and
+    ``POST /{collection}/resource-post`` (the request to look up as the body)
+    the Resource API, a capture as one WARC record.
 
     ``GET /search?site=&q=`` answers from the site's newest published
     database, copied here and re-checked every ``refresh`` seconds; with
@@ -80,6 +83,8 @@ def create_app(
             Route("/search", search, methods=["GET"]),
             Route("/{coll}/cdx", cdx, methods=["GET"]),
             Route("/{coll}/index", cdx, methods=["GET"]),
+            Route("/{coll}/resource", resource, methods=["GET"]),
+            Route("/{coll}/resource-post", resource_post, methods=["POST"]),
             Route("/{coll}/timegate/{url:path}", timegate, methods=["GET", "HEAD"]),
             Route("/{coll}/timemap/{form}/{url:path}", timemap, methods=["GET"]),
             Route("/{coll}/{stamp}/{url:path}", memento, methods=["GET", "HEAD"]),

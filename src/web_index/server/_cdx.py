@@ -21,7 +21,7 @@ from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.server._errors import ApiError, bad_parameter
 
-__all__ = ["DEFAULT_COLLECTION", "cdx", "collection", "not_found"]
+__all__ = ["DEFAULT_COLLECTION", "cdx", "collection", "not_found", "query_params"]
 
 DEFAULT_COLLECTION = "store"
 _MEDIA = {
@@ -40,18 +40,24 @@ def collection(request: Request) -> str:
     return coll
 
 
-def not_found(what: str) -> Response:
-    """No captures of ``what``: a 404 saying so in ``error`` and ``message``
-    (cdx_toolkit reads either as "none"; pywb's ``cdx+`` source any 404)."""
-    message = f"no captures for {what}"
+def not_found(what: str, why: str | None = None) -> Response:
+    """No captures of ``what`` (``why``, when it is known): a 404 saying so in ``error``
+    and ``message`` (cdx_toolkit reads either as "none"; pywb's ``cdx+`` source any 404)."""
+    message = f"no captures for {what}" + (f": {why}" if why else "")
     return JSONResponse({"error": message, "message": message}, status_code=404)
+
+
+def query_params(request: Request) -> dict[str, list[str]]:
+    """The query's parameters, each name's values in order (as ``parse_cdx_query`` takes them)."""
+    params: dict[str, list[str]] = {}
+    for name, value in request.query_params.multi_items():
+        params.setdefault(name, []).append(value)
+    return params
 
 
 async def cdx(request: Request) -> Response:
     coll = collection(request)
-    params: dict[str, list[str]] = {}
-    for name, value in request.query_params.multi_items():
-        params.setdefault(name, []).append(value)
+    params = query_params(request)
     index: WebIndex = request.app.state.index
     try:
         query = parse_cdx_query(params)

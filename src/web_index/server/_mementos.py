@@ -34,7 +34,7 @@ from web_index.index import WebIndex
 from web_index.server._cdx import collection, not_found
 from web_index.server._errors import ApiError, bad_parameter
 
-__all__ = ["memento", "target_url", "timegate"]
+__all__ = ["memento", "memento_base", "memento_headers", "target_url", "timegate"]
 
 _STAMP = re.compile(r"([0-9]{1,14})(id_)?")
 _HOP_BY_HOP = frozenset(["connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"])
@@ -76,7 +76,7 @@ async def memento(request: Request) -> Response:
     if found is None:
         return not_found(query.url)
     response, (fields, moment) = found
-    base = f"{str(request.base_url).rstrip('/')}/{coll}/{fields['timestamp']}id_/"
+    base = memento_base(request, coll, fields)
     if not raw:
         return RedirectResponse(base + fields["url"], status_code=302)
     headers: list[tuple[str, str]] = []
@@ -86,21 +86,28 @@ async def memento(request: Request) -> Response:
         if name.lower() == "location":
             value = base + urljoin(fields["url"], value)
         headers.append((name, value))
-    date = format_datetime(moment, usegmt=True)
-    headers += [
-        ("memento-datetime", date),
-        (
-            "link",
-            f'<{fields["url"]}>; rel="original", <{base}{fields["url"]}>; rel="memento"; datetime="{date}"',
-        ),
-        ("content-security-policy", "sandbox"),
-    ]
+    headers += [*memento_headers(fields, moment, base), ("content-security-policy", "sandbox")]
     out = Response(response.data or b"", status_code=response.status_code)
     out.raw_headers = [
         *((n.encode("latin-1", "replace"), v.encode("latin-1", "replace")) for n, v in headers),
         (b"content-length", str(len(response.data or b"")).encode()),
     ]
     return out
+
+
+def memento_base(request: Request, coll: str, fields: dict[str, str]) -> str:
+    """The path, up to the URL, of the ``id_`` memento of the capture with these fields."""
+    return f"{str(request.base_url).rstrip('/')}/{coll}/{fields['timestamp']}id_/"
+
+
+def memento_headers(fields: dict[str, str], moment: datetime, base: str | None) -> list[tuple[str, str]]:
+    """``Memento-Datetime`` and the ``Link`` to the original (and to the memento
+    at ``base`` + URL, when there is one) of the capture with these fields."""
+    date = format_datetime(moment, usegmt=True)
+    link = f'<{fields["url"]}>; rel="original"'
+    if base is not None:
+        link += f', <{base}{fields["url"]}>; rel="memento"; datetime="{date}"'
+    return [("memento-datetime", date), ("link", link)]
 
 
 async def timegate(request: Request) -> Response:
