@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -240,6 +241,8 @@ def test_the_answer_says_where_and_when(http: httpx.Client, store: WebIndex) -> 
     )
     memento = answer.headers["link"].split("<")[2].split(">")[0]
     assert http.get(memento).content == record.payload
+    halfway = http.get("/store/resource", params={"url": PAGE, "closest": _stamp(T0 + timedelta(hours=12))})
+    assert halfway.content == answer.content  # of equally close ones, the earlier
     latest = http.get("/store/resource", params={"url": PAGE})  # no closest: the latest
     _check(latest, _page(store, "get", PAGE, day=1))
     again = http.get("/store/resource", params={"url": PAGE})
@@ -357,3 +360,16 @@ def test_a_hop_to_a_url_crawled_itself(tmp_path: Path) -> None:
         with serving(index) as http:
             (record,) = _records(http.get("/store/resource", params={"url": a}))
     assert record.payload == b"a via b"  # the latest capture of a
+
+
+def test_a_body_declared_too_long_is_refused_unread(http: httpx.Client) -> None:
+    with socket.create_connection((http.base_url.host, http.base_url.port), timeout=5) as conn:
+        conn.sendall(
+            f"POST /store/resource-post?url={PAGE} HTTP/1.1\r\nHost: x\r\n"
+            f"Content-Length: {100 * MAX_BODY}\r\n\r\nGET / HTTP/1.1\r\n".encode()
+        )
+        try:
+            answer = conn.recv(4096)  # without the rest of the body, which never comes
+        except TimeoutError:
+            answer = b"no answer: the server waits for the body"
+    assert answer.startswith(b"HTTP/1.1 413 ")
