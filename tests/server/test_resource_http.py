@@ -317,8 +317,11 @@ def test_what_is_not_there_or_not_asked_right(http: httpx.Client) -> None:
     ):
         wrong = http.post("/store/resource-post", params={"url": PAGE}, content=body)
         assert wrong.status_code == 400 and wrong.json()["parameter"] == "body", body
-    no_host = http.post("/store/resource-post", content=b"GET /news HTTP/1.1\r\n\r\n")
-    assert no_host.status_code == 400 and no_host.json()["parameter"] == "body"
+    for head in (b"GET /news HTTP/1.1\r\n\r\n", b"GET /news HTTP/1.1\r\nHost: bad host\r\n\r\n"):
+        unnamed = http.post("/store/resource-post", content=head)  # no url, and none to make of it
+        assert unnamed.status_code == 400 and unnamed.json()["parameter"] == "body"
+    named = http.post("/store/resource-post", params={"url": "ftp://x/"}, content=b"GET / HTTP/1.1\r\n\r\n")
+    assert named.status_code == 400 and named.json()["parameter"] == "url"
     for method in (b"POST", b"PUT", b"DELETE"):
         other = http.post(
             "/store/resource-post", params={"url": PAGE}, content=method + b" / HTTP/1.1\r\n\r\n"

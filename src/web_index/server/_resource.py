@@ -66,10 +66,10 @@ async def resource_post(request: Request) -> Response:
     if method not in ("GET", "HEAD"):
         return not_found(f"{method} requests", "the store keeps GET and HEAD responses only")
     params["type"] = [method.lower()]
-    if (params.get("url") or [""])[-1].strip():
-        return await _answer(request, coll, params, "url")
-    params["url"] = [_url_of(target, fields.get("host"))]
-    return await _answer(request, coll, params, "body")
+    url_from = "url"
+    if not (params.get("url") or [""])[-1].strip():  # as parse_cdx_query reads it: absent
+        params["url"], url_from = [_url_of(target, fields.get("host"))], "body"
+    return await _answer(request, coll, params, url_from)
 
 
 def parse_request_head(body: bytes) -> tuple[str, str, dict[str, str]]:
