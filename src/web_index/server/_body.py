@@ -17,34 +17,31 @@ __all__ = ["json_items", "read_body"]
 _LINES = frozenset({"ndjson", "jsonl", "jsonlines", "json-lines"})
 
 
-async def read_body(request: Request, max_body: int) -> bytes:
+async def read_body(request: Request, max_body: int, *, too_large: str | None = None) -> bytes:
     """The request's body, or a 413 as soon as it is over ``max_body`` bytes: by its
-    ``Content-Length`` before a byte is read, else while it streams in."""
+    ``Content-Length`` before a byte is read, else while it streams in. The 413
+    says ``too_large`` (by default, that ``max_body`` was passed: send less)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_body:
-        raise _too_large(max_body)
+        raise _too_large(max_body, too_large)
     chunks: list[bytes] = []
     size = 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
             if size > max_body:
-                raise _too_large(max_body)
+                raise _too_large(max_body, too_large)
             chunks.append(chunk)
     except ClientDisconnect:  # an answer no one will read, rather than a traceback in the log
         raise ApiError(400, f"body: the client left after {size:,} bytes", "body") from None
     return b"".join(chunks)
 
 
-def _too_large(max_body: int) -> ApiError:
+def _too_large(max_body: int, problem: str | None) -> ApiError:
     # The rest of the body stays unread: the connection is closed after the
     # answer rather than drained, which a client still sending would keep going.
-    return ApiError(
-        413,
-        f"body: more than max_body ({max_body:,} bytes): send smaller batches",
-        "body",
-        {"connection": "close"},
-    )
+    problem = problem or f"more than max_body ({max_body:,} bytes): send smaller batches"
+    return ApiError(413, f"body: {problem}", "body", {"connection": "close"})
 
 
 def _is_lines(content_type: str, body: bytes) -> bool:

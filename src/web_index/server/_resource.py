@@ -40,13 +40,15 @@ from web_index.archive import (
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.models import RecordType
+from web_index.server._body import read_body
 from web_index.server._cdx import collection, not_found, query_params
-from web_index.server._errors import ApiError, bad_parameter
+from web_index.server._errors import bad_parameter
 from web_index.server._mementos import memento_base, memento_headers
 
 __all__ = ["MAX_BODY", "parse_request_head", "resource", "resource_post"]
 
 MAX_BODY = 64 << 10  # a request head is a few hundred bytes; a body past this is not one
+_TOO_LARGE = f"more than {MAX_BODY:,} bytes: post the request head only"
 _TCHARS = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 token characters
 _REQUEST_LINE = re.compile(rf"({_TCHARS}) +([!-~]+)(?: +HTTP/[0-9](?:\.[0-9])?)?")
 _FIELD = re.compile(rf"({_TCHARS}):[ \t]*(.*?)[ \t]*")
@@ -62,7 +64,8 @@ async def resource_post(request: Request) -> Response:
     params = query_params(request)
     if "type" in params:
         raise bad_parameter("type", "the posted request's method chooses the record type")
-    method, target, fields = parse_request_head(await _body(request))
+    head = await read_body(request, MAX_BODY, too_large=_TOO_LARGE)
+    method, target, fields = parse_request_head(head)
     if method not in ("GET", "HEAD"):
         return not_found(f"{method} requests", "the store keeps GET and HEAD responses only")
     params["type"] = [method.lower()]
@@ -101,23 +104,6 @@ def _url_of(target: str, host: str | None) -> str:
         raise bad_parameter("body", "no url parameter, and no Host header to make the URL of the path")
     # The scheme does not count in matching (SURT), so http:// finds https captures too.
     return f"http://{host}{target}"
-
-
-async def _body(request: Request) -> bytes:
-    """The request's body, read a piece at a time and refused (413) past :data:`MAX_BODY`."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY:
-        raise _too_large()
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > MAX_BODY:
-            raise _too_large()
-    return bytes(body)
-
-
-def _too_large() -> ApiError:
-    return ApiError(413, f"body: longer than {MAX_BODY} bytes; post the request head only", "body")
 
 
 async def _answer(request: Request, coll: str, params: dict[str, list[str]], url_from: str) -> Response:
