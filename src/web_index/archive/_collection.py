@@ -22,11 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from web_index.archive._cdx import Capture, closest_memento, ordered
+from web_index.archive._cdx import Capture, Memento, ordered
 from web_index.archive._cdx_query import CdxQuery
 from web_index.archive._collection_config import CollectionSpec, LoaderSpec
 from web_index.archive._index_sources import CdxjIndex, IndexSource, LiveIndex, StoreIndex, load_index
 from web_index.archive._loaders import MAX_RECORD_BYTES, LoadError, WarcLoader, record_response
+from web_index.archive._warc_write import capture_ident
 from web_index.fetch import (
     AddressPolicy,
     FetchConfig,
@@ -51,11 +52,19 @@ _NOT_ARCHIVED = frozenset(
 @dataclass(frozen=True)
 class Loaded:
     """A capture and its response; ``record`` is the WARC record as its file
-    holds it, when it came from one (else it is built from the response)."""
+    holds it, when it came from one (else it is built from the response, and
+    ``ident`` names it: the export's name for a store's capture)."""
 
     capture: Capture
     response: Response
     record: bytes | None = None
+    ident: str = ""
+
+    @classmethod
+    def of(cls, memento: Memento) -> Loaded:
+        return cls(
+            memento.capture, memento.response, None, capture_ident(memento.request_id, memento.position)
+        )
 
 
 class _Step:
@@ -92,15 +101,12 @@ class _Step:
     async def load(self, query: CdxQuery) -> Loaded | None:
         if len(self.sources) == 1:
             (only,) = self.sources.values()
-            if isinstance(only, StoreIndex) and _plain_closest(query):
-                assert query.closest is not None
-                found = await asyncio.to_thread(
-                    closest_memento, only.index, query.url, query.closest, source=only.name
-                )
-                return None if found is None else Loaded(found[1], found[0])
+            if isinstance(only, StoreIndex):  # find and load in one pass
+                found = await only.closest(query)
+                return None if found is None else Loaded.of(found)
         for capture in await self.find(replace(query, limit=min(query.limit, _CANDIDATES))):
             try:
-                loaded = await self._load(capture)
+                loaded = await self._load(capture, query)
             except Exception as exc:  # as pywb: the next capture is tried
                 _log.warning("%s: %s not loaded: %s", self.owner.name, capture[0].get("url"), _one_line(exc))
                 continue
@@ -108,17 +114,18 @@ class _Step:
                 return loaded
         return None
 
-    async def _load(self, capture: Capture) -> Loaded | None:
+    async def _load(self, capture: Capture, query: CdxQuery) -> Loaded | None:
         fields = capture[0]
         source = self.sources.get(fields.get("source", ""))
         if source is not None:
-            response = await source.response(capture)
-            if response is not None:
-                return Loaded(capture, response)
+            found = await source.memento(capture, query)
+            if found is not None:
+                return Loaded.of(found)
+        ident = f"{fields.get('source')}/{fields['timestamp']}/{fields['url']}"
         if fields.get("live_url") and self.live:
             if isinstance(source, LiveIndex):
-                return Loaded(capture, await self.owner.fetch_live(fields["url"]))
-            return Loaded(capture, await self.owner.fetch_replay(capture))
+                return Loaded(capture, await self.owner.fetch_live(fields["url"]), None, ident)
+            return Loaded(capture, await self.owner.fetch_replay(capture), None, ident)
         if "filename" in fields:
             places = list(self.warcs)
             if isinstance(source, CdxjIndex):
@@ -128,11 +135,6 @@ class _Step:
                 if record is not None:
                     return Loaded(capture, record_response(record, capture), record)
         return None
-
-
-def _plain_closest(query: CdxQuery) -> bool:
-    plain = CdxQuery(url=query.url, closest=query.closest, type=query.type)
-    return query.closest is not None and replace(query, limit=plain.limit, output=plain.output) == plain
 
 
 def _one_line(exc: BaseException) -> str:

@@ -23,11 +23,18 @@ from pathlib import Path
 
 import httpx
 
-from web_index.archive._cdx import Capture, closest_memento, find_captures, key_range, ordered, wanted_fields
+from web_index.archive._cdx import (
+    Capture,
+    Memento,
+    closest_capture,
+    find_captures,
+    key_range,
+    ordered,
+    wanted_fields,
+)
 from web_index.archive._cdx_query import CdxQuery
 from web_index.archive._collection_config import SourceSpec
 from web_index.index import WebIndex
-from web_index.models import Response
 
 __all__ = ["CdxjIndex", "IndexSource", "LiveIndex", "StoreIndex", "capture_moment"]
 
@@ -52,8 +59,9 @@ class IndexSource(ABC):
         """The captures ``query`` asks for, in its order, up to its limit.
         Raises when the source cannot answer (unreachable, malformed)."""
 
-    async def response(self, capture: Capture) -> Response | None:
-        """The response ``capture`` stands for, when this source holds it itself."""
+    async def memento(self, capture: Capture, query: CdxQuery) -> Memento | None:
+        """The stored response ``capture`` (found by ``query``) stands for, when
+        this source holds responses itself."""
         return None
 
     async def aclose(self) -> None:  # noqa: B027 (most sources hold nothing open)
@@ -77,10 +85,14 @@ class StoreIndex(IndexSource):
     async def find(self, query: CdxQuery) -> list[Capture]:
         return await asyncio.to_thread(find_captures, self.index, query, source=self.name)
 
-    async def response(self, capture: Capture) -> Response | None:
+    async def memento(self, capture: Capture, query: CdxQuery) -> Memento | None:
         fields, moment = capture
-        found = await asyncio.to_thread(closest_memento, self.index, fields["url"], moment, source=self.name)
-        return None if found is None else found[0]
+        exact = CdxQuery(url=fields["url"], closest=moment, type=query.type)
+        return await asyncio.to_thread(closest_capture, self.index, exact, source=self.name)
+
+    async def closest(self, query: CdxQuery) -> Memento | None:
+        """The capture ``query`` asks for closest to its ``closest``, in one pass."""
+        return await asyncio.to_thread(closest_capture, self.index, query, source=self.name)
 
     async def aclose(self) -> None:
         if self._owned:

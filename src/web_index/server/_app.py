@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from web_index.archive import Collection
 from web_index.index import WebIndex
 from web_index.server import _api
 from web_index.server._cdx import DEFAULT_COLLECTION, cdx
@@ -32,12 +33,15 @@ def create_app(
     max_batch: int = _api.DEFAULT_MAX_BATCH,
     max_body: int = _api.DEFAULT_MAX_BODY,
     write_token: str | None = None,
+    collections: Mapping[str, Collection] | None = None,
 ) -> Starlette:
     """The server's app over ``index``.
 
     ``GET /{collection}/cdx`` (and ``/{collection}/index``) is the CDX
-    server API over the store, which is the one collection, named
-    ``collection``; ``/{collection}/{timestamp}id_/{url}`` its mementos,
+    server API over the store, served as the collection named
+    ``collection``, and over each of ``collections`` (a name there replaces
+    the store's; see :func:`web_index.archive.open_collections`, which the
+    app closes when it stops); ``/{collection}/{timestamp}id_/{url}`` its mementos,
     ``/{collection}/timegate/{url}`` and ``/{collection}/timemap/link/{url}``
     their TimeGate and TimeMap; ``GET /{collection}/resource?url=`` and
     ``POST /{collection}/resource-post`` (the request to look up as the body)
@@ -69,6 +73,7 @@ def create_app(
             raise ValueError("a write_token needs an index opened writable, not read_only")
         routes.append(Route("/api/insert", _api.insert, methods=["POST"]))
     searches = SearchBackend(index, queue=queue, timeout=search_timeout, refresh=refresh)
+    served = {collection: Collection.of_store(collection, index), **(collections or {})}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -76,6 +81,8 @@ def create_app(
             yield
         finally:
             searches.close()
+            for each in served.values():
+                await each.aclose()
 
     app = Starlette(
         routes=[
@@ -98,7 +105,7 @@ def create_app(
     app.router.redirect_slashes = False
     app.state.searches = searches
     app.state.index = index
-    app.state.collection = collection
+    app.state.collections = served
     app.state.max_batch = max_batch
     app.state.max_body = max_body
     app.state.write_token = None if write_token is None else write_token.strip().encode()

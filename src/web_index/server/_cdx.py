@@ -1,6 +1,7 @@
 """``GET /{coll}/cdx`` (also ``/{coll}/index``, the seed's name): pywb's CDX
-server API over the store (the parameters, fields and forms are those of
-:mod:`web_index.archive`'s CDX queries).
+server API over a collection (the parameters, fields and forms are those of
+:mod:`web_index.archive`'s CDX queries; a collection of several sources merges
+theirs, each line naming its ``source``).
 
 Answers the lines of ``output`` (``cdxj`` by default, as pywb, whose ``cdx+``
 index source reads no other); ``showNumPages`` answers ``{"pages", "pageSize",
@@ -11,14 +12,11 @@ reason in ``error`` and ``message`` (cdx_toolkit reads either as "none").
 
 from __future__ import annotations
 
-import asyncio
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from web_index.archive import cdx_lines, cdx_page, find_captures, num_pages, parse_cdx_query
+from web_index.archive import Collection, cdx_lines, cdx_page, num_pages, parse_cdx_query
 from web_index.errors import InvalidRecordError
-from web_index.index import WebIndex
 from web_index.server._errors import ApiError, bad_parameter
 
 __all__ = ["DEFAULT_COLLECTION", "cdx", "collection", "not_found", "query_params"]
@@ -32,12 +30,14 @@ _MEDIA = {
 }
 
 
-def collection(request: Request) -> str:
-    """The collection the path names, which must be this server's (else a 404)."""
-    coll: str = request.path_params["coll"]
-    if coll != request.app.state.collection:
-        raise ApiError(404, f"no collection {coll!r}; this server has {request.app.state.collection!r}")
-    return coll
+def collection(request: Request) -> Collection:
+    """The collection the path names, which must be one of this server's (else a 404)."""
+    name: str = request.path_params["coll"]
+    collections: dict[str, Collection] = request.app.state.collections
+    found = collections.get(name)
+    if found is None:
+        raise ApiError(404, f"no collection {name!r}; this server has {', '.join(sorted(collections))}")
+    return found
 
 
 def not_found(what: str, why: str | None = None) -> Response:
@@ -58,10 +58,9 @@ def query_params(request: Request) -> dict[str, list[str]]:
 async def cdx(request: Request) -> Response:
     coll = collection(request)
     params = query_params(request)
-    index: WebIndex = request.app.state.index
     try:
         query = parse_cdx_query(params)
-        captures = await asyncio.to_thread(find_captures, index, query, source=coll)
+        captures = await coll.find(query)
         if query.show_num_pages:
             return JSONResponse(num_pages(len(captures)))
         page = cdx_page(captures, query.page)

@@ -19,7 +19,6 @@ server's.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
@@ -28,9 +27,8 @@ from urllib.parse import unquote, urljoin
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from web_index.archive import closest_memento, parse_cdx_query, wire_headers
+from web_index.archive import CdxQuery, Collection, parse_cdx_query, wire_headers
 from web_index.errors import InvalidRecordError
-from web_index.index import WebIndex
 from web_index.server._cdx import collection, not_found
 from web_index.server._errors import ApiError, bad_parameter
 
@@ -61,22 +59,20 @@ def target_url(request: Request, prefix: str) -> str:
 async def memento(request: Request) -> Response:
     coll, stamp = collection(request), request.path_params["stamp"]
     if stamp.startswith(("http:", "https:")):  # /{coll}/{url}: pywb's TimeGate path
-        return await _timegate(request, coll, target_url(request, f"/{coll}/"))
+        return await _timegate(request, coll, target_url(request, f"/{coll.name}/"))
     m = _STAMP.fullmatch(stamp)
     if m is None:
         raise ApiError(404, f"not a memento path: {stamp!r} is not a timestamp of 1 to 14 digits (and id_)")
     digits, raw = m.group(1), m.group(2) is not None
     try:
-        query = parse_cdx_query({"url": [_target(request, f"/{coll}/{stamp}/")], "closest": [digits]})
+        query = parse_cdx_query({"url": [_target(request, f"/{coll.name}/{stamp}/")], "closest": [digits]})
     except InvalidRecordError as exc:
         raise bad_parameter(exc.field, exc.problem) from None
-    assert query.closest is not None
-    index: WebIndex = request.app.state.index
-    found = await asyncio.to_thread(closest_memento, index, query.url, query.closest, source=coll)
-    if found is None:
+    loaded = await coll.load(query)
+    if loaded is None:
         return not_found(query.url)
-    response, (fields, moment) = found
-    base = memento_base(request, coll, fields)
+    response, (fields, moment) = loaded.response, loaded.capture
+    base = memento_base(request, coll.name, fields)
     if not raw:
         return RedirectResponse(base + fields["url"], status_code=302)
     headers: list[tuple[str, str]] = []
@@ -112,7 +108,7 @@ def memento_headers(fields: dict[str, str], moment: datetime, base: str | None) 
 
 async def timegate(request: Request) -> Response:
     coll = collection(request)
-    return await _timegate(request, coll, target_url(request, f"/{coll}/timegate/"))
+    return await _timegate(request, coll, target_url(request, f"/{coll.name}/timegate/"))
 
 
 def _accept_datetime(request: Request) -> datetime:
@@ -128,14 +124,13 @@ def _accept_datetime(request: Request) -> datetime:
     return when
 
 
-async def _timegate(request: Request, coll: str, url: str) -> Response:
+async def _timegate(request: Request, coll: Collection, url: str) -> Response:
     when = _accept_datetime(request)
-    index: WebIndex = request.app.state.index
-    found = await asyncio.to_thread(closest_memento, index, url, when, source=coll)
-    if found is None:
+    found = await coll.find(CdxQuery(url=url, closest=when, limit=1))
+    if not found:
         return not_found(url)
-    _, (fields, moment) = found
-    root = f"{str(request.base_url).rstrip('/')}/{coll}"
+    fields, moment = found[0]
+    root = f"{str(request.base_url).rstrip('/')}/{coll.name}"
     chosen = f"{root}/{fields['timestamp']}id_/{fields['url']}"
     date = format_datetime(moment, usegmt=True)
     link = (

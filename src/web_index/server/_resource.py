@@ -27,18 +27,8 @@ import re
 from starlette.requests import Request
 from starlette.responses import Response
 
-from web_index.archive import (
-    CdxQuery,
-    Memento,
-    capture_ident,
-    closest_capture,
-    parse_cdx_query,
-    record_bytes,
-    record_id,
-    response_record,
-)
+from web_index.archive import Collection, Loaded, parse_cdx_query, record_bytes, record_id, response_record
 from web_index.errors import InvalidRecordError
-from web_index.index import WebIndex
 from web_index.models import RecordType
 from web_index.server._body import read_body
 from web_index.server._cdx import collection, not_found, query_params
@@ -106,27 +96,24 @@ def _url_of(target: str, host: str | None) -> str:
     return f"http://{host}{target}"
 
 
-async def _answer(request: Request, coll: str, params: dict[str, list[str]], url_from: str) -> Response:
-    index: WebIndex = request.app.state.index
+async def _answer(
+    request: Request, coll: Collection, params: dict[str, list[str]], url_from: str
+) -> Response:
     try:
         query = parse_cdx_query(params)
-        found = await asyncio.to_thread(_record, index, query, coll)
     except InvalidRecordError as exc:
         # A URL made of the posted request is the body's fault, not a parameter's.
         raise bad_parameter(url_from if exc.field == "url" else exc.field, exc.problem) from None
-    if found is None:
+    loaded = await coll.load(query)
+    if loaded is None:
         return not_found(f"{query.type.value.upper()} {query.url}")
-    memento, record = found
-    fields, moment = memento.capture
-    base = memento_base(request, coll, fields) if query.type is RecordType.GET else None
-    headers = dict([("archive-source-coll", coll), *memento_headers(fields, moment, base)])
+    record = loaded.record or await asyncio.to_thread(_record, loaded)
+    fields, moment = loaded.capture
+    base = memento_base(request, coll.name, fields) if query.type is RecordType.GET else None
+    headers = dict([("archive-source-coll", fields["source"]), *memento_headers(fields, moment, base)])
     return Response(record, media_type="application/warc-record", headers=headers)
 
 
-def _record(index: WebIndex, query: CdxQuery, coll: str) -> tuple[Memento, bytes] | None:
-    found = closest_capture(index, query, source=coll)
-    if found is None:
-        return None
-    ident = capture_ident(found.request_id, found.position)
-    record, _ = response_record(found.response, warc_record_id=record_id(ident, "response"))
-    return found, record_bytes(record)
+def _record(loaded: Loaded) -> bytes:
+    record, _ = response_record(loaded.response, warc_record_id=record_id(loaded.ident, "response"))
+    return record_bytes(record)

@@ -9,14 +9,12 @@ Memento aggregator's: ``original_uri``, ``timegate_uri``, ``timemap_uri``,
 
 from __future__ import annotations
 
-import asyncio
 from email.utils import format_datetime
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from web_index.archive import MAX_LIMIT, find_captures, parse_cdx_query
-from web_index.index import WebIndex
+from web_index.archive import MAX_LIMIT, parse_cdx_query
 from web_index.server._cdx import collection, not_found
 from web_index.server._errors import ApiError
 from web_index.server._mementos import target_url
@@ -28,13 +26,12 @@ async def timemap(request: Request) -> Response:
     coll, form = collection(request), request.path_params["form"]
     if form not in ("link", "json"):
         raise ApiError(404, f"no timemap form {form!r}: link or json")
-    url = target_url(request, f"/{coll}/timemap/{form}/")
-    index: WebIndex = request.app.state.index
+    url = target_url(request, f"/{coll.name}/timemap/{form}/")
     query = parse_cdx_query({"url": [url], "limit": [str(MAX_LIMIT)]})
-    captures = await asyncio.to_thread(find_captures, index, query, source=coll)
+    captures = await coll.find(query)
     if not captures:
         return not_found(url)
-    root = f"{str(request.base_url).rstrip('/')}/{coll}"
+    root = f"{str(request.base_url).rstrip('/')}/{coll.name}"
     mementos = [(f"{root}/{c['timestamp']}id_/{c['url']}", moment) for c, moment in captures]
     if form == "json":
         body = {
