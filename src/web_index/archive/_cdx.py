@@ -14,6 +14,7 @@ default, HEAD responses with ``type=head``. A capture from the store has no
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -111,7 +112,12 @@ def _forms(url: str) -> list[tuple[str | None, str | None]]:
     parts = urlsplit(url_key(url))
     host = parts.netloc.removeprefix("www.")
     rest = urlunsplit(("", "", parts.path, parts.query, ""))
-    return [(f"{scheme}://{h}{rest}", None) for scheme in ("http", "https") for h in (host, "www." + host)]
+    try:  # an address has no "www." form
+        ipaddress.ip_address(parts.hostname or "")
+        hosts = [host]
+    except ValueError:
+        hosts = [host, "www." + host]
+    return [(f"{scheme}://{h}{rest}", None) for scheme in ("http", "https") for h in hosts]
 
 
 def find_captures(index: WebIndex, query: CdxQuery, *, source: str) -> list[Capture]:

@@ -148,6 +148,12 @@ def os_problem(exc: OSError) -> str:
     return exc.strerror or str(exc) or type(exc).__name__
 
 
+AllowLoopback = Annotated[bool, typer.Option(help="Allow 127.0.0.0/8 and ::1.")]
+AllowPrivate = Annotated[
+    bool, typer.Option(help="Allow private ranges (10/8, 172.16/12, 192.168/16, fc00::/7).")
+]
+
+
 @contextmanager
 def cli_errors(location: str) -> Iterator[None]:
     """The documented exit codes for what escapes a command's work on the store

@@ -18,6 +18,8 @@ from web_index.cli._app import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    AllowLoopback,
+    AllowPrivate,
     BufferOption,
     StoreOption,
     app,
@@ -46,10 +48,6 @@ QueueOption = Annotated[
         help="Broker: sqlite:///PATH or redis://HOST:PORT/DB [default: a SQLite file beside the store].",
         show_default=False,
     ),
-]
-AllowLoopback = Annotated[bool, typer.Option(help="Allow 127.0.0.0/8 and ::1.")]
-AllowPrivate = Annotated[
-    bool, typer.Option(help="Allow private ranges (10/8, 172.16/12, 192.168/16, fc00::/7).")
 ]
 Calibre = Annotated[str, typer.Option(help="Calibre to start at: a number or http, browser, ...")]
 MaxCalibre = Annotated[str, typer.Option(help="Highest calibre escalation may reach.")]

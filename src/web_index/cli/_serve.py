@@ -5,13 +5,15 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from web_index.cli._app import (
     EXIT_OK,
     EXIT_USAGE,
+    AllowLoopback,
+    AllowPrivate,
     StoreOption,
     app,
     cli_errors,
@@ -21,6 +23,9 @@ from web_index.cli._app import (
     say,
     store_location,
 )
+
+if TYPE_CHECKING:
+    from web_index.archive import Collection
 
 __all__ = ["serve"]
 
@@ -45,6 +50,20 @@ def _write_token(path: Path | None) -> str | None:
     if not token:
         raise fail(EXIT_USAGE, f"--write-token-file {path}: empty")
     return token
+
+
+def _collections(
+    config: Path | None, allow_loopback: bool, allow_private: bool, remote_timeout: float
+) -> dict[str, Collection]:
+    """The collections of ``config``, open (a mistake in it is invalid input, exit 2)."""
+    if config is None:
+        return {}
+    from web_index.archive import load_collections, open_collections
+    from web_index.fetch import AddressPolicy
+
+    policy = AddressPolicy(allow_loopback=allow_loopback, allow_private=allow_private)
+    specs = load_collections(config)
+    return open_collections(specs, address_policy=policy, remote_timeout=remote_timeout)
 
 
 @app.command("serve")
@@ -77,11 +96,26 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="A collections.yaml: more collections (stores, CDXJ + WARC folders, cdx+ and memento+"
+            " archives, $live) served beside the store's [default: the store alone, as 'store'].",
+            show_default=False,
+        ),
+    ] = None,
+    allow_loopback: AllowLoopback = False,
+    allow_private: AllowPrivate = False,
+    remote_timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds any call to a remote archive or the live web may take.")
+    ] = 10.0,
 ) -> None:
     """Serve the store over HTTP until SIGINT or SIGTERM (see docs/server.md).
 
-    GET /search?site=&q=; the store as a web archive: /store/cdx, mementos, TimeGate and TimeMaps;
-    the JSON query API: POST /api/query and /api/presence, and POST /api/insert with a write token.
+    GET /search?site=&q=; the store as a web archive: /store/cdx, mementos, TimeGate, TimeMaps and
+    the Resource API, and so each collection of --config; the JSON query API: POST /api/query and
+    /api/presence, and POST /api/insert with a write token. --allow-loopback and --allow-private let
+    remote archives, WARC loaders and $live reach those addresses (refused by default).
     """
     from web_index.server import create_app
     from web_index.server import serve as run
@@ -94,6 +128,7 @@ def serve(
     token = _write_token(write_token_file)
     location = store_location(store)
     with cli_errors(location), open_index(location, None, read_only=token is None) as index:
+        collections = _collections(config, allow_loopback, allow_private, remote_timeout)
         try:
             application = create_app(
                 index,
@@ -102,11 +137,13 @@ def serve(
                 max_batch=max_batch,
                 max_body=max_body,
                 write_token=token,
+                collections=collections,
             )
         except ValueError as exc:  # a queue URL of neither form
             raise fail(EXIT_USAGE, str(exc)) from None
         via = f" (searches via {queue})" if queue else ""
         writes = ", POST /api/insert open to the write token" if token else ""
-        say("", f"serving {location} on http://{host}:{port}{via}{writes}")
+        names = ", ".join(f"/{name}/" for name in sorted({"store", *collections}))
+        say("", f"serving {location} on http://{host}:{port}{via}{writes}; collections {names}")
         run(application, host=host, port=port)
     raise typer.Exit(EXIT_OK)

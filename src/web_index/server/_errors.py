@@ -9,7 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from web_index.errors import WebIndexError
+from web_index.errors import InvalidRecordError, WebIndexError
 
 __all__ = ["HANDLERS", "ApiError", "bad_parameter"]
 
@@ -49,9 +49,20 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
+async def _invalid(request: Request, exc: Exception) -> Response:
+    # Input found wrong only once looked at (a URL a store cannot key): still the asker's.
+    assert isinstance(exc, InvalidRecordError)
+    return await _api_error(request, bad_parameter(exc.field, exc.problem))
+
+
 async def _failed(request: Request, exc: Exception) -> Response:
     # A damaged database or an unreachable store: the server's fault, said in one line.
     return JSONResponse({"error": str(exc)}, status_code=500)
 
 
-HANDLERS: Mapping[Any, Any] = {ApiError: _api_error, HTTPException: _http_error, WebIndexError: _failed}
+HANDLERS: Mapping[Any, Any] = {
+    ApiError: _api_error,
+    HTTPException: _http_error,
+    InvalidRecordError: _invalid,
+    WebIndexError: _failed,
+}
