@@ -4,6 +4,7 @@ written for pywb's and Common Crawl's CDX servers, iterating a site's captures."
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -72,6 +73,23 @@ def test_errors_name_the_parameter(http: httpx.Client) -> None:
     assert pages.json() == {"pages": 1, "pageSize": 1000, "blocks": 1}
     past = http.get("/store/cdx", params={"url": "example.com", "matchType": "domain", "page": "1"})
     assert past.status_code == 400 and past.json()["parameter"] == "page"
+    address = http.get("/store/cdx", params={"url": "http://[fd00:ec2::254]/"})  # no www. form to scan
+    assert address.status_code == 404
+
+
+def test_a_regex_filter_cannot_hold_the_server(tmp_path: Path) -> None:
+    # (a|aa)+$ on a run of 40 a's that does not end there backtracks ~10^8 times in Python's re;
+    # matched with a timeout, it is a 400 naming the filter, at once.
+    url = "https://example.com/" + "a" * 40 + "!"
+    with WebIndex(tmp_path / "store") as index:
+        index.insert(*attempt(url, T0))
+        with serving(index) as http:
+            started = time.monotonic()
+            evil = http.get("/store/cdx", params={"url": url, "filter": "~url:https://example.com/(a|aa)+$"})
+            assert time.monotonic() - started < 3
+            assert evil.status_code == 400 and evil.json()["parameter"] == "filter"
+            fine = http.get("/store/cdx", params={"url": url, "filter": "~url:https://example.com/a+!"})
+            assert fine.status_code == 200
 
 
 def test_cdx_toolkit_iterates_a_site(http: httpx.Client) -> None:

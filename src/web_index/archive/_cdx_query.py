@@ -19,6 +19,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
+
+import regex as _regex
 
 from web_index.errors import InvalidRecordError
 from web_index.models import RecordType
@@ -54,6 +57,7 @@ _TYPES = (RecordType.GET, RecordType.HEAD)
 _DIGITS = re.compile(r"[0-9]{1,14}")
 _LOW, _HIGH = "10000101000000", "29991231235959"  # pywb's padding of a partial timestamp
 MAX_FILTER_CHARS = 1000
+REGEX_SECONDS = 0.05  # a line; Python's re has no timeout, the regex package has
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +70,18 @@ class CdxFilter:
     value: str
     mode: str
     negate: bool
-    regex: re.Pattern[str] | None = None
+    regex: Any = None  # a regex.Pattern: matched with a timeout, so no pattern can hold a thread
 
     def matches(self, text: str) -> bool:
         if self.mode == "=":
             hit = text == self.value
         elif self.regex is not None:
-            hit = self.regex.match(text) is not None
+            try:
+                hit = self.regex.match(text, timeout=REGEX_SECONDS) is not None
+            except TimeoutError:
+                raise InvalidRecordError(
+                    "filter", f"{self.value!r} took over {REGEX_SECONDS} s on one line: simplify it"
+                ) from None
         else:
             hit = self.value in text
         return hit != self.negate
@@ -144,8 +153,8 @@ def _filter(text: str) -> CdxFilter:
     regex = None
     if mode == "~":
         try:
-            regex = re.compile(value)
-        except re.error as exc:
+            regex = _regex.compile(value)
+        except _regex.error as exc:
             raise InvalidRecordError("filter", f"{value!r} is not a regular expression: {exc}") from None
     return CdxFilter(field, value, mode, negate, regex)
 

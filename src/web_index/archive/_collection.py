@@ -28,6 +28,7 @@ from web_index.archive._collection_config import CollectionSpec, LoaderSpec
 from web_index.archive._index_sources import CdxjIndex, IndexSource, LiveIndex, StoreIndex, load_index
 from web_index.archive._loaders import MAX_RECORD_BYTES, LoadError, WarcLoader, record_response
 from web_index.archive._warc_write import capture_ident
+from web_index.errors import InvalidRecordError
 from web_index.fetch import (
     AddressPolicy,
     FetchConfig,
@@ -94,6 +95,8 @@ class _Step:
             _log.warning(
                 "%s: source %s skipped: no answer in %s s", self.owner.name, source.name, self.timeout
             )
+        except InvalidRecordError:
+            raise  # the question's fault (a filter, a URL), not the source's: the asker hears of it
         except Exception as exc:  # a source down or malformed must not sink the others
             _log.warning("%s: source %s skipped: %s", self.owner.name, source.name, _one_line(exc))
         return []
