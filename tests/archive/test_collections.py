@@ -299,6 +299,7 @@ def _loader_cases(world: dict[str, Any], tmp: Path, redis_url: str) -> dict[str,
         "prefix-http": [f"warc-prefix+{world['others'].base_url}/warcs/"],
         "index-file": [f"warc-index+{index_file}"],
         "index-redis": [f"warc-index+{redis_url}"],
+        "index-http": [f"warc-index+{world['others'].base_url}/paths.txt"],
     }
 
 
@@ -313,12 +314,16 @@ def test_warc_loaders_find_the_records(world: dict[str, Any], tmp_path: Path, re
     cdxj.parent.mkdir()
     shutil.copy(warcs / "w.cdxj", cdxj)
 
+    def paths(r: BaseHTTPRequestHandler) -> None:  # a WARC index served over HTTP: name and URL
+        reply(r, 200, "".join(f"{p.name} {files.url('/warcs/' + p.name)}\n" for p in warcs.glob("*.warc.gz")))
+
     def ranged(r: BaseHTTPRequestHandler) -> None:
         data = (warcs / r.path.rsplit("/", 1)[1]).read_bytes()
         first, last = r.headers["range"].removeprefix("bytes=").split("-")
         reply(r, 206, data[int(first) : int(last) + 1], content_type="application/warc")
 
-    with LocalServer({"/warcs/*": ranged}) as files:
+    files = LocalServer({"/warcs/*": ranged, "/paths.txt": paths})
+    with files:
         world_here = {**world, "others": files}
         cases = _loader_cases(world_here, tmp_path, f"redis://127.0.0.1:{redis_server.port}/0/wi-warcs")
         opened = _open(world, {name: {"index": str(cdxj), "resource": r} for name, r in cases.items()})
@@ -352,7 +357,12 @@ def test_live_fetches_record_into_the_collections_store(world: dict[str, Any], t
         assert loaded is not None and loaded.response.data == b"<html>live /fresh</html>"
         found = world["loop"].run(live.find(query))  # now the store has it: cache-on-write
         assert found[0][0]["source_type"] == "web-index"
+        head = parse_cdx_query({"url": [site.url("/h")], "type": ["head"]})
+        loaded = world["loop"].run(live.load(head))  # a HEAD question is asked with HEAD
+        assert loaded is not None and loaded.response.status_code == 200 and loaded.response.data is None
         world["loop"].run(live.aclose())
+    with WebIndex(tmp_path / "cache", read_only=True) as cache:
+        assert [p.url for p in cache.scan("head")] == [site.url("/h")]
 
 
 def test_live_refuses_metadata_and_loopback_addresses_by_default(

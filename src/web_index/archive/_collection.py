@@ -38,7 +38,7 @@ from web_index.fetch import (
     join_headers,
 )
 from web_index.index import WebIndex
-from web_index.models import Page, Response, SimplePageQuery
+from web_index.models import Page, RecordType, Response, SimplePageQuery
 
 __all__ = ["Collection", "Loaded", "open_collections"]
 
@@ -127,7 +127,7 @@ class _Step:
         ident = f"{fields.get('source')}/{fields['timestamp']}/{fields['url']}"
         if fields.get("live_url") and self.live:
             if isinstance(source, LiveIndex):
-                return Loaded(capture, await self.owner.fetch_live(fields["url"]), None, ident)
+                return Loaded(capture, await self.owner.fetch_live(fields["url"], query.type), None, ident)
             return Loaded(capture, await self.owner.fetch_replay(capture), None, ident)
         if "filename" in fields:
             places = list(self.warcs)
@@ -193,12 +193,12 @@ class Collection:
                 return loaded
         return None
 
-    async def fetch_live(self, url: str) -> Response:
+    async def fetch_live(self, url: str, type: RecordType = RecordType.GET) -> Response:
         """``url`` fetched now; recorded into the collection's store first, when it has one."""
         if self.record_into is not None:
             (result,) = await aget_or_fetch(
                 self.record_into,
-                [SimplePageQuery(url=url)],
+                [SimplePageQuery(url=url, type=type)],
                 max_age=timedelta(0),
                 config=self.fetch_config,
                 fetchers=[self._live_fetcher()],
@@ -207,7 +207,7 @@ class Collection:
             if not isinstance(result, Page):
                 raise LoadError(f"{url}: the live fetch failed")
             return result.responses[0]
-        attempt = await self._live_fetcher().fetch(url)
+        attempt = await self._live_fetcher().fetch(url, "head" if type is RecordType.HEAD else "get")
         if not attempt.responses:
             raise LoadError(f"{url}: {attempt.state.value}: {'; '.join(attempt.logs[-1:])}")
         return attempt.responses[0]
