@@ -128,6 +128,18 @@ def test_group_sequence_timeouts_and_loaders(base: Path) -> None:
         ({"x": {"index": "$live", "index_group": {}}}, "collections.x"),
         ({"x": {"index": {"type": "cdx", "api_url": "http://a.test/cdx"}}}, "collections.x.index.replay_url"),
         ({"x": {"index": {"type": "tape"}}}, "collections.x.index.type"),
+        (
+            {
+                "x": {
+                    "index": {
+                        "type": "cdx",
+                        "api_url": "http://a.test/cdx",
+                        "replay_url": "http://a.test/{url}",
+                    }
+                }
+            },
+            "collections.x.index.api_url",
+        ),
         ({"x": {"index_group": {"a": "$live", "b": 5}}}, "collections.x.index_group.b"),
         ({"x": {"sequence": []}}, "collections.x.sequence"),
         ({"x": {"sequence": [{"index": "$live"}, "nowhere"]}}, "collections.x.sequence[1]"),

@@ -322,7 +322,10 @@ def test_warc_loaders_find_the_records(world: dict[str, Any], tmp_path: Path, re
         first, last = r.headers["range"].removeprefix("bytes=").split("-")
         reply(r, 206, data[int(first) : int(last) + 1], content_type="application/warc")
 
-    files = LocalServer({"/warcs/*": ranged, "/paths.txt": paths})
+    def local(r: BaseHTTPRequestHandler) -> None:
+        reply(r, 200, "".join(f"{p.name} {p}\n" for p in warcs.glob("*.warc.gz")))
+
+    files = LocalServer({"/warcs/*": ranged, "/paths.txt": paths, "/local.txt": local})
     with files:
         world_here = {**world, "others": files}
         cases = _loader_cases(world_here, tmp_path, f"redis://127.0.0.1:{redis_server.port}/0/wi-warcs")
@@ -339,6 +342,12 @@ def test_warc_loaders_find_the_records(world: dict[str, Any], tmp_path: Path, re
         ).values()
         assert world["loop"].run(nowhere.load(query)) is None  # no WARC there, none beside the index
         world["loop"].run(nowhere.aclose())
+        # An index served over HTTP may not point at local files (these very WARCs, readable here).
+        (remote,) = _open(
+            world, {"r": {"index": str(cdxj), "resource": [f"warc-index+{files.base_url}/local.txt"]}}
+        ).values()
+        assert world["loop"].run(remote.load(query)) is None
+        world["loop"].run(remote.aclose())
 
 
 def test_live_fetches_record_into_the_collections_store(world: dict[str, Any], tmp_path: Path) -> None:
@@ -379,7 +388,10 @@ def test_live_refuses_metadata_and_loopback_addresses_by_default(
             assert world["loop"].run(opened["live"].load(query)) is None, url
             world["loop"].run(opened["live"].aclose())
     with WebIndex(tmp_path / "cache", read_only=True) as cache:
-        assert not list(cache.scan("get"))  # nothing fetched, nothing recorded
+        assert not list(cache.scan("get"))  # nothing fetched
+        refused = {m.url: m.logs for m in cache.scan("get-metadata")}  # and the refusals recorded
+        assert len(refused) == 2
+        assert all("address policy refuses" in (logs or "") for logs in refused.values())
 
 
 async def _default_policy(specs: Any) -> dict[str, Collection]:

@@ -111,6 +111,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "      - index: cache\n"
         "      - index: $live\n"
     )
+    closed = free_port()  # nothing listens there: an archive that is down
+    with (base / "collections.yaml").open("a") as fh:
+        fh.write(f"  down: cdx+http://127.0.0.1:{closed}/store/cdx\n")
     near = Served(base / "local", "--config", str(base / "collections.yaml"), "--allow-loopback")
     try:
         with httpx.Client(base_url=near.url, timeout=30) as http:
@@ -158,6 +161,9 @@ def test_remote_captures_load_as_warc_records(world: dict[str, Any]) -> None:
         assert answer.headers["memento-datetime"] == "Mon, 03 Jun 2024 12:00:00 GMT"
         memento = http.get(f"/{coll}/20240603120000id_/http://example.com/r")
         assert memento.status_code == 200 and memento.content == b"<html>remote only</html>"
+    # Without closest, the latest capture of the group (the local store's), as for the store alone.
+    _, payload = _record(http.get("/many/resource", params={"url": "http://example.com/a"}))
+    assert payload == b"local a 2"
     # In a group, the closest capture is loaded from where its row points.
     record, payload = _record(
         http.get("/many/resource", params={"url": "http://example.com/a", "closest": "20240606"})
@@ -184,6 +190,15 @@ def test_live_never_reaches_the_cloud_metadata_address(world: dict[str, Any]) ->
         assert answer.status_code == 404, url
     with WebIndex(world["base"] / "cache", read_only=True) as cache:
         assert all("169.254" not in p.url and "fd00" not in p.url for p in cache.scan("get"))
+        refused = [m for m in cache.scan("get-metadata") if "169.254" in m.url or "fd00" in m.url]
+        assert len(refused) == 2 and all("address policy refuses" in (m.logs or "") for m in refused)
+
+
+def test_an_archive_that_is_down_is_a_503_not_a_miss(world: dict[str, Any]) -> None:
+    for path in ("/down/cdx", "/down/resource", "/down/timemap/link/http://example.com/a"):
+        answer = world["http"].get(path, params={"url": "http://example.com/a"})
+        assert answer.status_code == 503, (path, answer.text)
+        assert "source down" in answer.json()["error"]
 
 
 def test_no_cross_origin_reads_and_unknown_collections(world: dict[str, Any]) -> None:
@@ -195,7 +210,8 @@ def test_no_cross_origin_reads_and_unknown_collections(world: dict[str, Any]) ->
     )
     assert "access-control-allow-origin" not in preflight.headers
     missing = http.get("/nowhere/cdx", params={"url": "example.com/"})
-    assert missing.status_code == 404 and "far, far-memento, live, many, store" in missing.json()["error"]
+    assert missing.status_code == 404
+    assert "down, far, far-memento, live, many, store" in missing.json()["error"]
 
 
 def test_a_bad_collections_file_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from web_index.archive._cdx_query import CdxQuery as CdxQuery
 from web_index.archive._cdx_query import parse_cdx_query as parse_cdx_query
 from web_index.archive._collection import Collection as Collection
 from web_index.archive._collection import Loaded as Loaded
+from web_index.archive._collection import SourceUnavailableError as SourceUnavailableError
 from web_index.archive._collection import open_collections as open_collections
 from web_index.archive._collection_config import load_collections as load_collections
 from web_index.archive._collection_config import parse_collections as parse_collections

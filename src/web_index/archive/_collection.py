@@ -20,15 +20,16 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
+from web_index.archive._bounded import get_bounded
 from web_index.archive._cdx import Capture, Memento, ordered
 from web_index.archive._cdx_query import CdxQuery
 from web_index.archive._collection_config import CollectionSpec, LoaderSpec
 from web_index.archive._index_sources import CdxjIndex, IndexSource, LiveIndex, StoreIndex, load_index
 from web_index.archive._loaders import MAX_RECORD_BYTES, LoadError, WarcLoader, record_response
 from web_index.archive._warc_write import capture_ident
-from web_index.errors import InvalidRecordError
+from web_index.errors import InvalidRecordError, WebIndexError
 from web_index.fetch import (
     AddressPolicy,
     FetchConfig,
@@ -40,7 +41,7 @@ from web_index.fetch import (
 from web_index.index import WebIndex
 from web_index.models import Page, RecordType, Response, SimplePageQuery
 
-__all__ = ["Collection", "Loaded", "open_collections"]
+__all__ = ["Collection", "Loaded", "SourceUnavailableError", "open_collections"]
 
 _log = logging.getLogger("web_index.archive")
 _CANDIDATES = 25  # captures tried, closest first, before a load gives up
@@ -48,6 +49,10 @@ _CANDIDATES = 25  # captures tried, closest first, before a load gives up
 _NOT_ARCHIVED = frozenset(
     ["memento-datetime", "link", "connection", "keep-alive", "transfer-encoding", "content-length"]
 )
+
+
+class SourceUnavailableError(WebIndexError):
+    """A remote source (an archive, the live web) did not answer, or answered nonsense."""
 
 
 @dataclass(frozen=True)
@@ -82,24 +87,38 @@ class _Step:
         self.warcs = [WarcLoader(spec, owner.client) for spec in loaders if spec.kind != "live"]
 
     async def find(self, query: CdxQuery) -> list[Capture]:
-        answers = await asyncio.gather(*(self._ask(s, query) for s in self.sources.values()))
-        if len(answers) == 1:
-            return answers[0]
-        return ordered([c for found in answers for c in found], query)
+        """The sources' captures, merged; a source that fails or is late is
+        skipped (logged), unless every one did: then the step fails."""
+        try:
+            async with asyncio.TaskGroup() as group:  # a question's own fault cancels the rest
+                tasks = [group.create_task(self._ask(s, query)) for s in self.sources.values()]
+        except BaseExceptionGroup as raised:  # only _ask's InvalidRecordError gets here: the asker's
+            raise raised.exceptions[0] from None
+        answers = [t.result() for t in tasks]
+        found = [a for a in answers if not isinstance(a, Exception)]
+        if not found:
+            failure = answers[0]
+            assert isinstance(failure, Exception)
+            raise failure
+        if len(found) == 1:
+            return found[0]
+        return await asyncio.to_thread(ordered, [c for each in found for c in each], query)
 
-    async def _ask(self, source: IndexSource, query: CdxQuery) -> list[Capture]:
+    async def _ask(self, source: IndexSource, query: CdxQuery) -> list[Capture] | Exception:
         try:
             async with asyncio.timeout(self.timeout):
                 return await source.find(query)
         except TimeoutError:
-            _log.warning(
-                "%s: source %s skipped: no answer in %s s", self.owner.name, source.name, self.timeout
-            )
+            problem = f"no answer in {self.timeout} s"
         except InvalidRecordError:
             raise  # the question's fault (a filter, a URL), not the source's: the asker hears of it
-        except Exception as exc:  # a source down or malformed must not sink the others
+        except WebIndexError as exc:  # the store's own fault: said as it is
             _log.warning("%s: source %s skipped: %s", self.owner.name, source.name, _one_line(exc))
-        return []
+            return exc
+        except Exception as exc:  # a source down or malformed must not sink the others
+            problem = _one_line(exc)
+        _log.warning("%s: source %s skipped: %s", self.owner.name, source.name, problem)
+        return SourceUnavailableError(f"{self.owner.name}: source {source.name}: {problem}")
 
     async def load(self, query: CdxQuery) -> Loaded | None:
         if len(self.sources) == 1:
@@ -124,19 +143,24 @@ class _Step:
             found = await source.memento(capture, query)
             if found is not None:
                 return Loaded.of(found)
-        ident = f"{fields.get('source')}/{fields['timestamp']}/{fields['url']}"
         if fields.get("live_url") and self.live:
             if isinstance(source, LiveIndex):
-                return Loaded(capture, await self.owner.fetch_live(fields["url"], query.type), None, ident)
+                return await self.owner.fetch_live(capture, query.type)
+            ident = f"{fields.get('source')}/{fields['timestamp']}/{fields['url']}"
             return Loaded(capture, await self.owner.fetch_replay(capture), None, ident)
         if "filename" in fields:
             places = list(self.warcs)
             if isinstance(source, CdxjIndex):
                 places.append(self.owner.warcs_beside(source))
-            for place in places:
-                record = await place.load(capture)
+            for place in places:  # each in turn, as pywb: one failing is not the end
+                try:
+                    record = await place.load(capture)
+                except Exception as exc:
+                    _log.warning("%s: %s: %s", self.owner.name, place.spec.location, _one_line(exc))
+                    continue
                 if record is not None:
-                    return Loaded(capture, record_response(record, capture), record)
+                    response = await asyncio.to_thread(record_response, record, capture)
+                    return Loaded(capture, response, record)
         return None
 
 
@@ -157,7 +181,11 @@ class Collection:
     ) -> None:
         self.name = name
         self.address_policy = address_policy or AddressPolicy()
-        self.client = guarded_client(self.address_policy, timeout=remote_timeout)
+        # Only the codings the store keeps decoded: the body is stored decoded, its
+        # Content-Encoding kept, and an export restores no other (see _http).
+        self.client = guarded_client(
+            self.address_policy, timeout=remote_timeout, headers={"accept-encoding": "gzip, deflate"}
+        )
         # A person asking for a page, not a crawl: no robots.txt; HTTP only (no browser).
         self.fetch_config = FetchConfig(address_policy=self.address_policy, obey_robots=False)
         self._fetcher: HttpFetcher | None = None
@@ -178,23 +206,48 @@ class Collection:
         self.steps.append(_Step(sources, timeout, loaders, self))
 
     async def find(self, query: CdxQuery) -> list[Capture]:
-        """The captures ``query`` asks for: the first step's that finds any."""
+        """The captures ``query`` asks for: the first step's that finds any. A
+        step that fails is passed over; if nothing was found and one failed,
+        its error is raised (:class:`SourceUnavailableError` for a remote one):
+        "not archived" is not said of an archive that did not answer."""
+        failed: Exception | None = None
         for step in self.steps:
-            found = await step.find(query)
+            try:
+                found = await step.find(query)
+            except InvalidRecordError:
+                raise
+            except Exception as exc:
+                failed = exc
+                continue
             if found:
                 return found
+        if failed is not None:
+            raise failed
         return []
 
     async def load(self, query: CdxQuery) -> Loaded | None:
-        """The first capture, in the query's order, that loads; ``None`` if none does."""
+        """The first capture, in the query's order (closest to now without
+        ``closest``: the latest), that loads; ``None`` if none does."""
+        query = replace(query, closest=query.closest or datetime.now(UTC).replace(microsecond=0))
+        failed: Exception | None = None
         for step in self.steps:
-            loaded = await step.load(query)
+            try:
+                loaded = await step.load(query)
+            except InvalidRecordError:
+                raise
+            except Exception as exc:
+                failed = exc
+                continue
             if loaded is not None:
                 return loaded
+        if failed is not None:
+            raise failed
         return None
 
-    async def fetch_live(self, url: str, type: RecordType = RecordType.GET) -> Response:
-        """``url`` fetched now; recorded into the collection's store first, when it has one."""
+    async def fetch_live(self, capture: Capture, type: RecordType) -> Loaded:
+        """The capture's URL fetched now; recorded into the collection's store
+        first, when it has one (and then named as the export names it)."""
+        url = capture[0]["url"]
         if self.record_into is not None:
             (result,) = await aget_or_fetch(
                 self.record_into,
@@ -206,11 +259,12 @@ class Collection:
             )
             if not isinstance(result, Page):
                 raise LoadError(f"{url}: the live fetch failed")
-            return result.responses[0]
+            return Loaded(capture, result.responses[0], None, capture_ident(result.request_id, 0))
         attempt = await self._live_fetcher().fetch(url, "head" if type is RecordType.HEAD else "get")
         if not attempt.responses:
             raise LoadError(f"{url}: {attempt.state.value}: {'; '.join(attempt.logs[-1:])}")
-        return attempt.responses[0]
+        stamp = attempt.responses[0].timestamp.strftime("%Y%m%d%H%M%S%f")
+        return Loaded(capture, attempt.responses[0], None, f"live/{stamp}/{url}")
 
     def _live_fetcher(self) -> HttpFetcher:
         if self._fetcher is None:
@@ -220,14 +274,9 @@ class Collection:
     async def fetch_replay(self, capture: Capture) -> Response:
         """A remote archive's raw memento of ``capture``, as it was archived."""
         fields, moment = capture
-        async with self.client.stream("GET", fields["live_url"]) as answer:
-            if answer.status_code >= 400 and "memento-datetime" not in answer.headers:
-                raise LoadError(f"{fields['live_url']}: {answer.status_code}")
-            body = bytearray()
-            async for chunk in answer.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_RECORD_BYTES:
-                    raise LoadError(f"{fields['live_url']}: larger than {MAX_RECORD_BYTES} bytes")
+        answer, body = await get_bounded(self.client, fields["live_url"], cap=MAX_RECORD_BYTES)
+        if answer.status_code >= 400 and "memento-datetime" not in answer.headers:
+            raise LoadError(f"{fields['live_url']}: {answer.status_code}")
         headers = join_headers(
             (k, v) for k, v in answer.headers.multi_items() if k.lower() not in _NOT_ARCHIVED
         )
@@ -237,7 +286,7 @@ class Collection:
             status_code=answer.status_code,
             headers=headers,
             timestamp=moment,
-            data=bytes(body),
+            data=body,
             is_final=not 300 <= answer.status_code < 400,
             fetcher_name=fields.get("source", "remote"),
             fetcher_version="-",
@@ -252,14 +301,18 @@ class Collection:
         return self._beside[folder]
 
     async def aclose(self) -> None:
-        for step in self.steps:
-            for source in step.sources.values():
-                await source.aclose()
-            for loader in step.warcs:
-                await loader.aclose()
-        await self.client.aclose()
+        """Close every source, loader and client, each whatever the others did."""
+        closers = [s.aclose for step in self.steps for s in step.sources.values()]
+        closers += [w.aclose for step in self.steps for w in step.warcs]
+        closers += [w.aclose for w in self._beside.values()]
+        closers.append(self.client.aclose)
         if self._fetcher is not None:
-            await self._fetcher.aclose()
+            closers.append(self._fetcher.aclose)
+        for close in closers:
+            try:
+                await close()
+            except Exception as exc:  # the others still close
+                _log.warning("%s: closing: %s", self.name, _one_line(exc))
 
 
 def open_collections(
@@ -272,17 +325,25 @@ def open_collections(
     A collection with both a ``$live`` source and a store records into the
     first store it names."""
     out: dict[str, Collection] = {}
-    for name, spec in specs.items():
-        live = any(s.kind == "live" for s in spec.sources)
-        collection = Collection(name, address_policy=address_policy, remote_timeout=remote_timeout)
-        for step in spec.steps:
-            sources = []
-            for source_spec in step.sources:
-                writable = live and collection.record_into is None and source_spec.kind == "web-index"
-                source = load_index(source_spec, collection.client, writable=writable)
-                if writable and isinstance(source, StoreIndex):
-                    collection.record_into = source.index
-                sources.append(source)
-            collection.add_step(sources, step.timeout, step.loaders)
-        out[name] = collection
+    opened: list[StoreIndex] = []
+    try:
+        for name, spec in specs.items():
+            live = any(s.kind == "live" for s in spec.sources)
+            collection = Collection(name, address_policy=address_policy, remote_timeout=remote_timeout)
+            for step in spec.steps:
+                sources = []
+                for source_spec in step.sources:
+                    writable = live and collection.record_into is None and source_spec.kind == "web-index"
+                    source = load_index(source_spec, collection.client, writable=writable)
+                    if isinstance(source, StoreIndex):
+                        opened.append(source)
+                        if writable:
+                            collection.record_into = source.index
+                    sources.append(source)
+                collection.add_step(sources, step.timeout, step.loaders)
+            out[name] = collection
+    except BaseException:
+        for store in opened:  # the ones before the failure: never left open
+            store.index.close()
+        raise
     return out

@@ -204,6 +204,11 @@ def _source(name: str, spec: Any, where: str, base: Path, *, check_name: bool = 
             raise InvalidRecordError(f"{where}.{key}", "required: a string")
     if kind in ("web-index", "file"):
         return _local(name, spec["path"], where, base, kind)
+    needs = {"api_url": ("{url}",), "timemap_url": ("{url}",), "replay_url": ("{timestamp}", "{url}")}
+    for key, marks in needs.items():
+        missing = [m for m in marks if key in spec and m not in spec[key]]
+        if missing:
+            raise InvalidRecordError(f"{where}.{key}", f"has no {' or '.join(missing)} to fill in")
     if kind == "cdx":
         return SourceSpec(name, "cdx", _http(spec["api_url"], where), _http(spec["replay_url"], where))
     if kind == "memento":
@@ -230,7 +235,7 @@ def _shorthand(name: str, text: str, where: str, base: Path) -> SourceSpec:
             parts = urlsplit(api)
             replay = f"{parts.scheme}://{parts.netloc}{replay}"
         replay = _http(replay, where).rstrip("/") + "/{timestamp}id_/{url}"
-        return SourceSpec(name, "cdx", api + "?url={url}", replay)
+        return SourceSpec(name, "cdx", api + ("&" if "?" in api else "?") + "url={url}", replay)
     if text.startswith("memento+"):
         root = _http(text[8:].strip(), where).rstrip("/") + "/"
         return SourceSpec(

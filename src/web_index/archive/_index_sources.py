@@ -8,7 +8,7 @@ and up to its limit, each tagged with ``source`` (its name) and
 ``source_type``; a capture it can load is marked as pywb's spec marks it:
 ``live_url`` (load it from there), ``filename``/``offset``/``length`` (a WARC
 record that a resource loader finds) or, for a store, nothing (the store
-holds the response: :meth:`IndexSource.response`).
+holds the response: :meth:`IndexSource.memento`).
 """
 
 from __future__ import annotations

@@ -3,11 +3,14 @@ points. A WARC row (``filename``, ``offset``, ``length``) is read from the
 first place that has the file: a prefix the name is appended to (a folder or
 an http(s) URL, read with a byte range) or an index from name to place (a
 text file of ``name place`` lines, local or over http(s), or a Redis hash).
-A ``live_url`` row is fetched (:class:`ReplayLoader`): a remote archive's raw
-memento, or the live web itself.
+(A ``live_url`` row is fetched by the collection itself.)
 
-Everything is read through the collection's client, which passes the address
-policy, and is bounded: a record is at most ``max_record_bytes``.
+Over HTTP everything is read through the collection's client, which passes
+the address policy, and is bounded: a record is at most
+:data:`MAX_RECORD_BYTES`. A WARC name never leaves its prefix (no ``/``, and
+percent-encoded in a URL); a place named by an index served over HTTP must be
+an http(s) URL, never a local path: only the operator's own indexes (a file,
+a Redis hash) may name local files, and only regular ones are read.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ import asyncio
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import quote, urlsplit
 
 import httpx
 
+from web_index._extras import import_extra
+from web_index.archive._bounded import get_bounded
 from web_index.archive._cdx import Capture
 from web_index.archive._collection_config import LoaderSpec
 from web_index.archive._http import parse_http_response, restore_headers, store_body
@@ -42,7 +48,8 @@ class WarcLoader:
     def __init__(self, spec: LoaderSpec, client: httpx.AsyncClient) -> None:
         self.spec, self.client = spec, client
         self._index: Mapping[str, str] | None = None
-        self._redis: object | None = None
+        self._redis: Any = None
+        self._lock = asyncio.Lock()  # one index read, one Redis client, however many loads at once
 
     async def load(self, capture: Capture) -> bytes | None:
         """The record of a WARC row, or ``None`` when this place lacks its file."""
@@ -62,23 +69,36 @@ class WarcLoader:
         if place is None:
             return None
         raw = await self._read(place, offset, length)
-        return None if raw is None else _whole_record(raw, place, offset)
+        return None if raw is None else await asyncio.to_thread(_whole_record, raw, place, offset)
 
     async def _place(self, name: str) -> str | None:
+        location = self.spec.location
+        scheme = urlsplit(location).scheme
         if self.spec.kind == "warc-prefix":
-            return self.spec.location + name
-        if urlsplit(self.spec.location).scheme == "redis":
-            return await self._redis_place(name)
-        if self._index is None:
-            self._index = await self._read_index()
-        return self._index.get(name)
+            return location + (quote(name, safe="") if scheme in ("http", "https") else name)
+        if scheme == "redis":
+            place = await self._redis_place(name)
+        else:
+            async with self._lock:
+                if self._index is None:
+                    self._index = await self._read_index()
+            place = self._index.get(name)
+        if (
+            place is not None
+            and scheme in ("http", "https")
+            and urlsplit(place).scheme not in ("http", "https")
+        ):
+            raise LoadError(
+                f"{location}: {name} is at {place!r}: an index over HTTP may name http(s) URLs only"
+            )
+        return place
 
     async def _read_index(self) -> dict[str, str]:
         location = self.spec.location
         if urlsplit(location).scheme in ("http", "https"):
-            answer = await self.client.get(location)
+            answer, body = await get_bounded(self.client, location)
             answer.raise_for_status()
-            text = answer.text
+            text = body.decode("utf-8", "replace")
         else:
             text = await asyncio.to_thread(Path(location).read_text, encoding="utf-8")
         out: dict[str, str] = {}
@@ -89,34 +109,31 @@ class WarcLoader:
         return out
 
     async def _redis_place(self, name: str) -> str | None:
-        import redis.asyncio
-
-        parts = urlsplit(self.spec.location)
-        db, _, key = parts.path.lstrip("/").partition("/")
-        if not key:
-            db, key = "0", db
-        if self._redis is None:
-            self._redis = redis.asyncio.Redis(
-                host=parts.hostname or "127.0.0.1",
-                port=parts.port or 6379,
-                db=int(db or 0),
-                socket_timeout=10,
-            )
-        value = await self._redis.hget(key, name)  # type: ignore[attr-defined]
+        # redis://[user:password@]host:port/db/KEY: the hash is the last segment.
+        server, _, key = self.spec.location.split("?", 1)[0].rpartition("/")
+        async with self._lock:
+            if self._redis is None:
+                redis = import_extra("redis.asyncio", "redis")
+                self._redis = redis.Redis.from_url(server, socket_timeout=10, socket_connect_timeout=10)
+        value = await self._redis.hget(key, name)
         return None if value is None else bytes(value).decode()
 
     async def _read(self, place: str, offset: int, length: int) -> bytes | None:
         if urlsplit(place).scheme in ("http", "https"):
-            headers = {"range": f"bytes={offset}-{offset + length - 1}"}
-            answer = await self.client.get(place, headers=headers)
+            # identity: a compressed answer would not be the file's bytes at these offsets
+            headers = {"range": f"bytes={offset}-{offset + length - 1}", "accept-encoding": "identity"}
+            answer, body = await get_bounded(
+                self.client, place, cap=offset + length, headers=headers, stop_at_cap=True
+            )
             if answer.status_code == 404:
                 return None
             answer.raise_for_status()
-            body = answer.content
             return body[offset : offset + length] if answer.status_code == 200 else body[:length]
         path = Path(place.removeprefix("file://"))
 
         def read() -> bytes | None:
+            if not path.is_file():  # missing, or not a regular file (a FIFO would hang the thread)
+                return None
             try:
                 with path.open("rb") as fh:
                     fh.seek(offset)
@@ -128,7 +145,7 @@ class WarcLoader:
 
     async def aclose(self) -> None:
         if self._redis is not None:
-            await self._redis.aclose()  # type: ignore[attr-defined]
+            await self._redis.aclose()
 
 
 def _whole_record(raw: bytes, place: str, offset: int) -> bytes:

@@ -8,7 +8,9 @@ and ``length`` mean nothing here and are dropped.
 from __future__ import annotations
 
 import json
+import logging
 import re
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -16,17 +18,25 @@ from urllib.parse import quote, urlencode
 import httpx
 import surt
 
+from web_index.archive._bounded import get_bounded
 from web_index.archive._cdx import Capture, ordered, wanted_fields
 from web_index.archive._cdx_query import CdxQuery
 from web_index.archive._index_sources import IndexSource, capture_moment
 
 __all__ = ["CdxApiIndex", "MementoIndex"]
 
+_log = logging.getLogger("web_index.archive")
+_STAMP = re.compile(r"[0-9]{14}")
 _REMOTE_ONLY = ("filename", "offset", "length", "source", "source_type", "live_url")
 # The classic names some CDX servers answer with (the Wayback Machine's JSON).
 _NAMES = {"original": "url", "mimetype": "mime", "statuscode": "status"}
 _LINK = re.compile(r'<([^>]*)>((?:\s*;\s*[\w.-]+\s*=\s*(?:"[^"]*"|[^;,<\s]*))*)')
 _PARAM = re.compile(r'([\w.-]+)\s*=\s*(?:"([^"]*)"|([^;,<\s]*))')
+
+
+def _plain(url: str) -> bool:
+    """An http(s) URL of printable ASCII: safe in a header and a path."""
+    return url.startswith(("http://", "https://")) and url.isascii() and url.isprintable() and " " not in url
 
 
 def _replay(template: str, timestamp: str, url: str) -> str:
@@ -70,18 +80,21 @@ class CdxApiIndex(IndexSource):
             params.append(("type", query.type.value))
         url = self.api_url.replace("{url}", quote(query.url, safe=":/")).replace("{timestamp}", "")
         # Appended, not passed as params: httpx would replace the URL's own query.
-        answer = await self.client.get(url + ("&" if "?" in url else "?") + urlencode(params))
+        answer, body = await get_bounded(self.client, url + ("&" if "?" in url else "?") + urlencode(params))
         if answer.status_code == 404:
             return []
         answer.raise_for_status()
         found: list[Capture] = []
-        for row in _rows(answer.text):
+        for row in _rows(body.decode("utf-8", "replace")):
             fields = {
                 _NAMES.get(k, k): str(v) for k, v in row.items() if _NAMES.get(k, k) not in _REMOTE_ONLY
             }
-            if "url" not in fields or "timestamp" not in fields:
-                raise ValueError(f"{self.name}: a CDX line without url or timestamp: {row}")
-            fields.setdefault("urlkey", surt.surt(fields["url"]))
+            if not _STAMP.fullmatch(fields.get("timestamp", "")) or not _plain(fields.get("url", "")):
+                _log.warning(
+                    "%s: a CDX line dropped (no 14-digit timestamp or http(s) URL): %.200s", self.name, row
+                )
+                continue  # it would end up in headers and paths: never a value of a remote's choosing
+            fields["urlkey"] = surt.surt(fields["url"])
             for name in ("mime", "status", "digest"):
                 fields.setdefault(name, "-")
             fields["live_url"] = _replay(self.replay, fields["timestamp"], fields["url"])
@@ -124,16 +137,21 @@ class MementoIndex(IndexSource):
     async def find(self, query: CdxQuery) -> list[Capture]:
         if query.match_type != "exact":
             return []
-        answer = await self.client.get(self.timemap.replace("{url}", query.url))
+        answer, body = await get_bounded(
+            self.client, self.timemap.replace("{url}", quote(query.url, safe=":/"))
+        )
         if answer.status_code == 404:
             return []
         answer.raise_for_status()
         key = surt.surt(query.url)
         found: list[Capture] = []
-        for uri, params in parse_link_format(answer.text):
+        for uri, params in parse_link_format(body.decode("utf-8", "replace")):
             if "memento" not in params.get("rel", "").split() or "datetime" not in params:
                 continue
             moment = parsedate_to_datetime(params["datetime"])
+            if moment.tzinfo is None:  # "-0000": RFC 5322's "UTC, zone unknown"
+                moment = moment.replace(tzinfo=UTC)
+            moment = moment.astimezone(UTC)
             stamp = moment.strftime("%Y%m%d%H%M%S")
             fields = {
                 "urlkey": key,

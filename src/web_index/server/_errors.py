@@ -9,6 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from web_index.archive import SourceUnavailableError
 from web_index.errors import InvalidRecordError, WebIndexError
 
 __all__ = ["HANDLERS", "ApiError", "bad_parameter"]
@@ -55,6 +56,11 @@ async def _invalid(request: Request, exc: Exception) -> Response:
     return await _api_error(request, bad_parameter(exc.field, exc.problem))
 
 
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    # A remote archive or the live web did not answer: not "not archived", and not our fault.
+    return JSONResponse({"error": str(exc)}, status_code=503)
+
+
 async def _failed(request: Request, exc: Exception) -> Response:
     # A damaged database or an unreachable store: the server's fault, said in one line.
     return JSONResponse({"error": str(exc)}, status_code=500)
@@ -64,5 +70,6 @@ HANDLERS: Mapping[Any, Any] = {
     ApiError: _api_error,
     HTTPException: _http_error,
     InvalidRecordError: _invalid,
+    SourceUnavailableError: _unavailable,
     WebIndexError: _failed,
 }

@@ -65,7 +65,12 @@ async def memento(request: Request) -> Response:
         raise ApiError(404, f"not a memento path: {stamp!r} is not a timestamp of 1 to 14 digits (and id_)")
     digits, raw = m.group(1), m.group(2) is not None
     try:
-        query = parse_cdx_query({"url": [_target(request, f"/{coll.name}/{stamp}/")], "closest": [digits]})
+        asked = {
+            "url": [_target(request, f"/{coll.name}/{stamp}/")],
+            "closest": [digits],
+            "matchType": ["exact"],
+        }
+        query = parse_cdx_query(asked)  # exact: a trailing * is part of the URL, not a prefix query
     except InvalidRecordError as exc:
         raise bad_parameter(exc.field, exc.problem) from None
     loaded = await coll.load(query)
