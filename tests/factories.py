@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -81,3 +82,20 @@ def publish_pack(files: SiteFiles, tmp: Path, site: str, generation: int, words:
     build_pack(db, site, texts, watermark="")
     compress_pack(db, packed)
     files.publish(site, generation, packed)
+
+
+def insertion_request(
+    method: str, url: str, ts: datetime, meta: AttemptMetadata, data: list[Response]
+) -> dict[str, Any]:
+    """An attempt (as :func:`attempt` gives it) as an insertion request, the form
+    ``web-index insert`` and ``POST /api/insert`` read (bodies in base64)."""
+    out = {
+        "type": method,
+        "url": url,
+        "timestamp": ts.isoformat(),
+        "metadata": {k: v for k, v in meta.to_dict().items() if v is not None},
+        "data": [{**r.to_dict(), "data": base64.b64encode(r.data or b"").decode()} for r in data],
+    }
+    for r in out["data"]:
+        r.pop("request_id")
+    return out

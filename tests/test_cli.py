@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.factories import T0, attempt
+from tests.factories import T0, attempt, insertion_request
 from web_index import WebIndex
 from web_index.cli import app
 from web_index.models import SimplePageQuery, write_queries
@@ -19,17 +19,7 @@ runner = CliRunner()
 
 
 def request_line(url: str, state: str = "success", hops: int = 1) -> str:
-    method, url, ts, meta, data = attempt(url, T0, state=state, hops=hops)
-    out = {
-        "type": method,
-        "url": url,
-        "timestamp": ts.isoformat(),
-        "metadata": {k: v for k, v in meta.to_dict().items() if v is not None},
-        "data": [{**r.to_dict(), "data": base64.b64encode(r.data or b"").decode()} for r in data],
-    }
-    for r in out["data"]:
-        r.pop("request_id")
-    return json.dumps(out)
+    return json.dumps(insertion_request(*attempt(url, T0, state=state, hops=hops)))
 
 
 def run(*args: str, input: str | None = None) -> tuple[int, str, str]:

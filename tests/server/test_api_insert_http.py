@@ -3,7 +3,6 @@ checks; a batch stored all or none; and ``web-index serve``'s token options."""
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from tests.factories import T0, attempt
+from tests.factories import T0, attempt, insertion_request
 from tests.server.serving import serving
 from tests.servers import free_port, wait_port
 from web_index import WebIndex
@@ -32,17 +31,7 @@ CLI = str(Path(sys.executable).parent / "web-index")
 
 def request(url: str, minutes: int = 0, state: str = "success") -> dict[str, Any]:
     """An insertion request, as ``web-index insert`` reads them (bodies in base64)."""
-    method, url, ts, meta, data = attempt(url, T0 + timedelta(minutes=minutes), state=state)
-    out = {
-        "type": method,
-        "url": url,
-        "timestamp": ts.isoformat(),
-        "metadata": {k: v for k, v in meta.to_dict().items() if v is not None},
-        "data": [{**r.to_dict(), "data": base64.b64encode(r.data or b"").decode()} for r in data],
-    }
-    for r in out["data"]:
-        r.pop("request_id")
-    return out
+    return insertion_request(*attempt(url, T0 + timedelta(minutes=minutes), state=state))
 
 
 def _count(index: WebIndex) -> int:
