@@ -237,16 +237,16 @@ def warm(paths: list[Path]) -> None:
 class Servers:
     """web-index serve and pywb's warcserver and wayback over one dataset."""
 
-    def __init__(self, folder: Path, workdir: Path) -> None:
+    def __init__(self, folder: Path, workdir: Path, *, pywb_nodelay: bool = False) -> None:
         self.procs: dict[str, subprocess.Popen[Any]] = {}
         self.base: dict[str, str] = {}
         try:
-            self._start(folder, workdir)
+            self._start(folder, workdir, pywb_nodelay)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, folder: Path, workdir: Path) -> None:
+    def _start(self, folder: Path, workdir: Path, pywb_nodelay: bool) -> None:
         port = free_port()
         log = (workdir / f"serve-{folder.name}.log").open("ab")
         self.procs["web-index"] = subprocess.Popen(
@@ -261,7 +261,7 @@ class Servers:
             pywb_dir, sorted((folder / "warc").glob("*.warc.gz")), folder / "warc" / "bench.cdxj", COLL
         )
         for side, kind in (("pywb warcserver", "warcserver"), ("pywb wayback", "wayback")):
-            self.procs[side], self.base[side] = _pywb.start(kind, pywb_dir, COLL)
+            self.procs[side], self.base[side] = _pywb.start(kind, pywb_dir, COLL, nodelay=pywb_nodelay)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -400,7 +400,9 @@ def run_sequential(
             "max_ms": round(1000 * max(xs), 2),
             "statuses": statuses,
             "server_cpu_ms_per_req": round(1000 * server_cpu[side] / len(xs), 2),
+            "each_ms": [round(1000 * x, 2) for x in xs],  # in the order of ``asked``
         }
+    out["asked"] = queries
     out["mismatches"] = compare(workload, queries, answers)
     if workload == "prefix":
         kinds = [q["kind"] for q in queries]
@@ -649,7 +651,12 @@ def write_results(res: dict[str, Any], stem: str) -> None:
     ds = res["datasets"]
     lines = [
         f"Run {res['date']} at {res['commit']}, web-index {res['web_index']} against pywb {res['pywb']}; "
-        f"{res['cpus']} cores, load {res['load_before']} before (1-min average).",
+        f"{res['cpus']} cores, load {res['load_before']} before (1-min average)."
+        + (
+            " pywb with TCP_NODELAY set on its connections (--pywb-nodelay; as shipped it is not)."
+            if res.get("pywb_nodelay")
+            else " pywb as shipped (no TCP_NODELAY: see the notes)."
+        ),
     ]
     if "main" in ds:
         d = ds["main"]
@@ -673,11 +680,15 @@ def write_results(res: dict[str, Any], stem: str) -> None:
         "Ratios: web-index ÷ that side (req/s: higher is better for web-index; p50: lower is).",
         "",
     ]
-    levels = [str(n) for n in res["connections"]]
+    levels = [
+        str(n)
+        for n in res["connections"]
+        if any(str(n) in r.get("concurrent", {}) for r in res["workloads"].values())
+    ]
     head = ["workload", "side", "p50 ms", "p99 ms"]
     for n in levels:
         head += [f"req/s x{n}", f"p50 / p99 ms x{n}", f"server CPU ms/req x{n}"]
-    head += ["web-index ÷ side: " + ", ".join(f"req/s x{n}" for n in levels) + ", p50", "answers differ"]
+    head += ["web-index ÷ side: " + ", ".join([*(f"req/s x{n}" for n in levels), "p50"]), "answers differ"]
     lines += ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
     for w, r in res["workloads"].items():
         seq, conc = r["sequential"], r.get("concurrent", {})
@@ -785,6 +796,15 @@ NOTES = [
     "pywb's only.",
     "Server CPU ms/req: the server process's user + system CPU over the run / requests answered "
     "(under load for rows with req/s).",
+    "pywb as shipped leaves Nagle's algorithm on (gevent's pywsgi; web-index's uvicorn sets "
+    "TCP_NODELAY): its chunked answers go out in several writes, and on a keep-alive connection asked "
+    "again at once the last write waits for the client's delayed ACK, ~40 ms. The sequential runs "
+    "mostly miss it (between two queries to one side the other sides answer: its p99 shows it); the "
+    "x8 and x32 runs hit it on every answer, so there pywb's req/s is bounded by connections / 44 ms "
+    "while its CPU a request says what it could do. --pywb-nodelay sets TCP_NODELAY on pywb's "
+    "connections to measure that.",
+    "Other CPU is approximate: processes' CPU is accounted exactly, the machine's busy time from "
+    "/proc/stat ticks, so it can come out a little below zero.",
 ]
 
 
@@ -822,9 +842,18 @@ def main() -> None:
         metavar="PATH",
         help="with --profile: also py-spy the web-index server during an extra cdx-closest run",
     )
+    ap.add_argument(
+        "--pywb-nodelay",
+        action="store_true",
+        help="set TCP_NODELAY on pywb's connections (pywb as shipped does not: see bench/README.md)",
+    )
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--rewrite-md", action="store_true", help="no run: write <out>.md again from <out>.json")
     ap.add_argument("--out", default="server")
     args = ap.parse_args()
+    if args.rewrite_md:
+        write_results(json.loads((HERE / "results" / f"{args.out}.json").read_text()), args.out)
+        return
     workloads = [w for w in args.workloads.split(",") if w]
     if unknown := set(workloads) - set(WORKLOADS):
         ap.error(f"unknown workloads {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
@@ -853,6 +882,7 @@ def main() -> None:
         "seconds": args.seconds,
         "queries": args.queries,
         "warm": not args.no_warm,
+        "pywb_nodelay": args.pywb_nodelay,
         "datasets": {k: v[1] for k, v in datasets.items()},
         "workloads": {},
         "peak_rss_mib": {},
@@ -862,7 +892,7 @@ def main() -> None:
         files = [folder / "store", folder / "warc"]
         if not args.no_warm:
             warm(files)
-        servers = Servers(folder, args.workdir)
+        servers = Servers(folder, args.workdir, pywb_nodelay=args.pywb_nodelay)
         try:
             if name == "main":
                 sample = sample_queries(folder / "warc" / "bench.cdxj", args.queries + args.warmup, args.seed)
