@@ -36,6 +36,7 @@ __all__ = [
     "PAGE_SIZE",
     "Capture",
     "Memento",
+    "capture_moment",
     "cdx_lines",
     "cdx_page",
     "closest_capture",
@@ -72,9 +73,16 @@ def _capture(response: Response, url: str, key: str, source: str) -> Capture:
     return fields, moment
 
 
+def capture_moment(timestamp: str) -> datetime:
+    """A CDX timestamp (up to 14 digits, padded with the earliest moment) as a time."""
+    digits = timestamp[:14]
+    padded = digits + "19700101000000"[len(digits) :]
+    return datetime.strptime(padded, "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+
+
 def _moment(ts: str) -> datetime | None:
     try:
-        return datetime.strptime(ts, "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+        return capture_moment(ts)
     except ValueError:  # pywb's padding makes 20240231235959 of "202402"
         return None
 

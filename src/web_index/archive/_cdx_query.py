@@ -71,6 +71,7 @@ class CdxFilter:
     mode: str
     negate: bool
     regex: Any = None  # a regex.Pattern: matched with a timeout, so no pattern can hold a thread
+    text: str = ""  # as given: what a remote CDX server is asked
 
     def matches(self, text: str) -> bool:
         if self.mode == "=":
@@ -156,7 +157,7 @@ def _filter(text: str) -> CdxFilter:
             regex = _regex.compile(value)
         except _regex.error as exc:
             raise InvalidRecordError("filter", f"{value!r} is not a regular expression: {exc}") from None
-    return CdxFilter(field, value, mode, negate, regex)
+    return CdxFilter(field, value, mode, negate, regex, text)
 
 
 def _int(params: Mapping[str, Sequence[str]], name: str, low: int, high: int) -> int | None:

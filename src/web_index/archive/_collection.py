@@ -21,13 +21,18 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
 
 from web_index.archive._bounded import get_bounded
 from web_index.archive._cdx import Capture, Memento, ordered
 from web_index.archive._cdx_query import CdxQuery
-from web_index.archive._collection_config import CollectionSpec, LoaderSpec
-from web_index.archive._index_sources import CdxjIndex, IndexSource, LiveIndex, StoreIndex, load_index
+from web_index.archive._collection_config import CollectionSpec, LoaderSpec, SourceSpec
+from web_index.archive._http import HOP_BY_HOP
+from web_index.archive._index_sources import CdxjIndex, IndexSource, LiveIndex, StoreIndex
 from web_index.archive._loaders import MAX_RECORD_BYTES, LoadError, WarcLoader, record_response
+from web_index.archive._remote_sources import CdxApiIndex, MementoIndex
 from web_index.archive._warc_write import capture_ident
 from web_index.errors import InvalidRecordError, WebIndexError
 from web_index.fetch import (
@@ -46,9 +51,7 @@ __all__ = ["Collection", "Loaded", "SourceUnavailableError", "open_collections"]
 _log = logging.getLogger("web_index.archive")
 _CANDIDATES = 25  # captures tried, closest first, before a load gives up
 # A remote archive's own fields on its mementos, and the hop-by-hop ones: not the page's.
-_NOT_ARCHIVED = frozenset(
-    ["memento-datetime", "link", "connection", "keep-alive", "transfer-encoding", "content-length"]
-)
+_NOT_ARCHIVED = HOP_BY_HOP | {"memento-datetime", "link"}
 
 
 class SourceUnavailableError(WebIndexError):
@@ -313,6 +316,22 @@ class Collection:
                 await close()
             except Exception as exc:  # the others still close
                 _log.warning("%s: closing: %s", self.name, _one_line(exc))
+
+
+def load_index(spec: SourceSpec, client: httpx.AsyncClient, *, writable: bool = False) -> IndexSource:
+    """The index source ``spec`` declares; remote ones make their calls with
+    ``client`` (which passes the address policy); a store opened for writing
+    when ``writable`` (a ``$live`` source records into it)."""
+    if spec.kind == "web-index":
+        index = WebIndex(spec.location, read_only=not writable, create=False)
+        return StoreIndex(spec.name, index, owned=True)
+    if spec.kind == "file":
+        return CdxjIndex(spec.name, Path(spec.location))
+    if spec.kind == "cdx":
+        return CdxApiIndex(spec.name, spec.location, spec.replay, client)
+    if spec.kind == "memento":
+        return MementoIndex(spec.name, spec.timemap, spec.replay, client)
+    return LiveIndex(spec.name)
 
 
 def open_collections(

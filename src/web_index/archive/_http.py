@@ -20,6 +20,7 @@ from web_index.fetch import BoundedDecoder, DecompressionBombError
 from web_index.urls import url_key
 
 __all__ = [
+    "HOP_BY_HOP",
     "ORIGINAL",
     "dechunk",
     "decoded",
@@ -34,6 +35,8 @@ __all__ = [
 # Prefix of a field export renamed because the body it writes is decoded.
 ORIGINAL = "x-web-index-original-"
 _FRAMING = ("content-encoding", "transfer-encoding", "content-length")
+# A connection's own fields, never a page's: not replayed, not taken from a remote's answer.
+HOP_BY_HOP = frozenset(["connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"])
 _PIECE = 1 << 12  # fed to the decoder at a time: a break loses at most this much
 
 _STATUS = re.compile(rb"HTTP/\d(?:\.\d)? +(\d{3})(?: .*)?")

@@ -1,7 +1,7 @@
 """Index sources: where a collection looks captures up. :class:`IndexSource`
 is the one contract; a web-index store, a folder of CDXJ indexes, the live
 web, a remote CDX server and a remote Memento archive each plug in behind it,
-and :func:`load_index` builds the one a :class:`SourceSpec` declares.
+and ``_collection.load_index`` builds the one a ``SourceSpec`` declares.
 
 A source answers a :class:`CdxQuery` with its captures, in the query's order
 and up to its limit, each tagged with ``source`` (its name) and
@@ -21,11 +21,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
-
 from web_index.archive._cdx import (
     Capture,
     Memento,
+    capture_moment,
     closest_capture,
     find_captures,
     key_range,
@@ -33,17 +32,9 @@ from web_index.archive._cdx import (
     wanted_fields,
 )
 from web_index.archive._cdx_query import CdxQuery
-from web_index.archive._collection_config import SourceSpec
 from web_index.index import WebIndex
 
-__all__ = ["CdxjIndex", "IndexSource", "LiveIndex", "StoreIndex", "capture_moment"]
-
-
-def capture_moment(timestamp: str) -> datetime:
-    """A CDX timestamp (up to 14 digits, padded with the earliest moment) as a time."""
-    digits = timestamp[:14]
-    padded = digits + "19700101000000"[len(digits) :]
-    return datetime.strptime(padded, "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+__all__ = ["CdxjIndex", "IndexSource", "LiveIndex", "StoreIndex"]
 
 
 class IndexSource(ABC):
@@ -184,21 +175,3 @@ class LiveIndex(IndexSource):
             "live_url": query.url,
         }
         return [(fields, now)] if wanted_fields(query, self._tag(fields)) else []
-
-
-def load_index(spec: SourceSpec, client: httpx.AsyncClient, *, writable: bool = False) -> IndexSource:
-    """The index source ``spec`` declares; remote ones make their calls with
-    ``client`` (which passes the address policy); a store opened for writing
-    when ``writable`` (a ``$live`` source records into it)."""
-    from web_index.archive._remote_sources import CdxApiIndex, MementoIndex
-
-    if spec.kind == "web-index":
-        index = WebIndex(spec.location, read_only=not writable, create=False)
-        return StoreIndex(spec.name, index, owned=True)
-    if spec.kind == "file":
-        return CdxjIndex(spec.name, Path(spec.location))
-    if spec.kind == "cdx":
-        return CdxApiIndex(spec.name, spec.location, spec.replay, client)
-    if spec.kind == "memento":
-        return MementoIndex(spec.name, spec.timemap, spec.replay, client)
-    return LiveIndex(spec.name)

@@ -19,9 +19,9 @@ import httpx
 import surt
 
 from web_index.archive._bounded import get_bounded
-from web_index.archive._cdx import Capture, ordered, wanted_fields
+from web_index.archive._cdx import Capture, capture_moment, ordered, wanted_fields
 from web_index.archive._cdx_query import CdxQuery
-from web_index.archive._index_sources import IndexSource, capture_moment
+from web_index.archive._index_sources import IndexSource
 
 __all__ = ["CdxApiIndex", "MementoIndex"]
 
@@ -43,13 +43,6 @@ def _replay(template: str, timestamp: str, url: str) -> str:
     return template.replace("{timestamp}", timestamp).replace("{url}", url)
 
 
-def _filter_text(query: CdxQuery) -> list[str]:
-    return [
-        ("!" if f.negate else "") + f.mode + (f"{f.field}:" if f.field else "") + f.value
-        for f in query.filters
-    ]
-
-
 class CdxApiIndex(IndexSource):
     """A CDX server API: asked with the same query, answers read as JSON lines
     (pywb, web-index), a JSON table (the Wayback Machine) or CDXJ."""
@@ -68,7 +61,7 @@ class CdxApiIndex(IndexSource):
             ("limit", str(query.limit)),
             ("output", "json"),
         ]
-        params += [("filter", f) for f in _filter_text(query)]
+        params += [("filter", f.text) for f in query.filters]
         if query.closest is not None:
             params += [("closest", query.closest.strftime("%Y%m%d%H%M%S")), ("sort", "closest")]
         elif query.reverse:

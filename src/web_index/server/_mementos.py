@@ -27,7 +27,7 @@ from urllib.parse import unquote, urljoin
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from web_index.archive import CdxQuery, Collection, parse_cdx_query, wire_headers
+from web_index.archive import HOP_BY_HOP, CdxQuery, Collection, parse_cdx_query, wire_headers
 from web_index.errors import InvalidRecordError
 from web_index.server._cdx import collection, not_found
 from web_index.server._errors import ApiError, bad_parameter
@@ -35,7 +35,6 @@ from web_index.server._errors import ApiError, bad_parameter
 __all__ = ["memento", "memento_base", "memento_headers", "target_url", "timegate"]
 
 _STAMP = re.compile(r"([0-9]{1,14})(id_)?")
-_HOP_BY_HOP = frozenset(["connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"])
 
 
 def _target(request: Request, prefix: str) -> str:
@@ -82,7 +81,7 @@ async def memento(request: Request) -> Response:
         return RedirectResponse(base + fields["url"], status_code=302)
     headers: list[tuple[str, str]] = []
     for name, value in wire_headers(response.headers, response.data):
-        if name.lower() in _HOP_BY_HOP:
+        if name.lower() in HOP_BY_HOP:
             continue
         if name.lower() == "location":
             value = base + urljoin(fields["url"], value)
