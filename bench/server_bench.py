@@ -117,6 +117,9 @@ def ensure_dataset(params: MainParams | PrefixParams, workdir: Path) -> tuple[Pa
     folder = params.folder(workdir)
     info_path = folder / "info.json"
     if info_path.exists():
+        # A dataset built before capture indexes existed gets them here; a no-op otherwise.
+        with WebIndex(folder / "store") as index:
+            index.compact()
         return folder, json.loads(info_path.read_text())
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 from msgspec.structs import force_setattr
 
+from web_index.errors import InvalidRecordError
 from web_index.ingest import Limits, new_request_ids, validate_attempt
 from web_index.models import (
     AttemptMetadata,
@@ -26,6 +27,7 @@ from web_index.models import (
     RecordType,
     Response,
     from_us,
+    to_us,
 )
 from web_index.query import Result, run_queries
 from web_index.storage import (
@@ -38,8 +40,10 @@ from web_index.storage import (
     MethodPartition,
     Store,
     WriteOptions,
+    find_capture_lines,
     open_backend,
 )
+from web_index.urls import domain_of, surt_prefixes
 
 if TYPE_CHECKING:
     from web_index.storage.backends import S3Backend
@@ -197,8 +201,6 @@ class WebIndex:
             try:
                 append(validate_attempt(*item, request_id=rid, limits=limits))
             except Exception as exc:
-                from web_index.errors import InvalidRecordError
-
                 if isinstance(exc, InvalidRecordError) and n:
                     raise InvalidRecordError(f"item {n}: {exc.field}", exc.problem) from None
                 raise
@@ -290,6 +292,39 @@ class WebIndex:
         return scan_records(
             self._store, RecordType.parse(type), domain=domain, url_prefix=url_prefix, start=start, end=end
         )
+
+    def captures(
+        self,
+        url: str,
+        *,
+        match: str = "exact",
+        type: RecordType | str = RecordType.GET,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> Iterator[str]:
+        """Every capture (each response of a stored ``get`` or ``head`` chain)
+        whose SURT key ``match``es ``url`` as a CDX query's ``matchType`` does
+        (``exact``, ``prefix``, ``host`` or ``domain``), taken within ``start``
+        and ``end`` (inclusive, whole seconds), buffered ones included: CDXJ
+        lines sorted by SURT key and time, read from the capture indexes that
+        compaction writes (docs/format.md). Lazy: taking the first lines reads
+        little more than them.
+        """
+        kind = RecordType.parse(type)
+        if kind.is_metadata:
+            raise InvalidRecordError("type", f"{kind.value} records are not captures: get or head")
+        if match not in ("exact", "prefix", "host", "domain"):
+            raise InvalidRecordError("match", f"expected exact, prefix, host or domain, got {match!r}")
+        prefixes = tuple(p.encode() for p in surt_prefixes(url, match))
+        lines = find_capture_lines(
+            self._store,
+            kind,
+            domain_of(url),
+            prefixes,
+            start_us=None if start is None else to_us(start),
+            end_us=None if end is None else to_us(end),
+        )
+        return (line.decode() for line in lines)
 
     def lookup_digest(self, *digests: str | Digest) -> list[DigestHit]:
         """Every stored GET response whose body has one of these payload digests

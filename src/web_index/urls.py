@@ -17,11 +17,21 @@ import re
 from urllib.parse import urlsplit, urlunsplit
 
 import idna
+import surt
 import tldextract
 
 from web_index.errors import InvalidURLError
 
-__all__ = ["domain_of", "host_of", "is_plain_url", "key_and_domain", "url_key"]
+__all__ = [
+    "domain_of",
+    "host_of",
+    "is_plain_url",
+    "key_and_domain",
+    "surt_key",
+    "surt_prefixes",
+    "target_uri",
+    "url_key",
+]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -204,3 +214,44 @@ def key_and_domain(url: str) -> tuple[str, str]:
     if domain is None:
         return url, domain_of(url)  # raises, naming the URL
     return url, domain
+
+
+def target_uri(url: str) -> str:
+    """``url`` as a WARC-Target-URI and a CDX ``url`` must be (pywb's index wants
+    it so): ASCII, without spaces. A URL that is not (an IRI, a space in a path)
+    is written in its normal form, which percent-encodes them as UTF-8 (``url_key``)."""
+    return url if _URI.fullmatch(url) else url_key(url)
+
+
+_URI = re.compile(r"[!#-;=?-\[\]_a-z~]+")  # printable ASCII but space " < > \ ^ ` { | }
+
+
+def surt_key(url: str) -> str:
+    """The SURT key a CDX index sorts ``url`` by (host labels reversed, scheme
+    and ``www.`` dropped, query arguments sorted), as pywb computes it.
+
+    >>> surt_key("https://www.Example.com/a?b=2&a=1")
+    'com,example)/a?a=1&b=2'
+    """
+    key: str = surt.surt(url)
+    return key
+
+
+def surt_prefixes(url: str, match_type: str) -> tuple[str, ...]:
+    """What the SURT key of every capture a CDX query matches starts with:
+    ``exact`` the key and the space after it (a CDXJ line's separator),
+    ``prefix`` the key, ``host`` the host's ``host)``, ``domain`` that and
+    its subdomains' ``host,``.
+
+    >>> surt_prefixes("http://example.com/a", "domain")
+    ('com,example)', 'com,example,')
+    """
+    key = surt_key(url)
+    if match_type == "exact":
+        return (key + " ",)
+    if match_type == "prefix":
+        return (key,)
+    host = key.split(")", 1)[0]
+    if match_type == "host":
+        return (host + ")",)
+    return (host + ")", host + ",")

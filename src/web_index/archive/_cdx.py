@@ -14,23 +14,21 @@ default, HEAD responses with ``type=head``. A capture from the store has no
 
 from __future__ import annotations
 
-import ipaddress
+import itertools
 import json
 import math
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import NamedTuple
-from urllib.parse import urlsplit, urlunsplit
 
-import surt
+import msgspec
 
 from web_index.archive._cdx_query import CDX_FIELDS, CdxQuery
-from web_index.archive._http import target_uri
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
-from web_index.models import Page, Response, payload_sha1, sha1_text
-from web_index.urls import host_of, url_key
+from web_index.models import Page, PageKey, Response, from_us
+from web_index.urls import surt_prefixes
 
 __all__ = [
     "PAGE_SIZE",
@@ -50,27 +48,8 @@ __all__ = [
 
 PAGE_SIZE = 1000  # captures a page of results (page=, showNumPages)
 _TEXT_FIELDS = CDX_FIELDS[:9]  # the 9-field CDX line, which pywb parses back
-# A redirect chain's later responses come after its start; none takes this long.
-_CHAIN_SPAN = timedelta(hours=1)
 
 Capture = tuple[dict[str, str], datetime]  # the fields, and the moment for closest
-
-
-def _capture(response: Response, url: str, key: str, source: str) -> Capture:
-    moment = response.timestamp.astimezone(UTC).replace(microsecond=0)  # CDX counts whole seconds
-    mime = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    data = response.data
-    fields = {
-        "urlkey": key,
-        "timestamp": moment.strftime("%Y%m%d%H%M%S"),
-        "url": url,
-        "mime": mime or "unk",
-        "status": str(response.status_code),
-        "digest": "-" if data is None else sha1_text(payload_sha1(data)).removeprefix("sha1:"),
-        "source": source,
-        "source_type": "web-index",
-    }
-    return fields, moment
 
 
 def capture_moment(timestamp: str) -> datetime:
@@ -94,44 +73,31 @@ def key_range(query: CdxQuery) -> tuple[str, Callable[[str], bool]]:
     Matching is on the SURT key, as in pywb: it drops the scheme and a
     leading ``www.``, so ``example.com/`` finds ``https://www.example.com/`` too.
     """
-    key = surt.surt(query.url)
+    prefixes = _prefixes(query)
     if query.match_type == "exact":
+        key = prefixes[0][:-1]  # without the space that ends a key in a line
         return key, lambda k: k == key
-    if query.match_type == "prefix":
-        return key, lambda k: k.startswith(key)
-    host = key.split(")", 1)[0]
-    if query.match_type == "host":
-        return host + ")", lambda k: k.startswith(host + ")")
-    return host, lambda k: k.startswith((host + ")", host + ","))
+    return min(prefixes), lambda k: k.startswith(prefixes)
 
 
-def _scans(query: CdxQuery) -> tuple[list[tuple[str | None, str | None]], Callable[[str], bool]]:
-    """The scans (``url_prefix``, ``domain``) of the store that hold what
-    ``query`` asks for, and the test a capture's ``urlkey`` must pass. The
-    store keys URLs with their scheme and ``www.``, so an exact or prefix query
-    scans each of the four forms; a host or domain query scans the partition."""
-    _, wanted = key_range(query)
-    if query.match_type in ("exact", "prefix"):
-        return _forms(query.url), wanted
-    return [(None, host_of(query.url))], wanted
-
-
-def _forms(url: str) -> list[tuple[str | None, str | None]]:
-    parts = urlsplit(url_key(url))
-    host = parts.netloc.removeprefix("www.")
-    rest = urlunsplit(("", "", parts.path, parts.query, ""))
-    try:  # an address has no "www." form
-        ipaddress.ip_address(parts.hostname or "")
-        hosts = [host]
-    except ValueError:
-        hosts = [host, "www." + host]
-    return [(f"{scheme}://{h}{rest}", None) for scheme in ("http", "https") for h in hosts]
+def _prefixes(query: CdxQuery) -> tuple[str, ...]:
+    try:
+        return surt_prefixes(query.url, query.match_type)
+    except InvalidRecordError as exc:
+        raise InvalidRecordError("url", exc.problem) from None
 
 
 def find_captures(index: WebIndex, query: CdxQuery, *, source: str) -> list[Capture]:
-    """Every capture ``query`` asks for, in its order, up to its ``limit``."""
-    found = [m.capture for m in _matching(index, query, source)]
-    return ordered(found, query)
+    """Every capture ``query`` asks for, in its order, up to its ``limit``.
+
+    In key order (no ``closest``, not ``reverse``) the store's captures come
+    sorted already: they are read only until the limit is reached."""
+    found: Iterator[Capture] = (capture for capture, _ in _matching(index, query, source))
+    if query.closest is None and not query.reverse:
+        if query.collapse is not None:
+            found = _collapsed(found, *query.collapse)
+        return list(itertools.islice(found, query.limit))
+    return ordered(list(found), query)
 
 
 class Memento(NamedTuple):
@@ -150,12 +116,15 @@ def closest_capture(index: WebIndex, query: CdxQuery, *, source: str) -> Memento
     response; ``None`` if there is none. Of equally close ones, the first in
     ``find_captures``'s order."""
     when = query.closest or datetime.now(UTC)
-    best: tuple[tuple[float, str, str], Memento] | None = None
-    for memento in _matching(index, query, source):
-        rank = _nearness(memento.capture, when)
-        if best is None or rank < best[0]:
-            best = (rank, memento)
-    return None if best is None else best[1]
+    ranked = sorted(_matching(index, query, source), key=lambda found: _nearness(found[0], when))
+    for capture, where in ranked:
+        key = PageKey(
+            url=where.page, timestamp=from_us(where.attempt_us), request_id=where.request_id, type=query.type
+        )
+        page = index.query([key])[0]
+        if isinstance(page, Page) and where.position < len(page.responses):
+            return Memento(page.responses[where.position], capture, where.request_id, where.position)
+    return None
 
 
 def closest_memento(
@@ -167,48 +136,42 @@ def closest_memento(
     return None if found is None else (found.response, found.capture)
 
 
-def _matching(index: WebIndex, query: CdxQuery, source: str) -> Iterator[Memento]:
-    try:
-        scans, wanted = _scans(query)
-    except InvalidRecordError as exc:
-        raise InvalidRecordError("url", exc.problem) from None
-    found = False
-    for url_prefix, domain in scans:
-        for hit in _scan(index, query, source, url_prefix, domain, wanted):
-            found = True
-            yield hit
-    if not found and query.match_type in ("exact", "prefix"):
-        # Not the start of any attempt: perhaps a later response of a redirect
-        # chain, stored under the URL that was asked for first. The partition holds it.
-        yield from _scan(index, query, source, None, host_of(query.url), wanted)
+class _Where(msgspec.Struct, frozen=True):
+    """A capture line's JSON: its CDX fields, and where its response is."""
+
+    url: str
+    mime: str
+    status: str
+    digest: str
+    request_id: str
+    position: int
+    page: str
+    attempt_us: int
 
 
-def _scan(
-    index: WebIndex,
-    query: CdxQuery,
-    source: str,
-    url_prefix: str | None,
-    domain: str | None,
-    wanted: Callable[[str], bool],
-) -> Iterator[Memento]:
+_where = msgspec.json.Decoder(_Where).decode
+
+
+def _matching(index: WebIndex, query: CdxQuery, source: str) -> Iterator[tuple[Capture, _Where]]:
+    """The store's captures ``query`` matches (its key, dates and filters), in key order."""
+    _prefixes(query)  # a bad URL is a bad parameter
     start, end = _moment(query.start), _moment(query.end)
-    pages = index.scan(
-        query.type,
-        url_prefix=url_prefix,
-        domain=domain,
-        start=None if start is None else start - _CHAIN_SPAN,
-        end=None if end is None else end + timedelta(seconds=1),  # its fractions of a second too
-    )
-    for page in pages:
-        assert isinstance(page, Page)
-        for position, response in enumerate(page.responses):
-            url = target_uri(response.request_url)
-            key = surt.surt(url)
-            if not wanted(key):
-                continue
-            fields, moment = _capture(response, url, key, source)
-            if wanted_fields(query, fields):
-                yield Memento(response, (fields, moment), page.request_id, position)
+    lines = index.captures(query.url, match=query.match_type, type=query.type, start=start, end=end)
+    for line in lines:
+        key, stamp, rest = line.split(" ", 2)
+        where = _where(rest)
+        fields = {
+            "urlkey": key,
+            "timestamp": stamp,
+            "url": where.url,
+            "mime": where.mime,
+            "status": where.status,
+            "digest": where.digest,
+            "source": source,
+            "source_type": "web-index",
+        }
+        if wanted_fields(query, fields):
+            yield (fields, capture_moment(stamp)), where
 
 
 def wanted_fields(query: CdxQuery, fields: dict[str, str]) -> bool:
@@ -237,19 +200,17 @@ def ordered(found: list[Capture], query: CdxQuery) -> list[Capture]:
     else:
         found.sort(key=lambda c: (c[0]["urlkey"], c[0]["timestamp"]), reverse=query.reverse)
     if query.collapse is not None:
-        found = _collapsed(found, *query.collapse)
+        found = list(_collapsed(found, *query.collapse))
     return found[: query.limit]
 
 
-def _collapsed(found: list[Capture], field: str, width: int | None) -> list[Capture]:
-    kept: list[Capture] = []
+def _collapsed(found: Iterable[Capture], field: str, width: int | None) -> Iterator[Capture]:
     last: str | None = None
     for capture in found:
         value = capture[0].get(field, "-")[:width]
         if value != last:
-            kept.append(capture)
+            yield capture
             last = value
-    return kept
 
 
 def _nearness(capture: Capture, target: datetime) -> tuple[float, str, str]:

@@ -32,7 +32,6 @@ import surt
 from fastwarc.warc import WarcRecord, WarcRecordType
 
 from web_index._version import __version__
-from web_index.archive._http import target_uri
 from web_index.archive._warc_write import (
     capture_ident,
     new_record,
@@ -45,6 +44,8 @@ from web_index.archive._warc_write import (
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.models import Page, RecordType, Response, sha1_text
+from web_index.storage import capture_mime
+from web_index.urls import target_uri
 
 __all__ = ["ExportReport", "export_warcs"]
 
@@ -128,10 +129,9 @@ class _Writer:
                 self.written[sha1] = (target, when)
             self.report.responses += 1
         offset, length = self._write(record)
-        mime = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         fields = {
             "url": target,
-            "mime": "warc/revisit" if revisit else (mime or "unk"),
+            "mime": "warc/revisit" if revisit else capture_mime(response.headers),
             "status": str(response.status_code),
             "digest": sha1_text(sha1).removeprefix("sha1:") if sha1 is not None else "-",
             "length": str(length),

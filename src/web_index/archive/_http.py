@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 
 from web_index.errors import InvalidRecordError
 from web_index.fetch import BoundedDecoder, DecompressionBombError
-from web_index.urls import url_key
 
 __all__ = [
     "HOP_BY_HOP",
@@ -28,7 +27,6 @@ __all__ = [
     "restore_headers",
     "status_line",
     "store_body",
-    "target_uri",
     "wire_headers",
 ]
 
@@ -183,13 +181,3 @@ def status_line(status: int) -> str:
     except ValueError:
         phrase = ""
     return f"HTTP/1.1 {status} {phrase}".rstrip()
-
-
-def target_uri(url: str) -> str:
-    """``url`` as a WARC-Target-URI and a CDX ``url`` must be (pywb's index wants
-    it so): ASCII, without spaces. A URL that is not (an IRI, a space in a path)
-    is written in its normal form, which percent-encodes them as UTF-8 (``url_key``)."""
-    return url if _URI.fullmatch(url) else url_key(url)
-
-
-_URI = re.compile(r"[!#-;=?-\[\]_a-z~]+")  # printable ASCII but space " < > \ ^ ` { | }

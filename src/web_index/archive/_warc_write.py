@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 
 from fastwarc.warc import WarcRecord, WarcRecordType
 
-from web_index.archive._http import status_line, target_uri, wire_headers
+from web_index.archive._http import status_line, wire_headers
 from web_index.models import Response, payload_sha1, sha1_text
+from web_index.urls import target_uri
 
 __all__ = [
     "capture_ident",

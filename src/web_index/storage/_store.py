@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 from web_index._retry import retrying
 from web_index.errors import ConflictError, StoreError
 from web_index.models import STORED_END, STORED_START, AttemptRows, RecordType
+from web_index.storage._capture_index import CaptureIndexes
+from web_index.storage._capture_index_build import build_capture_index, ensure_capture_indexes
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._files import (
     WriteOptions,
@@ -125,6 +127,7 @@ class Store:
         self._last_age_check = -float("inf")
         # Month listings, reused while the backend says the folder is unchanged.
         self._listings: dict[str, tuple[object, dict[str, list[StoredFile]]]] = {}
+        self.capture_indexes = CaptureIndexes(backend)
 
     def close(self) -> None:
         self.buffer.close()
@@ -282,7 +285,8 @@ class Store:
         partitions (type, month, domain) changed.
 
         Then bring the month key index of every month touched (all months when
-        ``partitions`` is ``None``) up to date.
+        ``partitions`` is ``None``) up to date, and write the capture index of
+        every compacted file in them that has none.
         """
         self.backend.remove_orphans()
         done = 0
@@ -301,6 +305,7 @@ class Store:
                 on_progress(n, total)
         for n, (type, year, month) in enumerate(sorted(months), start=len(targets) + 1):
             build_month_index(self.backend, type, year, month)
+            ensure_capture_indexes(self.backend, type, year, month, self.month_files(type, year, month))
             if on_progress is not None:
                 on_progress(n, total)
         return done
@@ -327,10 +332,13 @@ class Store:
                 # into a part this compaction has already absorbed.
                 for flush_id in self.buffer.claims(mp):
                     self._write_claim(mp, flush_id)
-            return sum(
-                self._compact_type(Partition(type, mp.year, mp.month, mp.domain), min_parts)
-                for type in (mp.method, mp.method.metadata)
-            )
+            changed = 0
+            for type in (mp.method, mp.method.metadata):
+                partition = Partition(type, mp.year, mp.month, mp.domain)
+                if self._compact_type(partition, min_parts):
+                    changed += 1
+                    build_capture_index(self.backend, partition, self.partition_files(partition))
+            return changed
 
     def open_visible(self, partition: Partition, files: list[StoredFile] | None = None) -> _Visible:
         """Open the visible files of a partition: its files as listed (``files``,

@@ -1,0 +1,244 @@
+"""The capture index: a partition's captures in SURT order, read by bisection.
+
+A CDX query asks by SURT key (``com,example)/a``), and the store's files are
+sorted by URL key (``https://www.example.com/a``): without an index, a prefix
+query reads the whole partition and sorts what matches. Compaction therefore
+writes, beside each compacted ``get`` and ``head`` file, its captures as a
+sorted CDXJ file (one line a response, ``_capture_lines``)::
+
+    _captures/<type>/<yyyy>/<mm>/<domain>.<tag>.cdxj
+
+``tag`` names the version of the compacted file it was made from, so a reader
+finds the index of the file it listed by name, and a compacted file rewritten
+since has no index until compaction writes it (a stale index is never read).
+The first line, ``!meta {...}``, holds the format, the file covered, the
+parts that file absorbed (the reader reads the partition's other parts
+itself), the CRC-32 of the lines (checked once per process when the index is
+opened) and the offset of every 64th line, which a lookup bisects before it
+walks at most 64 lines: pywb's bisection of a CDXJ file, without its
+``readline`` per step. Lines are mapped from the local file (an object
+store's index is copied to a local cache folder once: it never changes).
+
+Derived data, as the month index: a missing or damaged index costs speed (the
+partition is read instead), never an answer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import mmap
+import os
+import re
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+
+from web_index.errors import CorruptFileError
+from web_index.storage._layout import Partition, StoredFile
+from web_index.storage.backends import Backend, LocalBackend
+
+__all__ = [
+    "CAPTURES_DIR",
+    "CaptureIndex",
+    "CaptureIndexes",
+    "capture_index_path",
+    "index_names",
+    "write_capture_index",
+]
+
+log = logging.getLogger("web_index.storage")
+
+CAPTURES_DIR = "_captures"
+FORMAT = 1
+_SAMPLE = 64  # lines between two bisection points
+_META = b"!meta "
+_TAIL = re.compile(r"\.[0-9a-f]{16}\.cdxj")
+_TAIL_LEN = 22
+_OPEN_MAX = 512  # indexes kept open (mapped) by a store
+
+
+class _Meta(msgspec.Struct, frozen=True):
+    format: int
+    covers: str  # the compacted file's name
+    size: int
+    version: str
+    superseded: frozenset[str]
+    lines: int
+    crc32: int
+    samples: list[int]  # offsets of every _SAMPLE-th line, from the first line
+
+
+_decode_meta = msgspec.json.Decoder(_Meta).decode
+
+
+def _tag(version: str) -> str:
+    return hashlib.blake2b(version.encode(), digest_size=8).hexdigest()
+
+
+def capture_index_path(partition: Partition, covered: StoredFile) -> str:
+    """Where the capture index of ``covered`` (a compacted file) lives."""
+    p = partition
+    return f"{CAPTURES_DIR}/{p.folder}/{p.domain}.{_tag(covered.version)}.cdxj"
+
+
+def write_capture_index(
+    backend: Backend,
+    partition: Partition,
+    covered: StoredFile,
+    superseded: frozenset[str],
+    lines: list[bytes],
+) -> str:
+    """Write ``lines`` (sorted, unique) as the capture index of ``covered``;
+    remove the partition's older indexes. Return the index's path."""
+    body = b"".join(line + b"\n" for line in lines)
+    samples: list[int] = []
+    offset = 0
+    for n, line in enumerate(lines):
+        if n % _SAMPLE == 0:
+            samples.append(offset)
+        offset += len(line) + 1
+    meta = _Meta(
+        FORMAT,
+        covered.path.rsplit("/", 1)[-1],
+        covered.size,
+        covered.version,
+        superseded,
+        len(lines),
+        zlib.crc32(body),
+        samples,
+    )
+    path = capture_index_path(partition, covered)
+    backend.write_bytes(path, _META + msgspec.json.encode(meta) + b"\n" + body)
+    folder = path.rsplit("/", 1)[0]
+    for name in index_names(backend, folder, partition.domain):
+        if f"{folder}/{name}" != path:
+            backend.delete(f"{folder}/{name}")
+    return path
+
+
+def index_names(backend: Backend, folder: str, domain: str | None = None) -> list[str]:
+    """The names of the capture indexes in ``folder`` (of one domain's partition, if given)."""
+    names = []
+    for info in backend.list_files(folder, "" if domain is None else f"{domain}."):
+        cut = len(info.name) - _TAIL_LEN
+        if cut > 0 and _TAIL.fullmatch(info.name, cut) and domain in (None, info.name[:cut]):
+            names.append(info.name)
+    return names
+
+
+class CaptureIndex:
+    """An opened capture index: its coverage, and its lines by SURT prefix."""
+
+    def __init__(self, path: str, data: mmap.mmap | bytes) -> None:
+        end = data.find(b"\n")
+        if data[: len(_META)] != _META or end < 0:
+            raise CorruptFileError(path, "not a capture index (no !meta line)")
+        try:
+            meta = _decode_meta(data[len(_META) : end])
+        except msgspec.ValidationError as exc:
+            raise CorruptFileError(path, f"unreadable !meta line: {exc}") from None
+        if meta.format != FORMAT:
+            raise CorruptFileError(path, f"capture index format {meta.format}, this version reads {FORMAT}")
+        self._start = end + 1
+        if zlib.crc32(memoryview(data)[self._start :]) != meta.crc32:
+            raise CorruptFileError(path, "capture index damaged (CRC-32 of its lines differs)")
+        self.path = path
+        self.meta = meta
+        self._data = data
+        self._samples = [self._start + s for s in meta.samples]
+
+    def covers(self, file: StoredFile) -> bool:
+        return (file.path.rsplit("/", 1)[-1], file.size, file.version) == (
+            self.meta.covers,
+            self.meta.size,
+            self.meta.version,
+        )
+
+    def lines(self, prefixes: tuple[bytes, ...]) -> Iterator[bytes]:
+        """The lines starting with one of ``prefixes``, in order."""
+        data = self._data
+        lo, hi = min(prefixes), max(prefixes)
+        n = len(hi)
+        pos = self._lower_bound(lo)
+        size = len(data)
+        while pos < size:
+            eol = data.find(b"\n", pos)
+            line = data[pos:eol]
+            if line[:n] > hi:
+                return
+            if line.startswith(prefixes):
+                yield line
+            pos = eol + 1
+
+    def _lower_bound(self, key: bytes) -> int:
+        """The offset of the first line not below ``key``."""
+        data, k = self._data, len(key)
+        # A line shorter than the key compares with its newline, which sorts below every key byte.
+        i = bisect.bisect_left(self._samples, key, key=lambda at: data[at : at + k])
+        pos = self._samples[i - 1] if i else self._start
+        size = len(data)
+        while pos < size and data[pos : pos + k] < key:
+            pos = data.find(b"\n", pos) + 1
+        return pos
+
+
+class CaptureIndexes:
+    """The capture indexes a store has opened, by path (a path names one
+    version of one file, so an opened index is never stale); thread-safe."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._opened: OrderedDict[str, CaptureIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, partition: Partition, covered: StoredFile) -> CaptureIndex | None:
+        """The index of ``covered``, or ``None`` if it has none (or a damaged one)."""
+        path = capture_index_path(partition, covered)
+        with self._lock:
+            found = self._opened.get(path)
+            if found is not None:
+                self._opened.move_to_end(path)
+                return found
+        try:
+            found = CaptureIndex(path, self._map(path))
+        except FileNotFoundError:
+            return None
+        except CorruptFileError as exc:
+            log.warning("%s; reading %s without it (compact rewrites it)", exc, partition)
+            return None
+        if not found.covers(covered):
+            log.warning("%s does not describe %s; reading it without", path, covered.path)
+            return None
+        with self._lock:
+            self._opened[path] = found
+            while len(self._opened) > _OPEN_MAX:
+                self._opened.popitem(last=False)
+        return found
+
+    def _map(self, path: str) -> mmap.mmap | bytes:
+        backend = self._backend
+        if isinstance(backend, LocalBackend):
+            local = backend.file_path(path)
+        else:
+            # An object store's index is copied once: the name says which
+            # version of the covered file it describes, so it never changes.
+            folder = backend.local_folder(CAPTURES_DIR)
+            local = folder / hashlib.sha256(path.encode()).hexdigest()
+            if not local.exists():
+                tmp = local.parent / f"{local.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+                backend.copy_out(path, tmp)
+                tmp.replace(local)
+        return _mapped(local)
+
+
+def _mapped(local: Path) -> mmap.mmap | bytes:
+    with local.open("rb") as fh:
+        if not fh.seek(0, 2):
+            return b""  # an empty file cannot be mapped; CaptureIndex refuses it
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)

@@ -1,0 +1,116 @@
+"""A capture as one CDXJ line: what the capture index holds and a CDX query reads.
+
+Each response of a chain is a capture of its own URL (as the WARC export
+writes each as a record), so one stored row is one line::
+
+    com,example)/a 20240501120000 {"url":"https://example.com/a","mime":"text/html",...}
+
+the SURT key, the response's time in 14 digits, and a JSON object: pywb's
+``url``, ``mime``, ``status`` and ``digest`` (the payload's SHA-1 in base32,
+``-`` for a HEAD response), then where the response is in the store:
+``request_id`` and ``position`` (its place in the chain), ``page`` (the
+attempt's URL key) and ``attempt_us`` (its start), which make the
+:class:`~web_index.models.PageKey` that loads it.
+
+Lines sort as bytes in (key, time) order because neither a SURT key nor a
+timestamp holds a byte at or below the space that separates them (a key is
+made from a target URI, which is printable ASCII without spaces). A line is a
+function of the row alone, so the same capture read twice (from a file and
+from the buffer, during a flush) is the same line, and merging drops it.
+"""
+
+from __future__ import annotations
+
+import time
+from base64 import b32encode
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from web_index.models import RecordType, payload_sha1
+from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
+from web_index.urls import surt_key, target_uri
+
+__all__ = ["CAPTURE_COLUMNS", "capture_lines", "capture_mime", "file_capture_lines"]
+
+# The columns a line is made of (``get`` tables also give payload_sha1).
+CAPTURE_COLUMNS = [
+    "url_key",
+    "attempt_timestamp",
+    "request_id",
+    "chain_index",
+    "request_url",
+    "status_code",
+    "headers",
+    "timestamp",
+]
+_ENCODE = msgspec.json.Encoder().encode
+_HEADERS = msgspec.json.Decoder(dict[str, str]).decode
+
+
+class _Fields(msgspec.Struct, array_like=False):
+    url: str
+    mime: str
+    status: str
+    digest: str
+    request_id: str
+    position: int
+    page: str
+    attempt_us: int
+
+
+def capture_mime(headers: Mapping[str, str]) -> str:
+    """A response's CDX ``mime``: its Content-Type's media type, lower-case and
+    without spaces (a CDX text line is split on them); ``unk`` without one."""
+    for name, value in headers.items():
+        if name.lower() == "content-type":
+            mime = "".join(value.split(";", 1)[0].split()).lower()
+            return mime or "unk"
+    return "unk"
+
+
+def capture_lines(type: RecordType, table: pa.Table) -> list[bytes]:
+    """One line for each row of ``table`` (a ``get`` or ``head`` table with
+    :data:`CAPTURE_COLUMNS`, and ``payload_sha1`` for ``get``), in row order."""
+    columns: dict[str, list[Any]] = {}
+    for name in CAPTURE_COLUMNS:
+        column = table.column(name)
+        if pa.types.is_timestamp(column.type):
+            column = column.cast(pa.int64())
+        columns[name] = column.to_pylist()
+    sha1s: list[Any] | None = table.column("payload_sha1").to_pylist() if type is RecordType.GET else None
+    lines: list[bytes] = []
+    for i, request_url in enumerate(columns["request_url"]):
+        url = target_uri(request_url)
+        seconds = columns["timestamp"][i] // 1_000_000
+        stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(seconds))
+        fields = _Fields(
+            url=url,
+            mime=capture_mime(_HEADERS(columns["headers"][i])),
+            status=str(columns["status_code"][i]),
+            digest="-" if sha1s is None else b32encode(sha1s[i]).decode(),
+            request_id=columns["request_id"][i],
+            position=columns["chain_index"][i],
+            page=columns["url_key"][i],
+            attempt_us=columns["attempt_timestamp"][i],
+        )
+        lines.append(f"{surt_key(url)} {stamp} ".encode() + _ENCODE(fields))
+    return lines
+
+
+def file_capture_lines(type: RecordType, handle: pq.ParquetFile) -> Iterator[list[bytes]]:
+    """The lines of a store file, a row group at a time, bodies unread (a file
+    written before payload digests were stored has its SHA-1s computed from them)."""
+    digests = DIGEST_COLUMNS[0] in handle.schema_arrow.names
+    columns = list(CAPTURE_COLUMNS)
+    if type is RecordType.GET:
+        columns.append(DIGEST_COLUMNS[0] if digests else BODY_COLUMN)
+    for g in range(handle.metadata.num_row_groups):
+        table = handle.read_row_group(g, columns=columns, use_threads=False)
+        if type is RecordType.GET and not digests:
+            sha1s = [payload_sha1(body or b"") for body in table.column(BODY_COLUMN).to_pylist()]
+            table = table.append_column(DIGEST_COLUMNS[0], pa.array(sha1s, type=pa.binary(20)))
+        yield capture_lines(type, table)

@@ -1,0 +1,131 @@
+"""Finding captures by SURT prefix: what a CDX query reads.
+
+Month by month, one registrable domain's partition gives its lines from its
+capture index (bisected, ``_capture_index``), the lines of the part files that
+index does not cover and of buffered rows (few: they are made and sorted on
+the spot), or, with no usable index, the lines of all its visible files. The
+months' sorted streams are merged, as pywb merges its CDXJ files, so a
+caller that wants the first lines stops reading after them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from web_index._retry import retrying
+from web_index.models import RecordType, month_bounds
+from web_index.storage._capture_lines import capture_lines, file_capture_lines
+from web_index.storage._files import rows_to_table
+from web_index.storage._layout import Partition
+from web_index.storage._store import Store
+
+__all__ = ["find_capture_lines"]
+
+_TRIES = 8
+# No redirect chain takes longer: its last response comes within this of its start.
+_CHAIN_SPAN_US = 3600 * 1_000_000
+
+
+def find_capture_lines(
+    store: Store,
+    type: RecordType,
+    domain: str,
+    prefixes: tuple[bytes, ...],
+    *,
+    start_us: int | None = None,
+    end_us: int | None = None,
+) -> Iterator[bytes]:
+    """The capture lines (``_capture_lines``) of ``type`` (``get`` or ``head``)
+    in ``domain``'s partitions that start with one of ``prefixes`` and were
+    captured from ``start_us`` to ``end_us`` (whole seconds, inclusive), in
+    byte order, each once, buffered captures included."""
+    if type.is_metadata:
+        raise ValueError(f"{type.value} records are not captures")
+    buffered = _buffered(store, type, domain)
+    months = set(store.months(type)) | set(buffered)
+    streams: list[Iterator[bytes]] = []
+    for year, month in sorted(months):
+        lo, hi = month_bounds(year, month)
+        # A month holds attempts begun in it: their responses come up to a chain's span later.
+        if (start_us is None or hi + _CHAIN_SPAN_US > start_us) and (end_us is None or lo <= end_us):
+            partition = Partition(type, year, month, domain)
+            streams.append(_partition_lines(store, partition, buffered.get((year, month), []), prefixes))
+    first = b"00000000000000" if start_us is None else _stamp(start_us)
+    last = b"99999999999999" if end_us is None else _stamp(end_us)
+    previous = None
+    for line in heapq.merge(*streams):
+        if line != previous:
+            previous = line
+            at = line.index(b" ") + 1
+            if first <= line[at : at + 14] <= last:
+                yield line
+
+
+def _stamp(us: int) -> bytes:
+    return time.strftime("%Y%m%d%H%M%S", time.gmtime(us // 1_000_000)).encode()
+
+
+def _buffered(store: Store, type: RecordType, domain: str) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    rows: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    method = type.method
+    if any(mp.method is method and mp.domain == domain for mp in store.buffer.partitions()):
+        for mp, _claim, attempt in store.buffer.iter_all():
+            if mp.method is method and mp.domain == domain:
+                rows[(mp.year, mp.month)].extend(attempt.responses)
+    return rows
+
+
+def _partition_lines(
+    store: Store, partition: Partition, rows: list[dict[str, Any]], prefixes: tuple[bytes, ...]
+) -> Iterator[bytes]:
+    p = partition
+    listed = [store.month_files(p.type, p.year, p.month).get(p.domain, [])]
+
+    def read() -> tuple[Iterator[bytes], list[bytes]]:
+        files = listed[0]
+        compacted = next((f for f in files if f.part is None), None)
+        index = None if compacted is None else store.capture_indexes.get(partition, compacted)
+        try:
+            if index is None:
+                _, opened, _ = store.open_visible(partition, files)
+                handles = [handle for _, handle in opened]
+                return iter(()), _lines(p.type, handles, prefixes)
+            absorbed = index.meta.superseded
+            parts = [f for f in files if f.part is not None and f.part not in absorbed]
+            handles = [store.backend.open_parquet(f.path) for f in parts]
+            return index.lines(prefixes), _lines(p.type, handles, prefixes)
+        except FileNotFoundError:  # a compaction committed since the listing
+            listed[0] = store.partition_files(partition)
+            raise
+
+    try:  # tenacity's wrapper costs a lookup more than the bisection: only once it is needed
+        indexed, extra = read()
+    except FileNotFoundError:
+        indexed, extra = retrying(
+            read,
+            tries=_TRIES,
+            on=(FileNotFoundError,),
+            gave_up=f"partition {p} kept changing while it was read",
+        )
+    if rows:
+        table = rows_to_table(p.type, rows)
+        extra += [line for line in capture_lines(p.type, table) if line.startswith(prefixes)]
+    extra.sort()
+    return heapq.merge(indexed, extra)
+
+
+def _lines(type: RecordType, handles: Sequence[pq.ParquetFile], prefixes: tuple[bytes, ...]) -> list[bytes]:
+    """The lines of these files starting with one of ``prefixes`` (unsorted)."""
+    return [
+        line
+        for handle in handles
+        for lines in file_capture_lines(type, handle)
+        for line in lines
+        if line.startswith(prefixes)
+    ]
