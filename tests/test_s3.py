@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import timedelta
@@ -164,3 +165,27 @@ def store_partition(mp: object) -> object:
     from web_index.storage import Partition
 
     return Partition(mp.method, mp.year, mp.month, mp.domain)  # type: ignore[attr-defined]
+
+
+def test_captures_from_an_object_store_match_local(seaweed: SeaweedFS, tmp_path: object) -> None:
+    # The capture index is written to the bucket and read from a local copy.
+    loc = seaweed.new_store()
+    with WebIndex(loc) as s3, WebIndex(str(tmp_path) + "/local") as local:
+        for index in (s3, local):
+            fill(index, 30)
+            index.flush()
+            index.compact()
+        assert any(f.name.endswith(".cdxj") for f in S3Backend(loc).list_files("_captures/get/2024/08"))
+        for match in ("exact", "prefix", "host", "domain"):
+            # The stores' request ids differ: the rest of each line must not.
+            found, expected = (
+                [_cdx_part(line) for line in index.captures("https://h1.example.com/p1", match=match)]
+                for index in (s3, local)
+            )
+            assert found and found == expected
+
+
+def _cdx_part(line: str) -> tuple[str, ...]:
+    key, stamp, rest = line.split(" ", 2)
+    fields = json.loads(rest)
+    return (key, stamp, *(str(fields[k]) for k in ("url", "mime", "status", "digest", "position")))

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import msgspec
 
 from web_index.archive._cdx_query import CDX_FIELDS, CdxQuery
-from web_index.errors import InvalidRecordError
+from web_index.errors import InvalidRecordError, InvalidURLError
 from web_index.index import WebIndex
 from web_index.models import Page, PageKey, Response, from_us
 from web_index.urls import surt_prefixes
@@ -154,9 +154,11 @@ _where = msgspec.json.Decoder(_Where).decode
 
 def _matching(index: WebIndex, query: CdxQuery, source: str) -> Iterator[tuple[Capture, _Where]]:
     """The store's captures ``query`` matches (its key, dates and filters), in key order."""
-    _prefixes(query)  # a bad URL is a bad parameter
     start, end = _moment(query.start), _moment(query.end)
-    lines = index.captures(query.url, match=query.match_type, type=query.type, start=start, end=end)
+    try:
+        lines = index.captures(query.url, match=query.match_type, type=query.type, start=start, end=end)
+    except InvalidURLError as exc:
+        raise InvalidRecordError("url", exc.problem) from None
     for line in lines:
         key, stamp, rest = line.split(" ", 2)
         where = _where(rest)

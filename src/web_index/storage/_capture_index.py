@@ -33,7 +33,6 @@ import os
 import re
 import threading
 import zlib
-from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,7 +59,10 @@ _SAMPLE = 64  # lines between two bisection points
 _META = b"!meta "
 _TAIL = re.compile(r"\.[0-9a-f]{16}\.cdxj")
 _TAIL_LEN = 22
-_OPEN_MAX = 512  # indexes kept open (mapped) by a store
+_MAP_MIN = 1 << 20  # an index this large is mapped, a smaller one read
+_OPEN_MAX = 16_384  # indexes a store keeps open,
+_MAPS_MAX = 256  # of them mapped (each mapping holds a file descriptor),
+_HELD_MAX = 256 << 20  # and bytes of the smaller ones held in memory
 
 
 class _Meta(msgspec.Struct, frozen=True):
@@ -150,6 +152,7 @@ class CaptureIndex:
             raise CorruptFileError(path, "capture index damaged (CRC-32 of its lines differs)")
         self.path = path
         self.meta = meta
+        self.held = len(data) if isinstance(data, bytes) else 0
         self._data = data
         self._samples = [self._start + s for s in meta.samples]
 
@@ -194,17 +197,17 @@ class CaptureIndexes:
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
-        self._opened: OrderedDict[str, CaptureIndex] = OrderedDict()
+        self._opened: dict[str, CaptureIndex] = {}
+        self._held = 0  # bytes of the small indexes read into memory
+        self._maps = 0  # mapped indexes
         self._lock = threading.Lock()
 
     def get(self, partition: Partition, covered: StoredFile) -> CaptureIndex | None:
         """The index of ``covered``, or ``None`` if it has none (or a damaged one)."""
         path = capture_index_path(partition, covered)
-        with self._lock:
-            found = self._opened.get(path)
-            if found is not None:
-                self._opened.move_to_end(path)
-                return found
+        found = self._opened.get(path)  # no lock to read: under the load of many threads it convoyed
+        if found is not None:
+            return found
         try:
             found = CaptureIndex(path, self._map(path))
         except FileNotFoundError:
@@ -217,8 +220,13 @@ class CaptureIndexes:
             return None
         with self._lock:
             self._opened[path] = found
-            while len(self._opened) > _OPEN_MAX:
-                self._opened.popitem(last=False)
+            self._held += found.held
+            self._maps += not found.held
+            # Oldest opened first out: cheaper than an LRU's bookkeeping on every hit.
+            while self._held > _HELD_MAX or self._maps > _MAPS_MAX or len(self._opened) > _OPEN_MAX:
+                gone = self._opened.pop(next(iter(self._opened)))
+                self._held -= gone.held
+                self._maps -= not gone.held
         return found
 
     def _map(self, path: str) -> mmap.mmap | bytes:
@@ -239,6 +247,8 @@ class CaptureIndexes:
 
 def _mapped(local: Path) -> mmap.mmap | bytes:
     with local.open("rb") as fh:
-        if not fh.seek(0, 2):
-            return b""  # an empty file cannot be mapped; CaptureIndex refuses it
+        size = fh.seek(0, 2)
+        if size < _MAP_MIN:  # read: a mapping holds a file descriptor, and most indexes are small
+            fh.seek(0)
+            return fh.read()
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)

@@ -20,6 +20,7 @@ from web_index.storage.backends.base import FileInfo, new_spool, remove_dead_spo
 __all__ = ["LocalBackend"]
 
 _RACY_NS = 2_000_000_000
+_PATHS_KEPT = 65_536
 _MAP_BYTES = 64 << 20  # files up to this size are memory-mapped for reading
 
 
@@ -28,6 +29,7 @@ class LocalBackend:
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
+        self._paths: dict[str, Path] = {}  # checked once: a lookup reaches the same folders again and again
 
     remote = False  # a folder of this machine
 
@@ -36,8 +38,13 @@ class LocalBackend:
         return self.root.as_uri()
 
     def _path(self, rel: str) -> Path:
-        norm = store_path(rel)
-        return self.root if norm == "." else self.root / norm
+        found = self._paths.get(rel)
+        if found is None:
+            norm = store_path(rel)
+            found = self.root if norm == "." else self.root / norm
+            if len(self._paths) < _PATHS_KEPT:
+                self._paths[rel] = found
+        return found
 
     def file_path(self, rel: str) -> Path:
         """The filesystem path of a store path (checked to stay inside the store)."""
