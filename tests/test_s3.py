@@ -167,12 +167,14 @@ def store_partition(mp: object) -> object:
     return Partition(mp.method, mp.year, mp.month, mp.domain)  # type: ignore[attr-defined]
 
 
-def test_captures_from_an_object_store_match_local(seaweed: SeaweedFS, tmp_path: object) -> None:
+def test_captures_from_an_object_store_match_local(
+    seaweed: SeaweedFS, tmp_path: object, caplog: pytest.LogCaptureFixture
+) -> None:
     # The capture index is written to the bucket and read from a local copy.
     loc = seaweed.new_store()
     with WebIndex(loc) as s3, WebIndex(str(tmp_path) + "/local") as local:
         for index in (s3, local):
-            fill(index, 30)
+            fill(index, 40)  # over August and September: two indexes
             index.flush()
             index.compact()
         assert any(f.name.endswith(".cdxj") for f in S3Backend(loc).list_files("_captures/get/2024/08"))
@@ -183,6 +185,7 @@ def test_captures_from_an_object_store_match_local(seaweed: SeaweedFS, tmp_path:
                 for index in (s3, local)
             )
             assert found and found == expected
+    assert "capture" not in caplog.text  # read from the indexes, none refused
 
 
 def _cdx_part(line: str) -> tuple[str, ...]:
