@@ -601,7 +601,10 @@ def py_spy(
 
 def _git_head() -> str:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
-    dirty = subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True, cwd=HERE)
+    # From the checkout's root: "src" from bench/ named a folder that does not exist, never modified.
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "src"], capture_output=True, text=True, cwd=HERE.parent
+    )
     return head.stdout.strip() + ("+src-modified" if dirty.stdout.strip() else "")
 
 
@@ -794,9 +797,9 @@ NOTES = [
     "end: /store/cdx asks the warcserver inside the same process over HTTP (a new connection a query), "
     "and /store/TSid_/URL (the resource row) loads the record the same way and answers the archived "
     "response, not a WARC record.",
-    "web-index answers from the store: a CDX query is WebIndex.scan over the partitions the URL may "
-    "be in (four URL forms, every month), reading each matching row with its body; the WARC files are "
-    "pywb's only.",
+    "web-index answers from the store: a CDX query bisects the capture index of each month of the "
+    "URL's partition (WebIndex.captures) and merges the months, a prefix stopping at its limit; a "
+    "Resource answer loads the capture's response by its page key. The WARC files are pywb's only.",
     "Server CPU ms/req: the server process's user + system CPU over the run / requests answered "
     "(under load for rows with req/s).",
     "pywb as shipped leaves Nagle's algorithm on (gevent's pywsgi; web-index's uvicorn sets "

@@ -22,12 +22,11 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import NamedTuple
 
-import msgspec
-
 from web_index.archive._cdx_query import CDX_FIELDS, CdxQuery
 from web_index.errors import InvalidRecordError, InvalidURLError
 from web_index.index import WebIndex
 from web_index.models import Page, PageKey, Response, from_us
+from web_index.storage import CaptureFields, parse_capture_line
 from web_index.urls import surt_prefixes
 
 __all__ = [
@@ -136,23 +135,7 @@ def closest_memento(
     return None if found is None else (found.response, found.capture)
 
 
-class _Where(msgspec.Struct, frozen=True):
-    """A capture line's JSON: its CDX fields, and where its response is."""
-
-    url: str
-    mime: str
-    status: str
-    digest: str
-    request_id: str
-    position: int
-    page: str
-    attempt_us: int
-
-
-_where = msgspec.json.Decoder(_Where).decode
-
-
-def _matching(index: WebIndex, query: CdxQuery, source: str) -> Iterator[tuple[Capture, _Where]]:
+def _matching(index: WebIndex, query: CdxQuery, source: str) -> Iterator[tuple[Capture, CaptureFields]]:
     """The store's captures ``query`` matches (its key, dates and filters), in key order."""
     start, end = _moment(query.start), _moment(query.end)
     try:
@@ -160,8 +143,7 @@ def _matching(index: WebIndex, query: CdxQuery, source: str) -> Iterator[tuple[C
     except InvalidURLError as exc:
         raise InvalidRecordError("url", exc.problem) from None
     for line in lines:
-        key, stamp, rest = line.split(" ", 2)
-        where = _where(rest)
+        key, stamp, where = parse_capture_line(line)
         fields = {
             "urlkey": key,
             "timestamp": stamp,

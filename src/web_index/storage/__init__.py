@@ -8,7 +8,9 @@ internal one, for the other packages of web_index (never from a private module).
 from typing import TYPE_CHECKING
 
 from web_index._extras import lazy_names
+from web_index.storage._capture_lines import CaptureFields as CaptureFields
 from web_index.storage._capture_lines import capture_mime as capture_mime
+from web_index.storage._capture_lines import parse_capture_line as parse_capture_line
 from web_index.storage._capture_scan import find_capture_lines as find_capture_lines
 from web_index.storage._clock import SYSTEM_CLOCK as SYSTEM_CLOCK
 from web_index.storage._clock import Clock

@@ -34,7 +34,14 @@ from web_index.models import RecordType, payload_sha1
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
 from web_index.urls import surt_key, target_uri
 
-__all__ = ["CAPTURE_COLUMNS", "capture_lines", "capture_mime", "file_capture_lines"]
+__all__ = [
+    "CAPTURE_COLUMNS",
+    "CaptureFields",
+    "capture_lines",
+    "capture_mime",
+    "file_capture_lines",
+    "parse_capture_line",
+]
 
 # The columns a line is made of (``get`` tables also give payload_sha1).
 CAPTURE_COLUMNS = [
@@ -51,7 +58,9 @@ _ENCODE = msgspec.json.Encoder().encode
 _HEADERS = msgspec.json.Decoder(dict[str, str]).decode
 
 
-class _Fields(msgspec.Struct, array_like=False):
+class CaptureFields(msgspec.Struct, frozen=True):
+    """A capture line's JSON: pywb's fields, and where the response is."""
+
     url: str
     mime: str
     status: str
@@ -60,6 +69,16 @@ class _Fields(msgspec.Struct, array_like=False):
     position: int
     page: str
     attempt_us: int
+
+
+_DECODE = msgspec.json.Decoder(CaptureFields).decode
+
+
+def parse_capture_line(line: str | bytes) -> tuple[str, str, CaptureFields]:
+    """A line's SURT key, 14-digit time and fields."""
+    text = line if isinstance(line, str) else line.decode()
+    key, stamp, rest = text.split(" ", 2)
+    return key, stamp, _DECODE(rest)
 
 
 def capture_mime(headers: Mapping[str, str]) -> str:
@@ -87,7 +106,7 @@ def capture_lines(type: RecordType, table: pa.Table) -> list[bytes]:
         url = target_uri(request_url)
         seconds = columns["timestamp"][i] // 1_000_000
         stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(seconds))
-        fields = _Fields(
+        fields = CaptureFields(
             url=url,
             mime=capture_mime(_HEADERS(columns["headers"][i])),
             status=str(columns["status_code"][i]),
