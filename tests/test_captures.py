@@ -19,7 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from tests.factories import metadata
 from web_index import WebIndex
 from web_index.errors import InvalidRecordError
-from web_index.models import Response
+from web_index.models import RecordType, Response
+from web_index.storage._capture_index import CaptureIndexes
 
 # Hosts of one registrable domain (example.com) and of another (example.org).
 URLS = [
@@ -265,3 +266,109 @@ def test_a_damaged_index_is_read_around(tmp_path: Path, caplog: pytest.LogCaptur
     with WebIndex(tmp_path / "s") as index:
         assert list(index.captures("https://example.com/p/", match="prefix")) == expected
     assert "capture index damaged" in caplog.text
+
+
+def _index_bytes(lines: list[bytes], **meta: object) -> bytes:
+    import zlib
+
+    body = b"".join(line + b"\n" for line in lines)
+    samples, offset = [], 0
+    for n, line in enumerate(lines):
+        if n % 64 == 0:
+            samples.append(offset)
+        offset += len(line) + 1
+    head = {
+        "format": 1,
+        "covers": "x.parquet",
+        "size": 1,
+        "version": "v",
+        "superseded": [],
+        "lines": len(lines),
+        "crc32": zlib.crc32(body),
+        "samples": samples,
+    }
+    head.update(meta)
+    return b"!meta " + json.dumps(head).encode() + b"\n" + body
+
+
+def test_lines_of_prefixes_of_any_lengths() -> None:
+    from web_index.storage._capture_index import CaptureIndex
+
+    lines = sorted(f"{k} 2024{n:010d} {{}}".encode() for k in ("a", "ab", "ac", "b", "x1") for n in range(70))
+    index = CaptureIndex("i", _index_bytes(lines))
+    for prefixes in [(b"a",), (b"ab",), (b"a", b"ab"), (b"x", b"ab"), (b"ac ", b"b "), (b"c",)]:
+        assert list(index.lines(prefixes)) == [line for line in lines if line.startswith(prefixes)]
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"!meta {not json\nx 1 {}\n", "unreadable !meta"),
+        (b"!meta {}\nx 1 {}\n", "unreadable !meta"),
+        (_index_bytes([b"a 1 {}", b"b 2 {}"], samples=[0, 3]), "samples"),
+        (_index_bytes([b"a 1 {}", b"b 2 {}"], samples=[2]), "samples"),
+        (_index_bytes([b"a 1 {}"], crc32=1), "CRC-32"),
+        (b"a 1 {}\n", "no !meta line"),
+    ],
+)
+def test_a_damaged_index_is_refused(data: bytes, problem: str) -> None:
+    from web_index.errors import CorruptFileError
+    from web_index.storage._capture_index import CaptureIndex
+
+    with pytest.raises(CorruptFileError, match=problem):
+        CaptureIndex("i", data)
+
+
+def test_threads_opening_one_index_count_it_once(tmp_path: Path) -> None:
+    import threading
+
+    from web_index.storage._layout import Partition
+
+    with _chain_index(tmp_path) as index:
+        store = index._store
+        (covered,) = store.month_files(RecordType.GET, 2024, 9)["example.com"]
+        partition = Partition(RecordType.GET, 2024, 9, "example.com")
+        for _ in range(20):
+            cache = CaptureIndexes(store.backend)
+            start = threading.Barrier(8)
+
+            def open_it(cache: CaptureIndexes = cache, start: threading.Barrier = start) -> None:
+                start.wait()
+                assert cache.get(partition, covered) is not None
+
+            threads = [threading.Thread(target=open_it) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert cache._held == sum(i.held for i in cache._opened.values()) > 0
+
+
+def test_an_index_that_cannot_be_written_fails_no_compaction(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from web_index.storage import _capture_index_build
+
+    def full_disk(*args: object, **kwargs: object) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_capture_index_build, "write_capture_index", full_disk)
+    with _chain_index(tmp_path) as index:  # flushes and compacts
+        assert not (tmp_path / "s" / "_captures").exists()
+        assert len(list(index.captures("https://example.com/", match="host"))) == 300
+    assert "no capture index for get/2024/09/example.com" in caplog.text
+    monkeypatch.undo()
+    with WebIndex(tmp_path / "s") as index:
+        index.compact()
+    assert len(list((tmp_path / "s" / "_captures").rglob("*.cdxj"))) == 1
+
+
+def test_an_unusable_index_is_warned_of_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with _chain_index(tmp_path):
+        pass
+    (path,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
+    path.write_bytes(b"!meta {}\n")
+    with WebIndex(tmp_path / "s") as index:
+        for _ in range(3):
+            assert len(list(index.captures("https://example.com/", match="host"))) == 300
+    assert caplog.text.count("unusable") == 1

@@ -29,7 +29,7 @@ from web_index.models import (
     from_us,
     to_us,
 )
-from web_index.query import Result, run_queries
+from web_index.query import Result, run_queries, time_bound
 from web_index.storage import (
     SYSTEM_CLOCK,
     Buffer,
@@ -299,13 +299,13 @@ class WebIndex:
         *,
         match: str = "exact",
         type: RecordType | str = RecordType.GET,
-        start: datetime | None = None,
-        end: datetime | None = None,
+        start: datetime | str | None = None,
+        end: datetime | str | None = None,
     ) -> Iterator[str]:
         """Every capture (each response of a stored ``get`` or ``head`` chain)
         whose SURT key ``match``es ``url`` as a CDX query's ``matchType`` does
         (``exact``, ``prefix``, ``host`` or ``domain``), taken within ``start``
-        and ``end`` (inclusive, whole seconds), buffered ones included: CDXJ
+        and ``end`` (inclusive, whole seconds; as :meth:`scan` takes them), buffered ones included: CDXJ
         lines sorted by SURT key and time, read from the capture indexes that
         compaction writes (docs/format.md). Lazy: taking the first lines reads
         little more than them.
@@ -321,8 +321,8 @@ class WebIndex:
             kind,
             domain_of(url),
             prefixes,
-            start_us=None if start is None else to_us(start),
-            end_us=None if end is None else to_us(end),
+            start_us=None if start is None else to_us(time_bound(start, "start", end=False)),
+            end_us=None if end is None else to_us(time_bound(end, "end", end=True)),
         )
         return (line.decode() for line in lines)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.factories import metadata
@@ -165,7 +165,9 @@ def _key(fields: dict[str, str]) -> tuple[str, ...]:
 queries = st.fixed_dictionaries(
     {
         "url": st.sampled_from(
-            [f"http://{h}{p}" for h in HOSTS for p in PATHS] + [f"{h}/x/moved" for h in HOSTS]
+            [f"http://{h}{p}" for h in HOSTS for p in PATHS]
+            + [f"{h}/x/moved" for h in HOSTS]
+            + ["http://example.com/"]  # as a domain: every host above but the last
         )
     },
     optional={
@@ -183,6 +185,7 @@ queries = st.fixed_dictionaries(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(params=queries)
+@example(params={"url": "http://example.com/", "matchType": "domain"})  # subdomains, in every source
 def test_every_source_finds_what_the_store_finds(
     world: dict[str, Any], singles: dict[str, Collection], params: dict[str, str]
 ) -> None:

@@ -72,18 +72,13 @@ def key_range(query: CdxQuery) -> tuple[str, Callable[[str], bool]]:
     Matching is on the SURT key, as in pywb: it drops the scheme and a
     leading ``www.``, so ``example.com/`` finds ``https://www.example.com/`` too.
     """
-    prefixes = _prefixes(query)
+    prefixes = surt_prefixes(query.url, query.match_type)
     if query.match_type == "exact":
         key = prefixes[0][:-1]  # without the space that ends a key in a line
         return key, lambda k: k == key
-    return min(prefixes), lambda k: k.startswith(prefixes)
-
-
-def _prefixes(query: CdxQuery) -> tuple[str, ...]:
-    try:
-        return surt_prefixes(query.url, query.match_type)
-    except InvalidRecordError as exc:
-        raise InvalidRecordError("url", exc.problem) from None
+    # A domain has two prefixes, ``host)`` and ``host,``: its keys start with ``host``.
+    start = prefixes[0][:-1] if len(prefixes) > 1 else prefixes[0]
+    return start, lambda k: k.startswith(prefixes)
 
 
 def find_captures(index: WebIndex, query: CdxQuery, *, source: str) -> list[Capture]:

@@ -8,5 +8,6 @@ from web_index.query._bulk import answer_to_file as answer_to_file
 from web_index.query._engine import run_queries
 from web_index.query._results import Result
 from web_index.query._scan import scan_records as scan_records
+from web_index.query._scan import time_bound as time_bound
 
 __all__ = ["Result", "run_queries"]

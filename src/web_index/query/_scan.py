@@ -11,7 +11,7 @@ from web_index.query._results import build_result, timestamps_as_int
 from web_index.storage import ScanFilter, Store, scan
 from web_index.urls import domain_of, url_key
 
-__all__ = ["scan_records"]
+__all__ = ["scan_records", "time_bound"]
 
 
 def scan_records(
@@ -35,8 +35,8 @@ def scan_records(
     where = ScanFilter(
         domain=host,
         url_key_prefix=None if url_prefix is None else url_key(url_prefix),
-        start_us=None if start is None else to_us(_when(start, "start", end=False)),
-        end_us=None if end is None else to_us(_when(end, "end", end=True)),
+        start_us=None if start is None else to_us(time_bound(start, "start", end=False)),
+        end_us=None if end is None else to_us(time_bound(end, "end", end=True)),
     )
     return _records(store, type, where)
 
@@ -58,7 +58,9 @@ def _records(store: Store, type: RecordType, where: ScanFilter) -> Iterator[Page
         yield _page(type, chain)
 
 
-def _when(value: datetime | str, field: str, *, end: bool) -> datetime:
+def time_bound(value: datetime | str, field: str, *, end: bool) -> datetime:
+    """A ``start`` or ``end`` given as a datetime, a date or a CDX timestamp (a
+    partial ``end`` reaches the last moment it names); an error names ``field``."""
     if isinstance(value, datetime):
         return parse_ts(value, field)
     return parse_when(value, field, end=end)

@@ -70,7 +70,7 @@ class _Meta(msgspec.Struct, frozen=True):
     covers: str  # the compacted file's name
     size: int
     version: str
-    superseded: frozenset[str]
+    superseded: list[str]  # sorted: the same file, the same bytes
     lines: int
     crc32: int
     samples: list[int]  # offsets of every _SAMPLE-th line, from the first line
@@ -95,9 +95,13 @@ def write_capture_index(
     covered: StoredFile,
     superseded: frozenset[str],
     lines: list[bytes],
+    *,
+    prune: bool,
 ) -> str:
     """Write ``lines`` (sorted, unique) as the capture index of ``covered``;
-    remove the partition's older indexes. Return the index's path."""
+    with ``prune`` (only under the partition's compaction lock: another
+    compaction may be writing the index of a newer file), remove the
+    partition's other indexes. Return the index's path."""
     body = b"".join(line + b"\n" for line in lines)
     samples: list[int] = []
     offset = 0
@@ -110,17 +114,18 @@ def write_capture_index(
         covered.path.rsplit("/", 1)[-1],
         covered.size,
         covered.version,
-        superseded,
+        sorted(superseded),
         len(lines),
         zlib.crc32(body),
         samples,
     )
     path = capture_index_path(partition, covered)
     backend.write_bytes(path, _META + msgspec.json.encode(meta) + b"\n" + body)
-    folder = path.rsplit("/", 1)[0]
-    for name in index_names(backend, folder, partition.domain):
-        if f"{folder}/{name}" != path:
-            backend.delete(f"{folder}/{name}")
+    if prune:
+        folder = path.rsplit("/", 1)[0]
+        for name in index_names(backend, folder, partition.domain):
+            if f"{folder}/{name}" != path:
+                backend.delete(f"{folder}/{name}")
     return path
 
 
@@ -143,15 +148,24 @@ class CaptureIndex:
             raise CorruptFileError(path, "not a capture index (no !meta line)")
         try:
             meta = _decode_meta(data[len(_META) : end])
-        except msgspec.ValidationError as exc:
+        except msgspec.MsgspecError as exc:  # not JSON, or not the fields it must hold
             raise CorruptFileError(path, f"unreadable !meta line: {exc}") from None
         if meta.format != FORMAT:
             raise CorruptFileError(path, f"capture index format {meta.format}, this version reads {FORMAT}")
         self._start = end + 1
         if zlib.crc32(memoryview(data)[self._start :]) != meta.crc32:
             raise CorruptFileError(path, "capture index damaged (CRC-32 of its lines differs)")
+        # The CRC covers the lines, not the !meta line: samples that do not each
+        # start a line would make the bisection skip lines.
+        body = len(data) - self._start
+        if len(meta.samples) != -(-meta.lines // _SAMPLE) or any(
+            not 0 <= s < body or (s and data[self._start + s - 1] != 10) or s <= before
+            for before, s in zip([-1, *meta.samples], meta.samples, strict=False)
+        ):
+            raise CorruptFileError(path, "capture index damaged (its samples are not line starts)")
         self.path = path
         self.meta = meta
+        self.superseded = frozenset(meta.superseded)  # the part ids the covered file absorbed
         self.held = len(data) if isinstance(data, bytes) else 0
         self._data = data
         self._samples = [self._start + s for s in meta.samples]
@@ -166,17 +180,15 @@ class CaptureIndex:
     def lines(self, prefixes: tuple[bytes, ...]) -> Iterator[bytes]:
         """The lines starting with one of ``prefixes``, in order."""
         data = self._data
-        lo, hi = min(prefixes), max(prefixes)
-        n = len(hi)
-        pos = self._lower_bound(lo)
+        pos = self._lower_bound(min(prefixes))
         size = len(data)
         while pos < size:
             eol = data.find(b"\n", pos)
             line = data[pos:eol]
-            if line[:n] > hi:
-                return
             if line.startswith(prefixes):
                 yield line
+            elif all(line[: len(p)] > p for p in prefixes):  # past every prefix's lines
+                return
             pos = eol + 1
 
     def _lower_bound(self, key: bytes) -> int:
@@ -200,30 +212,40 @@ class CaptureIndexes:
         self._opened: dict[str, CaptureIndex] = {}
         self._held = 0  # bytes of the small indexes read into memory
         self._maps = 0  # mapped indexes
+        self._refused: set[str] = set()  # unusable: not opened again
         self._lock = threading.Lock()
 
     def get(self, partition: Partition, covered: StoredFile) -> CaptureIndex | None:
-        """The index of ``covered``, or ``None`` if it has none (or a damaged one)."""
+        """The index of ``covered``, or ``None`` if it has none (or an unusable one)."""
         path = capture_index_path(partition, covered)
         found = self._opened.get(path)  # no lock to read: under the load of many threads it convoyed
-        if found is not None:
+        if found is not None or path in self._refused:
             return found
         try:
             found = CaptureIndex(path, self._map(path))
+            if not found.covers(covered):
+                raise CorruptFileError(path, f"describes another file than {covered.path}")
         except FileNotFoundError:
             return None
-        except CorruptFileError as exc:
-            log.warning("%s; reading %s without it (compact rewrites it)", exc, partition)
-            return None
-        if not found.covers(covered):
-            log.warning("%s does not describe %s; reading it without", path, covered.path)
+        except (CorruptFileError, OSError) as exc:
+            # Said once: the partition is read without it until it is deleted
+            # (derived data) and ``compact()`` writes it again.
+            log.warning("capture index %s unusable (%s); reading %s without it", path, exc, partition)
+            with self._lock:
+                if len(self._refused) < _OPEN_MAX:
+                    self._refused.add(path)
             return None
         with self._lock:
+            already = self._opened.get(path)
+            if already is not None:  # another thread opened it meanwhile: count it once
+                return already
             self._opened[path] = found
             self._held += found.held
             self._maps += not found.held
             # Oldest opened first out: cheaper than an LRU's bookkeeping on every hit.
-            while self._held > _HELD_MAX or self._maps > _MAPS_MAX or len(self._opened) > _OPEN_MAX:
+            while self._opened and (
+                self._held > _HELD_MAX or self._maps > _MAPS_MAX or len(self._opened) > _OPEN_MAX
+            ):
                 gone = self._opened.pop(next(iter(self._opened)))
                 self._held -= gone.held
                 self._maps -= not gone.held
@@ -240,8 +262,11 @@ class CaptureIndexes:
             local = folder / hashlib.sha256(path.encode()).hexdigest()
             if not local.exists():
                 tmp = local.parent / f"{local.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-                backend.copy_out(path, tmp)
-                tmp.replace(local)
+                try:
+                    backend.copy_out(path, tmp)
+                    tmp.replace(local)
+                finally:
+                    tmp.unlink(missing_ok=True)
         return _mapped(local)
 
 

@@ -28,11 +28,23 @@ __all__ = ["build_capture_index", "ensure_capture_indexes"]
 log = logging.getLogger("web_index.storage")
 
 
-def build_capture_index(backend: Backend, partition: Partition, files: Iterable[StoredFile]) -> bool:
+def build_capture_index(
+    backend: Backend, partition: Partition, files: Iterable[StoredFile], *, prune: bool
+) -> bool:
     """Write the capture index of the partition's compacted file (``files`` as
-    listed) unless it has one; return whether written."""
+    listed) unless it has one; return whether written. ``prune``: see
+    :func:`write_capture_index`. A failure is logged, never raised: the
+    compaction it follows has committed, and the index is derived data."""
+    try:
+        return _build(backend, partition, files, prune)
+    except Exception as exc:  # a full disk, a damaged file: read without an index meanwhile
+        log.warning("no capture index for %s: %s (compact() tries again)", partition, exc)
+        return False
+
+
+def _build(backend: Backend, partition: Partition, files: Iterable[StoredFile], prune: bool) -> bool:
     covered = next((f for f in files if f.part is None), None)
-    if covered is None or partition.type.is_metadata:
+    if covered is None:
         return False
     path = capture_index_path(partition, covered)
     if path.rsplit("/", 1)[-1] in index_names(backend, path.rsplit("/", 1)[0], partition.domain):
@@ -53,7 +65,7 @@ def build_capture_index(backend: Backend, partition: Partition, files: Iterable[
         return False
     lines.sort()
     unique = [line for n, line in enumerate(lines) if n == 0 or line != lines[n - 1]]
-    write_capture_index(backend, partition, covered, superseded, unique)
+    write_capture_index(backend, partition, covered, superseded, unique, prune=prune)
     return True
 
 
@@ -63,8 +75,6 @@ def ensure_capture_indexes(
     """Write the capture index of every compacted file of a month (``listing``,
     by domain) that has none: stores compacted before indexes were written, a
     compaction killed before its index. Return how many were written."""
-    if type.is_metadata:
-        return 0
     folder = f"{CAPTURES_DIR}/{type.value}/{year:04d}/{month:02d}"
     have = set(index_names(backend, folder))
     written = 0
@@ -72,5 +82,5 @@ def ensure_capture_indexes(
         partition = Partition(type, year, month, domain)
         covered = next((f for f in files if f.part is None), None)
         if covered is not None and capture_index_path(partition, covered).rsplit("/", 1)[-1] not in have:
-            written += build_capture_index(backend, partition, files)
+            written += build_capture_index(backend, partition, files, prune=False)
     return written

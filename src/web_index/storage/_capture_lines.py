@@ -39,6 +39,7 @@ __all__ = [
     "CaptureFields",
     "capture_lines",
     "capture_mime",
+    "capture_stamp",
     "file_capture_lines",
     "parse_capture_line",
 ]
@@ -81,6 +82,11 @@ def parse_capture_line(line: str | bytes) -> tuple[str, str, CaptureFields]:
     return key, stamp, _DECODE(rest)
 
 
+def capture_stamp(us: int) -> str:
+    """A time (microseconds since the epoch) as a CDX timestamp: 14 digits, UTC, whole seconds."""
+    return time.strftime("%Y%m%d%H%M%S", time.gmtime(us // 1_000_000))
+
+
 def capture_mime(headers: Mapping[str, str]) -> str:
     """A response's CDX ``mime``: its Content-Type's media type, lower-case and
     without spaces (a CDX text line is split on them); ``unk`` without one."""
@@ -104,8 +110,7 @@ def capture_lines(type: RecordType, table: pa.Table) -> list[bytes]:
     lines: list[bytes] = []
     for i, request_url in enumerate(columns["request_url"]):
         url = target_uri(request_url)
-        seconds = columns["timestamp"][i] // 1_000_000
-        stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(seconds))
+        stamp = capture_stamp(columns["timestamp"][i])
         fields = CaptureFields(
             url=url,
             mime=capture_mime(_HEADERS(columns["headers"][i])),

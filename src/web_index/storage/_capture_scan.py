@@ -11,7 +11,6 @@ caller that wants the first lines stops reading after them.
 from __future__ import annotations
 
 import heapq
-import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -20,7 +19,7 @@ import pyarrow.parquet as pq
 
 from web_index._retry import retrying
 from web_index.models import RecordType, month_bounds
-from web_index.storage._capture_lines import capture_lines, file_capture_lines
+from web_index.storage._capture_lines import capture_lines, capture_stamp, file_capture_lines
 from web_index.storage._files import rows_to_table
 from web_index.storage._layout import Partition
 from web_index.storage._store import Store
@@ -56,8 +55,8 @@ def find_capture_lines(
         if (start_us is None or hi + _CHAIN_SPAN_US > start_us) and (end_us is None or lo <= end_us):
             partition = Partition(type, year, month, domain)
             streams.append(_partition_lines(store, partition, buffered.get((year, month), []), prefixes))
-    first = b"00000000000000" if start_us is None else _stamp(start_us)
-    last = b"99999999999999" if end_us is None else _stamp(end_us)
+    first = b"00000000000000" if start_us is None else capture_stamp(start_us).encode()
+    last = b"99999999999999" if end_us is None else capture_stamp(end_us).encode()
     previous = None
     for line in heapq.merge(*streams):
         if line != previous:
@@ -65,10 +64,6 @@ def find_capture_lines(
             at = line.index(b" ") + 1
             if first <= line[at : at + 14] <= last:
                 yield line
-
-
-def _stamp(us: int) -> bytes:
-    return time.strftime("%Y%m%d%H%M%S", time.gmtime(us // 1_000_000)).encode()
 
 
 def _buffered(store: Store, type: RecordType, domain: str) -> dict[tuple[int, int], list[dict[str, Any]]]:
@@ -96,7 +91,7 @@ def _partition_lines(
                 _, opened, _ = store.open_visible(partition, files)
                 handles = [handle for _, handle in opened]
                 return iter(()), _lines(p.type, handles, prefixes)
-            absorbed = index.meta.superseded
+            absorbed = index.superseded
             parts = [f for f in files if f.part is not None and f.part not in absorbed]
             handles = [store.backend.open_parquet(f.path) for f in parts]
             return index.lines(prefixes), _lines(p.type, handles, prefixes)

@@ -305,7 +305,8 @@ class Store:
                 on_progress(n, total)
         for n, (type, year, month) in enumerate(sorted(months), start=len(targets) + 1):
             build_month_index(self.backend, type, year, month)
-            ensure_capture_indexes(self.backend, type, year, month, self.month_files(type, year, month))
+            if not type.is_metadata:
+                ensure_capture_indexes(self.backend, type, year, month, self.month_files(type, year, month))
             if on_progress is not None:
                 on_progress(n, total)
         return done
@@ -337,7 +338,9 @@ class Store:
                 partition = Partition(type, mp.year, mp.month, mp.domain)
                 if self._compact_type(partition, min_parts):
                     changed += 1
-                    build_capture_index(self.backend, partition, self.partition_files(partition))
+                    if not type.is_metadata:
+                        files = self.partition_files(partition)
+                        build_capture_index(self.backend, partition, files, prune=True)
             return changed
 
     def open_visible(self, partition: Partition, files: list[StoredFile] | None = None) -> _Visible:
