@@ -372,3 +372,24 @@ def test_an_unusable_index_is_warned_of_once(tmp_path: Path, caplog: pytest.LogC
         for _ in range(3):
             assert len(list(index.captures("https://example.com/", match="host"))) == 300
     assert caplog.text.count("unusable") == 1
+
+
+def test_verify_reports_capture_indexes(tmp_path: Path) -> None:
+    with _chain_index(tmp_path) as index:
+        assert index.verify().ok and not [n for n in index.verify().notes if "capture" in n.message]
+        (path,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
+        original = path.read_bytes()
+        # An index that parses and checks but lost a line: answers from it would be wrong.
+        head, *lines = original.split(b"\n")[:-1]
+        path.write_bytes(_index_bytes(lines[1:], **_meta_of(head)))
+        report = index.verify()
+        (problem,) = [p for p in report.problems if "capture" in p.message]
+        assert "1 capture(s) missing" in problem.message and "delete" in problem.message
+        path.unlink()
+        report = index.verify()
+        assert report.ok and any("no capture index" in n.message for n in report.notes)
+
+
+def _meta_of(head: bytes) -> dict[str, object]:
+    meta = json.loads(head.removeprefix(b"!meta "))
+    return {k: meta[k] for k in ("covers", "size", "version", "superseded")}

@@ -48,6 +48,7 @@ __all__ = [
     "CaptureIndexes",
     "capture_index_path",
     "index_names",
+    "open_capture_index",
     "write_capture_index",
 ]
 
@@ -222,7 +223,7 @@ class CaptureIndexes:
         if found is not None or path in self._refused:
             return found
         try:
-            found = CaptureIndex(path, self._map(path))
+            found = open_capture_index(self._backend, path)
             if not found.covers(covered):
                 raise CorruptFileError(path, f"describes another file than {covered.path}")
         except FileNotFoundError:
@@ -251,23 +252,25 @@ class CaptureIndexes:
                 self._maps -= not gone.held
         return found
 
-    def _map(self, path: str) -> mmap.mmap | bytes:
-        backend = self._backend
-        if isinstance(backend, LocalBackend):
-            local = backend.file_path(path)
-        else:
-            # An object store's index is copied once: the name says which
-            # version of the covered file it describes, so it never changes.
-            folder = backend.local_folder(CAPTURES_DIR)
-            local = folder / hashlib.sha256(path.encode()).hexdigest()
-            if not local.exists():
-                tmp = local.parent / f"{local.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-                try:
-                    backend.copy_out(path, tmp)
-                    tmp.replace(local)
-                finally:
-                    tmp.unlink(missing_ok=True)
-        return _mapped(local)
+
+def open_capture_index(backend: Backend, path: str) -> CaptureIndex:
+    """The capture index at ``path``, checked; raises ``FileNotFoundError``,
+    :class:`CorruptFileError` or another ``OSError``."""
+    if isinstance(backend, LocalBackend):
+        local = backend.file_path(path)
+    else:
+        # An object store's index is copied once: the name says which
+        # version of the covered file it describes, so it never changes.
+        folder = backend.local_folder(CAPTURES_DIR)
+        local = folder / hashlib.sha256(path.encode()).hexdigest()
+        if not local.exists():
+            tmp = local.parent / f"{local.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+            try:
+                backend.copy_out(path, tmp)
+                tmp.replace(local)
+            finally:
+                tmp.unlink(missing_ok=True)
+    return CaptureIndex(path, _mapped(local))
 
 
 def _mapped(local: Path) -> mmap.mmap | bytes:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+import pyarrow.parquet as pq
+
 from web_index.models import RecordType
 from web_index.storage._capture_index import (
     CAPTURES_DIR,
@@ -23,7 +25,7 @@ from web_index.storage._files import read_superseded
 from web_index.storage._layout import Partition, StoredFile
 from web_index.storage.backends import Backend, handle_version
 
-__all__ = ["build_capture_index", "ensure_capture_indexes"]
+__all__ = ["build_capture_index", "ensure_capture_indexes", "file_lines"]
 
 log = logging.getLogger("web_index.storage")
 
@@ -57,16 +59,20 @@ def _build(backend: Backend, partition: Partition, files: Iterable[StoredFile], 
     if handle_version(handle) not in (None, covered.version):
         return False
     superseded = read_superseded(handle, covered.path)
-    lines = [line for group in file_capture_lines(partition.type, handle) for line in group]
+    lines = file_lines(partition.type, handle)
     # The file read must be the one listed (a local handle has no version to
     # ask): an index named for one version never describes another.
     now = backend.list_files(partition.folder, f"{partition.domain}.")
     if not any((i.name, i.size, i.version) == (name, covered.size, covered.version) for i in now):
         return False
-    lines.sort()
-    unique = [line for n, line in enumerate(lines) if n == 0 or line != lines[n - 1]]
-    write_capture_index(backend, partition, covered, superseded, unique, prune=prune)
+    write_capture_index(backend, partition, covered, superseded, lines, prune=prune)
     return True
+
+
+def file_lines(type: RecordType, handle: pq.ParquetFile) -> list[bytes]:
+    """A store file's capture lines as its index holds them: sorted, each once."""
+    lines = sorted(line for group in file_capture_lines(type, handle) for line in group)
+    return [line for n, line in enumerate(lines) if n == 0 or line != lines[n - 1]]
 
 
 def ensure_capture_indexes(

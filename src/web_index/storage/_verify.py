@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError, InvalidRecordError, StoreError
 from web_index.models import RecordType, month_bounds, payload_digests
+from web_index.storage._capture_index_verify import capture_index_findings
 from web_index.storage._files import FORMAT_KEY, schema_matches, visible_files
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
 from web_index.storage._month_index_format import index_path
@@ -108,6 +109,11 @@ def verify(store: Store, progress: Callable[[int, int], None] | None = None) -> 
     total = len(work)
     for n, (partition, files) in enumerate(work):
         _verify_partition(store, partition, files, report, meta_success, meta_all, data_ids)
+        try:
+            for is_problem, where, message in capture_index_findings(store.backend, partition, files):
+                (report.problems if is_problem else report.notes).append(Finding(where, message))
+        except (OSError, StoreError) as exc:  # files changing under a concurrent compaction
+            report.notes.append(Finding(str(partition), f"capture index not checked: {exc}"))
         if progress is not None:
             progress(n + 1, total)
 

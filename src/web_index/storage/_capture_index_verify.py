@@ -1,0 +1,70 @@
+"""What ``verify`` says about a partition's capture index.
+
+Apart from opening and lookup (``_capture_index``): queries never run this
+check, which reads the whole index and the file it covers. An index that is
+missing or unusable costs speed (a note); one that is used and disagrees with
+its file gives wrong CDX answers (a problem).
+"""
+
+from __future__ import annotations
+
+from web_index.errors import CorruptFileError
+from web_index.storage._capture_index import capture_index_path, index_names, open_capture_index
+from web_index.storage._capture_index_build import file_lines
+from web_index.storage._layout import Partition, StoredFile
+from web_index.storage.backends import Backend
+
+__all__ = ["capture_index_findings"]
+
+
+def capture_index_findings(
+    backend: Backend, partition: Partition, files: list[StoredFile]
+) -> list[tuple[bool, str, str]]:
+    """``(is_problem, where, message)`` of the partition's capture index (a
+    ``get`` or ``head`` partition with a compacted file; nothing otherwise)."""
+    covered = next((f for f in files if f.part is None), None)
+    if covered is None or partition.type.is_metadata:
+        return []
+    path = capture_index_path(partition, covered)
+    folder, name = path.rsplit("/", 1)
+    found: list[tuple[bool, str, str]] = []
+    others = [n for n in index_names(backend, folder, partition.domain) if n != name]
+    if others:
+        found.append(
+            (False, folder, f"{len(others)} capture index(es) of older files of {partition}: delete them")
+        )
+    fix = f"delete {path} (derived data) and run `web-index compact`"
+    try:
+        index = open_capture_index(backend, path)
+    except FileNotFoundError:
+        return [
+            *found,
+            (
+                False,
+                str(partition),
+                "no capture index: CDX queries read the partition; `web-index compact` writes it",
+            ),
+        ]
+    except (CorruptFileError, OSError) as exc:
+        return [
+            *found,
+            (False, path, f"capture index unusable ({exc}): CDX queries read the partition; {fix}"),
+        ]
+    if not index.covers(covered):
+        return [
+            *found,
+            (False, path, f"capture index describes another file than {covered.path}: not used; {fix}"),
+        ]
+    held = list(index.lines((b"",)))
+    expected = file_lines(partition.type, backend.open_parquet(covered.path))
+    if held != expected:
+        missing, extra = len(set(expected) - set(held)), len(set(held) - set(expected))
+        found.append(
+            (
+                True,
+                path,
+                f"capture index disagrees with {covered.path}: {missing} capture(s) missing, {extra} not"
+                f" in the file; CDX answers from it are wrong: {fix}",
+            )
+        )
+    return found
