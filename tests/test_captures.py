@@ -393,3 +393,26 @@ def test_verify_reports_capture_indexes(tmp_path: Path) -> None:
 def _meta_of(head: bytes) -> dict[str, object]:
     meta = json.loads(head.removeprefix(b"!meta "))
     return {k: meta[k] for k in ("covers", "size", "version", "superseded")}
+
+
+def test_an_index_not_read_for_a_passing_fault_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from web_index.storage import _capture_index
+
+    real = _capture_index.open_capture_index
+    calls: list[str] = []
+
+    def flaky(backend: object, path: str) -> object:
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(5, "Input/output error")
+        return real(backend, path)  # type: ignore[arg-type]
+
+    with _chain_index(tmp_path):
+        pass
+    monkeypatch.setattr(_capture_index, "open_capture_index", flaky)
+    with WebIndex(tmp_path / "s") as index:
+        for _ in range(3):
+            assert len(list(index.captures("https://example.com/", match="host"))) == 300
+    assert len(calls) == 2  # failed once, then opened and kept

@@ -228,13 +228,16 @@ class CaptureIndexes:
                 raise CorruptFileError(path, f"describes another file than {covered.path}")
         except FileNotFoundError:
             return None
-        except (CorruptFileError, OSError) as exc:
+        except CorruptFileError as exc:
             # Said once: the partition is read without it until it is deleted
             # (derived data) and ``compact()`` writes it again.
             log.warning("capture index %s unusable (%s); reading %s without it", path, exc, partition)
             with self._lock:
                 if len(self._refused) < _OPEN_MAX:
                     self._refused.add(path)
+            return None
+        except OSError as exc:  # a full cache disk, an object store's hiccup: tried again next time
+            log.warning("capture index %s not read (%s); reading %s without it", path, exc, partition)
             return None
         with self._lock:
             already = self._opened.get(path)
