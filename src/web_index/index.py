@@ -304,12 +304,10 @@ class WebIndex:
     ) -> Iterator[str]:
         """Every capture (each response of a stored ``get`` or ``head`` chain)
         whose SURT key ``match``es ``url`` as a CDX query's ``matchType`` does
-        (``exact``, ``prefix``, ``host`` or ``domain``), taken within ``start``
-        and ``end`` (inclusive, whole seconds; as :meth:`scan` takes them), buffered ones included: CDXJ
-        lines sorted by SURT key and time, read from the capture indexes that
-        compaction writes (docs/format.md). Lazy: taking the first lines reads
-        little more than them.
-        """
+        (``exact``, ``prefix``, ``host``, ``domain``), taken from ``start`` to
+        ``end`` (inclusive, whole seconds; the forms :meth:`scan` takes),
+        buffered ones included: CDXJ lines by SURT key and time, lazily, from
+        the capture indexes compaction writes (docs/format.md)."""
         kind = RecordType.parse(type)
         if kind.is_metadata:
             raise InvalidRecordError("type", f"{kind.value} records are not captures: get or head")

@@ -27,7 +27,8 @@ from web_index.storage._store import Store
 __all__ = ["find_capture_lines"]
 
 _TRIES = 8
-# No redirect chain takes longer: its last response comes within this of its start.
+# Assumed, as the scan path before it did (an insert does not enforce it): a
+# chain's last response comes within an hour of the attempt's start.
 _CHAIN_SPAN_US = 3600 * 1_000_000
 
 
