@@ -216,9 +216,10 @@ class WebIndex:
     def compact(self, *, min_parts: int = 1, partitions: Iterable[MethodPartition] | None = None) -> int:
         """Roll part files into one ``<domain>.parquet`` per partition.
 
-        Only partitions with at least ``min_parts`` part files are compacted.
-        Safe while other processes write and read. Returns how many partitions
-        changed.
+        Only partitions with at least ``min_parts`` part files are compacted;
+        then the month key indexes are brought up to date and every compacted
+        file without a capture index gets one. Safe while other processes
+        write and read. Returns how many partitions changed.
         """
         self._check_writable()
         return self._store.compact(partitions, min_parts=min_parts)

@@ -55,7 +55,8 @@ def compact(
     min_parts: Annotated[int, typer.Option(help="Only partitions with at least this many part files.")] = 1,
 ) -> None:
     """Roll each partition's part files into one <domain>.parquet (safe while others write),
-    then bring the month key indexes up to date."""
+    then bring the month key indexes up to date and write the capture index of every compacted
+    file that has none."""
     location = store_location(store)
     with cli_errors(location), open_index(location, buffer) as index:
         index.flush()
