@@ -20,6 +20,7 @@ from tests.factories import metadata
 from web_index import WebIndex
 from web_index.errors import InvalidRecordError
 from web_index.models import RecordType, Response
+from web_index.storage import MethodPartition
 from web_index.storage._capture_index import CaptureIndexes
 
 # Hosts of one registrable domain (example.com) and of another (example.org).
@@ -416,3 +417,29 @@ def test_an_index_not_read_for_a_passing_fault_is_tried_again(
         for _ in range(3):
             assert len(list(index.captures("https://example.com/", match="host"))) == 300
     assert len(calls) == 2  # failed once, then opened and kept
+
+
+def test_compact_removes_the_index_a_failed_build_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from web_index.storage import _capture_index_build
+
+    with _chain_index(tmp_path) as index:
+        (first,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
+        index.insert(*_one("https://example.com/p/new"))
+        index.flush()
+
+        def full_disk(*args: object, **kwargs: object) -> str:
+            raise OSError(28, "No space left on device")
+
+        with monkeypatch.context() as m:
+            m.setattr(_capture_index_build, "write_capture_index", full_disk)
+            # As a flush's automatic compaction does: the file is rewritten, its index not written.
+            index._store.compact_partition(MethodPartition(RecordType.GET, 2024, 9, "example.com"))
+        assert first.exists()
+        assert any("older files" in n.message for n in index.verify().notes)
+        index.compact()
+        (now,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
+        assert now != first
+        assert not [n for n in index.verify().notes if "capture" in n.message]
+        assert len(list(index.captures("https://example.com/p/", match="prefix"))) == 301

@@ -47,6 +47,7 @@ __all__ = [
     "CaptureIndex",
     "CaptureIndexes",
     "capture_index_path",
+    "index_domain",
     "index_names",
     "open_capture_index",
     "write_capture_index",
@@ -128,6 +129,11 @@ def write_capture_index(
             if f"{folder}/{name}" != path:
                 backend.delete(f"{folder}/{name}")
     return path
+
+
+def index_domain(name: str) -> str:
+    """The partition domain of a capture index's file name (one of :func:`index_names`)."""
+    return name[:-_TAIL_LEN]
 
 
 def index_names(backend: Backend, folder: str, domain: str | None = None) -> list[str]:

@@ -17,11 +17,12 @@ from web_index.models import RecordType
 from web_index.storage._capture_index import (
     CAPTURES_DIR,
     capture_index_path,
+    index_domain,
     index_names,
     write_capture_index,
 )
 from web_index.storage._capture_lines import file_capture_lines
-from web_index.storage._files import read_superseded
+from web_index.storage._files import list_partition_files, read_superseded
 from web_index.storage._layout import Partition, StoredFile
 from web_index.storage.backends import Backend, handle_version
 
@@ -80,13 +81,36 @@ def ensure_capture_indexes(
 ) -> int:
     """Write the capture index of every compacted file of a month (``listing``,
     by domain) that has none: stores compacted before indexes were written, a
-    compaction killed before its index. Return how many were written."""
+    compaction killed before its index. Remove the indexes of files rewritten
+    since (left by a compaction whose own index failed). Return how many were
+    written."""
     folder = f"{CAPTURES_DIR}/{type.value}/{year:04d}/{month:02d}"
-    have = set(index_names(backend, folder))
+    have = index_names(backend, folder)
     written = 0
     for domain, files in sorted(listing.items()):
         partition = Partition(type, year, month, domain)
         covered = next((f for f in files if f.part is None), None)
         if covered is not None and capture_index_path(partition, covered).rsplit("/", 1)[-1] not in have:
             written += build_capture_index(backend, partition, files, prune=False)
+    by_domain: dict[str, list[str]] = {}
+    for name in have:
+        by_domain.setdefault(index_domain(name), []).append(name)
+    for domain, names in by_domain.items():
+        partition = Partition(type, year, month, domain)
+        files = listing.get(domain, [])
+        wanted = {capture_index_path(partition, f).rsplit("/", 1)[-1] for f in files if f.part is None}
+        if set(names) - wanted:
+            _prune(backend, partition, folder)
     return written
+
+
+def _prune(backend: Backend, partition: Partition, folder: str) -> None:
+    """Remove the partition's indexes of files it no longer has, from a listing
+    taken now (a compaction that commits in between loses its new index: a
+    slower query until the next ``compact()``, never a wrong answer)."""
+    p = partition
+    files = list_partition_files(backend, p.folder, p.type, p.year, p.month, p.domain).get(p.domain, [])
+    current = {capture_index_path(p, f).rsplit("/", 1)[-1] for f in files if f.part is None}
+    for name in index_names(backend, folder, p.domain):
+        if name not in current:
+            backend.delete(f"{folder}/{name}")

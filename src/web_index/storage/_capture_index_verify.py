@@ -31,7 +31,12 @@ def capture_index_findings(
     others = [n for n in index_names(backend, folder, partition.domain) if n != name]
     if others:
         found.append(
-            (False, folder, f"{len(others)} capture index(es) of older files of {partition}: delete them")
+            (
+                False,
+                folder,
+                f"{len(others)} capture index(es) of older files of {partition}:"
+                " `web-index compact` removes them",
+            )
         )
     fix = f"delete {path} (derived data) and run `web-index compact`"
     try:
