@@ -39,23 +39,25 @@ from pathlib import Path
 import msgspec
 
 from web_index.errors import CorruptFileError
-from web_index.storage._layout import Partition, StoredFile
+from web_index.models import RecordType
+from web_index.storage._layout import CAPTURES_DIR, Partition, StoredFile
 from web_index.storage.backends import Backend, LocalBackend
 
 __all__ = [
-    "CAPTURES_DIR",
     "CaptureIndex",
     "CaptureIndexes",
+    "capture_index_folder",
+    "capture_index_name",
     "capture_index_path",
     "index_domain",
     "index_names",
     "open_capture_index",
+    "remove_indexes",
     "write_capture_index",
 ]
 
 log = logging.getLogger("web_index.storage")
 
-CAPTURES_DIR = "_captures"
 FORMAT = 1
 _SAMPLE = 64  # lines between two bisection points
 _META = b"!meta "
@@ -85,10 +87,20 @@ def _tag(version: str) -> str:
     return hashlib.blake2b(version.encode(), digest_size=8).hexdigest()
 
 
+def capture_index_name(partition: Partition, covered: StoredFile) -> str:
+    """The file name of the capture index of ``covered`` (a compacted file)."""
+    return f"{partition.domain}.{_tag(covered.version)}.cdxj"
+
+
+def capture_index_folder(type: RecordType, year: int, month: int) -> str:
+    """Where a month's capture indexes live."""
+    return f"{CAPTURES_DIR}/{type.value}/{year:04d}/{month:02d}"
+
+
 def capture_index_path(partition: Partition, covered: StoredFile) -> str:
     """Where the capture index of ``covered`` (a compacted file) lives."""
     p = partition
-    return f"{CAPTURES_DIR}/{p.folder}/{p.domain}.{_tag(covered.version)}.cdxj"
+    return f"{capture_index_folder(p.type, p.year, p.month)}/{capture_index_name(p, covered)}"
 
 
 def write_capture_index(
@@ -113,7 +125,7 @@ def write_capture_index(
         offset += len(line) + 1
     meta = _Meta(
         FORMAT,
-        covered.path.rsplit("/", 1)[-1],
+        covered.name,
         covered.size,
         covered.version,
         sorted(superseded),
@@ -124,11 +136,17 @@ def write_capture_index(
     path = capture_index_path(partition, covered)
     backend.write_bytes(path, _META + msgspec.json.encode(meta) + b"\n" + body)
     if prune:
-        folder = path.rsplit("/", 1)[0]
-        for name in index_names(backend, folder, partition.domain):
-            if f"{folder}/{name}" != path:
-                backend.delete(f"{folder}/{name}")
+        remove_indexes(backend, partition, keep={capture_index_name(partition, covered)})
     return path
+
+
+def remove_indexes(backend: Backend, partition: Partition, *, keep: set[str]) -> None:
+    """Delete the partition's capture indexes but those named in ``keep``."""
+    p = partition
+    folder = capture_index_folder(p.type, p.year, p.month)
+    for name in index_names(backend, folder, p.domain):
+        if name not in keep:
+            backend.delete(f"{folder}/{name}")
 
 
 def index_domain(name: str) -> str:
@@ -178,7 +196,7 @@ class CaptureIndex:
         self._samples = [self._start + s for s in meta.samples]
 
     def covers(self, file: StoredFile) -> bool:
-        return (file.path.rsplit("/", 1)[-1], file.size, file.version) == (
+        return (file.name, file.size, file.version) == (
             self.meta.covers,
             self.meta.size,
             self.meta.version,

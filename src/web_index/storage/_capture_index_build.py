@@ -9,21 +9,22 @@ about 300 bytes a capture, 300 MB for a partition of a million.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import pyarrow.parquet as pq
 
 from web_index.models import RecordType
 from web_index.storage._capture_index import (
-    CAPTURES_DIR,
-    capture_index_path,
+    capture_index_folder,
+    capture_index_name,
     index_domain,
     index_names,
+    remove_indexes,
     write_capture_index,
 )
 from web_index.storage._capture_lines import file_capture_lines
 from web_index.storage._files import list_partition_files, read_superseded
-from web_index.storage._layout import Partition, StoredFile
+from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage.backends import Backend, handle_version
 
 __all__ = ["build_capture_index", "ensure_capture_indexes", "file_lines"]
@@ -32,7 +33,7 @@ log = logging.getLogger("web_index.storage")
 
 
 def build_capture_index(
-    backend: Backend, partition: Partition, files: Iterable[StoredFile], *, prune: bool
+    backend: Backend, partition: Partition, files: list[StoredFile], *, prune: bool
 ) -> bool:
     """Write the capture index of the partition's compacted file (``files`` as
     listed) unless it has one; return whether written. ``prune``: see
@@ -45,14 +46,13 @@ def build_capture_index(
         return False
 
 
-def _build(backend: Backend, partition: Partition, files: Iterable[StoredFile], prune: bool) -> bool:
-    covered = next((f for f in files if f.part is None), None)
+def _build(backend: Backend, partition: Partition, files: list[StoredFile], prune: bool) -> bool:
+    covered = compacted_file(files)
     if covered is None:
         return False
-    path = capture_index_path(partition, covered)
-    if path.rsplit("/", 1)[-1] in index_names(backend, path.rsplit("/", 1)[0], partition.domain):
+    folder = capture_index_folder(partition.type, partition.year, partition.month)
+    if capture_index_name(partition, covered) in index_names(backend, folder, partition.domain):
         return False
-    name = covered.path.rsplit("/", 1)[-1]
     try:
         handle = backend.open_parquet(covered.path)
     except FileNotFoundError:  # compacted again meanwhile: that compaction writes its own
@@ -64,7 +64,7 @@ def _build(backend: Backend, partition: Partition, files: Iterable[StoredFile], 
     # The file read must be the one listed (a local handle has no version to
     # ask): an index named for one version never describes another.
     now = backend.list_files(partition.folder, f"{partition.domain}.")
-    if not any((i.name, i.size, i.version) == (name, covered.size, covered.version) for i in now):
+    if not any((i.name, i.size, i.version) == (covered.name, covered.size, covered.version) for i in now):
         return False
     write_capture_index(backend, partition, covered, superseded, lines, prune=prune)
     return True
@@ -84,33 +84,25 @@ def ensure_capture_indexes(
     compaction killed before its index. Remove the indexes of files rewritten
     since (left by a compaction whose own index failed). Return how many were
     written."""
-    folder = f"{CAPTURES_DIR}/{type.value}/{year:04d}/{month:02d}"
-    have = index_names(backend, folder)
+    have = index_names(backend, capture_index_folder(type, year, month))
     written = 0
     for domain, files in sorted(listing.items()):
         partition = Partition(type, year, month, domain)
-        covered = next((f for f in files if f.part is None), None)
-        if covered is not None and capture_index_path(partition, covered).rsplit("/", 1)[-1] not in have:
+        covered = compacted_file(files)
+        if covered is not None and capture_index_name(partition, covered) not in have:
             written += build_capture_index(backend, partition, files, prune=False)
-    by_domain: dict[str, list[str]] = {}
-    for name in have:
-        by_domain.setdefault(index_domain(name), []).append(name)
-    for domain, names in by_domain.items():
+    for domain in {index_domain(name) for name in have}:
         partition = Partition(type, year, month, domain)
-        files = listing.get(domain, [])
-        wanted = {capture_index_path(partition, f).rsplit("/", 1)[-1] for f in files if f.part is None}
-        if set(names) - wanted:
-            _prune(backend, partition, folder)
+        if {n for n in have if index_domain(n) == domain} - _current(partition, listing.get(domain, [])):
+            # From a listing taken now: a compaction committing in between loses its
+            # new index (a slower query until the next compact(), never a wrong answer).
+            p = partition
+            now = list_partition_files(backend, p.folder, p.type, p.year, p.month, p.domain)
+            remove_indexes(backend, partition, keep=_current(partition, now.get(domain, [])))
     return written
 
 
-def _prune(backend: Backend, partition: Partition, folder: str) -> None:
-    """Remove the partition's indexes of files it no longer has, from a listing
-    taken now (a compaction that commits in between loses its new index: a
-    slower query until the next ``compact()``, never a wrong answer)."""
-    p = partition
-    files = list_partition_files(backend, p.folder, p.type, p.year, p.month, p.domain).get(p.domain, [])
-    current = {capture_index_path(p, f).rsplit("/", 1)[-1] for f in files if f.part is None}
-    for name in index_names(backend, folder, p.domain):
-        if name not in current:
-            backend.delete(f"{folder}/{name}")
+def _current(partition: Partition, files: list[StoredFile]) -> set[str]:
+    """The name of the capture index the partition's files call for (none without a compacted file)."""
+    covered = compacted_file(files)
+    return set() if covered is None else {capture_index_name(partition, covered)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from web_index.errors import CorruptFileError
 from web_index.storage._capture_index import capture_index_path, index_names, open_capture_index
 from web_index.storage._capture_index_build import file_lines
-from web_index.storage._layout import Partition, StoredFile
+from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage.backends import Backend
 
 __all__ = ["capture_index_findings"]
@@ -22,7 +22,7 @@ def capture_index_findings(
 ) -> list[tuple[bool, str, str]]:
     """``(is_problem, where, message)`` of the partition's capture index (a
     ``get`` or ``head`` partition with a compacted file; nothing otherwise)."""
-    covered = next((f for f in files if f.part is None), None)
+    covered = compacted_file(files)
     if covered is None or partition.type.is_metadata:
         return []
     path = capture_index_path(partition, covered)

@@ -21,7 +21,7 @@ from web_index._retry import retrying
 from web_index.models import RecordType, month_bounds
 from web_index.storage._capture_lines import capture_lines, capture_stamp, file_capture_lines
 from web_index.storage._files import rows_to_table
-from web_index.storage._layout import Partition
+from web_index.storage._layout import Partition, compacted_file
 from web_index.storage._store import Store
 
 __all__ = ["find_capture_lines"]
@@ -85,7 +85,7 @@ def _partition_lines(
 
     def read() -> tuple[Iterator[bytes], list[bytes]]:
         files = listed[0]
-        compacted = next((f for f in files if f.part is None), None)
+        compacted = compacted_file(files)
         index = None if compacted is None else store.capture_indexes.get(partition, compacted)
         try:
             if index is None:

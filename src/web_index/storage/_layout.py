@@ -15,6 +15,7 @@ from web_index.models import RecordType
 
 __all__ = [
     "BUFFER_DIR",
+    "CAPTURES_DIR",
     "INDEX_DIR",
     "LOCK_DIR",
     "STORE_ENTRIES",
@@ -22,12 +23,14 @@ __all__ = [
     "TMP_DIR",
     "Partition",
     "StoredFile",
+    "compacted_file",
     "parse_file_name",
 ]
 
 BUFFER_DIR = "_buffer"
 LOCK_DIR = "_locks"
 INDEX_DIR = "_index"  # month key indexes (storage/_month_index.py)
+CAPTURES_DIR = "_captures"  # capture indexes (storage/_capture_index.py)
 TMP_DIR = "_tmp"
 # Says "this location is a web-index store": written when a store is created,
 # so that a reader given a wrong location fails instead of answering nothing.
@@ -71,6 +74,16 @@ class StoredFile(NamedTuple):
     path: str
     size: int
     version: str  # changes with every write of the file (Backend.FileInfo.version)
+
+    @property
+    def name(self) -> str:
+        """The file's name in its month folder."""
+        return self.path.rsplit("/", 1)[-1]
+
+
+def compacted_file(files: list[StoredFile]) -> StoredFile | None:
+    """The compacted file among a partition's files, if it has one."""
+    return next((f for f in files if f.part is None), None)
 
 
 def parse_file_name(name: str) -> tuple[str, str | None] | None:

@@ -143,8 +143,8 @@ class MonthIndex:
             return False
         if len(span) == 1:  # most partitions: one compacted file, no dicts to build
             c, f = covers[span[0]], listed[0]
-            return f.size == c.size and f.version == c.version and f.path.rsplit("/", 1)[-1] == c.name
-        named = {f.path.rsplit("/", 1)[-1]: (f.size, f.version) for f in listed}
+            return f.size == c.size and f.version == c.version and f.name == c.name
+        named = {f.name: (f.size, f.version) for f in listed}
         return named == {covers[n].name: (covers[n].size, covers[n].version) for n in span}
 
     def lookup(self, by_hash: Mapping[bytes, str]) -> list[IndexHit]:

@@ -52,7 +52,7 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     # Stamped only if the folder did not change while it was listed.
     stamp = before if before is not None and folder_stamp(backend.folder_version(folder)) == before else None
     covers = [
-        Covered(f.path.rsplit("/", 1)[-1], f.size, domain, f.version)
+        Covered(f.name, f.size, domain, f.version)
         for domain in sorted(listing)
         for f in sorted(listing[domain], key=lambda f: f.path)
     ]
@@ -134,14 +134,14 @@ def read_records(
     small = [f for f in alone if local is not None and f.size <= _SMALL_FILE]
     opened += [(f, backend.open_parquet(f.path)) for f in alone if local is None or f.size > _SMALL_FILE]
     raw: Iterator[pl.DataFrame] = (
-        records for f, handle in opened for records in _file_records(type, handle, file_no[_name(f)])
+        records for f, handle in opened for records in _file_records(type, handle, file_no[f.name])
     )
     for start in range(0, len(small), _BATCH_FILES):
         assert local is not None
         batch = small[start : start + _BATCH_FILES]
         frame = read_small_files(local, [f.path for f in batch], _key_columns(type))
         numbers = pl.DataFrame(
-            {"_file": [f.path for f in batch], "file_no": [file_no[_name(f)] for f in batch]},
+            {"_file": [f.path for f in batch], "file_no": [file_no[f.name] for f in batch]},
             schema={"_file": pl.String, "file_no": pl.UInt32},
         )
         raw = itertools.chain(raw, [_records(type, frame.join(numbers, on="_file"))])
@@ -196,10 +196,6 @@ def _hashed(frame: pl.DataFrame) -> pl.DataFrame | None:
 _BATCH_FILES = 2000
 _READ_ROWS = 65536  # rows of a big file's key columns read (and hashed) at a time
 _SMALL_FILE = 1 << 20  # read whole when building an index; bigger files by column
-
-
-def _name(f: StoredFile) -> str:
-    return f.path.rsplit("/", 1)[-1]
 
 
 def _key_columns(type: RecordType) -> list[str]:
