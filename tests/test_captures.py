@@ -5,8 +5,10 @@ every stored response with its SURT key computed by the ``surt`` package."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -114,6 +116,10 @@ class Captures(RuleBasedStateMachine):
     def compact(self) -> None:
         self.index.compact()
 
+    @rule()
+    def age_the_folders(self) -> None:
+        age_folders(self.dir / "s")
+
     @rule(data=st.data())
     def damage_an_index(self, data: st.DataObject) -> None:
         indexes = sorted((self.dir / "s" / "_captures").rglob("*.cdxj"))
@@ -156,6 +162,14 @@ class Captures(RuleBasedStateMachine):
         lines = self.index.captures("http://example.com/", match="domain", start=start, end=end)
         found = rows_of(list(lines))
         assert sorted(found) == expected
+
+
+def age_folders(root: Path, then: float | None = None) -> None:
+    """Every folder of the store changed at ``then`` (10 s ago by default): past
+    the margin after which a listing may be reused (see LocalBackend.folder_version)."""
+    then = time.time() - 10 if then is None else then
+    for folder in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+        os.utime(folder, (then, then))
 
 
 def test_captures_against_reference() -> None:
@@ -443,3 +457,40 @@ def test_compact_removes_the_index_a_failed_build_left_behind(
         assert now != first
         assert not [n for n in index.verify().notes if "capture" in n.message]
         assert len(list(index.captures("https://example.com/p/", match="prefix"))) == 301
+
+
+def test_months_are_listed_again_once_a_folder_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The months a query reads are reused while no folder changed: a new month
+    of a known year, and a new year, are found at once."""
+    url = "https://example.com/a"
+    with WebIndex(tmp_path / "s") as index:
+        backend = index._store.backend
+        listed: list[str] = []
+        original = backend.list_folders
+        monkeypatch.setattr(backend, "list_folders", lambda f: listed.append(f) or original(f))
+        for n, at in enumerate([TIMES[0], TIMES[1], datetime(2025, 1, 5, tzinfo=UTC)], start=1):
+            index.insert("get", url, at, metadata(url), [_response(url, at)])
+            index.flush()  # a new month folder: in the year's folder, or a new year's
+            assert len(list(index.captures(url))) == n
+            age_folders(tmp_path / "s", then=time.time() - 3600 + n)
+            assert len(list(index.captures(url))) == n
+            listed.clear()
+            assert len(list(index.captures(url))) == n
+            assert not [f for f in listed if f.startswith("get")]  # the months were not listed again
+
+
+def _response(url: str, at: datetime) -> Response:
+    return Response(
+        url=url,
+        request_url=url,
+        status_code=200,
+        headers={},
+        timestamp=at,
+        data=b"x",
+        is_final=True,
+        fetcher_name="test",
+        fetcher_version="1.0",
+        fetcher_calibre=10,
+    )

@@ -17,7 +17,7 @@ from tests.test_model_based import StoreMachine
 from web_index import FlushPolicy, WebIndex
 from web_index.errors import StoreError
 from web_index.ingest import validate_attempt
-from web_index.storage.buffer import MethodPartition, PostgresBuffer
+from web_index.storage.buffer import MethodPartition, PostgresBuffer, SqliteBuffer
 
 
 def test_insert_visible_to_other_handles_at_once(postgres: Postgres, tmp_path: Path) -> None:
@@ -178,4 +178,33 @@ def test_a_read_survives_a_dropped_connection(postgres: Postgres) -> None:
         ).fetchone()
     assert killed is not None and killed[0] >= 1
     assert buf.counts() == before  # the dropped connection was replaced, once, quietly
+    buf.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_domains_attempts_are_those_of_its_partitions(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """What a CDX query adds to the files: one domain's attempts of one method, claimed or not."""
+    if kind == "postgres":
+        buf: SqliteBuffer | PostgresBuffer = PostgresBuffer(
+            request.getfixturevalue("postgres").new_database()
+        )
+    else:
+        buf = SqliteBuffer(tmp_path / "buffer.sqlite")
+    attempts = [
+        validate_attempt(*attempt(f"https://{host}/{i}", T0 + timedelta(days=20 * (i % 3)), method=kind_))
+        for i in range(12)
+        for host in ("a.example.com", "example.com", "b.example.org")
+        for kind_ in ("get", "head")
+    ]
+    buf.append(attempts)
+    first = attempts[0]
+    buf.claim(MethodPartition(first.method, first.year, first.month, first.domain), "flush-1", 3)
+    everything = list(buf.iter_all())
+    for method in (first.method, attempts[1].method):
+        for domain in ("example.com", "example.org", "example.net"):
+            want = [(mp, a) for mp, _, a in everything if mp.method is method and mp.domain == domain]
+            assert buf.domain_attempts(method, domain) == want
+            assert want or domain == "example.net"
     buf.close()

@@ -226,6 +226,7 @@ def target_uri(url: str) -> str:
 _URI = re.compile(r"[!#-;=?-\[\]_a-z~]+")  # printable ASCII but space " < > \ ^ ` { | }
 
 
+@functools.lru_cache(maxsize=65536)  # 90 us a URL, and a replay asks for the same few again and again
 def surt_key(url: str) -> str:
     """The SURT key a CDX index sorts ``url`` by (host labels reversed, scheme
     and ``www.`` dropped, query arguments sorted), as pywb computes it.

@@ -69,11 +69,8 @@ def find_capture_lines(
 
 def _buffered(store: Store, type: RecordType, domain: str) -> dict[tuple[int, int], list[dict[str, Any]]]:
     rows: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
-    method = type.method
-    if any(mp.method is method and mp.domain == domain for mp in store.buffer.partitions()):
-        for mp, _claim, attempt in store.buffer.iter_all():
-            if mp.method is method and mp.domain == domain:
-                rows[(mp.year, mp.month)].extend(attempt.responses)
+    for mp, attempt in store.buffer.domain_attempts(type.method, domain):
+        rows[(mp.year, mp.month)].extend(attempt.responses)
     return rows
 
 

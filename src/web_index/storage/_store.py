@@ -127,6 +127,8 @@ class Store:
         self._last_age_check = -float("inf")
         # Month listings, reused while the backend says the folder is unchanged.
         self._listings: dict[str, tuple[object, dict[str, list[StoredFile]]]] = {}
+        # Month folders by type: (each folder's version, the months), reused likewise.
+        self._months: dict[RecordType, tuple[list[tuple[str, object]], list[tuple[int, int]]]] = {}
         self.capture_indexes = CaptureIndexes(backend)
 
     def close(self) -> None:
@@ -145,14 +147,24 @@ class Store:
         return [m for m in self._month_folders(type) if not _accepted(*m)]
 
     def _month_folders(self, type: RecordType) -> list[tuple[int, int]]:
+        # A CDX query lists the months every time: a stat a folder, not a listing, while unchanged.
+        cached = self._months.get(type)
+        version = self.backend.folder_version
+        if cached is not None and all(v is not None and version(f) == v for f, v in cached[0]):
+            return cached[1]
+        checked = [(type.value, version(type.value))]  # each version taken before its listing
         out: list[tuple[int, int]] = []
         for year in self.backend.list_folders(type.value):
             if not (year.isdigit() and len(year) == 4):
                 continue
-            for month in self.backend.list_folders(f"{type.value}/{year}"):
+            folder = f"{type.value}/{year}"
+            checked.append((folder, version(folder)))
+            for month in self.backend.list_folders(folder):
                 if month.isdigit() and len(month) == 2 and 1 <= int(month) <= 12:
                     out.append((int(year), int(month)))
-        return sorted(out, reverse=True)
+        months = sorted(out, reverse=True)
+        self._months[type] = (checked, months)
+        return months
 
     def month_files(self, type: RecordType, year: int, month: int) -> dict[str, list[StoredFile]]:
         """The files of a month folder by domain (shared: do not modify)."""

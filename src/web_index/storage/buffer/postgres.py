@@ -329,6 +329,22 @@ class PostgresBuffer:
             yield part, fid, BufferedAttempt(rid, *decode_rows(meta, resp))
 
     @_retry_once
+    def domain_attempts(
+        self, method: RecordType, domain: str
+    ) -> list[tuple[MethodPartition, BufferedAttempt]]:
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT year, month, request_id, metadata, responses FROM web_index_attempts"
+                " WHERE method=%s AND domain=%s ORDER BY seq",
+                (method.value, domain),
+            )
+            rows = cur.fetchall()
+        return [
+            (MethodPartition(method, y, mo, domain), BufferedAttempt(rid, *decode_rows(meta, resp)))
+            for y, mo, rid, meta, resp in rows
+        ]
+
+    @_retry_once
     def counts(self) -> dict[MethodPartition, tuple[int, int, int]]:
         with self._cursor() as cur:
             cur.execute(

@@ -507,6 +507,20 @@ class SqliteBuffer:
         for m, y, mo, d, fid, rid, body in rows:
             yield MethodPartition(RecordType(m), y, mo, d), fid, _attempt(rid, body)
 
+    def domain_attempts(
+        self, method: RecordType, domain: str
+    ) -> list[tuple[MethodPartition, BufferedAttempt]]:
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return []
+            rows = conn.execute(
+                "SELECT p.year, p.month, b.request_id, b.body FROM parts p JOIN buffered b ON b.pid = p.pid"
+                " WHERE p.method=? AND p.domain=? ORDER BY b.seq",
+                (method.value, domain),
+            ).fetchall()
+        return [(MethodPartition(method, y, mo, domain), _attempt(rid, body)) for y, mo, rid, body in rows]
+
     def generation(self, method: RecordType, year: int, month: int) -> int:
         with self._lock:
             conn = self._connect()
