@@ -24,6 +24,7 @@ def test_insert_visible_to_other_handles_at_once(postgres: Postgres, tmp_path: P
     dsn = postgres.new_database()
     store = tmp_path / "store"
     with WebIndex(store, buffer=dsn) as a, WebIndex(store, buffer=dsn, read_only=True) as b:
+        assert a.remote and b.remote  # the buffer is read over the network
         key = a.insert(*attempt("https://a.example.com/x", T0))
         assert b.query([key])[0] is not None
         assert a.stats().buffered_attempts == 1

@@ -173,6 +173,7 @@ def test_captures_from_an_object_store_match_local(
     # The capture index is written to the bucket and read from a local copy.
     loc = seaweed.new_store()
     with WebIndex(loc) as s3, WebIndex(str(tmp_path) + "/local") as local:
+        assert s3.remote and not local.remote  # the archive server reads the one in threads
         for index in (s3, local):
             fill(index, 40)  # over August and September: two indexes
             index.flush()

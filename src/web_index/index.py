@@ -123,6 +123,9 @@ class WebIndex:
         )
         self.read_only = read_only
         self.limits = limits or Limits()
+        # Whether reads wait on the network (an object store, a PostgreSQL buffer): the
+        # archive server reads a local store on its event loop, a remote one in threads.
+        self.remote = self._store.remote
 
     # -- context ---------------------------------------------------------------
 

@@ -131,6 +131,11 @@ class Store:
         self._months: dict[RecordType, tuple[list[tuple[str, object]], list[tuple[int, int]]]] = {}
         self.capture_indexes = CaptureIndexes(backend)
 
+    @property
+    def remote(self) -> bool:
+        """Whether reading waits on the network: an object store, or a buffer on a server."""
+        return self.backend.remote or self.buffer.remote
+
     def close(self) -> None:
         self.buffer.close()
 

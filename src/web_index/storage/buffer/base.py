@@ -132,6 +132,7 @@ class Buffer(Protocol):
     """
 
     readonly: bool
+    remote: bool  # whether its reads wait on the network
 
     def close(self) -> None: ...
     def append(self, attempts: Sequence[AttemptRows]) -> None:

@@ -123,6 +123,7 @@ class PostgresBuffer:
     ) -> None:
         self.dsn = dsn
         self.readonly = readonly
+        self.remote = True
         self.clock = clock  # the age of buffered rows (added_us) and due()
         self._connect_timeout = connect_timeout_s
         self._lock = threading.RLock()

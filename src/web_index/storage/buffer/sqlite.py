@@ -78,6 +78,7 @@ class SqliteBuffer:
     ) -> None:
         self.path = folder / "buffer.sqlite3"
         self.readonly = readonly
+        self.remote = False
         self.clock = clock  # the age of buffered rows (added_us) and due()
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
