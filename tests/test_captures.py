@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import surt
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -313,6 +313,29 @@ def test_lines_of_prefixes_of_any_lengths() -> None:
     index = CaptureIndex("i", _index_bytes(lines))
     for prefixes in [(b"a",), (b"ab",), (b"a", b"ab"), (b"x", b"ab"), (b"ac ", b"b "), (b"c",)]:
         assert list(index.lines(prefixes)) == [line for line in lines if line.startswith(prefixes)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    keys=st.lists(st.binary(min_size=1, max_size=6).map(lambda b: b.hex().encode()), max_size=60),
+    copies=st.integers(1, 30),
+    probes=st.lists(st.binary(max_size=4).map(lambda b: b.hex().encode()), min_size=1, max_size=10),
+)
+def test_the_bisection_finds_the_first_line_not_below_a_key(
+    keys: list[bytes], copies: int, probes: list[bytes]
+) -> None:
+    """Lines of any lengths, many sharing a key, over several samples: the first
+    line not below each key, exactly."""
+    from web_index.storage._capture_index import CaptureIndex
+
+    lines = sorted(f"{k.decode()} 2024{n:010d} {{}}".encode() for n, k in enumerate(keys * copies))
+    data = _index_bytes(lines)
+    index = CaptureIndex("i", data)
+    start = data.index(b"\n") + 1
+    offsets = [start + sum(len(line) + 1 for line in lines[:i]) for i in range(len(lines) + 1)]
+    for key in [*probes, *keys[:5]]:
+        first = next((i for i, line in enumerate(lines) if line[: len(key)] >= key), len(lines))
+        assert index._lower_bound(key) == offsets[first]
 
 
 @pytest.mark.parametrize(

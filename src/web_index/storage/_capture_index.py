@@ -220,12 +220,19 @@ class CaptureIndex:
         """The offset of the first line not below ``key``."""
         data, k = self._data, len(key)
         # A line shorter than the key compares with its newline, which sorts below every key byte.
-        i = bisect.bisect_left(self._samples, key, key=lambda at: data[at : at + k])
-        pos = self._samples[i - 1] if i else self._start
-        size = len(data)
-        while pos < size and data[pos : pos + k] < key:
-            pos = data.find(b"\n", pos) + 1
-        return pos
+        samples = self._samples
+        i = bisect.bisect_left(samples, key, key=lambda at: data[at : at + k])
+        # Between two samples, bisected by bytes as pywb bisects a CDXJ file: the
+        # line holding the middle byte, then the half the key is in.
+        lo = samples[i - 1] if i else self._start
+        hi = samples[i] if i < len(samples) else len(data)
+        while lo < hi:
+            at = data.rfind(b"\n", lo, (lo + hi) // 2) + 1 or lo
+            if data[at : at + k] < key:
+                lo = data.find(b"\n", at, hi) + 1 or hi
+            else:
+                hi = at
+        return lo
 
 
 class CaptureIndexes:

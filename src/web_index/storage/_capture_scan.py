@@ -59,7 +59,7 @@ def find_capture_lines(
     first = b"00000000000000" if start_us is None else capture_stamp(start_us).encode()
     last = b"99999999999999" if end_us is None else capture_stamp(end_us).encode()
     previous = None
-    for line in heapq.merge(*streams):
+    for line in streams[0] if len(streams) == 1 else heapq.merge(*streams):
         if line != previous:
             previous = line
             at = line.index(b" ") + 1
@@ -110,7 +110,7 @@ def _partition_lines(
         table = rows_to_table(p.type, rows)
         extra += [line for line in capture_lines(p.type, table) if line.startswith(prefixes)]
     extra.sort()
-    return heapq.merge(indexed, extra)
+    return heapq.merge(indexed, extra) if extra else indexed
 
 
 def _lines(type: RecordType, handles: Sequence[pq.ParquetFile], prefixes: tuple[bytes, ...]) -> list[bytes]:
