@@ -139,10 +139,22 @@ def closest_memento(
     return None if found is None else (found.response, found.capture)
 
 
-# The half-widths of the windows round a closest query's target that _nearest reads before the
-# query's whole range: most closest queries ask for a time near captures, and a window reads
-# the months it overlaps, not all of them.
-_WINDOWS = (timedelta(days=1), timedelta(days=40), timedelta(days=400))
+# Half-widths of the windows round a closest query's target that _nearest reads after the
+# first (_first_width) and before the query's whole range: most closest queries ask for a time
+# near captures, and a window reads the months it overlaps, not all of them.
+_WINDOWS = (timedelta(days=40), timedelta(days=400))
+
+
+def _first_width(target: datetime) -> timedelta:
+    """The widest window round ``target`` within its month, an hour short of the
+    month's start (where the month before's chains end), at least a day: the
+    one partition most lookups need."""
+    month = target.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    try:
+        after = (month + timedelta(days=32)).replace(day=1) - target
+    except OverflowError:  # December 9999
+        return timedelta(days=1)
+    return max(timedelta(days=1), min(target - month - timedelta(hours=1), after))
 
 
 def _nearest(
@@ -154,7 +166,8 @@ def _nearest(
     Every capture within a window is nearer than any outside it, so each
     window's captures that the one before did not hold come next, sorted."""
     covered: timedelta | None = None
-    for width in (*_WINDOWS, None):
+    first = _first_width(target)
+    for width in (first, *(w for w in _WINDOWS if w > first), None):
         if width is None:
             found = _matching(index, query, source)
         else:
