@@ -120,7 +120,9 @@ def closest_capture(index: WebIndex, query: CdxQuery, *, source: str) -> Memento
     type) closest to its ``closest``, the latest without one, with its
     response; ``None`` if there is none. Of equally close ones, the first in
     ``find_captures``'s order."""
-    for capture, where in _nearest(index, query, source, query.closest or datetime.now(UTC)):
+    # Whole seconds, as captures are: the windows round it then bound exactly what they hold.
+    when = query.closest or datetime.now(UTC).replace(microsecond=0)
+    for capture, where in _nearest(index, query, source, when):
         key = PageKey(
             url=where.page, timestamp=from_us(where.attempt_us), request_id=where.request_id, type=query.type
         )
