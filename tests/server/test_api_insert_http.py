@@ -4,8 +4,11 @@ checks; a batch stored all or none; and ``web-index serve``'s token options."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -230,3 +233,57 @@ def test_serve_with_a_token_file_or_variable_opens_the_write_endpoint(tmp_path: 
         assert b"Traceback" not in proc.stderr.read()  # type: ignore[union-attr]
     with WebIndex(store, read_only=True) as index:
         assert _count(index) == 2
+
+
+def _workers(pid: int) -> set[int]:
+    """The server processes ``pid`` started (not multiprocessing's resource tracker)."""
+    found = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            command = (status.parent / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        if fields.get("PPid", "").strip() == str(pid) and b"spawn_main" in command:
+            found.add(int(status.parent.name))
+    return found
+
+
+def test_serve_with_workers_shares_one_store(tmp_path: Path) -> None:
+    """Two worker processes on one port: what one stores, any answers; one killed is started
+    again; a stop stops them all, a success."""
+    store = tmp_path / "store"
+    WebIndex(store).close()
+    port = free_port()
+    proc = subprocess.Popen(
+        [CLI, "serve", "--store", str(store), "--port", str(port), "--workers", "2"],
+        stderr=subprocess.PIPE,
+        env={"PATH": str(Path(sys.executable).parent), "WEB_INDEX_WRITE_TOKEN": TOKEN},
+    )
+    try:
+        wait_port(port)
+        base = f"http://127.0.0.1:{port}"
+        workers = _workers(proc.pid)
+        assert len(workers) == 2, workers
+        for n in range(6):  # new connections: the kernel spreads them over the workers
+            url = f"https://a.example/{n}"
+            assert httpx.post(f"{base}/api/insert", json=[request(url)], headers=_auth()).status_code == 200
+            for _ in range(4):
+                assert httpx.get(f"{base}/store/cdx", params={"url": url}).text.count("\n") == 1
+        os.kill(min(workers), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while len(_workers(proc.pid) - {min(workers)}) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(_workers(proc.pid) - {min(workers)}) == 2  # a new one in its place
+        lines = httpx.get(f"{base}/store/cdx", params={"url": "a.example/", "matchType": "prefix"}).text
+        assert lines.count("\n") == 6
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    assert not _workers(proc.pid)
+    assert b"Traceback" not in proc.stderr.read()  # type: ignore[union-attr]
+
+
+def test_serve_workers_must_be_one_or_more(tmp_path: Path) -> None:
+    bad = subprocess.run([CLI, "serve", "--store", str(tmp_path), "--workers", "0"], capture_output=True)
+    assert bad.returncode == 2 and b"--workers" in bad.stderr and b"Traceback" not in bad.stderr

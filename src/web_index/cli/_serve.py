@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import ipaddress
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -25,7 +28,10 @@ from web_index.cli._app import (
 )
 
 if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
     from web_index.archive import Collection
+    from web_index.index import WebIndex
 
 __all__ = ["serve"]
 
@@ -109,6 +115,12 @@ def serve(
     remote_timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds any call to a remote archive or the live web may take.")
     ] = 10.0,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Server processes sharing the port, each with the store open: one a core to use."
+        ),
+    ] = 1,
 ) -> None:
     """Serve the store over HTTP until SIGINT or SIGTERM (see docs/server.md).
 
@@ -117,7 +129,6 @@ def serve(
     /api/presence, and POST /api/insert with a write token. --allow-loopback and --allow-private let
     remote archives, WARC loaders and $live reach those addresses (refused by default).
     """
-    from web_index.server import create_app
     from web_index.server import serve as run
 
     try:
@@ -127,23 +138,58 @@ def serve(
             raise fail(EXIT_USAGE, f"--host {host!r}: give an IP address (127.0.0.1, ::1, 0.0.0.0)") from None
     token = _write_token(write_token_file)
     location = store_location(store)
-    with cli_errors(location), open_index(location, None, read_only=token is None) as index:
+    build = functools.partial(
+        _app, location, token, config, allow_loopback, allow_private, remote_timeout,
+        queue=queue, search_timeout=search_timeout, max_batch=max_batch, max_body=max_body,
+    )  # fmt: skip
+    with cli_errors(location):
+        # Built here first with several workers too: a mistake is said once, as a usage error,
+        # before any worker starts; each worker then opens the store and builds its own.
+        application, index = build()
+        with index:
+            names = ", ".join(f"/{name}/" for name in sorted({"store", *application.state.collections}))
+            via = f" (searches via {queue})" if queue else ""
+            writes = ", POST /api/insert open to the write token" if token else ""
+            each = f", {workers} workers" if workers > 1 else ""
+            say("", f"serving {location} on http://{host}:{port}{via}{writes}{each}; collections {names}")
+            if workers == 1:
+                run(application, host=host, port=port)
+            else:  # its collections and searches closed as its own stop would close them
+                asyncio.run(_stopped(application))
+        if workers > 1:
+            run(functools.partial(_worker_app, build), host=host, port=port, workers=workers)
+    raise typer.Exit(EXIT_OK)
+
+
+def _app(
+    location: str,
+    token: str | None,
+    config: Path | None,
+    allow_loopback: bool,
+    allow_private: bool,
+    remote_timeout: float,
+    **options: Any,
+) -> tuple[Starlette, WebIndex]:
+    """The app over the store at ``location``, and the store, open (closed by the caller)."""
+    from web_index.server import create_app
+
+    index = open_index(location, None, read_only=token is None)
+    try:
         collections = _collections(config, allow_loopback, allow_private, remote_timeout)
         try:
-            application = create_app(
-                index,
-                queue=queue,
-                search_timeout=search_timeout,
-                max_batch=max_batch,
-                max_body=max_body,
-                write_token=token,
-                collections=collections,
-            )
+            return create_app(index, write_token=token, collections=collections, **options), index
         except ValueError as exc:  # a queue URL of neither form
             raise fail(EXIT_USAGE, str(exc)) from None
-        via = f" (searches via {queue})" if queue else ""
-        writes = ", POST /api/insert open to the write token" if token else ""
-        names = ", ".join(f"/{name}/" for name in sorted({"store", *collections}))
-        say("", f"serving {location} on http://{host}:{port}{via}{writes}; collections {names}")
-        run(application, host=host, port=port)
-    raise typer.Exit(EXIT_OK)
+    except BaseException:
+        index.close()
+        raise
+
+
+async def _stopped(application: Starlette) -> None:
+    async with application.router.lifespan_context(application):
+        pass
+
+
+def _worker_app(build: Callable[[], tuple[Starlette, WebIndex]]) -> Starlette:
+    # A worker's store stays open for the process's life: its exit releases it.
+    return build()[0]

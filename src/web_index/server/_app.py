@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import uvicorn
 from starlette.applications import Starlette
+from uvicorn.supervisors import Multiprocess
+from uvicorn.supervisors.multiprocess import SIGNALS as SUPERVISOR_SIGNALS
 from starlette.routing import Route
 
 from web_index.archive import Collection
@@ -112,9 +114,30 @@ def create_app(
     return app
 
 
-def serve(app: Starlette, *, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM, then return (a graceful stop is a success)."""
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+def serve(
+    app: Starlette | Callable[[], Starlette], *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1
+) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM, then return (a graceful stop is a success).
+
+    With ``workers`` > 1, that many processes share the port, each running an
+    app of its own: ``app`` is then a function of no arguments that builds it,
+    which pickle can send to a new process (a module's function, or a
+    ``functools.partial`` of one). A worker that dies is started again.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if workers > 1 and isinstance(app, Starlette):
+        raise ValueError("several workers need a function that builds the app, not the app")
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        workers=workers,
+        factory=workers > 1,
+    )
     # uvicorn stops gracefully on these signals and then raises them again for
     # the handlers it found: these, which only note them.
     noted: list[int] = []
@@ -122,7 +145,18 @@ def serve(app: Starlette, *, host: str = "127.0.0.1", port: int = 8080) -> None:
         sig: signal.signal(sig, lambda s, _f: noted.append(s)) for sig in (signal.SIGINT, signal.SIGTERM)
     }
     try:
-        uvicorn.Server(config).run()
+        if workers == 1:
+            uvicorn.Server(config).run()
+        else:  # the supervisor stops every worker on either signal, then returns
+            # It takes more signals (HUP restarts the workers, TTIN/TTOU add or remove one).
+            taken = {sig: signal.getsignal(sig) for sig in SUPERVISOR_SIGNALS}
+            sock = config.bind_socket()
+            try:
+                Multiprocess(config, sockets=[sock]).run()
+            finally:
+                sock.close()
+                for sig, handler in taken.items():
+                    signal.signal(sig, handler)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
