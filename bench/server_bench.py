@@ -240,20 +240,23 @@ def warm(paths: list[Path]) -> None:
 class Servers:
     """web-index serve and pywb's warcserver and wayback over one dataset."""
 
-    def __init__(self, folder: Path, workdir: Path, *, pywb_nodelay: bool = False) -> None:
+    def __init__(
+        self, folder: Path, workdir: Path, *, pywb_nodelay: bool = False, serve_workers: int = 1
+    ) -> None:
         self.procs: dict[str, subprocess.Popen[Any]] = {}
         self.base: dict[str, str] = {}
         try:
-            self._start(folder, workdir, pywb_nodelay)
+            self._start(folder, workdir, pywb_nodelay, serve_workers)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, folder: Path, workdir: Path, pywb_nodelay: bool) -> None:
+    def _start(self, folder: Path, workdir: Path, pywb_nodelay: bool, serve_workers: int) -> None:
         port = free_port()
         log = (workdir / f"serve-{folder.name}.log").open("ab")
+        command = [CLI, "serve", "--store", str(folder / "store"), "--port", str(port)]
         self.procs["web-index"] = subprocess.Popen(
-            [CLI, "serve", "--store", str(folder / "store"), "--port", str(port)],
+            [*command, "--workers", str(serve_workers)],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -276,20 +279,41 @@ class Servers:
                 time.sleep(0.2)
 
     def cpu(self) -> dict[str, float]:
-        """CPU seconds (user + system) each server has used so far."""
+        """CPU seconds (user + system) each server has used so far (with ``--workers``, its
+        processes' together)."""
         out = {}
         for side, p in self.procs.items():
-            fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            out[side] = (int(fields[11]) + int(fields[12])) / TICK
+            out[side] = 0.0
+            for pid in _family(p.pid):
+                try:
+                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:  # gone meanwhile
+                    continue
+                out[side] += (int(fields[11]) + int(fields[12])) / TICK
         return out
 
     def peak_rss_mib(self) -> dict[str, float]:
+        """Each server's peak RSS (with ``--workers``, its processes' peaks added up)."""
         out = {}
         for side, p in self.procs.items():
-            for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    out[side] = round(int(line.split()[1]) / 1024, 1)
+            out[side] = 0.0
+            for pid in _family(p.pid):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        out[side] = round(out[side] + int(line.split()[1]) / 1024, 1)
         return out
+
+
+def _family(pid: int) -> list[int]:
+    """``pid`` and the processes it started (a server's workers), from /proc."""
+    out = [pid]
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            if f"\nPPid:\t{pid}\n" in status.read_text():
+                out.append(int(status.parent.name))
+        except OSError:
+            continue
+    return out
 
     def close(self) -> int:
         return stop(list(self.procs.values()))
@@ -662,6 +686,12 @@ def write_results(res: dict[str, Any], stem: str) -> None:
             " pywb with TCP_NODELAY set on its connections (--pywb-nodelay; as shipped it is not)."
             if res.get("pywb_nodelay")
             else " pywb as shipped (no TCP_NODELAY: see the notes)."
+        )
+        + (
+            f" web-index serve with --workers {res['serve_workers']} (its CPU and RSS: its processes'"
+            " together); pywb one process each."
+            if res.get("serve_workers", 1) > 1
+            else ""
         ),
     ]
     if "main" in ds:
@@ -853,6 +883,12 @@ def main() -> None:
         action="store_true",
         help="set TCP_NODELAY on pywb's connections (pywb as shipped does not: see bench/README.md)",
     )
+    ap.add_argument(
+        "--serve-workers",
+        type=int,
+        default=1,
+        help="web-index serve --workers N (pywb's warcserver and wayback stay one process each)",
+    )
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--rewrite-md", action="store_true", help="no run: write <out>.md again from <out>.json")
     ap.add_argument("--out", default="server")
@@ -889,6 +925,7 @@ def main() -> None:
         "queries": args.queries,
         "warm": not args.no_warm,
         "pywb_nodelay": args.pywb_nodelay,
+        "serve_workers": args.serve_workers,
         "datasets": {k: v[1] for k, v in datasets.items()},
         "workloads": {},
         "peak_rss_mib": {},
@@ -898,7 +935,9 @@ def main() -> None:
         files = [folder / "store", folder / "warc"]
         if not args.no_warm:
             warm(files)
-        servers = Servers(folder, args.workdir, pywb_nodelay=args.pywb_nodelay)
+        servers = Servers(
+            folder, args.workdir, pywb_nodelay=args.pywb_nodelay, serve_workers=args.serve_workers
+        )
         try:
             if name == "main":
                 sample = sample_queries(folder / "warc" / "bench.cdxj", args.queries + args.warmup, args.seed)
