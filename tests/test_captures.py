@@ -178,30 +178,28 @@ def test_captures_against_reference() -> None:
     )
 
 
+def _response(url: str, at: datetime, data: bytes = b"x") -> Response:
+    """A final 200 response of ``url`` at ``at``."""
+    return Response(
+        url=url,
+        request_url=url,
+        status_code=200,
+        headers={},
+        timestamp=at,
+        data=data,
+        is_final=True,
+        fetcher_name="test",
+        fetcher_version="1.0",
+        fetcher_calibre=10,
+    )
+
+
 def _chain_index(tmp_path: Path) -> WebIndex:
     index = WebIndex(tmp_path / "s", create=True)
     for n in range(300):
         url = f"https://example.com/p/{n:03d}"
-        index.insert(
-            "get",
-            url,
-            TIMES[1] + timedelta(minutes=n),
-            metadata(url),
-            [
-                Response(
-                    url=url,
-                    request_url=url,
-                    status_code=200,
-                    headers={},
-                    timestamp=TIMES[1] + timedelta(minutes=n),
-                    data=b"x",
-                    is_final=True,
-                    fetcher_name="test",
-                    fetcher_version="1.0",
-                    fetcher_calibre=10,
-                )
-            ],
-        )
+        at = TIMES[1] + timedelta(minutes=n)
+        index.insert("get", url, at, metadata(url), [_response(url, at)])
     index.flush()
     index.compact()
     return index
@@ -256,19 +254,7 @@ def test_bad_questions_name_their_field(tmp_path: Path) -> None:
 
 def _one(url: str) -> tuple[str, str, datetime, object, list[Response]]:
     at = TIMES[1] + timedelta(days=1)
-    response = Response(
-        url=url,
-        request_url=url,
-        status_code=200,
-        headers={},
-        timestamp=at,
-        data=b"y",
-        is_final=True,
-        fetcher_name="test",
-        fetcher_version="1.0",
-        fetcher_calibre=10,
-    )
-    return ("get", url, at, metadata(url), [response])
+    return ("get", url, at, metadata(url), [_response(url, at, b"y")])
 
 
 def test_a_damaged_index_is_read_around(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -502,18 +488,3 @@ def test_months_are_listed_again_once_a_folder_changes(
             listed.clear()
             assert len(list(index.captures(url))) == n
             assert not [f for f in listed if f.startswith("get")]  # the months were not listed again
-
-
-def _response(url: str, at: datetime) -> Response:
-    return Response(
-        url=url,
-        request_url=url,
-        status_code=200,
-        headers={},
-        timestamp=at,
-        data=b"x",
-        is_final=True,
-        fetcher_name="test",
-        fetcher_version="1.0",
-        fetcher_calibre=10,
-    )
