@@ -1,0 +1,52 @@
+"""pywb 2.10's own CDXJ lookup, for ``lookup_bench.py``: run by pywb's interpreter
+(``.pywb-venv/bin/python bench/_pywb_lookup.py < job.json > result.json``).
+
+A lookup is what pywb's CDX server does for ``?url=U&closest=TS&limit=1`` once the request is
+parsed: ``CDXQuery`` (the URL's SURT key range), ``FileIndexSource.load_index`` (a binary search of
+the sorted CDXJ file) and ``process_cdx`` (the closest-first sort, cut at the limit).
+
+A job is JSON: ``{"cdxj": path, "warmup": [{"url", "closest"}, ...], "queries": [...]}``; the
+answer ``{"seconds": [...], "answers": [[timestamp, url] or null, ...], "peak_rss_mib": n}``.
+"""
+
+import json
+import sys
+import time
+
+from pywb.warcserver.index.cdxops import process_cdx
+from pywb.warcserver.index.indexsource import FileIndexSource
+from pywb.warcserver.index.query import CDXQuery
+
+
+def main():
+    job = json.load(sys.stdin)
+    source = FileIndexSource(job["cdxj"])
+
+    def lookup(q):
+        query = CDXQuery({"url": q["url"], "closest": q["closest"], "limit": "1"})
+        for cdx in process_cdx(source.load_index(query.params), query):
+            return cdx
+        return None
+
+    for q in job["warmup"]:
+        lookup(q)
+    seconds, answers = [], []
+    for q in job["queries"]:
+        t = time.perf_counter()
+        cdx = lookup(q)
+        seconds.append(time.perf_counter() - t)
+        answers.append(None if cdx is None else [cdx["timestamp"], cdx["url"]])
+    json.dump({"seconds": seconds, "answers": answers, "peak_rss_mib": peak_rss_mib()}, sys.stdout)
+
+
+def peak_rss_mib():
+    # VmHWM, not getrusage: a child's ru_maxrss starts from its parent's peak.
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Single closest-capture lookups in one process, web-index against pywb 2.10 over the same
+captures, in one run: what a CDX server does for ``?url=U&closest=TS&limit=1`` once the request
+is parsed, without HTTP.
+
+    .venv/bin/python bench/lookup_bench.py            # both datasets of server_bench.py
+
+- web-index: ``find_captures`` on the store (``WebIndex.captures``: the capture indexes, with
+  the closest query's windows), in a process of its own;
+- pywb: ``CDXQuery`` + ``FileIndexSource.load_index`` + ``process_cdx`` on the CDXJ that
+  ``export_warcs`` wrote of the same store (``_pywb_lookup.py``, in pywb's venv).
+
+The datasets are server_bench.py's (built there, cached in its ``--workdir``): ``main``, 113,250
+captures over 1,000 domains, and ``prefix-1m``, 1,000,000 captures of one site. Each side gets the
+same warm-up and the same queries (captures drawn from the CDXJ, each asked for within 3 days of
+it), one at a time; every answer (timestamp and URL of the closest capture) is compared. Results:
+``results/lookup.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _pywb
+from server_bench import (
+    HERE,
+    MainParams,
+    PrefixParams,
+    _git_head,
+    ensure_dataset,
+    sample_queries,
+)
+from web_index import WebIndex, __version__
+from web_index.archive import find_captures, parse_cdx_query
+
+
+def web_index_side(job: dict[str, Any]) -> dict[str, Any]:
+    """The web-index side of a job (``_pywb_lookup.py``'s form), in this process."""
+    with WebIndex(job["store"], read_only=True) as index:
+
+        def lookup(q: dict[str, str]) -> list[str] | None:
+            params = {"url": [q["url"]], "closest": [q["closest"]], "limit": ["1"]}
+            for fields, _ in find_captures(index, parse_cdx_query(params), source="store"):
+                return [fields["timestamp"], fields["url"]]
+            return None
+
+        for q in job["warmup"]:
+            lookup(q)
+        seconds, answers = [], []
+        for q in job["queries"]:
+            t = time.perf_counter()
+            answer = lookup(q)
+            seconds.append(time.perf_counter() - t)
+            answers.append(answer)
+    rss = next(
+        int(line.split()[1]) / 1024
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmHWM:")  # not getrusage: a child's ru_maxrss starts from its parent's peak
+    )
+    return {"seconds": seconds, "answers": answers, "peak_rss_mib": round(rss, 1)}
+
+
+def run_side(command: list[str], job: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+    done = subprocess.run(command, input=json.dumps(job), capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise RuntimeError(f"{command[0]} failed: {done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def summary(seconds: list[float]) -> dict[str, float]:
+    ordered = sorted(seconds)
+
+    def at(p: float) -> float:
+        return round(1000 * ordered[min(len(ordered) - 1, int(p * len(ordered)))], 3)
+
+    mean = round(1000 * statistics.mean(seconds), 3)
+    return {"p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99), "mean_ms": mean}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    ap.add_argument("--queries", type=int, default=2000)
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--datasets", default="main,prefix-1m")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/web-index-server-bench"))
+    ap.add_argument("--side", help=argparse.SUPPRESS)  # internal: run one side's job from stdin
+    args = ap.parse_args()
+    if args.side == "web-index":
+        json.dump(web_index_side(json.load(sys.stdin)), sys.stdout)
+        return
+    pywb_version = _pywb.check_venv()
+    params = {"main": MainParams(100_000, 1_000, 1), "prefix-1m": PrefixParams(1_000_000, 50, 1)}
+    res: dict[str, Any] = {
+        "benchmark": "lookup",
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": _git_head(),
+        "web_index": __version__,
+        "pywb": pywb_version,
+        "queries": args.queries,
+        "warmup": args.warmup,
+        "datasets": {},
+    }
+    for name in args.datasets.split(","):
+        folder, info = ensure_dataset(params[name], args.workdir)
+        sample = sample_queries(folder / "warc" / "bench.cdxj", args.queries + args.warmup, args.seed)
+        job = {"warmup": sample[: args.warmup], "queries": sample[args.warmup :]}
+        print(f"{name}: {len(job['queries'])} lookups a side ...", flush=True)
+        me = [sys.executable, str(Path(__file__)), "--side", "web-index"]
+        mine = run_side(me, {**job, "store": str(folder / "store")})
+        theirs = run_side(
+            [str(_pywb.pywb_bin("python")), str(HERE / "_pywb_lookup.py")],
+            {**job, "cdxj": str(folder / "warc" / "bench.cdxj")},
+            env=_pywb.clean_env(),
+        )
+        differ = sum(a != b for a, b in zip(mine["answers"], theirs["answers"], strict=True))
+        entry = {
+            "captures": info["captures"],
+            "web-index": {**summary(mine["seconds"]), "peak_rss_mib": mine["peak_rss_mib"]},
+            "pywb": {**summary(theirs["seconds"]), "peak_rss_mib": theirs["peak_rss_mib"]},
+            "answers_differ": differ,
+            "not_found": sum(a is None for a in mine["answers"]),
+        }
+        res["datasets"][name] = entry
+        print(f"  web-index {entry['web-index']}\n  pywb      {entry['pywb']}\n  differ {differ}", flush=True)
+    write(res)
+
+
+def write(res: dict[str, Any]) -> None:
+    out = HERE / "results"
+    (out / "lookup.json").write_text(json.dumps(res, indent=2) + "\n")
+    lines = [
+        f"Run {res['date']} at {res['commit']}, web-index {res['web_index']} against pywb {res['pywb']}: "
+        f"{res['queries']:,} single closest lookups a side (limit 1), one at a time in one process, "
+        f"after {res['warmup']:,} warm-up lookups; every answer compared.",
+        "",
+        "| dataset | captures | side | p50 ms | p90 ms | p99 ms | mean ms | peak RSS MiB | differing |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, d in res["datasets"].items():
+        for side in ("web-index", "pywb"):
+            s = d[side]
+            first = side == "web-index"
+            lines.append(
+                f"| {name if first else ''} | {d['captures'] if first else ''} | {side} | {s['p50_ms']} | "
+                f"{s['p90_ms']} | {s['p99_ms']} | {s['mean_ms']} | {s['peak_rss_mib']} | "
+                f"{d['answers_differ'] if first else ''} |"
+            )
+    (out / "lookup.md").write_text("\n".join(lines) + "\n")
+    print("results in bench/results/lookup.json and .md")
+
+
+if __name__ == "__main__":
+    main()
