@@ -149,11 +149,11 @@ _WINDOWS = (timedelta(days=40), timedelta(days=400))
 
 def _first_width(target: datetime) -> timedelta:
     """The widest window round ``target`` within its month, an hour short of the
-    month's start (where the month before's chains end), at least a day: the
-    one partition most lookups need."""
+    month's start (where the month before's chains end) and a second short of
+    its end, at least a day: the one partition most lookups need."""
     month = target.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     try:
-        after = (month + timedelta(days=32)).replace(day=1) - target
+        after = (month + timedelta(days=32)).replace(day=1) - target - timedelta(seconds=1)
     except OverflowError:  # December 9999
         return timedelta(days=1)
     return max(timedelta(days=1), min(target - month - timedelta(hours=1), after))
