@@ -303,6 +303,9 @@ class Servers:
                         out[side] = round(out[side] + int(line.split()[1]) / 1024, 1)
         return out
 
+    def close(self) -> int:
+        return stop(list(self.procs.values()))
+
 
 def _family(pid: int) -> list[int]:
     """``pid`` and the processes it started (a server's workers), from /proc."""
@@ -314,9 +317,6 @@ def _family(pid: int) -> list[int]:
         except OSError:
             continue
     return out
-
-    def close(self) -> int:
-        return stop(list(self.procs.values()))
 
 
 def cdx_path(side: str) -> str:
