@@ -84,11 +84,21 @@ def summary(seconds: list[float]) -> dict[str, float]:
     return {"p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99), "mean_ms": mean}
 
 
+def median_round(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the median p50, and every round's p50."""
+    rounds = sorted(
+        (summary(run["seconds"]) | {"peak_rss_mib": run["peak_rss_mib"]} for run in runs),
+        key=lambda s: s["p50_ms"],
+    )
+    return rounds[len(rounds) // 2] | {"round_p50s_ms": [s["p50_ms"] for s in rounds]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     ap.add_argument("--queries", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3, help="runs a side, alternated (ABBA...); the median")
     ap.add_argument("--datasets", default="main,prefix-1m")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/web-index-server-bench"))
     ap.add_argument("--side", help=argparse.SUPPRESS)  # internal: run one side's job from stdin
@@ -106,6 +116,7 @@ def main() -> None:
         "pywb": pywb_version,
         "queries": args.queries,
         "warmup": args.warmup,
+        "rounds": args.rounds,
         "datasets": {},
     }
     for name in args.datasets.split(","):
@@ -113,18 +124,21 @@ def main() -> None:
         sample = sample_queries(folder / "warc" / "bench.cdxj", args.queries + args.warmup, args.seed)
         job = {"warmup": sample[: args.warmup], "queries": sample[args.warmup :]}
         print(f"{name}: {len(job['queries'])} lookups a side ...", flush=True)
-        me = [sys.executable, str(Path(__file__)), "--side", "web-index"]
-        mine = run_side(me, {**job, "store": str(folder / "store")})
-        theirs = run_side(
-            [str(_pywb.pywb_bin("python")), str(HERE / "_pywb_lookup.py")],
-            {**job, "cdxj": str(folder / "warc" / "bench.cdxj")},
-            env=_pywb.clean_env(),
-        )
+        runs: dict[str, list[dict[str, Any]]] = {"web-index": [], "pywb": []}
+        for r in range(args.rounds):  # ABBA...: a change in the machine's load hits both sides
+            for side in ("web-index", "pywb") if r % 2 == 0 else ("pywb", "web-index"):
+                if side == "web-index":
+                    me = [sys.executable, str(Path(__file__)), "--side", "web-index"]
+                    runs[side].append(run_side(me, {**job, "store": str(folder / "store")}))
+                else:
+                    pywb = [str(_pywb.pywb_bin("python")), str(HERE / "_pywb_lookup.py")]
+                    cdxj = str(folder / "warc" / "bench.cdxj")
+                    runs[side].append(run_side(pywb, {**job, "cdxj": cdxj}, env=_pywb.clean_env()))
+        mine, theirs = runs["web-index"][0], runs["pywb"][0]
         differ = sum(a != b for a, b in zip(mine["answers"], theirs["answers"], strict=True))
         entry = {
             "captures": info["captures"],
-            "web-index": {**summary(mine["seconds"]), "peak_rss_mib": mine["peak_rss_mib"]},
-            "pywb": {**summary(theirs["seconds"]), "peak_rss_mib": theirs["peak_rss_mib"]},
+            **{side: median_round(side_runs) for side, side_runs in runs.items()},
             "answers_differ": differ,
             "not_found": sum(a is None for a in mine["answers"]),
         }
@@ -139,7 +153,8 @@ def write(res: dict[str, Any]) -> None:
     lines = [
         f"Run {res['date']} at {res['commit']}, web-index {res['web_index']} against pywb {res['pywb']}: "
         f"{res['queries']:,} single closest lookups a side (limit 1), one at a time in one process, "
-        f"after {res['warmup']:,} warm-up lookups; every answer compared.",
+        f"after {res['warmup']:,} warm-up lookups; {res['rounds']} rounds a side, alternated, the round "
+        "with the median p50 shown (every round's p50 in the JSON); every answer compared.",
         "",
         "| dataset | captures | side | p50 ms | p90 ms | p99 ms | mean ms | peak RSS MiB | differing |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|",
