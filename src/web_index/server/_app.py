@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.routing import Route
 from uvicorn.supervisors import Multiprocess
 from uvicorn.supervisors.multiprocess import SIGNALS as SUPERVISOR_SIGNALS
-from starlette.routing import Route
 
 from web_index.archive import Collection
 from web_index.index import WebIndex
