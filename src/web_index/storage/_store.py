@@ -313,6 +313,8 @@ class Store:
             done += changed
             if on_progress is not None:
                 on_progress(n, total)
+        if run is not None:
+            self._forget_listings(targets)
         for n, (type, year, month) in enumerate(sorted(months), start=len(targets) + 1):
             build_month_index(self.backend, type, year, month)
             if not type.is_metadata:
@@ -320,6 +322,15 @@ class Store:
             if on_progress is not None:
                 on_progress(n, total)
         return done
+
+    def _forget_listings(self, partitions: Iterable[MethodPartition]) -> None:
+        """Drop the read cache's listings of these partitions' folders: other processes
+        compacted them, and only this process's own writes invalidate its cache."""
+        invalidate = getattr(self.backend, "invalidate", None)
+        if callable(invalidate):
+            for mp in partitions:
+                for type in (mp.method, mp.method.metadata):
+                    invalidate(Partition(type, mp.year, mp.month, mp.domain).compacted_path)
 
     def _partitions_with_parts(self) -> list[MethodPartition]:
         """Partitions with a part file in either type, from one listing per month folder
