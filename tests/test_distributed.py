@@ -211,6 +211,13 @@ def test_a_bad_scheduler_is_one_line_and_exit_5(
     assert os.listdir(tmp_path) == [], "no staged file left behind"
 
 
+def test_the_scheduler_answers_into_a_file_only(tmp_path: Path) -> None:
+    args = ["query", "https://example.com/", "--store", str(tmp_path), "--scheduler", "tcp://127.0.0.1:1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: --scheduler answers into a file: give --output FILE.parquet"
+
+
 def test_without_the_extra_it_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from web_index.query import answer_on_cluster
 
