@@ -4,7 +4,7 @@ processes (``query_file(scheduler=...)``), in the same run, on the synthetic
 store at S and 2S (docs/scale.md).
 
     .venv/bin/python bench/dask_bench.py                        # S and 2S, 200,000 queries each
-    .venv/bin/python bench/dask_bench.py --scales S --queries 50000
+    .venv/bin/python bench/dask_bench.py --scales S --queries 50000   # keeps 2S's figures in dask.json
     .venv/bin/python bench/dask_bench.py --scales 20000 --queries 5000   # a smoke run, seconds
 
 The datasets are store_bench's (built once by synth.py and cached in
@@ -186,8 +186,9 @@ def markdown(report: dict[str, Any]) -> str:
             cpu = " / ".join(f"{w['cpu_s']:.1f}" for w in ws) or "-"
             rss = " / ".join(f"{w['peak_rss_mb']:,.0f}" for w in ws) or "-"
             read = sum(w["read_bytes"] for w in ws) if ws else r["client"]["read_bytes"]
+            when = f", run {s['run']['date']}" if "run" in s else ""
             lines.append(
-                f"| {scale} ({s['records']:,} records, {s['store_files']:,} files) | {name} "
+                f"| {scale} ({s['records']:,} records, {s['store_files']:,} files{when}) | {name} "
                 f"| {r['seconds']:.2f} | {s['queries'] / r['seconds']:,.0f} | {base / r['seconds']:.2f}x "
                 f"| {r['client']['cpu_s']:.1f} | {r['client']['peak_rss_mb']:,.0f} "
                 f"| {cpu} | {rss} "
@@ -202,6 +203,19 @@ def markdown(report: dict[str, Any]) -> str:
         "footers its read cache keeps.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _keep_other_scales(report: dict[str, Any], path: Path) -> None:
+    """Keep the scales of an earlier run that this one did not run (each says its date and commit)."""
+    if not path.exists():
+        return
+    earlier = json.loads(path.read_text())
+    for scale, result in earlier["scales"].items():
+        if scale not in report["scales"]:
+            result.setdefault("run", {"date": earlier["date"], "commit": earlier["machine"]["git_commit"]})
+            report["scales"][scale] = result
+    order = sorted(report["scales"], key=lambda k: SCALES.get(k, 0))
+    report["scales"] = {k: report["scales"][k] for k in order}
 
 
 def main() -> None:
@@ -229,6 +243,7 @@ def main() -> None:
         for scale in args.scales:
             report["scales"][scale] = bench_scale(scale, args.queries, args.seed, Path(tmp))
     name = "dask" if set(args.scales) <= set(SCALES) else "dask-" + "-".join(args.scales)
+    _keep_other_scales(report, RESULTS / f"{name}.json")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     (RESULTS / f"{name}.md").write_text(markdown(report))
