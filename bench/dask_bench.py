@@ -8,8 +8,8 @@ store at S and 2S (docs/scale.md).
     .venv/bin/python bench/dask_bench.py --scales 20000 --queries 5000   # a smoke run, seconds
 
 The datasets are store_bench's (built once by synth.py and cached in
-bench/data/; S takes ~5 minutes on 2 cores, 2S ~10). The queries are the bulk
-workload's (simple, time-aware and page keys interleaved, ~80% on stored
+bench/data/; S took 30 minutes on 2 shared cores, most of it writing capture
+indexes). The queries are the bulk workload's (simple, time-aware and page keys interleaved, ~80% on stored
 URLs). Every run is a fresh subprocess (its peak RSS its own) after the store
 is read once into the page cache; the three result files must be equal row for
 row. Writes bench/results/dask.json and dask.md.
