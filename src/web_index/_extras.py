@@ -20,6 +20,7 @@ EXTRAS: Mapping[str, tuple[str, str, str]] = {
     "browser": ("playwright", "playwright", "the browser fetcher"),
     "redis": ("redis", "redis", "a Redis queue"),
     "server": ("starlette", "starlette", "web-index serve"),
+    "dask": ("distributed", "distributed", "a Dask cluster (--scheduler)"),
 }
 
 

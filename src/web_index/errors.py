@@ -7,6 +7,7 @@ without reading the source.
 from __future__ import annotations
 
 __all__ = [
+    "ClusterError",
     "ConflictError",
     "CorruptFileError",
     "InvalidRecordError",
@@ -68,6 +69,11 @@ class MissingExtraError(WebIndexError, ImportError):
     """A part of web-index that needs an optional extra was used without it:
     ``s3`` (``s3://`` stores), ``postgres`` (a shared buffer) or ``browser``
     (the Chromium fetcher). The message gives the ``pip install`` line."""
+
+
+class ClusterError(WebIndexError):
+    """The Dask cluster a batch or a compaction was sent to (``scheduler=``) could
+    not be reached, or a task of it killed its workers again and again."""
 
 
 class WarcError(InvalidRecordError):

@@ -126,6 +126,8 @@ class WebIndex:
         # Whether reads wait on the network (an object store, a PostgreSQL buffer): the
         # archive server reads a local store on its event loop, a remote one in threads.
         self.remote = self._store.remote
+        # What a Dask worker opens to share the buffer (scheduler=): a DSN, not an object.
+        self._buffer_location = buffer if isinstance(buffer, str) else None
 
     # -- context ---------------------------------------------------------------
 
@@ -216,16 +218,31 @@ class WebIndex:
         self._check_writable()
         return self._store.flush()
 
-    def compact(self, *, min_parts: int = 1, partitions: Iterable[MethodPartition] | None = None) -> int:
+    def compact(
+        self,
+        *,
+        min_parts: int = 1,
+        partitions: Iterable[MethodPartition] | None = None,
+        scheduler: str | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> int:
         """Roll part files into one ``<domain>.parquet`` per partition.
 
         Only partitions with at least ``min_parts`` part files are compacted;
         then the month key indexes are brought up to date and every compacted
         file without a capture index gets one. Safe while other processes
         write and read. Returns how many partitions changed.
+        ``scheduler`` (``tcp://host:port``) compacts the partitions on that Dask
+        cluster, one task each (docs/scale.md); ``on_progress(done, total)``
+        after each partition and month.
         """
         self._check_writable()
-        return self._store.compact(partitions, min_parts=min_parts)
+        run = None
+        if scheduler is not None:
+            from web_index._on_cluster import compactor
+
+            run = compactor(self, scheduler, min_parts)
+        return self._store.compact(partitions, min_parts=min_parts, on_progress=on_progress, run=run)
 
     # -- reading ---------------------------------------------------------------
 
@@ -251,6 +268,7 @@ class WebIndex:
         *,
         batch_size: int = 20_000,
         on_progress: Callable[[int], None] | None = None,
+        scheduler: str | None = None,
     ) -> int:
         """Answer every query of ``source`` (a Parquet file of queries, see
         :func:`~web_index.models.write_queries`, or any iterable of queries) into a
@@ -263,7 +281,15 @@ class WebIndex:
         input order; memory does not grow with the number of queries or the
         size of the store. The file appears complete or not at all.
         ``on_progress`` is called with the number answered so far.
+        ``scheduler`` (``tcp://host:port``) answers the batches on that Dask
+        cluster, whose workers open this store by its location (docs/scale.md).
         """
+        if scheduler is not None:
+            from web_index._on_cluster import answer_file
+
+            return answer_file(
+                self, scheduler, source, destination, batch_size=batch_size, on_progress=on_progress
+            )
         from web_index.query import answer_to_file
 
         return answer_to_file(self.query, source, destination, batch_size=batch_size, on_progress=on_progress)

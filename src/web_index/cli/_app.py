@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from web_index.errors import InvalidRecordError, WebIndexError
+from web_index.errors import ClusterError, InvalidRecordError, WebIndexError
 from web_index.index import WebIndex
 from web_index.read_only import default_store
 
@@ -83,6 +83,18 @@ BufferOption = Annotated[
         "--buffer",
         envvar="WEB_INDEX_BUFFER",
         help="A shared PostgreSQL insert buffer (postgresql://...) [default: SQLite beside the store].",
+        show_default=False,
+    ),
+]
+
+
+SchedulerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        envvar="WEB_INDEX_SCHEDULER",
+        help="Run on this Dask cluster (tcp://host:port; the dask extra); its workers open --store "
+        "themselves (docs/scale.md).",
         show_default=False,
     ),
 ]
@@ -159,11 +171,14 @@ def cli_errors(location: str) -> Iterator[None]:
     """The documented exit codes for what escapes a command's work on the store
     at ``location``, each in one line: invalid input 2, and 4 for a store that
     could not be read or written, however it failed (a ``StoreError``, or an
-    ``OSError`` or SQLite error from below: a full disk surfaces as either)."""
+    ``OSError`` or SQLite error from below: a full disk surfaces as either);
+    5 for a Dask scheduler that could not be reached (``--scheduler``)."""
     try:
         yield
     except InvalidRecordError as exc:
         raise fail(EXIT_USAGE, str(exc)) from None
+    except ClusterError as exc:
+        raise fail(EXIT_UNAVAILABLE, str(exc)) from None
     except WebIndexError as exc:
         raise fail(EXIT_STORE_ERROR, str(exc)) from None
     except OSError as exc:

@@ -15,6 +15,7 @@ from web_index.cli._app import (
     EXIT_FOUND_NOTHING,
     EXIT_USAGE,
     BufferOption,
+    SchedulerOption,
     StoreOption,
     app,
     cli_errors,
@@ -147,11 +148,14 @@ def _run(
     bodies: bool,
     fail_missing: bool,
     output: Path | None = None,
+    scheduler: str | None = None,
 ) -> None:
     stream = _collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id)
     if output is not None:
-        _run_to_parquet(stream, store, buffer, output)
+        _run_to_parquet(stream, store, buffer, output, scheduler)
         return
+    if scheduler is not None:
+        raise fail(EXIT_USAGE, "--scheduler answers into a file: give --output FILE.parquet")
     try:
         queries = list(stream)
     except InvalidRecordError as exc:
@@ -178,7 +182,9 @@ def _run(
         raise typer.Exit(EXIT_FOUND_NOTHING)
 
 
-def _run_to_parquet(queries: Iterator[Query], store: str, buffer: str | None, output: Path) -> None:
+def _run_to_parquet(
+    queries: Iterator[Query], store: str, buffer: str | None, output: Path, scheduler: str | None
+) -> None:
     # Bounded memory however many queries: see WebIndex.query_file.
     if not output.parent.is_dir():
         raise fail(EXIT_USAGE, f"cannot write {output}: no folder {output.parent}")
@@ -194,6 +200,7 @@ def _run_to_parquet(queries: Iterator[Query], store: str, buffer: str | None, ou
             output,
             batch_size=_BULK_BATCH,
             on_progress=lambda n: progress.update(task, completed=n),
+            scheduler=scheduler,
         )
     say("", f"{count} results written to {output}")
 
@@ -222,13 +229,15 @@ def query(
             "--output", "-o", help="Write results to this Parquet file (streamed, bodies included)."
         ),
     ] = None,
+    scheduler: SchedulerOption = None,
 ) -> None:
     """Look up pages or metadata; print one JSON line per query, in input order.
 
     Without time options a query is a simple (latest) query; --at / --not-before /
     --not-after make it time-aware; --request-id with --at makes it a page key.
     With --output, results go to a Parquet file instead, a batch at a time, so
-    millions of queries from --from FILE.parquet run in bounded memory.
+    millions of queries from --from FILE.parquet run in bounded memory; with --scheduler
+    too, the batches are answered on that Dask cluster.
     """
     _run(
         "query",
@@ -246,6 +255,7 @@ def query(
         bodies,
         fail_missing,
         output,
+        scheduler,
     )
 
 

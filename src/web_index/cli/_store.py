@@ -13,6 +13,7 @@ from rich.table import Table
 from web_index.cli._app import (
     EXIT_PROBLEMS,
     BufferOption,
+    SchedulerOption,
     StoreOption,
     app,
     cli_errors,
@@ -53,10 +54,11 @@ def compact(
     store: StoreOption = "",
     buffer: BufferOption = None,
     min_parts: Annotated[int, typer.Option(help="Only partitions with at least this many part files.")] = 1,
+    scheduler: SchedulerOption = None,
 ) -> None:
     """Roll each partition's part files into one <domain>.parquet (safe while others write),
     then bring the month key indexes up to date and write the capture index of every compacted
-    file that has none."""
+    file that has none. With --scheduler, one task a partition on that Dask cluster."""
     location = store_location(store)
     with cli_errors(location), open_index(location, buffer) as index:
         index.flush()
@@ -66,7 +68,7 @@ def compact(
             def advance(done: int, total: int) -> None:
                 progress.update(task, completed=done, total=total)
 
-            done = index._store.compact(min_parts=min_parts, on_progress=advance)
+            done = index.compact(min_parts=min_parts, scheduler=scheduler, on_progress=advance)
     err.print(f"compacted {done} partitions")
 
 

@@ -60,17 +60,28 @@ def answer_to_file(
     """
     if batch_size < 1 or window < 1:
         raise ValueError("batch_size and window must be positive")
+
+    def fill(writer: pq.ParquetWriter, work: Path) -> int:
+        total = 0
+        for rows in _windows(source, window):
+            spool = work / "spool.parquet"
+            _answer_window(answer, rows, source, total, writer, spool, batch_size, on_progress)
+            total += rows.num_rows
+        return total
+
+    return _write_staged(destination, fill)
+
+
+def _write_staged(destination: str | os.PathLike[str], fill: Callable[[pq.ParquetWriter, Path], int]) -> int:
+    """Run ``fill(writer, work)`` (it writes the result rows, returns how many) into a
+    file beside ``destination`` renamed onto it when complete, so that it appears whole
+    or not at all; ``work`` is a scratch folder beside it for spools, removed after."""
     dest = Path(destination)
     work = Path(tempfile.mkdtemp(prefix=".web-index-bulk-", dir=dest.parent))
     try:
         staged = work / "results.parquet"
-        total = 0
         with pq.ParquetWriter(staged, RESULT_SCHEMA, compression="zstd") as writer:
-            for rows in _windows(source, window):
-                _answer_window(
-                    answer, rows, source, total, writer, work / "spool.parquet", batch_size, on_progress
-                )
-                total += rows.num_rows
+            total = fill(writer, work)
             if total == 0:
                 writer.write_table(RESULT_SCHEMA.empty_table())
         staged.replace(dest)
@@ -147,29 +158,48 @@ def _answer_window(
     on_progress: Callable[[int], None] | None,
 ) -> None:
     """Answer one window in partition order, spool, and merge it into ``writer`` in input order."""
-    order = _partition_order(rows)
-    # Each batch in input order (positions ascending): its results spool in that order.
-    slices = [order.slice(i, batch_size) for i in range(0, len(order), batch_size)]
-    batches = [part.take(pc.array_sort_indices(part)) for part in slices]
-    del order, slices
-    name = source if isinstance(source, str | os.PathLike) else "queries"
+    batches = _batches(rows, batch_size)
+    name = _source_name(source)
     if len(batches) == 1:  # nothing to gain from spooling
         writer.write_table(_results(answer, rows, batches[0], start, name), row_group_size=_OUTPUT_ROWS)
         if on_progress is not None:
             on_progress(start + rows.num_rows)
         return
-    budget = max(1, _MERGE_BUDGET // len(batches))
+    budget = _spool_budget(len(batches))
     done = 0
     with pq.ParquetWriter(spool, RESULT_SCHEMA, compression="lz4") as spooler:
         for positions in batches:
             # Positions ascending within a batch: its rows are spooled in input order.
-            table = _results(answer, rows, positions, start, name)
-            row_bytes = max(1, table.nbytes // max(1, table.num_rows))
-            spooler.write_table(table, row_group_size=max(16, min(_OUTPUT_ROWS, budget // row_bytes)))
+            _spool(spooler, _results(answer, rows, positions, start, name), budget)
             done += len(positions)
             if on_progress is not None:
                 on_progress(start + done)
     _merge(pq.ParquetFile(spool), [len(b) for b in batches], start, rows.num_rows, writer)
+
+
+def _batches(rows: pa.Table, batch_size: int) -> list[pa.Array[Any]]:
+    """A window's row numbers cut into batches of ``batch_size`` in partition order,
+    each batch's numbers ascending (so that its results come out in input order)."""
+    order = _partition_order(rows)
+    slices = [order.slice(i, batch_size) for i in range(0, len(order), batch_size)]
+    return [part.take(pc.array_sort_indices(part)) for part in slices]
+
+
+def _source_name(source: object) -> str:
+    """What errors call the source: its path, or "queries" for an iterable."""
+    return os.fspath(source) if isinstance(source, str | os.PathLike) else "queries"
+
+
+def _spool_budget(batches: int) -> int:
+    """Bytes of one batch's spooled rows the merge may hold at once."""
+    return max(1, _MERGE_BUDGET // batches)
+
+
+def _spool(spooler: pq.ParquetWriter, table: pa.Table, budget: int) -> None:
+    """Spool one batch's results in row groups of about ``budget`` bytes: the merge
+    holds one row group of every batch at once."""
+    row_bytes = max(1, table.nbytes // max(1, table.num_rows))
+    spooler.write_table(table, row_group_size=max(16, min(_OUTPUT_ROWS, budget // row_bytes)))
 
 
 def _results(
@@ -177,12 +207,19 @@ def _results(
     rows: pa.Table,
     positions: pa.Array[Any],
     start: int,
-    name: object,
+    name: str,
 ) -> pa.Table:
-    batch = queries_of(rows.take(positions), name)
-    got = answer(batch)
     numbers = cast(list[int], positions.to_pylist())
-    return result_table(zip((start + i for i in numbers), batch, got, strict=True))
+    return _answered(answer, rows.take(positions), [start + i for i in numbers], name)
+
+
+def _answered(
+    answer: Callable[[list[Query]], list[Result]], rows: pa.Table, numbers: Sequence[int], name: str
+) -> pa.Table:
+    """The result rows of query ``rows`` (numbered ``numbers`` in the output), in their order."""
+    batch = queries_of(rows, name)
+    got = answer(batch)
+    return result_table(zip(numbers, batch, got, strict=True))
 
 
 class _Cursor:

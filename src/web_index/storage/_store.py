@@ -297,6 +297,7 @@ class Store:
         *,
         min_parts: int = 1,
         on_progress: Callable[[int, int], None] | None = None,
+        run: Callable[[list[MethodPartition]], Iterable[int]] | None = None,
     ) -> int:
         """Compact partitions with at least ``min_parts`` part files; return how many
         partitions (type, month, domain) changed.
@@ -304,6 +305,11 @@ class Store:
         Then bring the month key index of every month touched (all months when
         ``partitions`` is ``None``) up to date, and write the capture index of
         every compacted file in them that has none.
+
+        ``run`` compacts the partitions elsewhere (each with :meth:`compact_partition`
+        of a store at the same location, e.g. on a Dask cluster), yielding each one's
+        count as it finishes; the month and capture indexes are still brought up to
+        date here, once, after all of them.
         """
         self.backend.remove_orphans()
         done = 0
@@ -316,10 +322,16 @@ class Store:
             targets = sorted(set(partitions))
             months = {(t, mp.year, mp.month) for mp in targets for t in (mp.method, mp.method.metadata)}
         total = len(targets) + len(months)
-        for n, mp in enumerate(targets, start=1):
-            done += self.compact_partition(mp, min_parts=min_parts)
+        if run is None:
+            counts: Iterable[int] = (self.compact_partition(mp, min_parts=min_parts) for mp in targets)
+        else:
+            counts = run(targets)
+        for n, changed in enumerate(counts, start=1):
+            done += changed
             if on_progress is not None:
                 on_progress(n, total)
+        if run is not None:
+            self._forget_listings(targets)
         for n, (type, year, month) in enumerate(sorted(months), start=len(targets) + 1):
             build_month_index(self.backend, type, year, month)
             if not type.is_metadata:
@@ -327,6 +339,15 @@ class Store:
             if on_progress is not None:
                 on_progress(n, total)
         return done
+
+    def _forget_listings(self, partitions: Iterable[MethodPartition]) -> None:
+        """Drop the read cache's listings of these partitions' folders: other processes
+        compacted them, and only this process's own writes invalidate its cache."""
+        invalidate = getattr(self.backend, "invalidate", None)
+        if callable(invalidate):
+            for mp in partitions:
+                for type in (mp.method, mp.method.metadata):
+                    invalidate(Partition(type, mp.year, mp.month, mp.domain).compacted_path)
 
     def _partitions_with_parts(self) -> list[MethodPartition]:
         """Partitions with a part file in either type, from one listing per month folder
