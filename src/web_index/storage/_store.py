@@ -13,19 +13,19 @@ import pyarrow.parquet as pq
 
 from web_index._retry import retrying
 from web_index.errors import ConflictError, StoreError
-from web_index.models import STORED_END, STORED_START, AttemptRows, RecordType
+from web_index.models import AttemptRows, RecordType
 from web_index.storage._capture_index import CaptureIndexes
 from web_index.storage._capture_index_build import build_capture_index, ensure_capture_indexes
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._files import (
     WriteOptions,
-    list_partition_files,
     row_groups,
     rows_to_table,
     visible_files,
     write_partition_file,
 )
 from web_index.storage._layout import LOCK_DIR, Partition, StoredFile
+from web_index.storage._listing import Listing
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._marker import open_or_create
 from web_index.storage._merge import merge_sorted
@@ -86,10 +86,6 @@ def _default_locks(backend: Backend, buffer: Buffer) -> Locks:
 _OPEN_TRIES = 8
 
 
-def _accepted(year: int, month: int) -> bool:
-    return (STORED_START.year, STORED_START.month) <= (year, month) < (STORED_END.year, STORED_END.month)
-
-
 def _crash_point(name: str) -> None:
     # Fault injection for the crash tests: WEB_INDEX_CRASH_AT=<name> kills the
     # process at that step as SIGKILL would, leaving whatever is on disk.
@@ -97,7 +93,9 @@ def _crash_point(name: str) -> None:
         os._exit(137)
 
 
-class Store:
+class Store(Listing):
+    """A store's files and insert buffer: what is listed (:class:`Listing`), flushed and compacted."""
+
     def __init__(
         self,
         backend: Backend,
@@ -111,7 +109,7 @@ class Store:
         clock: Clock = SYSTEM_CLOCK,
         create: bool = True,
     ) -> None:
-        self.backend = backend
+        super().__init__(backend)
         self.clock = clock
         self.readonly = readonly
         self.policy = policy or FlushPolicy()
@@ -125,10 +123,6 @@ class Store:
             locks = _default_locks(backend, buffer)
         self._locks = locks
         self._last_age_check = -float("inf")
-        # Month listings, reused while the backend says the folder is unchanged.
-        self._listings: dict[str, tuple[object, dict[str, list[StoredFile]]]] = {}
-        # Month folders by type: (each folder's version, the months), reused likewise.
-        self._months: dict[RecordType, tuple[list[tuple[str, object]], list[tuple[int, int]]]] = {}
         self.capture_indexes = CaptureIndexes(backend)
 
     @property
@@ -139,60 +133,7 @@ class Store:
     def close(self) -> None:
         self.buffer.close()
 
-    # -- listing ---------------------------------------------------------------
-
-    def months(self, type: RecordType) -> list[tuple[int, int]]:
-        """Months holding files of ``type``, newest first: those whose times the
-        store accepts (see :meth:`months_out_of_range` for the others)."""
-        return [m for m in self._month_folders(type) if _accepted(*m)]
-
-    def months_out_of_range(self, type: RecordType) -> list[tuple[int, int]]:
-        """Month folders outside the times the store accepts (written by a version
-        that let a date like 9999-12-31 in): queries skip them, ``verify`` reports them."""
-        return [m for m in self._month_folders(type) if not _accepted(*m)]
-
-    def _month_folders(self, type: RecordType) -> list[tuple[int, int]]:
-        # A CDX query lists the months every time: a stat a folder, not a listing, while unchanged.
-        cached = self._months.get(type)
-        version = self.backend.folder_version
-        if cached is not None and all(v is not None and version(f) == v for f, v in cached[0]):
-            return cached[1]
-        checked = [(type.value, version(type.value))]  # each version taken before its listing
-        out: list[tuple[int, int]] = []
-        for year in self.backend.list_folders(type.value):
-            if not (year.isdigit() and len(year) == 4):
-                continue
-            folder = f"{type.value}/{year}"
-            checked.append((folder, version(folder)))
-            for month in self.backend.list_folders(folder):
-                if month.isdigit() and len(month) == 2 and 1 <= int(month) <= 12:
-                    out.append((int(year), int(month)))
-        months = sorted(out, reverse=True)
-        self._months[type] = (checked, months)
-        return months
-
-    def month_files(self, type: RecordType, year: int, month: int) -> dict[str, list[StoredFile]]:
-        """The files of a month folder by domain (shared: do not modify)."""
-        folder = f"{type.value}/{year:04d}/{month:02d}"
-        # The version is taken before listing: a change during the listing
-        # leaves an older version next to it, so the next call lists again.
-        version = self.backend.folder_version(folder)
-        if version is not None:
-            cached = self._listings.get(folder)
-            if cached is not None and cached[0] == version:
-                return cached[1]
-        listing = list_partition_files(self.backend, folder, type, year, month)
-        if version is not None:
-            self._listings[folder] = (version, listing)
-        return listing
-
-    def partition_files(self, partition: Partition) -> list[StoredFile]:
-        p = partition
-        cached = self._listings.get(p.folder)
-        if cached is not None and cached[0] == self.backend.folder_version(p.folder):
-            return list(cached[1].get(p.domain, []))
-        by_domain = list_partition_files(self.backend, p.folder, p.type, p.year, p.month, p.domain)
-        return by_domain.get(p.domain, [])
+    # -- listing (and see Listing) ----------------------------------------------
 
     def method_partitions(self) -> list[MethodPartition]:
         """Every partition that has files or buffered rows."""
