@@ -58,30 +58,39 @@ def answer_to_file(
     half-way leaves no partial file. ``on_progress`` is called with the number
     of queries answered so far after each batch.
     """
+
+    def each(rows: pa.Table, start: int, writer: pq.ParquetWriter, work: Path) -> None:
+        spool = work / "spool.parquet"
+        _answer_window(answer, rows, source, start, writer, spool, batch_size, on_progress)
+
+    return _write_windows(source, destination, batch_size, window, each)
+
+
+_WindowWriter = Callable[[pa.Table, int, pq.ParquetWriter, Path], None]
+
+
+def _write_windows(
+    source: str | os.PathLike[str] | Iterable[Query],
+    destination: str | os.PathLike[str],
+    batch_size: int,
+    window: int,
+    each: _WindowWriter,
+) -> int:
+    """The source's windows, each handed with its first row's number to ``each(rows,
+    start, writer, work)``, which writes its result rows in input order; into a file
+    beside ``destination`` renamed onto it when complete, so that it appears whole or
+    not at all (``work``: a scratch folder beside it for spools, removed after)."""
     if batch_size < 1 or window < 1:
         raise ValueError("batch_size and window must be positive")
-
-    def fill(writer: pq.ParquetWriter, work: Path) -> int:
-        total = 0
-        for rows in _windows(source, window):
-            spool = work / "spool.parquet"
-            _answer_window(answer, rows, source, total, writer, spool, batch_size, on_progress)
-            total += rows.num_rows
-        return total
-
-    return _write_staged(destination, fill)
-
-
-def _write_staged(destination: str | os.PathLike[str], fill: Callable[[pq.ParquetWriter, Path], int]) -> int:
-    """Run ``fill(writer, work)`` (it writes the result rows, returns how many) into a
-    file beside ``destination`` renamed onto it when complete, so that it appears whole
-    or not at all; ``work`` is a scratch folder beside it for spools, removed after."""
     dest = Path(destination)
     work = Path(tempfile.mkdtemp(prefix=".web-index-bulk-", dir=dest.parent))
     try:
         staged = work / "results.parquet"
         with pq.ParquetWriter(staged, RESULT_SCHEMA, compression="zstd") as writer:
-            total = fill(writer, work)
+            total = 0
+            for rows in _windows(source, window):
+                each(rows, total, writer, work)
+                total += rows.num_rows
             if total == 0:
                 writer.write_table(RESULT_SCHEMA.empty_table())
         staged.replace(dest)

@@ -42,8 +42,7 @@ from web_index.query._bulk import (
     _source_name,
     _spool,
     _spool_budget,
-    _windows,
-    _write_staged,
+    _write_windows,
 )
 from web_index.query._results import Result
 
@@ -146,20 +145,12 @@ def answer_on_cluster(
     ``answer`` is pickled to the workers: a module-level function, or a
     ``functools.partial`` of one, that opens the store itself.
     """
-    if batch_size < 1 or window < 1:
-        raise ValueError("batch_size and window must be positive")
     with _Connection(scheduler) as cluster:
 
-        def fill(writer: pq.ParquetWriter, work: Path) -> int:
-            total = 0
-            for rows in _windows(source, window):
-                _window_on_cluster(
-                    cluster, answer, rows, source, total, writer, work, batch_size, on_progress
-                )
-                total += rows.num_rows
-            return total
+        def each(rows: pa.Table, start: int, writer: pq.ParquetWriter, work: Path) -> None:
+            _window_on_cluster(cluster, answer, rows, source, start, writer, work, batch_size, on_progress)
 
-        return _write_staged(destination, fill)
+        return _write_windows(source, destination, batch_size, window, each)
 
 
 def _window_on_cluster(
