@@ -113,10 +113,13 @@ KINDS: dict[str, tuple[Any, bool, str | None]] = {
 }
 
 
-def run_insert(lines: list[bytes], *, skip: bool, batch: int, stdin: bool, eol: bytes, folder: Path) -> Any:
+def run_insert(
+    lines: list[bytes], *, skip: bool, batch: int, stdin: bool, eol: bytes, folder: Path, bulk: bool = False
+) -> Any:
     text = eol.join(lines) + eol
     store = str(folder / "store")
     args = ["insert", "--store", store, "--batch", str(batch)] + (["--skip-invalid"] if skip else [])
+    args += ["--bulk"] if bulk else []
     if stdin:
         return runner.invoke(app, [*args, "-"], input=text), "<stdin>"
     src = folder / "in.jsonl"
@@ -140,22 +143,29 @@ def stored_lines(folder: Path, count: int) -> set[int]:
     batch=st.integers(1, 4),
     stdin=st.booleans(),
     eol=st.sampled_from([b"\n", b"\r\n"]),
+    bulk=st.booleans(),
 )
-@example(kinds=["get", "not json", "get", "get"], skip=True, batch=1000, stdin=False, eol=b"\n")
-@example(kinds=["get", "blank", "status", "get"], skip=False, batch=1, stdin=False, eol=b"\n")
-@example(kinds=["get", "get", "no fetcher", "get"], skip=False, batch=1000, stdin=True, eol=b"\n")
+@example(kinds=["get", "not json", "get", "get"], skip=True, batch=1000, stdin=False, eol=b"\n", bulk=True)
+@example(kinds=["get", "blank", "status", "get"], skip=False, batch=1, stdin=False, eol=b"\n", bulk=True)
+@example(kinds=["get", "get", "no fetcher", "get"], skip=False, batch=1000, stdin=True, eol=b"\n", bulk=False)
 def test_insert_stores_every_valid_line_and_reports_every_invalid_one(
-    kinds: list[str], skip: bool, batch: int, stdin: bool, eol: bytes
+    kinds: list[str], skip: bool, batch: int, stdin: bool, eol: bytes, bulk: bool
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         lines = [KINDS[k][0](n) for n, k in enumerate(kinds, start=1)]
-        result, name = run_insert(lines, skip=skip, batch=batch, stdin=stdin, eol=eol, folder=folder)
+        result, name = run_insert(
+            lines, skip=skip, batch=batch, stdin=stdin, eol=eol, folder=folder, bulk=bulk
+        )
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
         invalid = [n for n, k in enumerate(kinds, start=1) if KINDS[k][2] is not None]
         first_bad = invalid[0] if invalid and not skip else len(kinds) + 1
         expected = {n for n, k in enumerate(kinds, start=1) if KINDS[k][1] and n < first_bad}
         assert stored_lines(folder, len(kinds)) == expected
+        if bulk and expected:  # straight to compacted files: nothing buffered, no part left
+            with WebIndex(folder / "store", read_only=True) as index:
+                stats = index.stats()
+            assert stats.buffered_attempts == 0 and all(p.part_files == 0 for p in stats.partitions)
         err = [line for line in result.stderr.splitlines() if line.strip()]
         if skip or not invalid:
             assert result.exit_code == 0, result.stderr

@@ -51,7 +51,7 @@ from web_index.models import (
 )
 from web_index.storage import PostgresBuffer
 from web_index.storage._month_index_verify import index_disagreement
-from web_index.urls import url_key
+from web_index.urls import domain_of, url_key
 
 # A few resources, each spelled several ways that must meet in the store.
 URLS = [
@@ -210,9 +210,9 @@ class StoreMachine(RuleBasedStateMachine):
             self.index.close()
         self.drop_location()
 
-    def _store(self, items: list[tuple[Any, ...]]) -> None:
+    def _store(self, items: list[tuple[Any, ...]], add: Any = None) -> None:
         assert self.index is not None
-        keys = self.index.insert_many(items)
+        keys = (add or self.index.insert_many)(items)
         for (method, url, ts, meta, data), key in zip(items, keys, strict=True):
             success = meta.state.value == "success"
             assert key.type == (RecordType(method) if success else RecordType(method).metadata)
@@ -252,6 +252,38 @@ class StoreMachine(RuleBasedStateMachine):
             self.n += 1
             items.append(attempt(url, ts, state=state, calibre=calibre, body=f"body {self.n}".encode()))
         self._store(items)
+
+    @rule(
+        adds=st.lists(st.lists(st.tuples(urls, times, states, calibres), min_size=1, max_size=5), max_size=4),
+        chunk=st.sampled_from([1, 3, 50_000]),
+        commit_bytes=st.sampled_from([1, 4 << 30]),
+        again=st.booleans(),
+    )
+    def bulk_load(
+        self, adds: list[list[tuple[str, datetime, str, int]]], chunk: int, commit_bytes: int, again: bool
+    ) -> None:
+        """A bulk load of several adds, spilled every ``chunk`` attempts and
+        committed at once or (``commit_bytes=1``) after every spill; ``again``:
+        with an importer's request ids, each add given twice, stored once."""
+        assert self.index is not None
+        with self.index.bulk_load(chunk=chunk, commit_bytes=commit_bytes) as load:
+            for batch in adds:
+                items = []
+                for url, ts, state, calibre in batch:
+                    self.n += 1
+                    body = f"body {self.n}".encode()
+                    items.append(attempt(url, ts, state=state, calibre=calibre, body=body))
+                if again:
+                    ids = [str(uuid.uuid4()) for _ in items]
+                    load.add(items, request_ids=ids)
+                    self._store(items, lambda i, ids=ids: load.add(i, request_ids=ids))  # type: ignore[misc]
+                else:
+                    self._store(items, load.add)
+        # Every partition the load wrote is compacted at its end: no part file of it left.
+        loaded = {(domain_of(url), ts.year, ts.month) for batch in adds for url, ts, _, _ in batch}
+        for row in self.index.stats().partitions:
+            if row.type in ("get", "get-metadata") and (row.domain, row.year, row.month) in loaded:
+                assert row.part_files == 0, row
 
     @rule(seconds=st.sampled_from([1.0, 4.0, 6.0, 61.0, 901.0]))
     def tick(self, seconds: float) -> None:

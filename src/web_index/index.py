@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, cast
 
-from msgspec.structs import force_setattr
-
+from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
+from web_index._bulk_load import BulkLoad
 from web_index.errors import InvalidRecordError
-from web_index.ingest import Limits, new_request_ids, validate_attempt
+from web_index.ingest import Limits
 from web_index.models import (
     AttemptMetadata,
-    AttemptRows,
     Digest,
     DigestHit,
     Page,
@@ -26,7 +23,6 @@ from web_index.models import (
     Query,
     RecordType,
     Response,
-    from_us,
     to_us,
 )
 from web_index.query import Result, run_queries, time_bound
@@ -49,15 +45,6 @@ if TYPE_CHECKING:
     from web_index.storage.backends import S3Backend
 
 __all__ = ["InsertItem", "WebIndex"]
-
-
-InsertItem = tuple[
-    RecordType | str,
-    str,
-    datetime | str,
-    AttemptMetadata | Mapping[str, Any],
-    Sequence[Response | Mapping[str, Any]],
-]
 
 
 class WebIndex:
@@ -187,31 +174,46 @@ class WebIndex:
         then has the same key, so the importer can see it is stored already.
         """
         self._check_writable()
-        with _gc_paused():
+        with gc_paused():
             return self._insert_many(items, request_ids)
 
     def _insert_many(self, items: Iterable[InsertItem], given: Sequence[str] | None = None) -> list[PageKey]:
-        attempts: list[AttemptRows] = []
-        append = attempts.append
-        rids: Iterator[str | None]
-        if given is not None:
-            items = list(items)
-            rids = iter(_checked_ids(given, len(items)))
-        elif isinstance(items, list | tuple):
-            rids = iter(new_request_ids(len(items)))  # at once: one lock and clock read, not one a record
-        else:
-            rids = itertools.repeat(None)
-        limits = self.limits
-        for n, (item, rid) in enumerate(zip(items, rids, strict=False)):
-            try:
-                append(validate_attempt(*item, request_id=rid, limits=limits))
-            except Exception as exc:
-                if isinstance(exc, InvalidRecordError) and n:
-                    raise InvalidRecordError(f"item {n}: {exc.field}", exc.problem) from None
-                raise
+        attempts = validate_items(items, given, self.limits)
         if attempts:
             self._store.append(attempts)
-        return [_key_of(a) for a in attempts]
+        return [key_of(a) for a in attempts]
+
+    def bulk_load(
+        self,
+        *,
+        chunk: int = 50_000,
+        commit_bytes: int = 4 << 30,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> BulkLoad:
+        """A bulk load: attempts added to it go straight into Parquet partition
+        files, past the insert buffer, and leave the store compacted and indexed.
+
+        Use it as a context manager and :meth:`BulkLoad.add` items as to
+        :meth:`insert_many`; they are written ``chunk`` attempts at a time
+        (sooner if their bodies pass 256 MiB), sorted by partition into files of
+        the store's spool folder; once ``commit_bytes`` are spilled, and at the
+        end of the ``with`` block, every partition spilled is written in one
+        file. The end of the block also compacts every partition the load added
+        a part file to (one that had a compacted file already) and brings the
+        month and capture indexes up to date, also when the block raised.
+        ``on_progress(done, total)`` follows that last step.
+
+        Unlike :meth:`insert_many`, a load is not one transaction: each ``add``
+        is validated whole (all of it or none of it is taken), what is added is
+        durable and visible once committed, and a crash loses what was not yet
+        committed and may leave a commit's partitions partly written, each
+        partition whole. Run again with the same ``request_ids`` (an importer's),
+        a load stores nothing twice. See docs/performance.md for when it pays.
+        """
+        self._check_writable()
+        return BulkLoad(
+            self._store, self.limits, chunk=chunk, commit_bytes=commit_bytes, on_progress=on_progress
+        )
 
     def flush(self) -> int:
         """Write every buffered insert to Parquet part files; return how many attempts moved."""
@@ -365,11 +367,11 @@ class WebIndex:
         from web_index.storage import find_payloads
 
         wanted = [d if isinstance(d, Digest) else Digest.parse(d) for d in digests]
-        with _gc_paused():
+        with gc_paused():
             return find_payloads(self._store, wanted)
 
     def _run(self, queries: Sequence[Query], *, bodies: bool) -> list[Result | bool]:
-        with _gc_paused():
+        with gc_paused():
             return run_queries(self._store, list(queries), bodies=bodies)
 
     async def async_query(self, queries: Sequence[Query]) -> list[Result]:
@@ -393,55 +395,3 @@ class WebIndex:
         from web_index.storage import stats
 
         return stats(self._store)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for one batch of inserts or queries.
-
-    A batch's temporaries (rows, candidates, decoded dicts) die by reference
-    counting when it ends; meanwhile every collection would walk them, and a
-    full one every object the process holds (the caller's pages too): ~8% of
-    the time of batches of 1,000 inserts (alternated runs, 50,000 attempts).
-    Switching it is process-wide: a batch in another thread just collects later.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-_KEY = PageKey(url="http://example.com/", timestamp=from_us(0), request_id="-")
-_METADATA_OF = {RecordType.GET: RecordType.GET_METADATA, RecordType.HEAD: RecordType.HEAD_METADATA}
-
-
-def _key_of(a: AttemptRows) -> PageKey:
-    # Every field was validated with the attempt (url, UTC timestamp, type):
-    # a copy with the fields set skips PageKey's checks, which would redo the
-    # URL normalisation that insert's fast path avoided.
-    key: PageKey = _KEY.__copy__()  # type: ignore[attr-defined]
-    force_setattr(key, "url", a.url)
-    force_setattr(key, "timestamp", a.timestamp)
-    force_setattr(key, "request_id", a.request_id)
-    force_setattr(key, "type", a.method if a.success else _METADATA_OF[a.method])
-    return key
-
-
-def _checked_ids(ids: Sequence[str], count: int) -> list[str]:
-    """``ids`` as canonical UUID strings, one per attempt, or the error naming the wrong one."""
-    import uuid
-
-    from web_index.errors import InvalidRecordError
-
-    if len(ids) != count:
-        raise InvalidRecordError("request_ids", f"{len(ids)} ids for {count} attempts")
-    out = []
-    for n, rid in enumerate(ids):
-        try:
-            out.append(str(uuid.UUID(rid)))
-        except (ValueError, TypeError, AttributeError):
-            raise InvalidRecordError(f"request_ids[{n}]", f"not a UUID: {rid!r}") from None
-    return out

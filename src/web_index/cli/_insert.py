@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated, BinaryIO
 
 import typer
@@ -24,7 +25,7 @@ from web_index.cli._app import (
     store_location,
 )
 from web_index.errors import InvalidRecordError
-from web_index.index import WebIndex
+from web_index.index import InsertItem, WebIndex
 from web_index.ingest import InsertRequest, iter_insert_lines, validate_attempt
 
 __all__ = ["insert"]
@@ -52,6 +53,13 @@ def insert(
     durable: DurableOption = True,
     batch: Annotated[int, typer.Option(min=1, help="Requests per durable transaction.")] = 1000,
     skip_invalid: Annotated[bool, typer.Option(help="Report invalid lines and go on.")] = False,
+    bulk: Annotated[
+        bool,
+        typer.Option(
+            help="Load straight into compacted Parquet, past the insert buffer: for large files "
+            "(visible when the load ends; see docs/performance.md)."
+        ),
+    ] = False,
 ) -> None:
     """Insert fetch attempts from JSONL (the standard's insertion requests).
 
@@ -59,6 +67,8 @@ def insert(
     bodies base64-encoded. Lines are stored in batches; on an invalid line the
     command stops (exit 2) after storing every valid line before it, and says so.
     With --skip-invalid every valid line is stored and every invalid one reported.
+    With --bulk the lines go straight into compacted, indexed Parquet files (no
+    flush or compact to run after), written when the input ends.
     """
     location = store_location(store)
     name = "<stdin>" if source == "-" else source
@@ -75,15 +85,24 @@ def insert(
             open_index(location, buffer, create=True, durable=durable) as index,
             progress_bar() as progress,
         ):
-            task = progress.add_task("inserting", total=None)
-            inserter = _Inserter(index, name, skip_invalid)
-            lines = iter_insert_lines(_read(handle, name), name)
-            try:
-                for chunk in _batches(lines, batch, stop_at_error=not skip_invalid):
-                    inserter.store(chunk)
-                    progress.update(task, completed=inserter.stored)
-            except _UnreadableInputError as exc:
-                raise fail(EXIT_USAGE, f"{exc} ({_stored(inserter.stored)} before it)") from None
+            task = progress.add_task("loading" if bulk else "inserting", total=None)
+            with contextlib.ExitStack() as stack:
+                add = index.insert_many
+                if bulk:
+                    writing = progress.add_task("writing files", total=None, visible=False)
+
+                    def on_progress(done: int, total: int) -> None:
+                        progress.update(writing, completed=done, total=total, visible=True)
+
+                    add = stack.enter_context(index.bulk_load(on_progress=on_progress)).add
+                inserter = _Inserter(index, add, name, skip_invalid)
+                lines = iter_insert_lines(_read(handle, name), name)
+                try:
+                    for chunk in _batches(lines, batch, stop_at_error=not skip_invalid):
+                        inserter.store(chunk)
+                        progress.update(task, completed=inserter.stored)
+                except _UnreadableInputError as exc:
+                    raise fail(EXIT_USAGE, f"{exc} ({_stored(inserter.stored)} before it)") from None
     finally:
         if source != "-":
             handle.close()
@@ -118,8 +137,11 @@ def _batches(lines: Iterable[Line], size: int, *, stop_at_error: bool) -> Iterat
 class _Inserter:
     """Stores batches of lines and reports their invalid ones, in line order."""
 
-    def __init__(self, index: WebIndex, name: str, skip_invalid: bool) -> None:
+    def __init__(
+        self, index: WebIndex, add: Callable[[list[InsertItem]], object], name: str, skip_invalid: bool
+    ) -> None:
         self.index = index
+        self.add = add  # insert_many, or a bulk load's add: both take all of a batch or none of it
         self.name = name
         self.skip_invalid = skip_invalid
         self.stored = 0
@@ -131,7 +153,7 @@ class _Inserter:
         requests = [r for _, r in lines if isinstance(r, InsertRequest)]
         if len(requests) == len(lines):
             try:
-                self.index.insert_many([r.item() for r in requests])
+                self.add([r.item() for r in requests])
             except InvalidRecordError:
                 pass  # which lines? validation alone, below, finds them
             else:
@@ -153,7 +175,7 @@ class _Inserter:
                 break
         if valid:
             # insert_many validates them again; they pass, as they just did.
-            self.index.insert_many([r.item() for r in valid])
+            self.add([r.item() for r in valid])
             self.stored += len(valid)
         if errors and not self.skip_invalid:
             raise fail(EXIT_USAGE, f"{errors[0]} ({_stored(self.stored)} before it)")

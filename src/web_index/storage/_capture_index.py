@@ -46,6 +46,7 @@ from web_index.storage.backends import Backend, LocalBackend
 __all__ = [
     "CaptureIndex",
     "CaptureIndexes",
+    "capture_index_bytes",
     "capture_index_folder",
     "capture_index_name",
     "capture_index_path",
@@ -116,6 +117,18 @@ def write_capture_index(
     with ``prune`` (only under the partition's compaction lock: another
     compaction may be writing the index of a newer file), remove the
     partition's other indexes. Return the index's path."""
+    path, data = capture_index_bytes(partition, covered, superseded, lines)
+    backend.write_bytes(path, data)
+    if prune:
+        remove_indexes(backend, partition, keep={capture_index_name(partition, covered)})
+    return path
+
+
+def capture_index_bytes(
+    partition: Partition, covered: StoredFile, superseded: frozenset[str], lines: list[bytes]
+) -> tuple[str, bytes]:
+    """The path and bytes of the capture index of ``covered`` made of ``lines``
+    (sorted, unique)."""
     body = b"".join(line + b"\n" for line in lines)
     samples: list[int] = []
     offset = 0
@@ -133,11 +146,7 @@ def write_capture_index(
         zlib.crc32(body),
         samples,
     )
-    path = capture_index_path(partition, covered)
-    backend.write_bytes(path, _META + msgspec.json.encode(meta) + b"\n" + body)
-    if prune:
-        remove_indexes(backend, partition, keep={capture_index_name(partition, covered)})
-    return path
+    return capture_index_path(partition, covered), _META + msgspec.json.encode(meta) + b"\n" + body
 
 
 def remove_indexes(backend: Backend, partition: Partition, *, keep: set[str]) -> None:

@@ -9,8 +9,9 @@ about 300 bytes a capture, 300 MB for a partition of a million.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.models import RecordType
@@ -22,12 +23,12 @@ from web_index.storage._capture_index import (
     remove_indexes,
     write_capture_index,
 )
-from web_index.storage._capture_lines import file_capture_lines
+from web_index.storage._capture_lines import capture_lines, file_capture_lines
 from web_index.storage._files import list_partition_files, read_superseded
 from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage.backends import Backend, handle_version
 
-__all__ = ["build_capture_index", "ensure_capture_indexes", "file_lines"]
+__all__ = ["build_capture_index", "ensure_capture_indexes", "file_lines", "table_lines"]
 
 log = logging.getLogger("web_index.storage")
 
@@ -72,8 +73,17 @@ def _build(backend: Backend, partition: Partition, files: list[StoredFile], prun
 
 def file_lines(type: RecordType, handle: pq.ParquetFile) -> list[bytes]:
     """A store file's capture lines as its index holds them: sorted, each once."""
-    lines = sorted(line for group in file_capture_lines(type, handle) for line in group)
-    return [line for n, line in enumerate(lines) if n == 0 or line != lines[n - 1]]
+    return _sorted_unique(line for group in file_capture_lines(type, handle) for line in group)
+
+
+def table_lines(type: RecordType, table: pa.Table) -> list[bytes]:
+    """A table's capture lines as an index of a file of it holds them: sorted, each once."""
+    return _sorted_unique(capture_lines(type, table))
+
+
+def _sorted_unique(lines: Iterable[bytes]) -> list[bytes]:
+    ordered = sorted(lines)
+    return [line for n, line in enumerate(ordered) if n == 0 or line != ordered[n - 1]]
 
 
 def ensure_capture_indexes(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -105,13 +105,24 @@ class WriteOptions:
 
 def rows_to_table(type: RecordType, rows: Sequence[dict[str, Any]]) -> pa.Table:
     """Rows (as validation builds them: no digests) as a table of the type's schema."""
+    names = [f.name for f in SCHEMAS[type] if f.name not in DIGEST_COLUMNS]
+    return columns_to_table(type, {name: [row.get(name) for row in rows] for name in names})
+
+
+def columns_to_table(type: RecordType, columns: Mapping[str, Sequence[Any]]) -> pa.Table:
+    """Columns of Python values (timestamps as microseconds) as a table of the
+    type's schema; a column not given is null, and payload digests not given are
+    computed (see :func:`conform`)."""
     schema = SCHEMAS[type]
+    n = len(next(iter(columns.values()))) if columns else 0
     arrays = []
     names = []
     for field in schema:
-        if field.name in DIGEST_COLUMNS:
-            continue
-        values = [row.get(field.name) for row in rows]
+        values = columns.get(field.name)
+        if values is None:
+            if field.name in DIGEST_COLUMNS:
+                continue
+            values = [None] * n
         if pa.types.is_timestamp(field.type):
             arrays.append(pa.array(values, type=pa.int64()).cast(field.type))
         else:
@@ -183,6 +194,23 @@ def write_partition_file(
     ``condition`` (``{"if_match": version}`` or ``{"create": True}``) makes the
     write conditional on an object store (see ``Backend.write_parquet``).
     """
+    path = partition.compacted_path if part is None else partition.part_path(part)
+    data, write_options = partition_file_args(partition, table, options, superseded=superseded, part=part)
+    return backend.write_parquet(path, data, **write_options, **(condition or {}))
+
+
+def partition_file_args(
+    partition: Partition,
+    table: pa.Table | Iterable[pa.Table],
+    options: WriteOptions,
+    *,
+    superseded: Sequence[str] = (),
+    part: str | None = None,
+) -> tuple[pa.Table | pa.RecordBatchReader, dict[str, Any]]:
+    """What :func:`write_partition_file` writes (the data and the Parquet writer's
+    options), wherever it goes. A part file written with ``part=None`` and no
+    ``superseded`` is byte for byte a compacted file that absorbed nothing, so
+    a bulk load can name it either way once it is written."""
     meta = {FORMAT_KEY: FORMAT_VERSION.encode()}
     if part is None:
         meta[SUPERSEDED_KEY] = json.dumps(sorted(superseded)).encode()
@@ -192,12 +220,9 @@ def write_partition_file(
         data = table.replace_schema_metadata(meta)
     else:
         data = pa.RecordBatchReader.from_batches(schema, _one_batch_each(table))
-    path = partition.compacted_path if part is None else partition.part_path(part)
     sorting = [pq.SortingColumn(schema.get_field_index(c)) for c in SORT_KEYS[partition.type]]
     codecs, levels = options.compression(partition.type)
-    return backend.write_parquet(
-        path,
-        data,
+    return data, dict(
         compression=codecs,
         compression_level=levels or None,
         row_group_size=(
@@ -214,7 +239,6 @@ def write_partition_file(
         # readers get the types back from the Parquet schema (see read_table).
         store_schema=False,
         write_page_index=False,
-        **(condition or {}),
     )
 
 

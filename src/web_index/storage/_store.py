@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import uuid
@@ -26,6 +27,7 @@ from web_index.storage._files import (
 )
 from web_index.storage._layout import LOCK_DIR, Partition, StoredFile
 from web_index.storage._listing import Listing
+from web_index.storage._load import Spill
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._marker import open_or_create
 from web_index.storage._merge import merge_sorted
@@ -112,6 +114,7 @@ class Store(Listing):
         super().__init__(backend)
         self.clock = clock
         self.readonly = readonly
+        self.durable = durable
         self.policy = policy or FlushPolicy()
         self.write_options = write_options or WriteOptions()
         open_or_create(backend, create=create and not readonly)
@@ -166,6 +169,25 @@ class Store(Listing):
             # would tell the caller it failed and invite it to insert twice.
             # A later flush redoes this one.
             log.warning("flush after insert failed, will retry later: %s", exc, exc_info=True)
+
+    def spill(self) -> Spill:
+        """Where a bulk load sorts its chunks before :meth:`commit_spill` writes them (see ``_load``)."""
+        self._writable_locks()
+        return Spill(self.backend)
+
+    def commit_spill(self, spill: Spill) -> tuple[set[MethodPartition], set[MethodPartition]]:
+        """Write a spill's partitions, past the buffer; return those written and
+        those that got a part file, for :meth:`compact` to finish."""
+        listed: dict[tuple[RecordType, int, int], set[str]] = {}
+
+        def had_files(p: Partition) -> bool:
+            # One listing a month, taken before the commit names anything in it.
+            month = (p.type, p.year, p.month)
+            if month not in listed:
+                listed[month] = {d for d, files in self.month_files(*month).items() if files}
+            return p.domain in listed[month]
+
+        return spill.commit(self._writable_locks(), self.write_options, had_files, durable=self.durable)
 
     def maybe_flush(self, touched: Iterable[MethodPartition] = ()) -> None:
         """Flush partitions past a threshold (size checks now, age checks now and then)."""
@@ -239,6 +261,7 @@ class Store(Listing):
         min_parts: int = 1,
         on_progress: Callable[[int, int], None] | None = None,
         run: Callable[[list[MethodPartition]], Iterable[int]] | None = None,
+        index_also: Iterable[MethodPartition] = (),
     ) -> int:
         """Compact partitions with at least ``min_parts`` part files; return how many
         partitions (type, month, domain) changed.
@@ -250,7 +273,8 @@ class Store(Listing):
         ``run`` compacts the partitions elsewhere (each with :meth:`compact_partition`
         of a store at the same location, e.g. on a Dask cluster), yielding each one's
         count as it finishes; the month and capture indexes are still brought up to
-        date here, once, after all of them.
+        date here, once, after all of them. ``index_also``: partitions whose
+        months are indexed too (a bulk load's, written compacted already).
         """
         self.backend.remove_orphans()
         done = 0
@@ -261,7 +285,11 @@ class Store(Listing):
             }
         else:
             targets = sorted(set(partitions))
-            months = {(t, mp.year, mp.month) for mp in targets for t in (mp.method, mp.method.metadata)}
+            months = {
+                (t, mp.year, mp.month)
+                for mp in itertools.chain(targets, index_also)
+                for t in (mp.method, mp.method.metadata)
+            }
         total = len(targets) + len(months)
         if run is None:
             counts: Iterable[int] = (self.compact_partition(mp, min_parts=min_parts) for mp in targets)

@@ -7,15 +7,22 @@ import mmap
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from web_index.storage._checksum import CheckedFile, check_footer, check_whole, pread_exact
+from web_index.storage._checksum import CheckedFile, check_footer, check_whole, pread_exact, seal_file
 from web_index.storage._layout import TMP_DIR
-from web_index.storage.backends.base import FileInfo, new_spool, remove_dead_spools, store_path, write_sealed
+from web_index.storage.backends.base import (
+    FileInfo,
+    new_spool,
+    remove_dead_spools,
+    store_path,
+    write_sealed,
+    write_table,
+)
 
 __all__ = ["LocalBackend"]
 
@@ -59,8 +66,7 @@ class LocalBackend:
                     # month of thousands costs a scan, not thousands of syscalls.
                     if entry.name.startswith(prefix) and entry.is_file(follow_symlinks=False):
                         with contextlib.suppress(FileNotFoundError):
-                            st = entry.stat(follow_symlinks=False)
-                            out.append(FileInfo(entry.name, st.st_size, f"{st.st_ino:x}-{st.st_mtime_ns:x}"))
+                            out.append(_info(entry.name, entry.stat(follow_symlinks=False)))
         except (FileNotFoundError, NotADirectoryError):
             return []
         return out
@@ -117,6 +123,47 @@ class LocalBackend:
         options.pop("create", None)
         return self._replace(path, lambda tmp: write_sealed(table, tmp, **options))
 
+    # -- a bulk load's writes: many files written, synced once, then named ------
+
+    def spool_parquet(self, table: pa.Table | pa.RecordBatchReader, **options: object) -> Path:
+        """Write a sealed store file into the spool folder, not synced and not yet
+        in the store: :func:`os.sync` once for many, then :meth:`place` each."""
+        tmp = new_spool(self.local_folder(TMP_DIR))
+        try:
+            write_table(table, str(tmp), **options)
+            with tmp.open("r+b") as fh:
+                seal_file(fh.fileno())
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        return tmp
+
+    def spool_bytes(self, data: bytes) -> Path:
+        """``data`` in a spooled file, not synced (as :meth:`spool_parquet`)."""
+        tmp = new_spool(self.local_folder(TMP_DIR))
+        tmp.write_bytes(data)
+        return tmp
+
+    def has_file(self, path: str) -> bool:
+        return self._path(path).is_file()
+
+    def file_info(self, path: str) -> FileInfo:
+        """The file at ``path`` as :meth:`list_files` lists it (``FileNotFoundError`` if none)."""
+        target = self._path(path)
+        return _info(target.name, target.stat())
+
+    def place(self, spool: Path, path: str) -> None:
+        """Rename a spooled file to ``path`` (its folder synced later, by :meth:`sync_folders`)."""
+        target = self._path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        spool.replace(target)
+
+    def sync_folders(self, paths: Iterable[str]) -> None:
+        """Sync the folders holding ``paths``, each once: the renames into them are durable."""
+        for folder in {self._path(p).parent for p in paths}:
+            _fsync_dir(folder)
+
     def write_bytes(self, path: str, data: bytes) -> None:
         def write(tmp: Path) -> None:
             with tmp.open("wb") as fh:
@@ -166,6 +213,11 @@ class LocalBackend:
 
     def remove_orphans(self) -> int:
         return remove_dead_spools(self.local_folder(TMP_DIR, create=False))
+
+
+def _info(name: str, st: os.stat_result) -> FileInfo:
+    # The version changes whenever the file is replaced (a new inode) or rewritten.
+    return FileInfo(name, st.st_size, f"{st.st_ino:x}-{st.st_mtime_ns:x}")
 
 
 def _fsync_dir(path: Path) -> None:

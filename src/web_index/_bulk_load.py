@@ -1,0 +1,105 @@
+"""``WebIndex.bulk_load``: many attempts into compacted Parquet without the insert buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Self
+
+from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
+from web_index.ingest import Limits
+from web_index.models import AttemptRows, PageKey
+from web_index.storage import MethodPartition, Store
+
+__all__ = ["BulkLoad"]
+
+_CHUNK_BYTES = 256 << 20  # bodies held before a chunk is spilled, whatever its count
+_GET_ROW = 15  # values in a GET response row (its body last); a HEAD row has 14
+
+
+class BulkLoad:
+    """A bulk load in progress (from :meth:`WebIndex.bulk_load`).
+
+    Attempts wait in memory until ``chunk`` of them (or 256 MiB of bodies) are
+    held, then are spilled to local disk sorted by partition; each partition's
+    file is written once, when ``commit_bytes`` have been spilled and at the
+    end (see ``storage/_load.py``).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        limits: Limits,
+        *,
+        chunk: int = 50_000,
+        commit_bytes: int = 4 << 30,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        if chunk < 1:
+            from web_index.errors import InvalidRecordError
+
+            raise InvalidRecordError("chunk", f"at least 1 attempt, got {chunk}")
+        self._store = store
+        self._spill = store.spill()
+        self._commit_bytes = commit_bytes
+        self._limits = limits
+        self._chunk = chunk
+        self._on_progress = on_progress
+        self._pending: list[AttemptRows] = []
+        self._pending_bytes = 0
+        self._written: set[MethodPartition] = set()
+        self._parted: set[MethodPartition] = set()
+        self._finished = False
+        self.stored = 0
+        """Attempts in the store's files so far (committed)."""
+
+    def add(self, items: Iterable[InsertItem], *, request_ids: Sequence[str] | None = None) -> list[PageKey]:
+        """Validate ``items`` (all or none, as :meth:`WebIndex.insert_many`) and
+        take them into the load; return their keys. Written when a chunk fills."""
+        if self._finished:
+            from web_index.errors import StoreError
+
+            raise StoreError("this bulk load has finished")
+        with gc_paused():
+            attempts = validate_items(items, request_ids, self._limits)
+            self._pending.extend(attempts)
+            self._pending_bytes += sum(
+                len(r[-1]) for a in attempts for r in a.responses if len(r) == _GET_ROW and r[-1]
+            )
+            if len(self._pending) >= self._chunk or self._pending_bytes >= _CHUNK_BYTES:
+                self._spill_pending()
+                if self._spill.bytes >= self._commit_bytes:
+                    self._commit()
+        return [key_of(a) for a in attempts]
+
+    def _spill_pending(self) -> None:
+        if self._pending:
+            self._spill.add(self._pending)
+            self._pending = []
+            self._pending_bytes = 0
+
+    def _commit(self) -> None:
+        attempts = self._spill.attempts
+        written, parted = self._store.commit_spill(self._spill)
+        self._written |= written
+        self._parted |= parted
+        self.stored += attempts
+
+    def finish(self) -> int:
+        """Write what is held, compact the partitions that got part files and
+        index every month written; return the attempts stored. Once only."""
+        if not self._finished:
+            self._finished = True
+            with gc_paused():
+                self._spill_pending()
+                self._commit()
+            self._store.compact(self._parted, index_also=self._written, on_progress=self._on_progress)
+        return self.stored
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.finish()
