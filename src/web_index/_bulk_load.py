@@ -63,11 +63,15 @@ class BulkLoad:
         with gc_paused():
             attempts = validate_items(items, request_ids, self._limits)
             self._pending.extend(attempts)
-            self._pending_bytes += sum(
-                len(r[-1]) for a in attempts for r in a.responses if len(r) == _GET_ROW and r[-1]
-            )
+            self._pending_bytes += _body_bytes(attempts)
             if len(self._pending) >= self._chunk or self._pending_bytes >= _CHUNK_BYTES:
-                self._spill_pending()
+                try:
+                    self._spill_pending()
+                except BaseException:
+                    # This add is not taken (it raised); what earlier adds took stays, to be spilled later.
+                    del self._pending[len(self._pending) - len(attempts) :]
+                    self._pending_bytes = _body_bytes(self._pending)
+                    raise
                 if self._spill.bytes >= self._commit_bytes:
                     self._commit()
         return [key_of(a) for a in attempts]
@@ -103,3 +107,7 @@ class BulkLoad:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.finish()
+
+
+def _body_bytes(attempts: Iterable[AttemptRows]) -> int:
+    return sum(len(r[-1]) for a in attempts for r in a.responses if len(r) == _GET_ROW and r[-1])

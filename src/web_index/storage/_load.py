@@ -101,9 +101,17 @@ class Spill:
                 self._files[-1] = (path, pa.ipc.open_file(pa.memory_map(str(path))))
                 self.bytes += path.stat().st_size
         except BaseException:
+            # This chunk is dropped whole; the chunks before it stay spilled.
             for path, _ in self._files[start:]:
                 path.unlink(missing_ok=True)
-            self.discard()  # the partitions' lists now name files that are gone
+            del self._files[start:]
+            for partition in list(self._where):
+                kept = [(f, b) for f, b in self._where[partition] if f < start]
+                if kept:
+                    self._where[partition] = kept
+                else:
+                    del self._where[partition]
+            self.bytes = sum(path.stat().st_size for path, _ in self._files)
             raise
         self.attempts += len(attempts)
 

@@ -1,0 +1,116 @@
+"""Bulk loads when things go wrong: a chunk that cannot be spilled, a commit cut
+short, a loader killed before its commit. (What a load stores is checked
+against the reference model in test_model_based.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.factories import T0, attempt
+from web_index import WebIndex
+from web_index.models import SimplePageQuery
+from web_index.storage import LocalBackend
+from web_index.storage import _load as load_module
+
+
+def _items(start: int, n: int) -> list[Any]:
+    return [
+        attempt(f"https://s{i % 7}.example.com/{i}", T0 + timedelta(days=40 * (i % 3)))
+        for i in range(start, start + n)
+    ]
+
+
+def _present(index: WebIndex, items: list[Any]) -> list[bool]:
+    return index.presence([SimplePageQuery(url=item[1]) for item in items])
+
+
+def _spool_files(store: Path) -> list[Path]:
+    return [p for p in (store / "_tmp").glob("*") if p.is_file()] if (store / "_tmp").exists() else []
+
+
+def test_a_chunk_that_cannot_be_spilled_is_dropped_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = load_module._partition_tables
+    calls = {"n": 0}
+
+    def full_disk(attempts: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(28, "No space left on device")
+        return real(attempts)
+
+    monkeypatch.setattr(load_module, "_partition_tables", full_disk)
+    first, second, third = _items(0, 10), _items(10, 10), _items(20, 10)
+    store = tmp_path / "s"
+    with WebIndex(store) as index:
+        with pytest.raises(OSError, match="No space"), index.bulk_load(chunk=10) as load:
+            load.add(first)  # spilled
+            load.add(second)  # its spill fails: the error reaches the caller
+            load.add(third)  # never reached
+        assert load.stored == 10  # the first chunk was committed as the block ended
+        assert _present(index, first) == [True] * 10
+        assert _present(index, second) == [False] * 10
+        assert index.verify().ok
+    assert _spool_files(store) == []
+
+
+def test_a_commit_cut_short_leaves_whole_partitions_and_no_spool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = LocalBackend.place
+    calls = {"n": 0}
+
+    def place(self: LocalBackend, spool: Path, path: str) -> None:
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise OSError(5, "Input/output error")
+        real(self, spool, path)
+
+    monkeypatch.setattr(LocalBackend, "place", place)
+    items = _items(0, 40)
+    store = tmp_path / "s"
+    with WebIndex(store) as index:
+        with pytest.raises(OSError, match="Input/output"), index.bulk_load() as load:
+            load.add(items)
+        assert load.stored == 0  # the commit did not finish
+        present = _present(index, items)
+        assert 0 < sum(present) < len(items)  # some partitions were named before the fault
+        assert index.verify().ok  # each of them whole, nothing half-written
+        monkeypatch.setattr(LocalBackend, "place", real)
+        with index.bulk_load() as again:  # the load run again stores the rest
+            again.add([item for item, there in zip(items, present, strict=True) if not there])
+        assert _present(index, items) == [True] * len(items)
+        assert index.verify().ok
+    assert _spool_files(store) == []
+
+
+_KILLED = """
+import os, sys
+sys.path.insert(0, {root!r})
+from tests.factories import attempt
+from web_index import WebIndex
+with WebIndex(sys.argv[1]) as index:
+    load = index.bulk_load(chunk=5)
+    for n in range(4):
+        load.add([attempt(f"https://k.example.com/{{n}}/{{i}}") for i in range(5)])
+    os._exit(9)  # killed after spilling, before any commit
+"""
+
+
+def test_a_killed_loader_leaves_nothing_visible_and_its_spill_is_removed(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run([sys.executable, "-c", _KILLED.format(root=root), str(store)], check=False)
+    assert done.returncode == 9
+    assert len(_spool_files(store)) >= 4  # four chunks spilled (one file each: GET and metadata)
+    with WebIndex(store) as index:
+        assert index.stats().records == 0  # nothing of an uncommitted load is visible
+        index.flush()  # any writer's flush or compaction removes a dead writer's leftovers
+    assert _spool_files(store) == []
