@@ -194,12 +194,12 @@ class WebIndex:
         files, past the insert buffer, and leave the store compacted and indexed.
 
         Use it as a context manager and :meth:`BulkLoad.add` items as to
-        :meth:`insert_many`; they are written ``chunk`` attempts at a time
-        (sooner if their bodies pass 256 MiB), sorted by partition into files of
+        :meth:`insert_many`; they are spilled ``chunk`` attempts at a time
+        (sooner if their bodies pass 256 MiB), sorted by partition, into files of
         the store's spool folder; once ``commit_bytes`` are spilled, and at the
         end of the ``with`` block, every partition spilled is written in one
         file. The end of the block also compacts every partition the load added
-        a part file to (one that had a compacted file already) and brings the
+        a part file to (one that had files already) and brings the
         month and capture indexes up to date, also when the block raised.
         ``on_progress(done, total)`` follows that last step.
 

@@ -80,7 +80,7 @@ class Spill:
         self._files: list[tuple[Path, pa.ipc.RecordBatchFileReader | None]] = []
         self._where: dict[Partition, list[tuple[int, int]]] = {}  # (file, batch) of each chunk
         self.attempts = 0
-        self.bytes = 0  # spilled, compressed
+        self.bytes = 0  # in the spill files so far
 
     def add(self, attempts: Sequence[AttemptRows]) -> None:
         """Spill one chunk: a file per record type, a record batch per partition."""
