@@ -55,6 +55,7 @@ from web_index.storage._files import (
     write_partition_file,
 )
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile
+from web_index.storage._listing import Listing
 from web_index.storage._locks import Locks
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SORT_KEYS
 from web_index.storage.backends import Backend, LocalBackend, new_spool
@@ -122,12 +123,13 @@ class Spill:
         self._files, self._where, self.attempts, self.bytes = [], {}, 0, 0
 
     def commit(
-        self, locks: Locks, options: WriteOptions, had_files: Callable[[Partition], bool], *, durable: bool
+        self, locks: Locks, options: WriteOptions, listing: Listing, *, durable: bool
     ) -> tuple[set[MethodPartition], set[MethodPartition]]:
         """Write every spilled partition's file and empty the spill; return the
-        partitions written and those of them that got a part file (to compact).
-        ``had_files``: whether a partition had files before the commit (then its
-        file is a part, and its compaction tidies what was there too)."""
+        partitions written and those of them that got a part file (to compact):
+        those that had files before the commit (``listing`` lists them), so that
+        their compaction tidies what was there too."""
+        had_files = _had_files(listing)
         try:
             tables = ((p, self._table(p)) for p in sorted(self._where, key=_commit_order))
             if isinstance(self._backend, LocalBackend):
@@ -146,6 +148,19 @@ class Spill:
             batches.append(reader.get_batch(b))
         table = pa.Table.from_batches(batches)
         return table if len(batches) == 1 else sort_dedupe(partition.type, table)
+
+
+def _had_files(listing: Listing) -> Callable[[Partition], bool]:
+    listed: dict[tuple[RecordType, int, int], set[str]] = {}
+
+    def had_files(p: Partition) -> bool:
+        # One listing a month, taken before the commit names anything in it.
+        month = (p.type, p.year, p.month)
+        if month not in listed:
+            listed[month] = {d for d, files in listing.month_files(*month).items() if files}
+        return p.domain in listed[month]
+
+    return had_files
 
 
 def _commit_order(p: Partition) -> tuple[MethodPartition, bool]:

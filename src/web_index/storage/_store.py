@@ -178,16 +178,7 @@ class Store(Listing):
     def commit_spill(self, spill: Spill) -> tuple[set[MethodPartition], set[MethodPartition]]:
         """Write a spill's partitions, past the buffer; return those written and
         those that got a part file, for :meth:`compact` to finish."""
-        listed: dict[tuple[RecordType, int, int], set[str]] = {}
-
-        def had_files(p: Partition) -> bool:
-            # One listing a month, taken before the commit names anything in it.
-            month = (p.type, p.year, p.month)
-            if month not in listed:
-                listed[month] = {d for d, files in self.month_files(*month).items() if files}
-            return p.domain in listed[month]
-
-        return spill.commit(self._writable_locks(), self.write_options, had_files, durable=self.durable)
+        return spill.commit(self._writable_locks(), self.write_options, self, durable=self.durable)
 
     def maybe_flush(self, touched: Iterable[MethodPartition] = ()) -> None:
         """Flush partitions past a threshold (size checks now, age checks now and then)."""
