@@ -174,7 +174,7 @@ class _Inserter:
             if not self.skip_invalid:
                 break
         if valid:
-            # insert_many validates them again; they pass, as they just did.
+            # add validates them again; they pass, as they just did.
             self.add([r.item() for r in valid])
             self.stored += len(valid)
         if errors and not self.skip_invalid:
