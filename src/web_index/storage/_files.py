@@ -208,9 +208,10 @@ def partition_file_args(
     part: str | None = None,
 ) -> tuple[pa.Table | pa.RecordBatchReader, dict[str, Any]]:
     """What :func:`write_partition_file` writes (the data and the Parquet writer's
-    options), wherever it goes. A part file written with ``part=None`` and no
-    ``superseded`` is byte for byte a compacted file that absorbed nothing, so
-    a bulk load can name it either way once it is written."""
+    options), wherever it goes. With ``part=None`` and no ``superseded`` the
+    file is a compacted file that absorbed nothing, which readers take as a part
+    too (they read a superseded list only in a compacted file): a bulk load
+    writes it first and names it either way after."""
     meta = {FORMAT_KEY: FORMAT_VERSION.encode()}
     if part is None:
         meta[SUPERSEDED_KEY] = json.dumps(sorted(superseded)).encode()
