@@ -11,11 +11,12 @@ answer ``{"seconds": [...], "answers": [[timestamp, url] or null, ...], "peak_rs
 
 import json
 import sys
-import time
 
 from pywb.warcserver.index.cdxops import process_cdx
 from pywb.warcserver.index.indexsource import FileIndexSource
 from pywb.warcserver.index.query import CDXQuery
+
+from _timed_lookups import timed_lookups
 
 
 def main():
@@ -25,27 +26,10 @@ def main():
     def lookup(q):
         query = CDXQuery({"url": q["url"], "closest": q["closest"], "limit": "1"})
         for cdx in process_cdx(source.load_index(query.params), query):
-            return cdx
+            return [cdx["timestamp"], cdx["url"]]
         return None
 
-    for q in job["warmup"]:
-        lookup(q)
-    seconds, answers = [], []
-    for q in job["queries"]:
-        t = time.perf_counter()
-        cdx = lookup(q)
-        seconds.append(time.perf_counter() - t)
-        answers.append(None if cdx is None else [cdx["timestamp"], cdx["url"]])
-    json.dump({"seconds": seconds, "answers": answers, "peak_rss_mib": peak_rss_mib()}, sys.stdout)
-
-
-def peak_rss_mib():
-    # VmHWM, not getrusage: a child's ru_maxrss starts from its parent's peak.
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    return None
+    json.dump(timed_lookups(lookup, job), sys.stdout)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import _pywb
+from _timed_lookups import timed_lookups
 from server_bench import (
     HERE,
     MainParams,
@@ -50,20 +51,7 @@ def web_index_side(job: dict[str, Any]) -> dict[str, Any]:
                 return [fields["timestamp"], fields["url"]]
             return None
 
-        for q in job["warmup"]:
-            lookup(q)
-        seconds, answers = [], []
-        for q in job["queries"]:
-            t = time.perf_counter()
-            answer = lookup(q)
-            seconds.append(time.perf_counter() - t)
-            answers.append(answer)
-    rss = next(
-        int(line.split()[1]) / 1024
-        for line in Path("/proc/self/status").read_text().splitlines()
-        if line.startswith("VmHWM:")  # not getrusage: a child's ru_maxrss starts from its parent's peak
-    )
-    return {"seconds": seconds, "answers": answers, "peak_rss_mib": round(rss, 1)}
+        return dict(timed_lookups(lookup, job))
 
 
 def run_side(command: list[str], job: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:

@@ -1,0 +1,27 @@
+"""The timing loop both sides of ``lookup_bench.py`` run, each in its own interpreter
+(web-index's and pywb's venv): standard library only."""
+
+import time
+
+
+def timed_lookups(lookup, job):
+    """``lookup`` of every warm-up query, then of every query, each timed alone;
+    the job's answer: ``{"seconds", "answers", "peak_rss_mib"}``."""
+    for q in job["warmup"]:
+        lookup(q)
+    seconds, answers = [], []
+    for q in job["queries"]:
+        t = time.perf_counter()
+        answer = lookup(q)
+        seconds.append(time.perf_counter() - t)
+        answers.append(answer)
+    return {"seconds": seconds, "answers": answers, "peak_rss_mib": peak_rss_mib()}
+
+
+def peak_rss_mib():
+    # VmHWM, not getrusage: a child's ru_maxrss starts from its parent's peak.
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return None
