@@ -4,6 +4,14 @@
 import time
 
 
+def cdx_params(q, kind):
+    """The CDX query of one lookup: ``closest`` (the capture nearest ``q["closest"]``) or
+    ``latest`` (a simple lookup: the newest capture, ``sort=reverse``), at most one line."""
+    if kind == "closest":
+        return {"url": q["url"], "closest": q["closest"], "limit": "1"}
+    return {"url": q["url"], "sort": "reverse", "limit": "1"}
+
+
 def timed_lookups(lookup, job):
     """``lookup`` of every warm-up query, then of every query, each timed alone;
     the job's answer: ``{"seconds", "answers", "peak_rss_mib"}``."""

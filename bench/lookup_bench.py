@@ -1,18 +1,18 @@
-"""Single closest-capture lookups in one process, web-index against pywb 2.10 over the same
-captures, in one run: what a CDX server does for ``?url=U&closest=TS&limit=1`` once the request
-is parsed, without HTTP.
+"""Single lookups in one process, web-index against pywb 2.10 over the same captures, in one
+run: what a CDX server does for ``?url=U&closest=TS&limit=1`` (``closest``) and
+``?url=U&sort=reverse&limit=1`` (``latest``) once the request is parsed, without HTTP.
 
     .venv/bin/python bench/lookup_bench.py            # both datasets of server_bench.py
 
 - web-index: ``find_captures`` on the store (``WebIndex.captures``: the capture indexes, with
-  the closest query's windows), in a process of its own;
+  the closest query's windows, the latest's months from the newest), in a process of its own;
 - pywb: ``CDXQuery`` + ``FileIndexSource.load_index`` + ``process_cdx`` on the CDXJ that
   ``export_warcs`` wrote of the same store (``_pywb_lookup.py``, in pywb's venv).
 
 The datasets are server_bench.py's (built there, cached in its ``--workdir``): ``main``, 113,250
 captures over 1,000 domains, and ``prefix-1m``, 1,000,000 captures of one site. Each side gets the
 same warm-up and the same queries (captures drawn from the CDXJ, each asked for within 3 days of
-it), one at a time; every answer (timestamp and URL of the closest capture) is compared. Results:
+it), one at a time; every answer (timestamp and URL of the capture found) is compared. Results:
 ``results/lookup.json`` and ``.md``.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import _pywb
-from _timed_lookups import timed_lookups
+from _timed_lookups import cdx_params, timed_lookups
 from server_bench import (
     HERE,
     MainParams,
@@ -46,7 +46,7 @@ def web_index_side(job: dict[str, Any]) -> dict[str, Any]:
     with WebIndex(job["store"], read_only=True) as index:
 
         def lookup(q: dict[str, str]) -> list[str] | None:
-            params = {"url": [q["url"]], "closest": [q["closest"]], "limit": ["1"]}
+            params = {name: [value] for name, value in cdx_params(q, job["kind"]).items()}
             for fields, _ in find_captures(index, parse_cdx_query(params), source="store"):
                 return [fields["timestamp"], fields["url"]]
             return None
@@ -81,6 +81,26 @@ def median_round(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return rounds[len(rounds) // 2] | {"round_p50s_ms": [s["p50_ms"] for s in rounds]}
 
 
+def compare(job: dict[str, Any], folder: Path, rounds: int) -> dict[str, Any]:
+    """Both sides' runs of ``job`` on a dataset, alternated, and their answers compared."""
+    runs: dict[str, list[dict[str, Any]]] = {"web-index": [], "pywb": []}
+    for r in range(rounds):  # ABBA...: a change in the machine's load hits both sides
+        for side in ("web-index", "pywb") if r % 2 == 0 else ("pywb", "web-index"):
+            if side == "web-index":
+                me = [sys.executable, str(Path(__file__)), "--side", "web-index"]
+                runs[side].append(run_side(me, {**job, "store": str(folder / "store")}))
+            else:
+                pywb = [str(_pywb.pywb_bin("python")), str(HERE / "_pywb_lookup.py")]
+                cdxj = str(folder / "warc" / "bench.cdxj")
+                runs[side].append(run_side(pywb, {**job, "cdxj": cdxj}, env=_pywb.clean_env()))
+    mine, theirs = runs["web-index"][0], runs["pywb"][0]
+    return {
+        **{side: median_round(side_runs) for side, side_runs in runs.items()},
+        "answers_differ": sum(a != b for a, b in zip(mine["answers"], theirs["answers"], strict=True)),
+        "not_found": sum(a is None for a in mine["answers"]),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     ap.add_argument("--queries", type=int, default=2000)
@@ -88,6 +108,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3, help="runs a side, alternated (ABBA...); the median")
     ap.add_argument("--datasets", default="main,prefix-1m")
+    ap.add_argument("--kinds", default="closest,latest", help="closest: ?closest=TS; latest: ?sort=reverse")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/web-index-server-bench"))
     ap.add_argument("--side", help=argparse.SUPPRESS)  # internal: run one side's job from stdin
     args = ap.parse_args()
@@ -110,28 +131,14 @@ def main() -> None:
     for name in args.datasets.split(","):
         folder, info = ensure_dataset(params[name], args.workdir)
         sample = sample_queries(folder / "warc" / "bench.cdxj", args.queries + args.warmup, args.seed)
-        job = {"warmup": sample[: args.warmup], "queries": sample[args.warmup :]}
-        print(f"{name}: {len(job['queries'])} lookups a side ...", flush=True)
-        runs: dict[str, list[dict[str, Any]]] = {"web-index": [], "pywb": []}
-        for r in range(args.rounds):  # ABBA...: a change in the machine's load hits both sides
-            for side in ("web-index", "pywb") if r % 2 == 0 else ("pywb", "web-index"):
-                if side == "web-index":
-                    me = [sys.executable, str(Path(__file__)), "--side", "web-index"]
-                    runs[side].append(run_side(me, {**job, "store": str(folder / "store")}))
-                else:
-                    pywb = [str(_pywb.pywb_bin("python")), str(HERE / "_pywb_lookup.py")]
-                    cdxj = str(folder / "warc" / "bench.cdxj")
-                    runs[side].append(run_side(pywb, {**job, "cdxj": cdxj}, env=_pywb.clean_env()))
-        mine, theirs = runs["web-index"][0], runs["pywb"][0]
-        differ = sum(a != b for a, b in zip(mine["answers"], theirs["answers"], strict=True))
-        entry = {
-            "captures": info["captures"],
-            **{side: median_round(side_runs) for side, side_runs in runs.items()},
-            "answers_differ": differ,
-            "not_found": sum(a is None for a in mine["answers"]),
-        }
-        res["datasets"][name] = entry
-        print(f"  web-index {entry['web-index']}\n  pywb      {entry['pywb']}\n  differ {differ}", flush=True)
+        res["datasets"][name] = {"captures": info["captures"]}
+        for kind in args.kinds.split(","):
+            job = {"kind": kind, "warmup": sample[: args.warmup], "queries": sample[args.warmup :]}
+            print(f"{name}, {kind}: {len(job['queries'])} lookups a side ...", flush=True)
+            entry = compare(job, folder, args.rounds)
+            res["datasets"][name][kind] = entry
+            print(f"  web-index {entry['web-index']}\n  pywb      {entry['pywb']}", flush=True)
+            print(f"  differ {entry['answers_differ']}", flush=True)
     write(res)
 
 
@@ -140,22 +147,27 @@ def write(res: dict[str, Any]) -> None:
     (out / "lookup.json").write_text(json.dumps(res, indent=2) + "\n")
     lines = [
         f"Run {res['date']} at {res['commit']}, web-index {res['web_index']} against pywb {res['pywb']}: "
-        f"{res['queries']:,} single closest lookups a side (limit 1), one at a time in one process, "
+        f"{res['queries']:,} single lookups a side (limit 1; closest: `closest=TS`, latest: "
+        "`sort=reverse`), one at a time in one process, "
         f"after {res['warmup']:,} warm-up lookups; {res['rounds']} rounds a side, alternated, the round "
         "with the median p50 shown (every round's p50 in the JSON); every answer compared.",
         "",
-        "| dataset | captures | side | p50 ms | p90 ms | p99 ms | mean ms | peak RSS MiB | differing |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| dataset | captures | lookup | side | p50 ms | p90 ms | p99 ms | mean ms | peak RSS MiB"
+        " | differing |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, d in res["datasets"].items():
-        for side in ("web-index", "pywb"):
-            s = d[side]
-            first = side == "web-index"
-            lines.append(
-                f"| {name if first else ''} | {d['captures'] if first else ''} | {side} | {s['p50_ms']} | "
-                f"{s['p90_ms']} | {s['p99_ms']} | {s['mean_ms']} | {s['peak_rss_mib']} | "
-                f"{d['answers_differ'] if first else ''} |"
-            )
+        for kind, k in d.items():
+            if kind == "captures":
+                continue
+            for side in ("web-index", "pywb"):
+                s = k[side]
+                first = side == "web-index"
+                lines.append(
+                    f"| {name if first else ''} | {d['captures'] if first else ''} | {kind if first else ''} "
+                    f"| {side} | {s['p50_ms']} | {s['p90_ms']} | {s['p99_ms']} | {s['mean_ms']} | "
+                    f"{s['peak_rss_mib']} | {k['answers_differ'] if first else ''} |"
+                )
     (out / "lookup.md").write_text("\n".join(lines) + "\n")
     print("results in bench/results/lookup.json and .md")
 

@@ -17,6 +17,7 @@ import surt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from msgspec.structs import replace
 
 from tests.factories import metadata
 from web_index import WebIndex
@@ -69,12 +70,15 @@ class Captures(RuleBasedStateMachine):
         super().__init__()
         self.dir = Path(tempfile.mkdtemp())
         self.index = WebIndex(self.dir / "s", create=True)
+        # Another handle, as a server beside a crawler: it must see what the first one inserts.
+        self.reader = WebIndex(self.dir / "s", read_only=True)
         # (type, partition domain, row) of every stored response
         self.stored: list[tuple[str, str, Row]] = []
         self.n = 0
 
     def teardown(self) -> None:
         self.index.close()
+        self.reader.close()
         shutil.rmtree(self.dir)
 
     @rule(
@@ -146,9 +150,14 @@ class Captures(RuleBasedStateMachine):
                     for kind, domain, row in self.stored
                     if kind == method and domain == partition_domain(url) and matches(row[0], url, match)
                 )
-                found = rows_of(list(self.index.captures(url, match=match, type=method)))
-                assert sorted(found) == expected, (method, url, match)
-                assert [r[:2] for r in found] == sorted(r[:2] for r in found)
+                for index in (self.index, self.reader):
+                    lines = list(index.captures(url, match=match, type=method))
+                    found = rows_of(lines)
+                    assert sorted(found) == expected, (method, url, match)
+                    assert [r[:2] for r in found] == sorted(r[:2] for r in found)
+                    # Newest first: an exact match reads month by month (a chain crosses July's end).
+                    backwards = list(index.captures(url, match=match, type=method, reverse=True))
+                    assert backwards == lines[::-1], (method, url, match)
 
     @invariant()
     def a_window_keeps_its_captures(self) -> None:
@@ -488,3 +497,22 @@ def test_months_are_listed_again_once_a_folder_changes(
             listed.clear()
             assert len(list(index.captures(url))) == n
             assert not [f for f in listed if f.startswith("get")]  # the months were not listed again
+
+
+def test_newest_first_waits_for_a_chain_begun_the_month_before(tmp_path: Path) -> None:
+    """A chain begun in July ends in August after an attempt begun in August: read from the
+    newest month, August's capture must wait for July's, and ties keep one order."""
+    url = "https://example.com/a"
+    start = "https://example.com/b"
+    hop = replace(_response(url, TIMES[0] + timedelta(seconds=2)), url=start)
+    july = [replace(_response(start, TIMES[0]), status_code=301, is_final=False), hop]
+    with WebIndex(tmp_path / "s") as index:
+        index.insert("get", start, TIMES[0], metadata(start), july)
+        august = datetime(2024, 8, 1, tzinfo=UTC)
+        for at in (august, august, august + timedelta(days=3)):
+            index.insert("get", url, at, metadata(url), [_response(url, at)])
+        for flushed in (False, True):
+            lines = list(index.captures(url))
+            assert len(lines) == 4
+            assert list(index.captures(url, reverse=True)) == lines[::-1], flushed
+            index.flush()

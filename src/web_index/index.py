@@ -39,7 +39,7 @@ from web_index.storage import (
     find_capture_lines,
     open_backend,
 )
-from web_index.urls import domain_of, surt_prefixes
+from web_index.urls import key_and_domain, surt_prefixes
 
 if TYPE_CHECKING:
     from web_index.storage.backends import S3Backend
@@ -333,13 +333,16 @@ class WebIndex:
         type: RecordType | str = RecordType.GET,
         start: datetime | str | None = None,
         end: datetime | str | None = None,
+        reverse: bool = False,
     ) -> Iterator[str]:
         """Every capture (each response of a stored ``get`` or ``head`` chain)
         whose SURT key ``match``es ``url`` as a CDX query's ``matchType`` does
         (``exact``, ``prefix``, ``host``, ``domain``), taken from ``start`` to
         ``end`` (inclusive, whole seconds; the forms :meth:`scan` takes),
         buffered ones included: CDXJ lines by SURT key and time, lazily, from
-        the capture indexes compaction writes (docs/format.md)."""
+        the capture indexes compaction writes (docs/format.md). ``reverse``: in
+        descending order, which for an exact match reads the months from the
+        newest only as far as the caller reads."""
         kind = RecordType.parse(type)
         if kind.is_metadata:
             raise InvalidRecordError("type", f"{kind.value} records are not captures: get or head")
@@ -349,10 +352,11 @@ class WebIndex:
         lines = find_capture_lines(
             self._store,
             kind,
-            domain_of(url),
+            key_and_domain(url)[1],
             prefixes,
             start_us=None if start is None else to_us(time_bound(start, "start", end=False)),
             end_us=None if end is None else to_us(time_bound(end, "end", end=True)),
+            reverse=reverse,
         )
         return (line.decode() for line in lines)
 

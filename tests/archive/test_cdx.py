@@ -273,3 +273,33 @@ def test_a_redirect_target_is_found_from_its_own_second(
         params = {"url": [f["url"]], "from": [f["timestamp"]], "to": [f["timestamp"]], "type": [c["type"]]}
         got = [x for x, _ in find_captures(index, parse_cdx_query(params), source="store")]
         assert f in got
+
+
+def test_reverse_keeps_the_order_of_captures_of_one_second(tmp_path: Path) -> None:
+    """Read newest first, captures of one key and second come as a stable reverse sort leaves
+    them (in key order), as when every capture is sorted at once."""
+    url = "http://a.example/x"
+    at = datetime(2024, 5, 31, 23, 59, 59, tzinfo=UTC)
+    with WebIndex(tmp_path / "s") as index:
+        for n, status in enumerate([200, 404, 500, 200, 301]):
+            when = at + timedelta(seconds=n // 3, microseconds=n)
+            response = Response(
+                url=url,
+                request_url=url,
+                status_code=status,
+                headers={"content-type": f"text/t{n}"},
+                timestamp=when,
+                data=b"x",
+                is_final=True,
+                fetcher_name="test",
+                fetcher_version="1.0",
+                fetcher_calibre=10,
+            )
+            index.insert("get", url, when, metadata(url), [response])
+        index.flush()
+        forward = [f for f, _ in find_captures(index, parse_cdx_query({"url": [url]}), source="s")]
+        expected = sorted(forward, key=lambda f: (f["urlkey"], f["timestamp"]), reverse=True)
+        for limit in ("1", "2", "4", "10"):
+            query = parse_cdx_query({"url": [url], "sort": ["reverse"], "limit": [limit]})
+            got = [f for f, _ in find_captures(index, query, source="s")]
+            assert got == expected[: int(limit)]

@@ -97,12 +97,19 @@ def find_captures(index: WebIndex, query: CdxQuery, *, source: str) -> list[Capt
         if query.collapse is not None:  # collapsing a prefix of the order gives a prefix of the whole's
             near = _collapsed(near, *query.collapse)
         return list(itertools.islice(near, query.limit))
-    found: Iterator[Capture] = (capture for capture, _ in _matching(index, query, source))
-    if not query.reverse:
-        if query.collapse is not None:
-            found = _collapsed(found, *query.collapse)
-        return list(itertools.islice(found, query.limit))
-    return ordered(list(found), query)
+    found: Iterator[Capture] = (capture for capture, _ in _matching(index, query, source, query.reverse))
+    if query.reverse:
+        found = _ties_in_key_order(found)
+    if query.collapse is not None:
+        found = _collapsed(found, *query.collapse)
+    return list(itertools.islice(found, query.limit))
+
+
+def _ties_in_key_order(newest_first: Iterator[Capture]) -> Iterator[Capture]:
+    """Captures in descending line order as ``ordered`` sorts them reversed: stably, so those of
+    one key and second keep their ascending order."""
+    for _, tied in itertools.groupby(newest_first, key=lambda c: (c[0]["urlkey"], c[0]["timestamp"])):
+        yield from reversed(list(tied))
 
 
 class Memento(NamedTuple):
@@ -173,7 +180,7 @@ def _nearest(
         if width is None:
             found = _matching(index, query, source)
         else:
-            found = _matching(index, query, source, _shifted(target, -width), _shifted(target, width))
+            found = _matching(index, query, source, False, _shifted(target, -width), _shifted(target, width))
         ring = [f for f in found if covered is None or abs(f[0][1] - target) > covered]
         ring.sort(key=lambda f: _nearness(f[0], target))
         yield from ring
@@ -191,11 +198,13 @@ def _matching(
     index: WebIndex,
     query: CdxQuery,
     source: str,
+    reverse: bool = False,
     window_start: datetime | None = None,
     window_end: datetime | None = None,
 ) -> Iterator[tuple[Capture, CaptureFields]]:
     """The store's captures ``query`` matches (its key, dates and filters), in
-    key order; only those from ``window_start`` to ``window_end`` (inclusive), if given."""
+    key order (descending if ``reverse``); only those from ``window_start`` to
+    ``window_end`` (inclusive), if given."""
     start, end = _moment(query.start), _moment(query.end)
     if window_start is not None:
         start = window_start if start is None else max(start, window_start)
@@ -204,7 +213,9 @@ def _matching(
     if start is not None and end is not None and start > end:
         return
     try:
-        lines = index.captures(query.url, match=query.match_type, type=query.type, start=start, end=end)
+        lines = index.captures(
+            query.url, match=query.match_type, type=query.type, start=start, end=end, reverse=reverse
+        )
     except InvalidURLError as exc:
         raise InvalidRecordError("url", exc.problem) from None
     for line in lines:

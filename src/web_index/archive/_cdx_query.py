@@ -25,7 +25,7 @@ import regex as _regex
 
 from web_index.errors import InvalidRecordError
 from web_index.models import RecordType
-from web_index.urls import url_key
+from web_index.urls import key_and_domain
 
 __all__ = [
     "CDX_FIELDS",
@@ -200,7 +200,7 @@ def parse_cdx_query(params: Mapping[str, Sequence[str]]) -> CdxQuery:
     if "://" not in url:  # as pywb: a bare host or path is an http URL
         url = "http://" + url
     try:
-        url_key(url)
+        key_and_domain(url)  # what a lookup needs of it: a URL in normal form costs a regex
     except InvalidRecordError as exc:
         raise InvalidRecordError("url", exc.problem) from None
     start = _one(params, "from") or _one(params, "from_ts")

@@ -254,11 +254,17 @@ class CaptureIndexes:
         self._held = 0  # bytes of the small indexes read into memory
         self._maps = 0  # mapped indexes
         self._refused: set[str] = set()  # unusable: not opened again
+        self._paths: dict[StoredFile, str] = {}
         self._lock = threading.Lock()
 
     def get(self, partition: Partition, covered: StoredFile) -> CaptureIndex | None:
         """The index of ``covered``, or ``None`` if it has none (or an unusable one)."""
-        path = capture_index_path(partition, covered)
+        path = self._paths.get(covered)
+        if path is None:  # a lookup asks for a few again and again: the name is a hash
+            path = capture_index_path(partition, covered)
+            if len(self._paths) >= _OPEN_MAX:
+                self._paths.clear()
+            self._paths[covered] = path
         found = self._opened.get(path)  # no lock to read: under the load of many threads it convoyed
         if found is not None or path in self._refused:
             return found

@@ -10,6 +10,7 @@ caller that wants the first lines stops reading after them.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -40,31 +41,67 @@ def find_capture_lines(
     *,
     start_us: int | None = None,
     end_us: int | None = None,
+    reverse: bool = False,
 ) -> Iterator[bytes]:
     """The capture lines (``_capture_lines``) of ``type`` (``get`` or ``head``)
     in ``domain``'s partitions that start with one of ``prefixes`` and were
     captured from ``start_us`` to ``end_us`` (whole seconds, inclusive), in
-    byte order, each once, buffered captures included."""
+    byte order (descending if ``reverse``), each once, buffered captures included."""
     if type.is_metadata:
         raise ValueError(f"{type.value} records are not captures")
     buffered = _buffered(store, type, domain)
-    months = set(store.months(type)) | set(buffered)
-    streams: list[Iterator[bytes]] = []
-    for year, month in sorted(months):
+    months: list[tuple[Partition, list[dict[str, Any]]]] = []
+    for year, month in sorted(set(store.months(type)) | set(buffered)):
         lo, hi = month_bounds(year, month)
         # A month holds attempts begun in it: their responses come up to a chain's span later.
         if (start_us is None or hi + _CHAIN_SPAN_US > start_us) and (end_us is None or lo <= end_us):
-            partition = Partition(type, year, month, domain)
-            streams.append(_partition_lines(store, partition, buffered.get((year, month), []), prefixes))
+            months.append((Partition(type, year, month, domain), buffered.get((year, month), [])))
     first = b"00000000000000" if start_us is None else capture_stamp(start_us).encode()
     last = b"99999999999999" if end_us is None else capture_stamp(end_us).encode()
+    if reverse:
+        yield from _newest_first(store, months, prefixes, first, last)
+        return
+    streams = [_partition_lines(store, partition, rows, prefixes) for partition, rows in months]
     previous = None
     for line in streams[0] if len(streams) == 1 else heapq.merge(*streams):
         if line != previous:
             previous = line
-            at = line.index(b" ") + 1
-            if first <= line[at : at + 14] <= last:
+            if first <= _stamp(line) <= last:
                 yield line
+
+
+def _stamp(line: bytes) -> bytes:
+    at = line.index(b" ") + 1
+    return line[at : at + 14]
+
+
+@functools.lru_cache(maxsize=1024)
+def _older_months_end(year: int, month: int) -> bytes:
+    """The stamp that what older months than this one hold was captured before: this month's start
+    and a chain's span."""
+    return capture_stamp(month_bounds(year, month)[0] + _CHAIN_SPAN_US).encode()
+
+
+def _newest_first(
+    store: Store,
+    months: list[tuple[Partition, list[dict[str, Any]]]],
+    prefixes: tuple[bytes, ...],
+    first: bytes,
+    last: bytes,
+) -> Iterator[bytes]:
+    """``find_capture_lines`` reversed. Lines of one key (an exact match) come in time order, so
+    they are read a month at a time from the newest, and those no older month can precede are
+    given at once: a latest lookup reads one month, not all. Other matches are read whole."""
+    one_key = len(prefixes) == 1 and prefixes[0].endswith(b" ")
+    pending: list[bytes] = []
+    for partition, rows in reversed(months):
+        pending += _partition_lines(store, partition, rows, prefixes)
+        if one_key:
+            below = _older_months_end(partition.year, partition.month)
+            ready = [line for line in pending if _stamp(line) >= below]
+            pending = [line for line in pending if _stamp(line) < below]
+            yield from (line for line in sorted(set(ready), reverse=True) if first <= _stamp(line) <= last)
+    yield from (line for line in sorted(set(pending), reverse=True) if first <= _stamp(line) <= last)
 
 
 def _buffered(store: Store, type: RecordType, domain: str) -> dict[tuple[int, int], list[dict[str, Any]]]:

@@ -87,6 +87,10 @@ class SqliteBuffer:
         self._unchecked = 0  # bytes written to the WAL since this writer last asked for a checkpoint
         self._checkpointer: _Checkpointer | None = None
         self._after_append: dict[tuple[RecordType, int, int, str], tuple[int, int]] = {}
+        # Domains with nothing buffered, while no connection has committed since (see domain_attempts).
+        self._unbuffered: set[tuple[str, str]] = set()
+        self._unbuffered_as_of: tuple[object, ...] = ()
+        self._transactions = 0  # this handle's: PRAGMA data_version counts the other connections' commits
         if not readonly:
             try:
                 self._connect()
@@ -199,6 +203,7 @@ class SqliteBuffer:
             if self._conn is not None:
                 self._conn.close()  # the last connection checkpoints what is left
                 self._conn = None
+                self._unbuffered_as_of = ()
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
@@ -215,6 +220,7 @@ class SqliteBuffer:
         """One write transaction, in turn with every other writer: committed, or
         rolled back on any error. Call with ``self._lock`` held."""
         conn = self._write
+        self._transactions += 1
         with _in_turn(self._lock_fd):
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -515,11 +521,22 @@ class SqliteBuffer:
             conn = self._connect()
             if conn is None:
                 return []
+            # A CDX lookup asks this every time, mostly of a domain with nothing buffered: that
+            # answer is kept until a commit, ours or another connection's (data_version: ~2 us
+            # against ~25 us for the query).
+            as_of = (conn, conn.execute("PRAGMA data_version").fetchone()[0], self._transactions)
+            if as_of != self._unbuffered_as_of:
+                self._unbuffered.clear()
+                self._unbuffered_as_of = as_of
+            if (method.value, domain) in self._unbuffered:
+                return []
             rows = conn.execute(
                 "SELECT p.year, p.month, b.request_id, b.body FROM parts p JOIN buffered b ON b.pid = p.pid"
                 " WHERE p.method=? AND p.domain=? ORDER BY b.seq",
                 (method.value, domain),
             ).fetchall()
+            if not rows and len(self._unbuffered) < 65536:
+                self._unbuffered.add((method.value, domain))
         return [(MethodPartition(method, y, mo, domain), _attempt(rid, body)) for y, mo, rid, body in rows]
 
     def generation(self, method: RecordType, year: int, month: int) -> int:
