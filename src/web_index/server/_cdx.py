@@ -12,6 +12,8 @@ reason in ``error`` and ``message`` (cdx_toolkit reads either as "none").
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -49,10 +51,9 @@ def not_found(what: str, why: str | None = None) -> Response:
 
 def query_params(request: Request) -> dict[str, list[str]]:
     """The query's parameters, each name's values in order (as ``parse_cdx_query`` takes them)."""
-    params: dict[str, list[str]] = {}
-    for name, value in request.query_params.multi_items():
-        params.setdefault(name, []).append(value)
-    return params
+    # As Starlette's query_params read it (latin-1, then percent-decoded as UTF-8), without its
+    # multi-dict, which a lookup would build only to turn it into this.
+    return parse_qs(request.scope["query_string"].decode("latin-1"), keep_blank_values=True)
 
 
 async def cdx(request: Request) -> Response:
