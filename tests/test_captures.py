@@ -11,6 +11,7 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 import surt
@@ -315,22 +316,25 @@ def test_lines_of_prefixes_of_any_lengths() -> None:
     keys=st.lists(st.binary(min_size=1, max_size=6).map(lambda b: b.hex().encode()), max_size=60),
     copies=st.integers(1, 30),
     probes=st.lists(st.binary(max_size=4).map(lambda b: b.hex().encode()), min_size=1, max_size=10),
+    head=st.sampled_from([1, 3, 8, 256]),
 )
 def test_the_bisection_finds_the_first_line_not_below_a_key(
-    keys: list[bytes], copies: int, probes: list[bytes]
+    keys: list[bytes], copies: int, probes: list[bytes], head: int
 ) -> None:
     """Lines of any lengths, many sharing a key, over several samples: the first
-    line not below each key, exactly."""
-    from web_index.storage._capture_index import CaptureIndex
+    line not below each key, exactly, whether the key is longer than the sampled
+    lines' first bytes held in memory (``head``) or not."""
+    from web_index.storage import _capture_index
 
     lines = sorted(f"{k.decode()} 2024{n:010d} {{}}".encode() for n, k in enumerate(keys * copies))
     data = _index_bytes(lines)
-    index = CaptureIndex("i", data)
     start = data.index(b"\n") + 1
     offsets = [start + sum(len(line) + 1 for line in lines[:i]) for i in range(len(lines) + 1)]
-    for key in [*probes, *keys[:5]]:
-        first = next((i for i, line in enumerate(lines) if line[: len(key)] >= key), len(lines))
-        assert index._lower_bound(key) == offsets[first]
+    with patch.object(_capture_index, "_HEAD", head):
+        index = _capture_index.CaptureIndex("i", data)
+        for key in [*probes, *keys[:5]]:
+            first = next((i for i, line in enumerate(lines) if line[: len(key)] >= key), len(lines))
+            assert index._lower_bound(key) == offsets[first]
 
 
 @pytest.mark.parametrize(

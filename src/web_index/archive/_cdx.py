@@ -180,7 +180,8 @@ def _nearest(
         if width is None:
             found = _matching(index, query, source)
         else:
-            found = _matching(index, query, source, False, _shifted(target, -width), _shifted(target, width))
+            start, end = _shifted(target, -width), _shifted(target, width)
+            found = _matching(index, query, source, window_start=start, window_end=end)
         ring = [f for f in found if covered is None or abs(f[0][1] - target) > covered]
         ring.sort(key=lambda f: _nearness(f[0], target))
         yield from ring

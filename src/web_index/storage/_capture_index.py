@@ -65,6 +65,7 @@ _META = b"!meta "
 _TAIL = re.compile(r"\.[0-9a-f]{16}\.cdxj")
 _TAIL_LEN = 22
 _MAP_MIN = 1 << 20  # an index this large is mapped, a smaller one read
+_HEAD = 256  # bytes of each sampled line kept in memory for the bisection
 _OPEN_MAX = 16_384  # indexes a store keeps open,
 _MAPS_MAX = 256  # of them mapped (each mapping holds a file descriptor),
 _HELD_MAX = 256 << 20  # and bytes of the smaller ones held in memory
@@ -203,6 +204,9 @@ class CaptureIndex:
         self.held = len(data) if isinstance(data, bytes) else 0
         self._data = data
         self._samples = [self._start + s for s in meta.samples]
+        # Each sampled line's first bytes, so that the bisection among samples compares in C: a
+        # key of up to _HEAD bytes orders against them as against the lines (see _lower_bound).
+        self._heads = [bytes(data[at : at + _HEAD]) for at in self._samples]
 
     def covers(self, file: StoredFile) -> bool:
         return (file.name, file.size, file.version) == (
@@ -230,7 +234,11 @@ class CaptureIndex:
         data, k = self._data, len(key)
         # A line shorter than the key compares with its newline, which sorts below every key byte.
         samples = self._samples
-        i = bisect.bisect_left(samples, key, key=lambda at: data[at : at + k])
+        # A key is below a line's first _HEAD bytes exactly when it is below its first k <= _HEAD.
+        if k <= _HEAD:
+            i = bisect.bisect_left(self._heads, key)
+        else:
+            i = bisect.bisect_left(samples, key, key=lambda at: data[at : at + k])
         # Between two samples, bisected by bytes as pywb bisects a CDXJ file: the
         # line holding the middle byte, then the half the key is in.
         lo = samples[i - 1] if i else self._start
