@@ -114,3 +114,25 @@ def test_a_killed_loader_leaves_nothing_visible_and_its_spill_is_removed(tmp_pat
         assert index.stats().records == 0  # nothing of an uncommitted load is visible
         index.flush()  # any writer's flush or compaction removes a dead writer's leftovers
     assert _spool_files(store) == []
+
+
+@pytest.mark.parametrize("has_syncfs", [True, False])
+def test_a_commit_syncs_the_stores_filesystem_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, has_syncfs: bool
+) -> None:
+    """syncfs(2) on the store's filesystem, not os.sync (every filesystem of the machine), where
+    the C library has it; os.sync where it does not."""
+    from web_index.storage.backends import local
+
+    synced: list[str] = []
+    if not has_syncfs:
+        monkeypatch.setattr(local, "_SYNCFS", None)
+    else:
+        assert local._SYNCFS is not None, "the C library of this Linux has syscall wrappers for syncfs"
+    monkeypatch.setattr(local.os, "sync", lambda: synced.append("all"))
+    items = _items(0, 12)
+    with WebIndex(tmp_path / "s") as index:
+        with index.bulk_load() as load:
+            load.add(items)
+        assert _present(index, items) == [True] * 12
+    assert synced == ([] if has_syncfs else ["all", "all"])

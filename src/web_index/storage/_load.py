@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import operator
-import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -189,7 +188,7 @@ def _write_local(
             lines = None if partition.type.is_metadata else table_lines(partition.type, table)
             spooled.append((partition, backend.spool_parquet(data, **write_options), lines))
         if durable:
-            os.sync()  # every spooled file's bytes, before any is named
+            backend.sync_all()  # every spooled file's bytes, before any is named
         for mp, group in itertools.groupby(spooled, key=lambda s: _method_partition(s[0])):
             with locks.hold("compact", str(mp)):
                 # Held: no compaction commits this partition meanwhile, so its
@@ -206,7 +205,7 @@ def _write_local(
                         where, body = capture_index_bytes(partition, covered, frozenset(), lines)
                         indexes.append((backend.spool_bytes(body), where))
         if durable:
-            os.sync()  # the names above, and the capture indexes' bytes
+            backend.sync_all()  # the names above, and the capture indexes' bytes
         for spool, where in indexes:
             backend.place(spool, where)
         if durable:

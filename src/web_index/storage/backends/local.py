@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import mmap
 import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -29,6 +31,12 @@ __all__ = ["LocalBackend"]
 _RACY_NS = 2_000_000_000
 _PATHS_KEPT = 65_536
 _MAP_BYTES = 64 << 20  # files up to this size are memory-mapped for reading
+# syncfs(2): Python has os.sync only, which waits for every filesystem of the machine.
+_SYNCFS: Any
+try:
+    _SYNCFS = ctypes.CDLL(None, use_errno=True).syncfs
+except (OSError, AttributeError):  # not Linux (glibc or musl)
+    _SYNCFS = None
 
 
 class LocalBackend:
@@ -127,7 +135,7 @@ class LocalBackend:
 
     def spool_parquet(self, table: pa.Table | pa.RecordBatchReader, **options: object) -> Path:
         """Write a sealed store file into the spool folder, not synced and not yet
-        in the store: :func:`os.sync` once for many, then :meth:`place` each."""
+        in the store: :meth:`sync_all` once for many, then :meth:`place` each."""
         tmp = new_spool(self.local_folder(TMP_DIR))
         try:
             write_table(table, str(tmp), **options)
@@ -158,6 +166,16 @@ class LocalBackend:
         target = self._path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         spool.replace(target)
+
+    def sync_all(self) -> None:
+        """Make every write to the store's filesystem durable: its files' bytes and the names made
+        in it (syncfs(2) on the store's filesystem; :func:`os.sync` where there is none)."""
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            if _SYNCFS is None or _SYNCFS(fd) != 0:
+                os.sync()
+        finally:
+            os.close(fd)
 
     def sync_folders(self, paths: Iterable[str]) -> None:
         """Sync the folders holding ``paths``, each once: the renames into them are durable."""
