@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -286,3 +287,75 @@ def test_a_file_cut_anywhere_in_its_last_member_is_refused(tmp_path: Path) -> No
             assert caught.value.offset == last, end
         assert _get(index, "https://example.com/1") is not None
         assert _get(index, "https://example.com/2") is None  # never half a page
+
+
+_URLS = ["https://example.com/a", "https://example.com/b", "https://example.org/c"]
+# (url, second, body) captures and (url, second, second referred to) revisits; files made of them,
+# some named twice in one import.
+events = st.lists(
+    st.tuples(st.sampled_from(_URLS), st.integers(0, 5) | st.integers(3_000_000, 3_000_005)).flatmap(
+        lambda us: st.one_of(
+            st.tuples(st.just("capture"), st.just(us), st.binary(max_size=20)),
+            st.tuples(st.just("revisit"), st.just(us), st.integers(0, 5) | st.integers(3_000_000, 3_000_005)),
+        )
+    ),
+    min_size=1,
+    max_size=12,
+    unique_by=lambda e: e[1],
+)
+
+
+def _warc(tmp: Path, name: str, events: list) -> Path:
+    w = Warc()
+    for kind, (url, second), extra in events:
+        when = T0 + timedelta(seconds=second)
+        if kind == "capture":
+            w.capture(url, extra, when=when)
+        else:
+            w.revisit(url, when, refers_to=T0 + timedelta(seconds=extra))
+    return w.save(tmp / name)
+
+
+@settings(max_examples=12, deadline=None)
+@given(events=events, cuts=st.lists(st.integers(1, 11), max_size=2))
+def test_a_bulk_import_resolves_revisits_against_the_whole_import(
+    tmp_path_factory: pytest.TempPathFactory, events: list, cuts: list[int]
+) -> None:
+    """A bulk import (the default) resolves its revisits once everything else it stores is
+    written: it ends with the pages and the report of an import through the insert buffer of its
+    captures first and its revisits after (revisits of revisits, of captures in other files or
+    later in a file, captures months apart), and leaves nothing buffered and no part file."""
+    tmp = tmp_path_factory.mktemp("bulk")
+    bounds = [0, *sorted(set(c for c in cuts if c < len(events))), len(events)]
+    files = [
+        _warc(tmp, f"{n}.warc.gz", events[lo:hi]) for n, (lo, hi) in enumerate(itertools.pairwise(bounds))
+    ]
+    in_order = [_warc(tmp, "captures.warc.gz", [e for e in events if e[0] == "capture"])]
+    in_order.append(_warc(tmp, "revisits.warc.gz", [e for e in events if e[0] == "revisit"]))
+    reports, answers = [], []
+    for bulk, paths in ((True, files), (False, in_order)):
+        with WebIndex(tmp / f"s-{bulk}") as index:
+            report = import_warcs(index, paths, bulk=bulk)
+            if bulk:
+                assert index.stats().buffered_attempts == 0
+                assert not list((tmp / f"s-{bulk}").rglob("*.part-*"))
+            queries = [
+                TimeAwarePageQuery(url=url, timestamp=when, not_before=when, not_after=when)
+                for url, when in ((u, T0 + timedelta(seconds=s)) for _, (u, s), _ in events)
+            ]
+            answers.append(
+                [(p.data, p.status_code) if isinstance(p, Page) else p for p in index.query(queries)]
+            )
+        reports.append((report.stored, report.already_stored, report.skipped))
+    assert reports[0] == reports[1]
+    assert answers[0] == answers[1]
+
+
+def test_a_file_named_twice_in_a_bulk_import_is_stored_once(tmp_path: Path) -> None:
+    path = _warc(tmp_path, "a.warc.gz", [("capture", (_URLS[0], 0), b"x"), ("revisit", (_URLS[0], 9), 0)])
+    lost = _warc(tmp_path, "b.warc.gz", [("revisit", (_URLS[1], 9), 0)])  # of nothing stored
+    with WebIndex(tmp_path / "s") as index:
+        report = import_warcs(index, [path, lost, path, lost])
+        assert index.stats().records == 2 + 2  # each page and its metadata
+    assert (report.stored, report.already_stored) == (2, 2)
+    assert report.skipped == {"revisit not resolved": 2}

@@ -7,7 +7,8 @@
   fields an export renamed (``x-web-index-original-*``) are restored.
 * ``revisit``: the same, with the body of the capture it refers to
   (``WARC-Refers-To-Target-URI`` and ``-Date``), found in the store (the
-  batch waiting is stored first); one that cannot be resolved is counted.
+  batch waiting is stored first; in a bulk load, the revisits wait until the
+  load has committed); one that cannot be resolved is counted.
 * ``resource`` (a file without HTTP: a screenshot, a PDF from a crawler):
   a ``get`` attempt with a 200 response whose only header is its
   ``Content-Type``.
@@ -27,10 +28,12 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from web_index.archive._arc_read import read_arc
 from web_index.archive._http import decoded, parse_http_response, restore_headers, store_body
@@ -53,6 +56,9 @@ from web_index.models import (
     to_us,
 )
 from web_index.urls import url_key
+
+if TYPE_CHECKING:
+    from web_index._bulk_load import BulkLoad
 
 __all__ = ["ImportReport", "import_warcs"]
 
@@ -96,6 +102,7 @@ def import_warcs(
     skip_invalid: bool = False,
     batch: int = 500,
     on_progress: Callable[[ImportReport], None] | None = None,
+    bulk: bool = True,
 ) -> ImportReport:
     """Import every record of the WARC (and ARC) files ``paths`` into ``index``:
     files, folders, ``s3://`` prefixes (see :func:`archive_files`).
@@ -104,13 +111,39 @@ def import_warcs(
     ``WARC-Date``, a response that is not HTTP, a truncated file) raises it as
     a :class:`WarcError` after storing every record before it; with it, each
     problem is reported in the result and the import goes on.
+
+    With ``bulk`` (the default) the records go into compacted Parquet through a
+    :meth:`WebIndex.bulk_load`, visible once it commits (at the end, or every
+    few GiB); without it, into the insert buffer, each batch visible at once
+    and left to ``flush()`` and ``compact()``.
     """
     report = ImportReport()
     run = _Run(index, calibre, batch, report)
-    finished = 0  # bytes of the files done
     files: list[ArchiveFile] = []
     for p in paths:
         files += [p] if isinstance(p, ArchiveFile) else archive_files([p])
+    if not bulk:
+        _import_files(run, files, skip_invalid, on_progress)
+        return report
+    run.deferred = []  # revisits wait until what they refer to is written
+    try:
+        with index.bulk_load() as run.load:
+            _import_files(run, files, skip_invalid, on_progress)
+    except WarcError:
+        run.store_deferred()  # every record before the problem is stored
+        raise
+    run.store_deferred()
+    return report
+
+
+def _import_files(
+    run: _Run,
+    files: list[ArchiveFile],
+    skip_invalid: bool,
+    on_progress: Callable[[ImportReport], None] | None,
+) -> None:
+    report = run.report
+    finished = 0  # bytes of the files done
     for file in files:
         report.files += 1
         with file.local() as path:
@@ -120,7 +153,6 @@ def import_warcs(
         report.bytes = finished
         if on_progress is not None:
             on_progress(report)
-    return report
 
 
 def _import_file(
@@ -164,6 +196,12 @@ class _Run:
         self.report = report
         self.pending: list[_Capture] = []
         self.methods: dict[str, RecordType] = {}  # record id -> the method its request used
+        # A bulk load's records are readable only once it commits. Till then, the request ids it
+        # took (a record given twice is already stored) and the revisits held back (a revisit
+        # mostly refers to a capture just before it).
+        self.load: BulkLoad | None = None
+        self.taken: set[str] = set()
+        self.deferred: list[tuple[_Capture, str]] | None = None
 
     def fail(self, problem: WarcError, skip_invalid: bool) -> None:
         if not skip_invalid:
@@ -257,29 +295,74 @@ class _Run:
             for c, i in zip(todo, ids, strict=True)
         ]
         there = self.index.presence(keys)
-        new = [(c, rid) for c, rid, seen in zip(todo, ids, there, strict=True) if not seen]
+        taken = self.taken
+        new = [(c, rid) for c, rid, seen in zip(todo, ids, there, strict=True) if not (seen or rid in taken)]
         self.report.already_stored += len(todo) - len(new)
         # Revisits last: the captures they refer to may be in this batch.
         self._insert([(c, rid) for c, rid in new if c.refers is None or c.method is RecordType.HEAD])
         waiting = [(c, rid) for c, rid in new if c.refers is not None and c.method is RecordType.GET]
-        while waiting:  # again while some are found: a revisit may refer to a revisit
-            bodies = self._resolve([c for c, _ in waiting])
-            found = [
-                (c, rid, body) for (c, rid), body in zip(waiting, bodies, strict=True) if body is not None
-            ]
-            if not found:
-                break
-            for c, _, body in found:
-                c.body = body
-            self._insert([(c, rid) for c, rid, _ in found])
-            waiting = [w for w, body in zip(waiting, bodies, strict=True) if body is None]
-        for _ in waiting:
-            self.report.skip("revisit not resolved")
+        if self.deferred is not None:
+            self.deferred += waiting
+        else:
+            self._resolve_all(waiting, bulk=False)
+
+    def store_deferred(self) -> None:
+        """The revisits held back, once the bulk load that took the rest has committed."""
+        deferred, self.deferred = self.deferred or [], None
+        self.taken.clear()  # the load that took them has committed
+        first: dict[str, tuple[_Capture, str]] = {}
+        for c, rid in deferred:
+            first.setdefault(rid, (c, rid))
+        unresolved = self._resolve_all(list(first.values()), bulk=True)
+        # A revisit given twice (a file named twice) is stored once, then already stored, as
+        # through the buffer; or not resolved, twice.
+        for rid, n in Counter(rid for _, rid in deferred).items():
+            for _ in range(n - 1):
+                if rid in unresolved:
+                    self.report.skip("revisit not resolved")
+                else:
+                    self.report.already_stored += 1
+
+    def _resolve_all(self, waiting: list[tuple[_Capture, str]], *, bulk: bool) -> set[str]:
+        """Store every revisit whose capture is found, round after round (a revisit may refer to
+        one stored the round before; with ``bulk``, each round a bulk load of its own); return the
+        request ids of those not resolved, each counted."""
+        while waiting:
+            if bulk:
+                with self.index.bulk_load() as self.load:
+                    rest = self._resolve_round(waiting)
+                self.taken.clear()
+            else:
+                rest = self._resolve_round(waiting)
+            if len(rest) == len(waiting):
+                for _ in rest:
+                    self.report.skip("revisit not resolved")
+                return {rid for _, rid in rest}
+            waiting = rest
+        return set()
+
+    def _resolve_round(self, waiting: list[tuple[_Capture, str]]) -> list[tuple[_Capture, str]]:
+        """Store the revisits whose captures are found; return the others."""
+        bodies = self._resolve([c for c, _ in waiting])
+        found = [(c, rid, body) for (c, rid), body in zip(waiting, bodies, strict=True) if body is not None]
+        for c, _, body in found:
+            c.body = body
+        self._insert([(c, rid) for c, rid, _ in found])
+        return [w for w, body in zip(waiting, bodies, strict=True) if body is None]
 
     def _insert(self, captures: list[tuple[_Capture, str]]) -> None:
         if captures:
             items = [self._attempt(c) for c, _ in captures]
-            self.index.insert_many(items, request_ids=[rid for _, rid in captures])
+            ids = [rid for _, rid in captures]
+            if self.load is None:
+                self.index.insert_many(items, request_ids=ids)
+            else:
+                committed = self.load.stored
+                self.load.add(items, request_ids=ids)
+                if self.load.stored != committed:  # it committed all it took: readable now
+                    self.taken.clear()
+                else:
+                    self.taken.update(ids)
             self.report.stored += len(captures)
 
     def _attempt(self, c: _Capture) -> tuple[RecordType, str, datetime, AttemptMetadata, list[Response]]:

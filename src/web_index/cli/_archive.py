@@ -58,6 +58,8 @@ def import_warc(
     take the body they refer to; resources become 200 pages.
     A record cut short or a truncated file stops the import with exit 2,
     naming the file and byte offset, after storing every record before it.
+    The import is one bulk load: the store ends compacted and indexed, with
+    nothing to flush (revisits are resolved once the rest is written).
     """
     from web_index.archive import archive_files, import_warcs
     from web_index.errors import InvalidRecordError, StoreError
