@@ -25,9 +25,7 @@ record stored already and stores nothing twice.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -38,6 +36,7 @@ from typing import TYPE_CHECKING
 from web_index.archive._arc_read import read_arc
 from web_index.archive._http import decoded, parse_http_response, restore_headers, store_body
 from web_index.archive._sources import ArchiveFile, archive_files
+from web_index.archive._warc_fields import record_request_id, revisit_target, warcinfo_software
 from web_index.archive._warc_read import WarcRecord, read_warc
 from web_index.errors import InvalidRecordError, WarcError
 from web_index.fetch import join_headers
@@ -52,8 +51,6 @@ from web_index.models import (
     RecordType,
     Response,
     TimeAwarePageQuery,
-    parse_when,
-    to_us,
 )
 from web_index.urls import url_key
 
@@ -172,7 +169,7 @@ def _import_file(
             run.fail(item, skip_invalid)
             continue
         if item.type == "warcinfo":
-            fetcher = _software(item.block) or fetcher
+            fetcher = warcinfo_software(item.block) or fetcher
             report.skip("warcinfo")
         elif item.type == "request":
             run.request(item)
@@ -229,7 +226,7 @@ class _Run:
             status, wire, body = parse_http_response(record.block)
             note, refers = None, None
             if record.type == "revisit":
-                refers = _refers(record)
+                refers = revisit_target(record)
                 if refers is None:
                     self.report.skip("revisit not resolved")
                     return
@@ -289,7 +286,7 @@ class _Run:
         for c in todo:
             rid = (c.record.header("WARC-Record-ID") or "").strip()
             c.method = self.methods.pop(rid, c.method)
-            ids.append(_request_id(rid, c.record.date))
+            ids.append(record_request_id(rid, c.record.date))
         keys = [
             PageKey(url=c.url, timestamp=c.record.date, request_id=i, type=c.method.metadata)
             for c, i in zip(todo, ids, strict=True)
@@ -388,41 +385,3 @@ class _Run:
             fetcher_calibre=self.calibre,
         )
         return (c.method, c.url, c.record.date, meta, [response])
-
-
-def _refers(record: WarcRecord) -> tuple[str, datetime, Digest | None] | None:
-    """What a revisit refers to: target URL, date, and the payload digest if it gives one."""
-    target = (record.header("WARC-Refers-To-Target-URI") or "").strip().strip("<>")
-    when = record.header("WARC-Refers-To-Date")
-    if not target or not when:
-        return None
-    try:
-        at = parse_when(when, "WARC-Refers-To-Date")
-    except InvalidRecordError:
-        return None
-    try:
-        digest: Digest | None = Digest.parse(record.header("WARC-Payload-Digest") or "")
-    except InvalidRecordError:
-        digest = None  # nothing to check the nearest capture against
-    return target, at, digest
-
-
-def _request_id(record_id: str, date: datetime) -> str:
-    """A UUIDv7 for a WARC record: its capture time in milliseconds, then 74
-    bits of the SHA-256 of its ``WARC-Record-ID``: the same record, the same id."""
-    digest = int.from_bytes(hashlib.sha256(record_id.encode()).digest()[:10], "big")
-    ms = to_us(date) // 1000
-    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | (digest >> 68 & 0xFFF) << 64
-    value |= 0b10 << 62 | (digest & ((1 << 62) - 1))
-    return str(uuid.UUID(int=value))
-
-
-def _software(block: bytes) -> tuple[str, str] | None:
-    """The fetcher named by a warcinfo's ``software`` field ("Wget/1.21.3")."""
-    for line in block.decode("utf-8", "replace").splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() == "software" and value.strip():
-            product = value.strip().split()[0]
-            name, _, version = product.partition("/")
-            return name[:200], (version or "unknown")[:200]
-    return None
