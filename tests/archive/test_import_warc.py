@@ -351,11 +351,18 @@ def test_a_bulk_import_resolves_revisits_against_the_whole_import(
     assert answers[0] == answers[1]
 
 
-def test_a_file_named_twice_in_a_bulk_import_is_stored_once(tmp_path: Path) -> None:
+def test_a_file_named_twice_in_a_bulk_import_is_stored_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = _warc(tmp_path, "a.warc.gz", [("capture", (_URLS[0], 0), b"x"), ("revisit", (_URLS[0], 9), 0)])
     lost = _warc(tmp_path, "b.warc.gz", [("revisit", (_URLS[1], 9), 0)])  # of nothing stored
     with WebIndex(tmp_path / "s") as index:
+        loads = []
+        bulk_load = index.bulk_load
+        monkeypatch.setattr(index, "bulk_load", lambda: loads.append(1) or bulk_load())
         report = import_warcs(index, [path, lost, path, lost])
         assert index.stats().records == 2 + 2  # each page and its metadata
+    # The import's load, then one for the revisit found; none for the round that finds nothing.
+    assert len(loads) == 2
     assert (report.stored, report.already_stored) == (2, 2)
     assert report.skipped == {"revisit not resolved": 2}

@@ -322,30 +322,35 @@ class _Run:
 
     def _resolve_all(self, waiting: list[tuple[_Capture, str]], *, bulk: bool) -> set[str]:
         """Store every revisit whose capture is found, round after round (a revisit may refer to
-        one stored the round before; with ``bulk``, each round a bulk load of its own); return the
-        request ids of those not resolved, each counted."""
+        one stored the round before; with ``bulk``, each round that finds any a bulk load of its
+        own); return the request ids of those not resolved, each counted."""
         while waiting:
+            found, waiting = self._resolve_round(waiting)
+            if not found:
+                for _ in waiting:
+                    self.report.skip("revisit not resolved")
+                return {rid for _, rid in waiting}
             if bulk:
                 with self.index.bulk_load() as self.load:
-                    rest = self._resolve_round(waiting)
+                    self._insert(found)
                 self.taken.clear()
             else:
-                rest = self._resolve_round(waiting)
-            if len(rest) == len(waiting):
-                for _ in rest:
-                    self.report.skip("revisit not resolved")
-                return {rid for _, rid in rest}
-            waiting = rest
+                self._insert(found)
         return set()
 
-    def _resolve_round(self, waiting: list[tuple[_Capture, str]]) -> list[tuple[_Capture, str]]:
-        """Store the revisits whose captures are found; return the others."""
+    def _resolve_round(
+        self, waiting: list[tuple[_Capture, str]]
+    ) -> tuple[list[tuple[_Capture, str]], list[tuple[_Capture, str]]]:
+        """The revisits whose captures are found, each given its capture's body, and the others."""
         bodies = self._resolve([c for c, _ in waiting])
-        found = [(c, rid, body) for (c, rid), body in zip(waiting, bodies, strict=True) if body is not None]
-        for c, _, body in found:
-            c.body = body
-        self._insert([(c, rid) for c, rid, _ in found])
-        return [w for w, body in zip(waiting, bodies, strict=True) if body is None]
+        found, rest = [], []
+        for (c, rid), body in zip(waiting, bodies, strict=True):
+            if body is None:
+                rest.append((c, rid))
+            else:
+                c.body = body
+                found.append((c, rid))
+        return found, rest
 
     def _insert(self, captures: list[tuple[_Capture, str]]) -> None:
         if captures:
