@@ -98,8 +98,11 @@ def _newest_first(
         pending += _partition_lines(store, partition, rows, prefixes)
         if one_key:
             below = _older_months_end(partition.year, partition.month)
-            ready = [line for line in pending if _stamp(line) >= below]
-            pending = [line for line in pending if _stamp(line) < below]
+            ready: list[bytes] = []
+            older: list[bytes] = []
+            for line in pending:
+                (ready if _stamp(line) >= below else older).append(line)
+            pending = older
             yield from (line for line in sorted(set(ready), reverse=True) if first <= _stamp(line) <= last)
     yield from (line for line in sorted(set(pending), reverse=True) if first <= _stamp(line) <= last)
 
