@@ -125,7 +125,7 @@ class Backend(Protocol):
 def new_spool(folder: Path) -> Path:
     """A fresh path for a file being written in ``folder`` (see :func:`remove_dead_spools`)."""
     # The pid in the name tells a dead writer's leftovers from a live one's.
-    return folder / f"{os.getpid()}-{uuid.uuid4()}.parquet.tmp"
+    return folder / f"{os.getpid()}-{uuid.uuid4()}.tmp"
 
 
 def remove_dead_spools(folder: Path) -> int:
