@@ -462,6 +462,10 @@ def test_compact_removes_the_index_a_failed_build_left_behind(
 
     with _chain_index(tmp_path) as index:
         (first,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
+        index.insert(*_one("https://example.org/other"))  # a domain whose index stays right
+        index.flush()
+        index.compact()
+        (other,) = (tmp_path / "s" / "_captures").rglob("example.org.*.cdxj")
         index.insert(*_one("https://example.com/p/new"))
         index.flush()
 
@@ -475,8 +479,9 @@ def test_compact_removes_the_index_a_failed_build_left_behind(
         assert first.exists()
         assert any("older files" in n.message for n in index.verify().notes)
         index.compact()
-        (now,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
-        assert now != first
+        (now,) = (tmp_path / "s" / "_captures").rglob("example.com.*.cdxj")
+        assert now != first and not first.exists() and other.exists()
+        assert list(index.captures("https://example.org/other")) == [other.read_text().splitlines()[1]]
         assert not [n for n in index.verify().notes if "capture" in n.message]
         assert len(list(index.captures("https://example.com/p/", match="prefix"))) == 301
 

@@ -9,7 +9,8 @@ about 300 bytes a capture, 300 MB for a partition of a million.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,25 +35,39 @@ log = logging.getLogger("web_index.storage")
 
 
 def build_capture_index(
-    backend: Backend, partition: Partition, files: list[StoredFile], *, prune: bool
+    backend: Backend,
+    partition: Partition,
+    files: list[StoredFile],
+    *,
+    prune: bool,
+    have: Collection[str] | None = None,
 ) -> bool:
     """Write the capture index of the partition's compacted file (``files`` as
     listed) unless it has one; return whether written. ``prune``: see
-    :func:`write_capture_index`. A failure is logged, never raised: the
-    compaction it follows has committed, and the index is derived data."""
+    :func:`write_capture_index`; ``have``: the month's index names, if just
+    listed. A failure is logged, never raised: the compaction it follows has
+    committed, and the index is derived data."""
     try:
-        return _build(backend, partition, files, prune)
+        return _build(backend, partition, files, prune, have)
     except Exception as exc:  # a full disk, a damaged file: read without an index meanwhile
         log.warning("no capture index for %s: %s (compact() tries again)", partition, exc)
         return False
 
 
-def _build(backend: Backend, partition: Partition, files: list[StoredFile], prune: bool) -> bool:
+def _build(
+    backend: Backend,
+    partition: Partition,
+    files: list[StoredFile],
+    prune: bool,
+    have: Collection[str] | None,
+) -> bool:
     covered = compacted_file(files)
     if covered is None:
         return False
-    folder = capture_index_folder(partition.type, partition.year, partition.month)
-    if capture_index_name(partition, covered) in index_names(backend, folder, partition.domain):
+    if have is None:
+        folder = capture_index_folder(partition.type, partition.year, partition.month)
+        have = index_names(backend, folder, partition.domain)
+    if capture_index_name(partition, covered) in have:
         return False
     try:
         handle = backend.open_parquet(covered.path)
@@ -64,8 +79,11 @@ def _build(backend: Backend, partition: Partition, files: list[StoredFile], prun
     lines = file_lines(partition.type, handle)
     # The file read must be the one listed (a local handle has no version to
     # ask): an index named for one version never describes another.
-    now = backend.list_files(partition.folder, f"{partition.domain}.")
-    if not any((i.name, i.size, i.version) == (covered.name, covered.size, covered.version) for i in now):
+    try:
+        now = backend.file_info(covered.path)
+    except FileNotFoundError:
+        return False
+    if (now.size, now.version) != (covered.size, covered.version):
         return False
     write_capture_index(backend, partition, covered, superseded, lines, prune=prune)
     return True
@@ -94,16 +112,19 @@ def ensure_capture_indexes(
     compaction killed before its index. Remove the indexes of files rewritten
     since (left by a compaction whose own index failed). Return how many were
     written."""
-    have = index_names(backend, capture_index_folder(type, year, month))
+    have = set(index_names(backend, capture_index_folder(type, year, month)))
     written = 0
     for domain, files in sorted(listing.items()):
         partition = Partition(type, year, month, domain)
         covered = compacted_file(files)
         if covered is not None and capture_index_name(partition, covered) not in have:
-            written += build_capture_index(backend, partition, files, prune=False)
-    for domain in {index_domain(name) for name in have}:
+            written += build_capture_index(backend, partition, files, prune=False, have=have)
+    by_domain: dict[str, set[str]] = defaultdict(set)
+    for name in have:
+        by_domain[index_domain(name)].add(name)
+    for domain, names in by_domain.items():
         partition = Partition(type, year, month, domain)
-        if {n for n in have if index_domain(n) == domain} - _current(partition, listing.get(domain, [])):
+        if names - _current(partition, listing.get(domain, [])):
             # From a listing taken now: a compaction committing in between loses its
             # new index (a slower query until the next compact(), never a wrong answer).
             p = partition

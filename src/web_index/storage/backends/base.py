@@ -62,6 +62,10 @@ class Backend(Protocol):
         empty if missing."""
         ...
 
+    def file_info(self, path: str) -> FileInfo:
+        """The file at ``path`` as :meth:`list_files` lists it (``FileNotFoundError`` if none)."""
+        ...
+
     def list_folders(self, folder: str) -> list[str]: ...
 
     def folder_version(self, folder: str) -> object | None:
@@ -120,6 +124,15 @@ class Backend(Protocol):
     def remove_orphans(self) -> int:
         """Delete temporary files of writers that died; return how many."""
         ...
+
+
+def listed_file(backend: Backend, path: str) -> FileInfo:
+    """``backend.file_info`` from a listing of the file's folder (an object store's, cheap by prefix)."""
+    folder, _, name = path.rpartition("/")
+    for info in backend.list_files(folder, name):
+        if info.name == name:
+            return info
+    raise FileNotFoundError(path)
 
 
 def new_spool(folder: Path) -> Path:

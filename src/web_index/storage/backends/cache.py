@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from web_index.models import RecordType
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage.backends._object_file import ObjectFile, ObjectInfo, file_info
-from web_index.storage.backends.base import FileInfo
+from web_index.storage.backends.base import FileInfo, listed_file
 
 if TYPE_CHECKING:
     from web_index.storage.backends.s3 import S3Backend
@@ -219,6 +219,9 @@ class CachingBackend:
                 self._negative.misses += 1
                 self._negative.put(key, value, 1, expires)
         return files, folders
+
+    def file_info(self, path: str) -> FileInfo:
+        return listed_file(self, path)
 
     def list_files(self, folder: str, prefix: str = "") -> list[FileInfo]:
         return [file_info(o) for o in self._listing(folder)[0] if o.name.startswith(prefix)]

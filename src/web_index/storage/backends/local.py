@@ -157,7 +157,7 @@ class LocalBackend:
         return self._path(path).is_file()
 
     def file_info(self, path: str) -> FileInfo:
-        """The file at ``path`` as :meth:`list_files` lists it (``FileNotFoundError`` if none)."""
+        # One stat, not a listing of a month folder of thousands to find one file.
         target = self._path(path)
         return _info(target.name, target.stat())
 

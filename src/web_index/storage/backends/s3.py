@@ -51,6 +51,7 @@ from web_index.storage.backends._object_file import ObjectFile, ObjectInfo, Requ
 from web_index.storage.backends._s3_config import store_config
 from web_index.storage.backends.base import (
     FileInfo,
+    listed_file,
     new_spool,
     remove_dead_spools,
     sealed_bytes,
@@ -157,6 +158,9 @@ class S3Backend:
         ]
         folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"]]
         return files, folders
+
+    def file_info(self, path: str) -> FileInfo:
+        return listed_file(self, path)
 
     def list_files(self, folder: str, prefix: str = "") -> list[FileInfo]:
         return [file_info(o) for o in self.list_objects(folder)[0] if o.name.startswith(prefix)]
