@@ -209,7 +209,10 @@ def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, A
         # not one per file: a big partition's hits span most of its row groups,
         # and holding them all decoded grows with the partition.
         if held >= _DECODED_BUDGET or g == last:
-            out.update(zip(order, timestamps_as_int(pa.concat_tables(pieces)).to_pylist(), strict=True))
+            # One chunk (a copy of the rows taken): to_pylist pays per chunk and column, and a
+            # batch's hits are mostly one-row slices (14 -> 6 us a row at 432 slices).
+            rows_taken = pa.concat_tables(pieces).combine_chunks()
+            out.update(zip(order, timestamps_as_int(rows_taken).to_pylist(), strict=True))
             order, pieces, held = [], [], 0
     return out
 
