@@ -14,6 +14,14 @@ captures over 1,000 domains, and ``prefix-1m``, 1,000,000 captures of one site. 
 same warm-up and the same queries (captures drawn from the CDXJ, each asked for within 3 days of
 it), one at a time; every answer (timestamp and URL of the capture found) is compared. Results:
 ``results/lookup.json`` and ``.md``.
+
+    .venv/bin/python bench/lookup_bench.py --batch --queries 10000 --datasets prefix-1m
+
+``--batch``: the same lookups as one batch a side, timed as a whole: web-index answers them with
+``WebIndex.query`` (the standard's latest and nearest queries: a ``SimplePageQuery`` and a
+``TimeAwarePageQuery`` with the moment and no window; every answer a whole record with its body),
+pywb with its lookups one after another (the sum of their times); each side's peak RSS is the
+batch's process's. Results: ``results/lookup-batch.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -24,11 +32,12 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import _pywb
-from _timed_lookups import cdx_params, timed_lookups
+from _timed_lookups import cdx_params, peak_rss_mib, timed_lookups
 from server_bench import (
     HERE,
     MainParams,
@@ -39,10 +48,13 @@ from server_bench import (
 )
 from web_index import WebIndex, __version__
 from web_index.archive import find_captures, parse_cdx_query
+from web_index.models import Page, Query, SimplePageQuery, TimeAwarePageQuery
 
 
 def web_index_side(job: dict[str, Any]) -> dict[str, Any]:
     """The web-index side of a job (``_pywb_lookup.py``'s form), in this process."""
+    if job.get("batch"):
+        return batch_side(job)
     with WebIndex(job["store"], read_only=True) as index:
 
         def lookup(q: dict[str, str]) -> list[str] | None:
@@ -52,6 +64,30 @@ def web_index_side(job: dict[str, Any]) -> dict[str, Any]:
             return None
 
         return dict(timed_lookups(lookup, job))
+
+
+def batch_query(q: dict[str, str], kind: str) -> Query:
+    """The standard's query for one lookup: the latest record, or the one nearest the moment."""
+    if kind == "closest":
+        when = datetime.strptime(q["closest"], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+        return TimeAwarePageQuery(url=q["url"], timestamp=when)
+    return SimplePageQuery(url=q["url"])
+
+
+def batch_side(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's queries as one ``WebIndex.query`` batch (the warm-up's first): its
+    time as the one entry of ``seconds``, answers as the single lookups give them."""
+    warmup = [batch_query(q, job["kind"]) for q in job["warmup"]]
+    queries = [batch_query(q, job["kind"]) for q in job["queries"]]
+    with WebIndex(job["store"], read_only=True) as index:
+        index.query(warmup)
+        t = time.perf_counter()
+        results = index.query(queries)
+        seconds = time.perf_counter() - t
+    answers = [
+        [r.timestamp.strftime("%Y%m%d%H%M%S"), r.url] if isinstance(r, Page) else None for r in results
+    ]
+    return {"seconds": [seconds], "answers": answers, "peak_rss_mib": peak_rss_mib()}
 
 
 def run_side(command: list[str], job: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -81,6 +117,15 @@ def median_round(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return rounds[len(rounds) // 2] | {"round_p50s_ms": [s["p50_ms"] for s in rounds]}
 
 
+def median_batch(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round whose batch took the median time, and every round's time."""
+    rounds = sorted(
+        ({"batch_s": round(sum(run["seconds"]), 3), "peak_rss_mib": run["peak_rss_mib"]} for run in runs),
+        key=lambda s: s["batch_s"],
+    )
+    return rounds[len(rounds) // 2] | {"round_batch_s": [s["batch_s"] for s in rounds]}
+
+
 def compare(job: dict[str, Any], folder: Path, rounds: int) -> dict[str, Any]:
     """Both sides' runs of ``job`` on a dataset, alternated, and their answers compared."""
     runs: dict[str, list[dict[str, Any]]] = {"web-index": [], "pywb": []}
@@ -94,8 +139,9 @@ def compare(job: dict[str, Any], folder: Path, rounds: int) -> dict[str, Any]:
                 cdxj = str(folder / "warc" / "bench.cdxj")
                 runs[side].append(run_side(pywb, {**job, "cdxj": cdxj}, env=_pywb.clean_env()))
     mine, theirs = runs["web-index"][0], runs["pywb"][0]
+    median = median_batch if job.get("batch") else median_round
     return {
-        **{side: median_round(side_runs) for side, side_runs in runs.items()},
+        **{side: median(side_runs) for side, side_runs in runs.items()},
         "answers_differ": sum(a != b for a, b in zip(mine["answers"], theirs["answers"], strict=True)),
         "not_found": sum(a is None for a in mine["answers"]),
     }
@@ -110,6 +156,7 @@ def main() -> None:
     ap.add_argument("--datasets", default="main,prefix-1m")
     ap.add_argument("--kinds", default="closest,latest", help="closest: ?closest=TS; latest: ?sort=reverse")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/web-index-server-bench"))
+    ap.add_argument("--batch", action="store_true", help="each side's lookups as one batch (see above)")
     ap.add_argument("--side", help=argparse.SUPPRESS)  # internal: run one side's job from stdin
     args = ap.parse_args()
     if args.side == "web-index":
@@ -126,6 +173,7 @@ def main() -> None:
         "queries": args.queries,
         "warmup": args.warmup,
         "rounds": args.rounds,
+        "batch": args.batch,
         "datasets": {},
     }
     for name in args.datasets.split(","):
@@ -133,13 +181,50 @@ def main() -> None:
         sample = sample_queries(folder / "warc" / "bench.cdxj", args.queries + args.warmup, args.seed)
         res["datasets"][name] = {"captures": info["captures"]}
         for kind in args.kinds.split(","):
-            job = {"kind": kind, "warmup": sample[: args.warmup], "queries": sample[args.warmup :]}
+            job = {
+                "kind": kind,
+                "batch": args.batch,
+                "warmup": sample[: args.warmup],
+                "queries": sample[args.warmup :],
+            }
             print(f"{name}, {kind}: {len(job['queries'])} lookups a side ...", flush=True)
             entry = compare(job, folder, args.rounds)
             res["datasets"][name][kind] = entry
             print(f"  web-index {entry['web-index']}\n  pywb      {entry['pywb']}", flush=True)
             print(f"  differ {entry['answers_differ']}", flush=True)
-    write(res)
+    write_batch(res) if args.batch else write(res)
+
+
+def write_batch(res: dict[str, Any]) -> None:
+    out = HERE / "results"
+    (out / "lookup-batch.json").write_text(json.dumps(res, indent=2) + "\n")
+    lines = [
+        f"Run {res['date']} at {res['commit']}, web-index {res['web_index']} against pywb {res['pywb']}: "
+        f"{res['queries']:,} lookups a side as one batch (web-index: one `WebIndex.query` call of "
+        "`SimplePageQuery` (latest) or `TimeAwarePageQuery` with the moment (closest), whole records "
+        "with bodies; pywb: its CDXJ lookups one after another, the sum of their times), after a "
+        f"warm-up batch of {res['warmup']:,}; {res['rounds']} rounds a side, alternated, the median "
+        "round shown; every answer compared.",
+        "",
+        "| dataset | captures | lookup | side | batch s | lookups/s | peak RSS MiB | rounds s | differing |",
+        "|---|---:|---|---|---:|---:|---:|---|---:|",
+    ]
+    for name, d in res["datasets"].items():
+        for kind, k in d.items():
+            if kind == "captures":
+                continue
+            for side in ("web-index", "pywb"):
+                s = k[side]
+                first = side == "web-index"
+                rate = round(res["queries"] / s["batch_s"])
+                rounds = ", ".join(f"{x:.2f}" for x in s["round_batch_s"])
+                lines.append(
+                    f"| {name if first else ''} | {d['captures'] if first else ''} | {kind if first else ''} "
+                    f"| {side} | {s['batch_s']} | {rate:,} | {s['peak_rss_mib']} | {rounds} | "
+                    f"{k['answers_differ'] if first else ''} |"
+                )
+    (out / "lookup-batch.md").write_text("\n".join(lines) + "\n")
+    print("results in bench/results/lookup-batch.json and .md")
 
 
 def write(res: dict[str, Any]) -> None:

@@ -54,7 +54,7 @@ from web_index.models import (
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-SCALES = {"S": 1_000_000, "2S": 2_000_000}
+SCALES = {"S": 1_000_000, "2S": 2_000_000, "10S": 10_000_000}
 HIT_RATE = 0.8
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -851,7 +851,9 @@ def _size_lines(st: dict[str, Any]) -> list[str]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=200_000, help="successful GET attempts in the store")
-    ap.add_argument("--scale", choices=sorted(SCALES), help="S = 1,000,000 GET records, 2S = 2,000,000")
+    ap.add_argument(
+        "--scale", choices=sorted(SCALES), help="S = 1,000,000 GET records, 2S = 2,000,000, 10S = 10,000,000"
+    )
     ap.add_argument("--domains", type=int, help="default: 1,000 (10,000 with --scale)")
     ap.add_argument("--workloads", default="all", help="comma-separated names, or 'all'")
     ap.add_argument(
