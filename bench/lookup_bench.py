@@ -192,69 +192,58 @@ def main() -> None:
             res["datasets"][name][kind] = entry
             print(f"  web-index {entry['web-index']}\n  pywb      {entry['pywb']}", flush=True)
             print(f"  differ {entry['answers_differ']}", flush=True)
-    write_batch(res) if args.batch else write(res)
-
-
-def write_batch(res: dict[str, Any]) -> None:
-    out = HERE / "results"
-    (out / "lookup-batch.json").write_text(json.dumps(res, indent=2) + "\n")
-    lines = [
-        f"Run {res['date']} at {res['commit']}, web-index {res['web_index']} against pywb {res['pywb']}: "
-        f"{res['queries']:,} lookups a side as one batch (web-index: one `WebIndex.query` call of "
-        "`SimplePageQuery` (latest) or `TimeAwarePageQuery` with the moment (closest), whole records "
-        "with bodies; pywb: its CDXJ lookups one after another, the sum of their times), after a "
-        f"warm-up batch of {res['warmup']:,}; {res['rounds']} rounds a side, alternated, the median "
-        "round shown; every answer compared.",
-        "",
-        "| dataset | captures | lookup | side | batch s | lookups/s | peak RSS MiB | rounds s | differing |",
-        "|---|---:|---|---|---:|---:|---:|---|---:|",
-    ]
-    for name, d in res["datasets"].items():
-        for kind, k in d.items():
-            if kind == "captures":
-                continue
-            for side in ("web-index", "pywb"):
-                s = k[side]
-                first = side == "web-index"
-                rate = round(res["queries"] / s["batch_s"])
-                rounds = ", ".join(f"{x:.2f}" for x in s["round_batch_s"])
-                lines.append(
-                    f"| {name if first else ''} | {d['captures'] if first else ''} | {kind if first else ''} "
-                    f"| {side} | {s['batch_s']} | {rate:,} | {s['peak_rss_mib']} | {rounds} | "
-                    f"{k['answers_differ'] if first else ''} |"
-                )
-    (out / "lookup-batch.md").write_text("\n".join(lines) + "\n")
-    print("results in bench/results/lookup-batch.json and .md")
+    write(res)
 
 
 def write(res: dict[str, Any]) -> None:
-    out = HERE / "results"
-    (out / "lookup.json").write_text(json.dumps(res, indent=2) + "\n")
+    """``results/lookup.*`` (single lookups) or ``results/lookup-batch.*`` (``--batch``)."""
+    head = f"Run {res['date']} at {res['commit']}, web-index {res['web_index']} against pywb {res['pywb']}: "
+    if res.get("batch"):
+        stem = "lookup-batch"
+        intro = head + (
+            f"{res['queries']:,} lookups a side as one batch (web-index: one `WebIndex.query` call of "
+            "`SimplePageQuery` (latest) or `TimeAwarePageQuery` with the moment (closest), whole records "
+            "with bodies; pywb: its CDXJ lookups one after another, the sum of their times), after a "
+            f"warm-up batch of {res['warmup']:,}; {res['rounds']} rounds a side, alternated, the median "
+            "round shown; every answer compared."
+        )
+        columns = ["batch s", "lookups/s", "peak RSS MiB", "rounds s"]
+
+        def cells(s: dict[str, Any]) -> list[Any]:
+            rounds = ", ".join(f"{x:.2f}" for x in s["round_batch_s"])
+            return [s["batch_s"], f"{round(res['queries'] / s['batch_s']):,}", s["peak_rss_mib"], rounds]
+    else:
+        stem = "lookup"
+        intro = head + (
+            f"{res['queries']:,} single lookups a side (limit 1; closest: `closest=TS`, latest: "
+            "`sort=reverse`), one at a time in one process, "
+            f"after {res['warmup']:,} warm-up lookups; {res['rounds']} rounds a side, alternated, the round "
+            "with the median p50 shown (every round's p50 in the JSON); every answer compared."
+        )
+        columns = ["p50 ms", "p90 ms", "p99 ms", "mean ms", "peak RSS MiB"]
+
+        def cells(s: dict[str, Any]) -> list[Any]:
+            return [s["p50_ms"], s["p90_ms"], s["p99_ms"], s["mean_ms"], s["peak_rss_mib"]]
+
     lines = [
-        f"Run {res['date']} at {res['commit']}, web-index {res['web_index']} against pywb {res['pywb']}: "
-        f"{res['queries']:,} single lookups a side (limit 1; closest: `closest=TS`, latest: "
-        "`sort=reverse`), one at a time in one process, "
-        f"after {res['warmup']:,} warm-up lookups; {res['rounds']} rounds a side, alternated, the round "
-        "with the median p50 shown (every round's p50 in the JSON); every answer compared.",
+        intro,
         "",
-        "| dataset | captures | lookup | side | p50 ms | p90 ms | p99 ms | mean ms | peak RSS MiB"
-        " | differing |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "| " + " | ".join(["dataset", "captures", "lookup", "side", *columns, "differing"]) + " |",
+        "|---|---:|---|---|" + "---:|" * len(columns) + "---:|",
     ]
     for name, d in res["datasets"].items():
         for kind, k in d.items():
             if kind == "captures":
                 continue
             for side in ("web-index", "pywb"):
-                s = k[side]
                 first = side == "web-index"
-                lines.append(
-                    f"| {name if first else ''} | {d['captures'] if first else ''} | {kind if first else ''} "
-                    f"| {side} | {s['p50_ms']} | {s['p90_ms']} | {s['p99_ms']} | {s['mean_ms']} | "
-                    f"{s['peak_rss_mib']} | {k['answers_differ'] if first else ''} |"
-                )
-    (out / "lookup.md").write_text("\n".join(lines) + "\n")
-    print("results in bench/results/lookup.json and .md")
+                row = [name, d["captures"], kind] if first else ["", "", ""]
+                row += [side, *cells(k[side]), k["answers_differ"] if first else ""]
+                lines.append("| " + " | ".join(str(x) for x in row) + " |")
+    out = HERE / "results"
+    (out / f"{stem}.json").write_text(json.dumps(res, indent=2) + "\n")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print(f"results in bench/results/{stem}.json and .md")
 
 
 if __name__ == "__main__":
