@@ -45,6 +45,7 @@ from web_index.ingest import validate_attempt
 from web_index.models import AttemptMetadata, AttemptState, RecordType, Response
 from web_index.storage._files import WriteOptions, rows_to_table, sort_dedupe, write_partition_file
 from web_index.storage._layout import Partition
+from web_index.storage._month_index_format import COVERS_KEY, read_covers
 from web_index.storage.backends import LocalBackend
 
 # Bump when the generator's output changes, so that stale caches are not reused.
@@ -379,8 +380,13 @@ def store_code() -> str:
             if rel.startswith("_index/"):
                 # An index records its folder's version when the build was late
                 # enough to take one (inode, mtime): hash what it says, not that.
+                # Its covers name each file's version too (inode and mtime): keep name, size,
+                # domain; and its checksum is of bytes that hold them.
                 meta = dict(pq.read_metadata(path).metadata or {})
                 meta.pop(b"web_index.index.listed", None)
+                meta.pop(b"web_index.checksum", None)
+                covers = read_covers(pq.ParquetFile(path))
+                meta[COVERS_KEY] = repr([(c.name, c.size, c.domain) for c in covers or []]).encode()
                 table = pq.read_table(path)
                 digest.update(rel.encode() + b"\0" + repr(sorted(meta.items())).encode())
                 digest.update(repr(table.to_pydict()).encode())
