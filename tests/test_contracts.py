@@ -60,6 +60,28 @@ def test_every_write_is_a_new_version_even_at_the_same_size(backend: Backend) ->
     assert second.size == first.size and second.version != first.version
 
 
+def test_a_file_is_described_as_it_is_listed(backend: Backend) -> None:
+    path = "get/2024/08/example.com.parquet"
+    backend.write_parquet(path, TABLE)
+    [info] = backend.list_files("get/2024/08")
+    assert backend.file_info(path) == info
+    backend.delete(path)
+    with pytest.raises(FileNotFoundError):
+        backend.file_info(path)
+
+
+def test_a_link_or_a_folder_is_no_file_of_a_local_store(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path / "store")
+    backend.write_parquet("get/2024/08/example.com.parquet", TABLE)
+    month = tmp_path / "store" / "get" / "2024" / "08"
+    (month / "linked.com.parquet").symlink_to(month / "example.com.parquet")
+    (month / "folder.com.parquet").mkdir()
+    assert [f.name for f in backend.list_files("get/2024/08")] == ["example.com.parquet"]
+    for name in ("linked.com.parquet", "folder.com.parquet"):
+        with pytest.raises(FileNotFoundError):
+            backend.file_info(f"get/2024/08/{name}")
+
+
 def test_a_stream_is_written_as_it_comes(backend: Backend) -> None:
     chunks = [TABLE.slice(i, 1).to_batches()[0] for i in range(TABLE.num_rows)]
     backend.write_parquet("x/streamed.parquet", pa.RecordBatchReader.from_batches(TABLE.schema, iter(chunks)))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import mmap
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -157,9 +159,13 @@ class LocalBackend:
         return self._path(path).is_file()
 
     def file_info(self, path: str) -> FileInfo:
-        # One stat, not a listing of a month folder of thousands to find one file.
+        # One stat, not a listing of a month folder of thousands to find one file; what the
+        # listing skips (a link, a folder) is not a file here either.
         target = self._path(path)
-        return _info(target.name, target.stat())
+        st = target.stat(follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileNotFoundError(errno.ENOENT, "not a regular file", str(target))
+        return _info(target.name, st)
 
     def place(self, spool: Path, path: str) -> None:
         """Rename a spooled file to ``path`` (its folder synced later, by :meth:`sync_folders`)."""
