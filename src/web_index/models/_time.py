@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -96,6 +97,7 @@ def from_us(value: int) -> datetime:
     return _EPOCH + timedelta(microseconds=value)
 
 
+@functools.lru_cache(maxsize=4096)  # every lookup bounds each month of the store
 def month_bounds(year: int, month: int) -> tuple[int, int]:
     """``[start, end)`` of a month in microseconds since the epoch, for any year
     a folder name can hold: plain arithmetic, where ``datetime`` stops at 9999

@@ -51,7 +51,7 @@ def find_capture_lines(
         raise ValueError(f"{type.value} records are not captures")
     buffered = _buffered(store, type, domain)
     months: list[tuple[Partition, list[dict[str, Any]]]] = []
-    for year, month in sorted(set(store.months(type)) | set(buffered)):
+    for year, month in sorted({*store.months(type), *buffered}):
         lo, hi = month_bounds(year, month)
         # A month holds attempts begun in it: their responses come up to a chain's span later.
         if (start_us is None or hi + _CHAIN_SPAN_US > start_us) and (end_us is None or lo <= end_us):

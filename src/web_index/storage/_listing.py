@@ -21,25 +21,28 @@ class Listing:
         self.backend = backend
         # Month listings, reused while the backend says the folder is unchanged.
         self._listings: dict[str, tuple[object, dict[str, list[StoredFile]]]] = {}
-        # Month folders by type: (each folder's version, the months), reused likewise.
-        self._months: dict[RecordType, tuple[list[tuple[str, object]], list[tuple[int, int]]]] = {}
+        # Month folders by type: (each folder's version, the months, those accepted), reused likewise.
+        self._months: dict[
+            RecordType, tuple[list[tuple[str, object]], list[tuple[int, int]], list[tuple[int, int]]]
+        ] = {}
 
     def months(self, type: RecordType) -> list[tuple[int, int]]:
         """Months holding files of ``type``, newest first: those whose times the
-        store accepts (see :meth:`months_out_of_range` for the others)."""
-        return [m for m in self._month_folders(type) if _accepted(*m)]
+        store accepts (see :meth:`months_out_of_range` for the others; shared: do not modify)."""
+        return self._month_folders(type)[1]
 
     def months_out_of_range(self, type: RecordType) -> list[tuple[int, int]]:
         """Month folders outside the times the store accepts (written by a version
         that let a date like 9999-12-31 in): queries skip them, ``verify`` reports them."""
-        return [m for m in self._month_folders(type) if not _accepted(*m)]
+        return [m for m in self._month_folders(type)[0] if not _accepted(*m)]
 
-    def _month_folders(self, type: RecordType) -> list[tuple[int, int]]:
+    def _month_folders(self, type: RecordType) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """Every month folder of ``type`` and those the store accepts, newest first (shared)."""
         # A CDX query lists the months every time: a stat a folder, not a listing, while unchanged.
         cached = self._months.get(type)
         version = self.backend.folder_version
         if cached is not None and all(v is not None and version(f) == v for f, v in cached[0]):
-            return cached[1]
+            return cached[1], cached[2]
         checked = [(type.value, version(type.value))]  # each version taken before its listing
         out: list[tuple[int, int]] = []
         for year in self.backend.list_folders(type.value):
@@ -51,8 +54,9 @@ class Listing:
                 if month.isdigit() and len(month) == 2 and 1 <= int(month) <= 12:
                     out.append((int(year), int(month)))
         months = sorted(out, reverse=True)
-        self._months[type] = (checked, months)
-        return months
+        accepted = [m for m in months if _accepted(*m)]
+        self._months[type] = (checked, months, accepted)
+        return months, accepted
 
     def month_files(self, type: RecordType, year: int, month: int) -> dict[str, list[StoredFile]]:
         """The files of a month folder by domain (shared: do not modify)."""
