@@ -264,9 +264,9 @@ def test_an_unchanged_month_is_not_rewritten(store: tuple[Path, list[Query]]) ->
     assert {p: p.stat().st_mtime_ns for p in (root / "_index").rglob("*.parquet")} == before
 
 
-@pytest.mark.parametrize("budget", [0, 1 << 30])
+@pytest.mark.parametrize(("budget", "rows_a_step"), [(0, 64), (1 << 30, 10**9), (1 << 30, 0)])
 def test_one_query_at_a_time_equals_a_batch_through_every_lookup_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int, rows_a_step: int
 ) -> None:
     # Small index row groups, so that a single query reads a few of them; after
     # a few such reads the whole index is kept in memory, if the budget allows.
@@ -281,6 +281,7 @@ def test_one_query_at_a_time_equals_a_batch_through_every_lookup_path(
     monkeypatch.setattr(_index, "_OPEN", {})
     monkeypatch.setattr(_index, "_TABLE_BUDGET", budget)
     monkeypatch.setattr(_index, "_TABLE_BYTES", 0)
+    monkeypatch.setattr(_index, "_ROWS_A_STEP", rows_a_step)  # kept: filtered (10**9), bisected (0)
     with WebIndex(root, read_only=True) as idx:
         answers = [_describe(idx.query([q]))[0] for q in queries]
         presence = [idx.presence([q])[0] for q in queries]
@@ -289,7 +290,29 @@ def test_one_query_at_a_time_equals_a_batch_through_every_lookup_path(
     assert any(len(ix._groups) > 4 and ix._point_reads > 1 for ix in opened)  # row-group lookups ran
     kept = [ix for ix in opened if ix._table is not None]
     assert bool(kept) == bool(budget)
+    assert all(ix._keys is not None for ix in kept)  # written in key order: bisectable
     assert sum(ix._table.nbytes for ix in kept if ix._table is not None) == _index._TABLE_BYTES
+
+
+def test_a_kept_index_out_of_key_order_is_filtered_not_bisected(
+    store: tuple[Path, list[Query]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, _ = store
+    monkeypatch.setattr(_index, "_OPEN", {})
+    monkeypatch.setattr(_index, "_TABLE_BYTES", 0)
+    monkeypatch.setattr(_index, "_ROWS_A_STEP", 0)  # bisect whenever it may
+    first = min((root / "_index" / "get").rglob("*.parquet"))  # get/<yyyy>/<mm>.parquet
+    ix = _index.open_month_index(LocalBackend(root), RecordType.GET, int(first.parent.name), int(first.stem))
+    assert ix is not None
+    rows = ix.handle.read(columns=list(_index.LOOKUP_COLUMNS))
+    keys = {h: f"key{n}" for n, h in enumerate(rows.column("key_hash").to_pylist()[:5])}
+    assert ix._keep(rows) and ix._keys is not None
+    in_order = sorted(ix.lookup(keys), key=lambda hit: (hit.url_key, hit.request_id))
+    assert len(in_order) >= len(keys)
+    _index._forget(ix)
+    assert ix._keep(rows.take(list(range(rows.num_rows - 1, -1, -1))))  # reversed: as a hand-made one
+    assert ix._keys is None
+    assert sorted(ix.lookup(keys), key=lambda hit: (hit.url_key, hit.request_id)) == in_order
 
 
 def test_a_stamped_index_spares_the_month_listing_until_the_folder_changes(
