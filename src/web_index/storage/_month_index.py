@@ -160,8 +160,9 @@ class MonthIndex:
                 groups.append(g)
         if not groups:
             return []
-        wanted = pa.array(hashes, type=pa.binary(16))
-        if self._table is None:
+        kept, keys = self._table, self._keys  # once: an index replaced meanwhile drops both
+        if kept is None:
+            wanted = pa.array(hashes, type=pa.binary(16))
             self._point_reads += 1
             # A big batch touches most of the month; a process that keeps asking
             # (a server, a bulk run) soon will: read it all once and keep it for
@@ -182,8 +183,7 @@ class MonthIndex:
                 return []
             table = self.handle.read_row_groups(groups, columns=LOOKUP_COLUMNS, use_threads=False)
             return self._hits(table.filter(mask), by_hash)
-        table = self._table
-        keys = self._keys
+        table = kept
         if keys is not None and len(hashes) * len(keys).bit_length() * _ROWS_A_STEP <= len(keys):
             # A few keys: bisected (~20 steps of ~0.5 us each), where a filter hashes every row.
             pieces = []
@@ -195,6 +195,7 @@ class MonthIndex:
             if not pieces:
                 return []
             return self._hits(pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces), by_hash)
+        wanted = pa.array(hashes, type=pa.binary(16))
         if len(groups) * 4 < len(self._groups):
             # Only the row groups that can hold the keys: zero-copy slices.
             starts = self._starts
