@@ -33,7 +33,7 @@ import os
 import re
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -150,11 +150,14 @@ def capture_index_bytes(
     return capture_index_path(partition, covered), _META + msgspec.json.encode(meta) + b"\n" + body
 
 
-def remove_indexes(backend: Backend, partition: Partition, *, keep: set[str]) -> None:
-    """Delete the partition's capture indexes but those named in ``keep``."""
+def remove_indexes(
+    backend: Backend, partition: Partition, *, keep: set[str], names: Iterable[str] | None = None
+) -> None:
+    """Delete the partition's capture indexes but those named in ``keep``; ``names``:
+    the partition's index names, if just listed."""
     p = partition
     folder = capture_index_folder(p.type, p.year, p.month)
-    for name in index_names(backend, folder, p.domain):
+    for name in index_names(backend, folder, p.domain) if names is None else names:
         if name not in keep:
             backend.delete(f"{folder}/{name}")
 

@@ -122,14 +122,20 @@ def ensure_capture_indexes(
     by_domain: dict[str, set[str]] = defaultdict(set)
     for name in have:
         by_domain[index_domain(name)].add(name)
-    for domain, names in by_domain.items():
-        partition = Partition(type, year, month, domain)
-        if names - _current(partition, listing.get(domain, [])):
-            # From a listing taken now: a compaction committing in between loses its
-            # new index (a slower query until the next compact(), never a wrong answer).
-            p = partition
-            now = list_partition_files(backend, p.folder, p.type, p.year, p.month, p.domain)
-            remove_indexes(backend, partition, keep=_current(partition, now.get(domain, [])))
+    stale = [
+        domain
+        for domain, names in sorted(by_domain.items())
+        if names - _current(Partition(type, year, month, domain), listing.get(domain, []))
+    ]
+    if stale:
+        # From a listing taken now, one for the month (one a domain is quadratic in its domains):
+        # a compaction committing in between loses its new index (a slower query until the
+        # next compact(), never a wrong answer).
+        now = list_partition_files(backend, Partition(type, year, month, "").folder, type, year, month)
+        for domain in stale:
+            partition = Partition(type, year, month, domain)
+            keep = _current(partition, now.get(domain, []))
+            remove_indexes(backend, partition, keep=keep, names=by_domain[domain])
     return written
 
 

@@ -25,7 +25,7 @@ from web_index.storage._files import (
     visible_files,
     write_partition_file,
 )
-from web_index.storage._layout import LOCK_DIR, Partition, StoredFile
+from web_index.storage._layout import LOCK_DIR, Partition, StoredFile, compacted_file
 from web_index.storage._listing import Listing
 from web_index.storage._load import Spill
 from web_index.storage._locks import FileLocks, KindLocks, Locks
@@ -269,8 +269,10 @@ class Store(Listing):
         """
         self.backend.remove_orphans()
         done = 0
+        listed: dict[MethodPartition, dict[RecordType, list[StoredFile]]] = {}
         if partitions is None:
-            targets = self._partitions_with_parts()
+            listed = self._partitions_with_parts()
+            targets = sorted(listed)
             months = {
                 (t, y, m) for method in _METHODS for t in (method, method.metadata) for y, m in self.months(t)
             }
@@ -283,7 +285,13 @@ class Store(Listing):
             }
         total = len(targets) + len(months)
         if run is None:
-            counts: Iterable[int] = (self.compact_partition(mp, min_parts=min_parts) for mp in targets)
+            # Each partition from the month listings just taken, not listed again (a scan of a
+            # month folder each: quadratic in a month's domains), and its capture index left to
+            # the month's pass below, which lists each index folder once, not once a partition.
+            counts: Iterable[int] = (
+                self._compact_partition(mp, min_parts, listed.get(mp), indexed=partitions is not None)
+                for mp in targets
+            )
         else:
             counts = run(targets)
         for n, changed in enumerate(counts, start=1):
@@ -309,21 +317,42 @@ class Store(Listing):
                 for type in (mp.method, mp.method.metadata):
                     invalidate(Partition(type, mp.year, mp.month, mp.domain).compacted_path)
 
-    def _partitions_with_parts(self) -> list[MethodPartition]:
-        """Partitions with a part file in either type, from one listing per month folder
-        (listing each partition's files separately is quadratic in the domains of a month)."""
+    def _partitions_with_parts(self) -> dict[MethodPartition, dict[RecordType, list[StoredFile]]]:
+        """Partitions with a part file in either type, and the files of both types, from one
+        listing per month folder (listing each partition's files separately is quadratic in
+        the domains of a month)."""
+        listings: dict[tuple[RecordType, int, int], dict[str, list[StoredFile]]] = {}
         found: set[MethodPartition] = set()
         for method in _METHODS:
             for type in (method, method.metadata):
                 for year, month in self.months(type):
-                    for domain, files in self.month_files(type, year, month).items():
+                    listing = listings[type, year, month] = self.month_files(type, year, month)
+                    for domain, files in listing.items():
                         if any(f.part is not None for f in files):
                             found.add(MethodPartition(method, year, month, domain))
-        return sorted(found)
+        return {
+            mp: {
+                type: listings.get((type, mp.year, mp.month), {}).get(mp.domain, [])
+                for type in (mp.method, mp.method.metadata)
+            }
+            for mp in found
+        }
 
     def compact_partition(self, mp: MethodPartition, *, min_parts: int = 1) -> int:
         """Compact the partitions of ``mp`` (its type and its metadata type);
         return how many changed (0, 1 or 2)."""
+        return self._compact_partition(mp, min_parts, None, indexed=True)
+
+    def _compact_partition(
+        self,
+        mp: MethodPartition,
+        min_parts: int,
+        listed: dict[RecordType, list[StoredFile]] | None,
+        *,
+        indexed: bool,
+    ) -> int:
+        """:meth:`compact_partition` from the files ``listed`` by type (listed now if
+        ``None``); ``indexed``: write the capture index of a compacted ``get``/``head`` file."""
         locks = self._writable_locks()
         with locks.hold("compact", str(mp)):
             with locks.hold("flush", str(mp)):
@@ -331,12 +360,13 @@ class Store(Listing):
                 # into a part this compaction has already absorbed.
                 for flush_id in self.buffer.claims(mp):
                     self._write_claim(mp, flush_id)
+                    listed = None  # its parts are newer than the listing
             changed = 0
             for type in (mp.method, mp.method.metadata):
                 partition = Partition(type, mp.year, mp.month, mp.domain)
-                if self._compact_type(partition, min_parts):
+                if self._compact_type(partition, min_parts, None if listed is None else listed[type]):
                     changed += 1
-                    if not type.is_metadata:
+                    if indexed and not type.is_metadata:
                         files = self.partition_files(partition)
                         build_capture_index(self.backend, partition, files, prune=True)
             return changed
@@ -364,8 +394,24 @@ class Store(Listing):
             gave_up=f"partition {partition} kept changing while it was read; try again",
         )
 
-    def _compact_type(self, partition: Partition, min_parts: int) -> bool:
-        files, opened, dead = self.open_visible(partition)
+    def _compacted_as_listed(self, partition: Partition, listed: list[StoredFile]) -> bool:
+        """Whether the partition's compacted file is still the one ``listed`` (or still absent).
+
+        A listing taken before the compaction lock may predate a compaction by another
+        process: without its compacted file, parts it absorbed and has not deleted yet (it
+        died) would be compacted again into a file that replaces it. Parts listed and gone
+        since are found when opened; parts added since are not absorbed, so stay visible."""
+        covered = compacted_file(listed)
+        try:
+            now = self.backend.file_info(partition.compacted_path)
+        except FileNotFoundError:
+            return covered is None
+        return covered is not None and (now.size, now.version) == (covered.size, covered.version)
+
+    def _compact_type(self, partition: Partition, min_parts: int, listed: list[StoredFile] | None) -> bool:
+        if listed is not None and not self._compacted_as_listed(partition, listed):
+            listed = None
+        files, opened, dead = self.open_visible(partition, listed)
         live_parts = [f for f, _ in opened if f.part is not None]
         if len(live_parts) < max(min_parts, 1):
             for f in dead:  # leftovers of a compaction that died after its commit

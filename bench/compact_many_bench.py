@@ -1,0 +1,137 @@
+"""Time of compacting a month of many small partitions, as a crawl of many sites leaves it.
+
+Builds (once, cached under ``--workdir``) a store of one month holding
+``--domains`` domains, each with two part files of each type (two flushes of one
+attempt a domain), then compacts a fresh copy of it in a fresh process. With
+``--against SRC`` the same copies are compacted by the code under ``SRC`` too (a
+checkout's ``src`` folder, imported through ``PYTHONPATH``), rounds alternated,
+so the two are compared in one run. Linear work shows as the same milliseconds a
+partition at every size. Results: bench/results/compact-many.json and .md.
+
+    .venv/bin/python bench/compact_many_bench.py [--domains 1000,4000] [--rounds 2] [--against SRC]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WHEN = datetime(2024, 5, 3, tzinfo=UTC)
+
+_CHILD = """
+import sys, time
+from web_index import WebIndex
+started = time.perf_counter()
+with WebIndex(sys.argv[1]) as idx:
+    changed = idx.compact()
+print(changed, time.perf_counter() - started)
+"""
+
+
+def build(store: Path, domains: int) -> None:
+    from web_index import WebIndex
+    from web_index.models import AttemptMetadata, Response
+
+    with WebIndex(store, create=True) as index:
+        for flush in range(2):
+            items = []
+            for d in range(domains):
+                url = f"https://site{d:06d}.example/page{flush}"
+                at = WHEN + timedelta(minutes=flush)
+                response = Response(
+                    url=url, request_url=url, status_code=200, headers={"content-type": "text/html"},
+                    timestamp=at, data=f"<html>{url}</html>".encode(), is_final=True,
+                    fetcher_name="bench", fetcher_version="1", fetcher_calibre=10,
+                )  # fmt: skip
+                meta = AttemptMetadata(
+                    state="success", url=url, fetcher_name="bench", fetcher_version="1", fetcher_calibre=10
+                )
+                items.append(("get", url, at, meta, [response]))
+            index.insert_many(items)
+            index.flush()
+
+
+def compact(store: Path, scratch: Path, src: Path) -> tuple[int, float]:
+    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copytree(store, scratch, symlinks=True)
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(scratch)], capture_output=True, text=True, env=env, check=False
+    )
+    if out.returncode:
+        sys.exit(out.stderr)
+    changed, took = out.stdout.split()
+    return int(changed), float(took)
+
+
+def _commit(src: Path) -> str:
+    out = subprocess.run(
+        ["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return out.stdout.strip() or "?"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--domains", default="1000,4000", help="comma-separated domain counts")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--against", type=Path, help="another checkout's src folder, compared in the same run"
+    )
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/web-index-compact-many"))
+    args = parser.parse_args()
+    sides = {"this": ROOT / "src"}
+    if args.against is not None:
+        sides["against"] = args.against.resolve()
+    rows = []
+    for domains in [int(d) for d in args.domains.split(",")]:
+        store = args.workdir / f"month-{domains}"
+        if not store.exists():
+            print(f"building {domains} domains x 2 parts under {store} ...", flush=True)
+            build(store.with_suffix(".tmp"), domains)
+            store.with_suffix(".tmp").rename(store)
+        files = len(list((store / "get" / "2024" / "05").glob("*.parquet")))
+        times: dict[str, list[float]] = {side: [] for side in sides}
+        for r in range(args.rounds):
+            for side in sides if r % 2 == 0 else reversed(sides):  # alternated: ABBA
+                changed, took = compact(store, args.workdir / "scratch", sides[side])
+                assert changed == 2 * domains, (side, changed)
+                times[side].append(took)
+                print(f"  {domains} domains, {side}: {took:.2f} s", flush=True)
+        for side, took in times.items():
+            best = min(took)
+            rows.append(
+                {"domains": domains, "files_a_month_folder": files, "side": side,
+                 "commit": _commit(sides[side]), "seconds": [round(t, 2) for t in took],
+                 "best_s": round(best, 2), "ms_a_partition": round(best / (2 * domains) * 1000, 2)}
+            )  # fmt: skip
+    result = {"date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "runs": rows}
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "compact-many.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [
+        f"Run {result['date']}: one month of N domains, two part files a domain and type, compacted"
+        f" by `compact()` in a fresh process (best of {args.rounds}).",
+        "",
+        "| domains | files in the month folder | code | seconds | ms a partition |",
+        "|---:|---:|---|---:|---:|",
+        *(
+            f"| {r['domains']:,} | {r['files_a_month_folder']:,} | {r['side']} ({r['commit']})"
+            f" | {r['best_s']} | {r['ms_a_partition']} |"
+            for r in rows
+        ),
+    ]
+    (HERE / "results" / "compact-many.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
