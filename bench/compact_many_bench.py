@@ -2,8 +2,9 @@
 
 Builds (once, cached under ``--workdir``) a store of one month holding
 ``--domains`` domains, each with two part files of each type (two flushes of one
-attempt a domain), then compacts a fresh copy of it in a fresh process. With
-``--against SRC`` the same copies are compacted by the code under ``SRC`` too (a
+attempt a domain), then compacts a fresh copy of it in a fresh process, and
+flushes one more attempt a domain into another (buffered before the clock). With
+``--against SRC`` the same jobs are run by the code under ``SRC`` too (a
 checkout's ``src`` folder, imported through ``PYTHONPATH``), rounds alternated,
 so the two are compared in one run. Linear work shows as the same milliseconds a
 partition at every size. Results: bench/results/compact-many.json and .md.
@@ -22,6 +23,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -29,44 +31,59 @@ WHEN = datetime(2024, 5, 3, tzinfo=UTC)
 
 _CHILD = """
 import sys, time
+sys.path.insert(0, sys.argv[3])
+from compact_many_bench import items
 from web_index import WebIndex
-started = time.perf_counter()
 with WebIndex(sys.argv[1]) as idx:
-    changed = idx.compact()
+    if sys.argv[2] == "flush":  # one more attempt a domain, buffered first
+        idx.insert_many(items(int(sys.argv[4]), "late", minutes=5))
+        started = time.perf_counter()
+        changed = idx.flush()
+    else:
+        started = time.perf_counter()
+        changed = idx.compact()
 print(changed, time.perf_counter() - started)
 """
 
 
+def items(domains: int, page: str, *, minutes: int) -> list[tuple[Any, ...]]:
+    """One successful GET attempt a domain, as ``WebIndex.insert_many`` takes them."""
+    from web_index.models import AttemptMetadata, Response
+
+    out: list[tuple[Any, ...]] = []
+    at = WHEN + timedelta(minutes=minutes)
+    for d in range(domains):
+        url = f"https://site{d:06d}.example/{page}"
+        response = Response(
+            url=url, request_url=url, status_code=200, headers={"content-type": "text/html"},
+            timestamp=at, data=f"<html>{url}</html>".encode(), is_final=True,
+            fetcher_name="bench", fetcher_version="1", fetcher_calibre=10,
+        )  # fmt: skip
+        meta = AttemptMetadata(
+            state="success", url=url, fetcher_name="bench", fetcher_version="1", fetcher_calibre=10
+        )
+        out.append(("get", url, at, meta, [response]))
+    return out
+
+
 def build(store: Path, domains: int) -> None:
     from web_index import WebIndex
-    from web_index.models import AttemptMetadata, Response
 
     with WebIndex(store, create=True) as index:
         for flush in range(2):
-            items = []
-            for d in range(domains):
-                url = f"https://site{d:06d}.example/page{flush}"
-                at = WHEN + timedelta(minutes=flush)
-                response = Response(
-                    url=url, request_url=url, status_code=200, headers={"content-type": "text/html"},
-                    timestamp=at, data=f"<html>{url}</html>".encode(), is_final=True,
-                    fetcher_name="bench", fetcher_version="1", fetcher_calibre=10,
-                )  # fmt: skip
-                meta = AttemptMetadata(
-                    state="success", url=url, fetcher_name="bench", fetcher_version="1", fetcher_calibre=10
-                )
-                items.append(("get", url, at, meta, [response]))
-            index.insert_many(items)
+            index.insert_many(items(domains, f"page{flush}", minutes=flush))
             index.flush()
 
 
-def compact(store: Path, scratch: Path, src: Path) -> tuple[int, float]:
+def timed(job: str, store: Path, scratch: Path, src: Path, domains: int) -> tuple[int, float]:
+    """``job`` (``compact`` or ``flush``) on a fresh copy of ``store``, by the code under ``src``."""
     shutil.rmtree(scratch, ignore_errors=True)
     shutil.copytree(store, scratch, symlinks=True)
     env = {**os.environ, "PYTHONPATH": str(src)}
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(scratch)], capture_output=True, text=True, env=env, check=False
-    )
+        [sys.executable, "-c", _CHILD, str(scratch), job, str(HERE), str(domains)],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
     if out.returncode:
         sys.exit(out.stderr)
     changed, took = out.stdout.split()
@@ -100,31 +117,34 @@ def main() -> None:
             build(store.with_suffix(".tmp"), domains)
             store.with_suffix(".tmp").rename(store)
         files = len(list((store / "get" / "2024" / "05").glob("*.parquet")))
-        times: dict[str, list[float]] = {side: [] for side in sides}
-        for r in range(args.rounds):
-            for side in sides if r % 2 == 0 else reversed(sides):  # alternated: ABBA
-                changed, took = compact(store, args.workdir / "scratch", sides[side])
-                assert changed == 2 * domains, (side, changed)
-                times[side].append(took)
-                print(f"  {domains} domains, {side}: {took:.2f} s", flush=True)
-        for side, took in times.items():
-            best = min(took)
-            rows.append(
-                {"domains": domains, "files_a_month_folder": files, "side": side,
-                 "commit": _commit(sides[side]), "seconds": [round(t, 2) for t in took],
-                 "best_s": round(best, 2), "ms_a_partition": round(best / (2 * domains) * 1000, 2)}
-            )  # fmt: skip
+        for job, expected in (("compact", 2 * domains), ("flush", domains)):
+            times: dict[str, list[float]] = {side: [] for side in sides}
+            for r in range(args.rounds):
+                for side in sides if r % 2 == 0 else reversed(sides):  # alternated: ABBA
+                    changed, took = timed(job, store, args.workdir / "scratch", sides[side], domains)
+                    assert changed == expected, (job, side, changed)
+                    times[side].append(took)
+                    print(f"  {domains} domains, {job}, {side}: {took:.2f} s", flush=True)
+            for side, took in times.items():
+                best = min(took)
+                rows.append(
+                    {"domains": domains, "files_a_month_folder": files, "job": job, "side": side,
+                     "commit": _commit(sides[side]), "seconds": [round(t, 2) for t in took],
+                     "best_s": round(best, 2), "ms_a_partition": round(best / expected * 1000, 2)}
+                )  # fmt: skip
     result = {"date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "runs": rows}
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "compact-many.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
-        f"Run {result['date']}: one month of N domains, two part files a domain and type, compacted"
-        f" by `compact()` in a fresh process (best of {args.rounds}).",
+        f"Run {result['date']}: one month of N domains, two part files a domain and type; `compact()` of"
+        " it, and `flush()` of one more attempt a domain into it, each in a fresh process on a fresh"
+        f" copy (best of {args.rounds}; a partition: a domain's get and get-metadata partitions"
+        " for compact, a domain for flush).",
         "",
-        "| domains | files in the month folder | code | seconds | ms a partition |",
-        "|---:|---:|---|---:|---:|",
+        "| domains | files in the month folder | job | code | seconds | ms a partition |",
+        "|---:|---:|---|---|---:|---:|",
         *(
-            f"| {r['domains']:,} | {r['files_a_month_folder']:,} | {r['side']} ({r['commit']})"
+            f"| {r['domains']:,} | {r['files_a_month_folder']:,} | {r['job']} | {r['side']} ({r['commit']})"
             f" | {r['best_s']} | {r['ms_a_partition']} |"
             for r in rows
         ),

@@ -1,7 +1,8 @@
-"""A whole-store ``compact()`` works from the month listings it takes once: it
-scans a month folder as often whatever the month's domains, and a partition
-that changed after the listing (compacted by another process, given a new
-part, a dead flush finished) is still compacted right, losing nothing."""
+"""A whole-store ``compact()``, and a flush's compaction of the partitions it
+filled, work from month listings taken once: a month folder is scanned as often
+whatever the month's domains, and a partition that changed after the listing
+(compacted by another process, given a new part, a dead flush finished) is still
+compacted right, losing nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.factories import T0, attempt
-from web_index import WebIndex
+from web_index import FlushPolicy, WebIndex
 from web_index.models import PageKey, RecordType
 from web_index.storage import MethodPartition
 
@@ -33,10 +34,15 @@ def _parquet_names(store: Path, type: str = "get") -> list[str]:
     return sorted(p.name for p in (store / type / MONTH).glob("*.parquet"))
 
 
-def _scans(tmp_path: Path, domains: int, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    store = tmp_path / f"s{domains}"
-    with WebIndex(store) as index:
-        _two_parts_each(index, [f"d{n}.example" for n in range(domains)])
+def _scans(tmp_path: Path, domains: int, monkeypatch: pytest.MonkeyPatch, by: str) -> Counter[str]:
+    """The scans of each folder by a ``compact()`` of ``domains`` domains of two parts each, or
+    (``by="flush"``) by the second of two flushes of them that compacts them all."""
+    store = tmp_path / f"{by}{domains}"
+    domain_names = [f"d{n}.example" for n in range(domains)]
+    with WebIndex(store, policy=FlushPolicy(compact_parts=2 if by == "flush" else 0)) as index:
+        index.insert_many([attempt(f"https://{d}/p0", T0) for d in domain_names])
+        index.flush()
+        index.insert_many([attempt(f"https://{d}/p1", T0 + timedelta(minutes=1)) for d in domain_names])
         backend = index._store.backend
         scans: Counter[str] = Counter()
         original = backend.list_files
@@ -47,16 +53,23 @@ def _scans(tmp_path: Path, domains: int, monkeypatch: pytest.MonkeyPatch) -> Cou
 
         with monkeypatch.context() as m:
             m.setattr(backend, "list_files", counted)
-            assert index.compact() == 2 * domains
+            if by == "flush":
+                assert index.flush() == domains
+            else:
+                index.flush()
+                scans.clear()
+                assert index.compact() == 2 * domains
         assert all(len(_parquet_names(store, t)) == domains for t in ("get", "get-metadata"))
+        assert len(list((store / "_captures" / "get" / MONTH).glob("*.cdxj"))) == domains
         assert not [n for n in index.verify().notes if "capture" in n.message]
     return scans
 
 
-def test_compact_scans_a_month_folder_as_often_whatever_its_domains(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("by", ["compact", "flush"])
+def test_a_month_folder_is_scanned_as_often_whatever_its_domains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by: str
 ) -> None:
-    few, many = _scans(tmp_path, 3, monkeypatch), _scans(tmp_path, 12, monkeypatch)
+    few, many = _scans(tmp_path, 3, monkeypatch, by), _scans(tmp_path, 12, monkeypatch, by)
     assert few and few == many, (few, many)
 
 

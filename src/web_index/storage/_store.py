@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FlushPolicy", "Store"]
 
+_Month = tuple[RecordType, int, int]  # a month folder: type, year, month
 # A partition as listed, its visible files opened, its superseded files.
 _Visible = tuple[list[StoredFile], list[tuple[StoredFile, pq.ParquetFile]], list[StoredFile]]
 
@@ -188,16 +189,63 @@ class Store(Listing):
         if now - self._last_age_check >= min(5.0, p.max_age_s):
             self._last_age_check = now
             due.update(self.buffer.due(p.max_rows, p.max_bytes, p.max_age_s))
-        for mp in sorted(due):
-            self.flush_partition(mp)
+        self._flush_each(sorted(due))
 
     def flush(self, partitions: Iterable[MethodPartition] | None = None) -> int:
         """Move buffered rows into part files; return the number of attempts moved."""
         self.backend.remove_orphans()
         targets = list(partitions) if partitions is not None else self.buffer.partitions()
-        return sum(self.flush_partition(mp) for mp in targets)
+        return self._flush_each(targets)
 
     def flush_partition(self, mp: MethodPartition) -> int:
+        return self._flush_each([mp])
+
+    def _flush_each(self, targets: Sequence[MethodPartition]) -> int:
+        """Flush each partition, then compact those with ``compact_parts`` part files or more."""
+        moved = [(mp, self._flush_one(mp)) for mp in targets]
+        if self.policy.compact_parts:
+            self._compact_crowded(sorted({mp for mp, n in moved if n}))
+        return sum(n for _, n in moved)
+
+    def _compact_crowded(self, flushed: list[MethodPartition]) -> None:
+        def crowded(files: list[StoredFile]) -> bool:
+            return sum(1 for f in files if f.part is not None) >= self.policy.compact_parts
+
+        if self.backend.remote:  # a partition's listing is one request by prefix
+            for mp in flushed:
+                if crowded(self.partition_files(Partition(mp.method, mp.year, mp.month, mp.domain))):
+                    self.compact_partition(mp)
+            return
+        # A local listing reads the whole month folder whatever the prefix: one a month, not
+        # one a partition (quadratic in the domains a flush wrote).
+        listed = self._month_listed(flushed, {})
+        self._compact_listed({mp: by_type for mp, by_type in listed.items() if crowded(by_type[mp.method])})
+
+    def _month_listed(
+        self, partitions: Iterable[MethodPartition], listings: dict[_Month, dict[str, list[StoredFile]]]
+    ) -> dict[MethodPartition, dict[RecordType, list[StoredFile]]]:
+        """The files of both types of each partition, from one listing a month folder (those in
+        ``listings`` already, the others taken now and added to it)."""
+
+        def files(type: RecordType, mp: MethodPartition) -> list[StoredFile]:
+            month = (type, mp.year, mp.month)
+            if month not in listings:  # a folder just written is listed anew at every call
+                listings[month] = self.month_files(*month)
+            return listings[month].get(mp.domain, [])
+
+        return {mp: {t: files(t, mp) for t in (mp.method, mp.method.metadata)} for mp in partitions}
+
+    def _compact_listed(self, listed: dict[MethodPartition, dict[RecordType, list[StoredFile]]]) -> None:
+        """Compact these partitions from their files as ``listed``, then write the capture
+        indexes of their months (one listing a month, not one a partition)."""
+        months = set()
+        for mp in sorted(listed):
+            if self._compact_partition(mp, 1, listed[mp], indexed=False):
+                months.add((mp.method, mp.year, mp.month))
+        for type, year, month in sorted(months):
+            ensure_capture_indexes(self.backend, type, year, month, self.month_files(type, year, month))
+
+    def _flush_one(self, mp: MethodPartition) -> int:
         locks = self._writable_locks()
         moved = 0
         with locks.hold("flush", str(mp)):
@@ -211,12 +259,6 @@ class Store(Listing):
                 if not self.buffer.claim(mp, flush_id, self.policy.max_rows):
                     break
                 moved += self._write_claim(mp, flush_id)
-        if moved and self.policy.compact_parts:
-            parts = sum(
-                1 for f in self.partition_files(Partition(mp.method, mp.year, mp.month, mp.domain)) if f.part
-            )
-            if parts >= self.policy.compact_parts:
-                self.compact_partition(mp)
         return moved
 
     def _write_claim(self, mp: MethodPartition, flush_id: str) -> int:
@@ -321,7 +363,7 @@ class Store(Listing):
         """Partitions with a part file in either type, and the files of both types, from one
         listing per month folder (listing each partition's files separately is quadratic in
         the domains of a month)."""
-        listings: dict[tuple[RecordType, int, int], dict[str, list[StoredFile]]] = {}
+        listings: dict[_Month, dict[str, list[StoredFile]]] = {}
         found: set[MethodPartition] = set()
         for method in _METHODS:
             for type in (method, method.metadata):
@@ -330,13 +372,7 @@ class Store(Listing):
                     for domain, files in listing.items():
                         if any(f.part is not None for f in files):
                             found.add(MethodPartition(method, year, month, domain))
-        return {
-            mp: {
-                type: listings.get((type, mp.year, mp.month), {}).get(mp.domain, [])
-                for type in (mp.method, mp.method.metadata)
-            }
-            for mp in found
-        }
+        return self._month_listed(found, listings)
 
     def compact_partition(self, mp: MethodPartition, *, min_parts: int = 1) -> int:
         """Compact the partitions of ``mp`` (its type and its metadata type);
