@@ -1,13 +1,21 @@
-"""What a store's folders hold, listed, and kept while the backend says a folder is unchanged."""
+"""What a store's folders hold, listed, and kept while the backend says a folder is unchanged;
+a partition's visible files, opened."""
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
+
+from web_index._retry import retrying
 from web_index.models import STORED_END, STORED_START, RecordType
-from web_index.storage._files import list_partition_files
+from web_index.storage._files import list_partition_files, visible_files
 from web_index.storage._layout import Partition, StoredFile
 from web_index.storage.backends import Backend
 
 __all__ = ["Listing"]
+
+# A partition as listed, its visible files opened, its superseded files.
+_Visible = tuple[list[StoredFile], list[tuple[StoredFile, pq.ParquetFile]], list[StoredFile]]
+_OPEN_TRIES = 8
 
 
 def _accepted(year: int, month: int) -> bool:
@@ -80,3 +88,26 @@ class Listing:
             return list(cached[1].get(p.domain, []))
         by_domain = list_partition_files(self.backend, p.folder, p.type, p.year, p.month, p.domain)
         return by_domain.get(p.domain, [])
+
+    def open_visible(self, partition: Partition, files: list[StoredFile] | None = None) -> _Visible:
+        """Open the visible files of a partition: its files as listed (``files``,
+        else listed now), the visible ones opened, and the superseded ones.
+
+        A file gone between listing and opening (a compaction committed) makes
+        it list again; a partition that keeps changing is a :class:`StoreError`.
+        """
+        listed = [self.partition_files(partition) if files is None else files]
+
+        def open_listed() -> _Visible:
+            try:
+                return (listed[0], *visible_files(self.backend, listed[0]))
+            except FileNotFoundError:
+                listed[0] = self.partition_files(partition)
+                raise
+
+        return retrying(
+            open_listed,
+            tries=_OPEN_TRIES,
+            on=(FileNotFoundError,),
+            gave_up=f"partition {partition} kept changing while it was read; try again",
+        )
