@@ -21,12 +21,13 @@ from web_index.storage._month_index_build import build_month_index
 from web_index.storage.backends import handle_version
 from web_index.storage.buffer import Buffer, MethodPartition
 
-__all__ = ["METHODS", "Compaction"]
+__all__ = ["METHODS", "Compaction", "Listings"]
 
 log = logging.getLogger("web_index.storage")
 
 METHODS = (RecordType.GET, RecordType.HEAD)
 _Month = tuple[RecordType, int, int]  # a month folder: type, year, month
+Listings = dict[_Month, dict[str, list[StoredFile]]]  # month folders' files, by domain
 
 
 class Compaction(Listing):
@@ -117,7 +118,7 @@ class Compaction(Listing):
         """Partitions with a part file in either type, and the files of both types, from one
         listing per month folder (listing each partition's files separately is quadratic in
         the domains of a month)."""
-        listings: dict[_Month, dict[str, list[StoredFile]]] = {}
+        listings: Listings = {}
         found: set[MethodPartition] = set()
         for method in METHODS:
             for type in (method, method.metadata):
@@ -162,18 +163,22 @@ class Compaction(Listing):
             return changed
 
     def _month_listed(
-        self, partitions: Iterable[MethodPartition], listings: dict[_Month, dict[str, list[StoredFile]]]
+        self, partitions: Iterable[MethodPartition], listings: Listings
     ) -> dict[MethodPartition, dict[RecordType, list[StoredFile]]]:
-        """The files of both types of each partition, from one listing a month folder (those in
-        ``listings`` already, the others taken now and added to it)."""
+        """The files of both types of each partition, from one listing a month folder (see
+        :meth:`_listed`)."""
+        return {
+            mp: {t: self._listed(t, mp, listings) for t in (mp.method, mp.method.metadata)}
+            for mp in partitions
+        }
 
-        def files(type: RecordType, mp: MethodPartition) -> list[StoredFile]:
-            month = (type, mp.year, mp.month)
-            if month not in listings:  # a folder just written is listed anew at every call
-                listings[month] = self.month_files(*month)
-            return listings[month].get(mp.domain, [])
-
-        return {mp: {t: files(t, mp) for t in (mp.method, mp.method.metadata)} for mp in partitions}
+    def _listed(self, type: RecordType, mp: MethodPartition, listings: Listings) -> list[StoredFile]:
+        """The files of ``type`` of ``mp`` from its month's listing in ``listings``, taken now
+        and added to it if not there."""
+        month = (type, mp.year, mp.month)
+        if month not in listings:  # a folder just written is listed anew at every call
+            listings[month] = self.month_files(*month)
+        return listings[month].get(mp.domain, [])
 
     def _compact_listed(self, listed: dict[MethodPartition, dict[RecordType, list[StoredFile]]]) -> None:
         """Compact these partitions from their files as ``listed``, then write the capture

@@ -11,7 +11,7 @@ from web_index.errors import StoreError
 from web_index.models import AttemptRows
 from web_index.storage._capture_index import CaptureIndexes
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
-from web_index.storage._compaction import METHODS, Compaction
+from web_index.storage._compaction import METHODS, Compaction, Listings
 from web_index.storage._crash import crash_point
 from web_index.storage._files import (
     WriteOptions,
@@ -192,8 +192,11 @@ class Store(Compaction):
             return
         # A local listing reads the whole month folder whatever the prefix: one a month, not
         # one a partition (quadratic in the domains a flush wrote).
-        listed = self._month_listed(flushed, {})
-        self._compact_listed({mp: by_type for mp, by_type in listed.items() if crowded(by_type[mp.method])})
+        # The metadata folders only if a partition is to be compacted: most flushes compact none.
+        listings: Listings = {}
+        full = [mp for mp in flushed if crowded(self._listed(mp.method, mp, listings))]
+        if full:
+            self._compact_listed(self._month_listed(full, listings))
 
     def _flush_one(self, mp: MethodPartition) -> int:
         locks = self._writable_locks()
