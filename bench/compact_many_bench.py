@@ -3,13 +3,17 @@
 Builds (once, cached under ``--workdir``) a store of one month holding
 ``--domains`` domains, each with two part files of each type (two flushes of one
 attempt a domain), then compacts a fresh copy of it in a fresh process, and
-flushes one more attempt a domain into another (buffered before the clock). With
+flushes one more attempt a domain into another (buffered before the clock);
+``--jobs cluster`` compacts it on a Dask ``LocalCluster`` of two single-threaded
+worker processes (started before the clock: ``compact(scheduler=...)``). With
 ``--against SRC`` the same jobs are run by the code under ``SRC`` too (a
 checkout's ``src`` folder, imported through ``PYTHONPATH``), rounds alternated,
 so the two are compared in one run. Linear work shows as the same milliseconds a
-partition at every size. Results: bench/results/compact-many.json and .md.
+partition at every size. Results: bench/results/<out>.json and .md (``--out``,
+``compact-many``).
 
     .venv/bin/python bench/compact_many_bench.py [--domains 1000,4000] [--rounds 2] [--against SRC]
+    .venv/bin/python bench/compact_many_bench.py --jobs cluster --domains 1000 --out compact-many-cluster
 """
 
 from __future__ import annotations
@@ -39,6 +43,14 @@ with WebIndex(sys.argv[1]) as idx:
         idx.insert_many(items(int(sys.argv[4]), "late", minutes=5))
         started = time.perf_counter()
         changed = idx.flush()
+    elif sys.argv[2] == "cluster":
+        from distributed import LocalCluster
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+            started = time.perf_counter()
+            changed = idx.compact(scheduler=c.scheduler_address)
+            took = time.perf_counter() - started
+        print(changed, took)
+        sys.exit(0)
     else:
         started = time.perf_counter()
         changed = idx.compact()
@@ -76,7 +88,8 @@ def build(store: Path, domains: int) -> None:
 
 
 def timed(job: str, store: Path, scratch: Path, src: Path, domains: int) -> tuple[int, float]:
-    """``job`` (``compact`` or ``flush``) on a fresh copy of ``store``, by the code under ``src``."""
+    """``job`` (``compact``, ``flush`` or ``cluster``) on a fresh copy of ``store``, by the code
+    under ``src``."""
     shutil.rmtree(scratch, ignore_errors=True)
     shutil.copytree(store, scratch, symlinks=True)
     env = {**os.environ, "PYTHONPATH": str(src)}
@@ -105,6 +118,8 @@ def main() -> None:
         "--against", type=Path, help="another checkout's src folder, compared in the same run"
     )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/web-index-compact-many"))
+    parser.add_argument("--jobs", default="compact,flush", help="of compact, flush, cluster")
+    parser.add_argument("--out", default="compact-many", help="results name under bench/results")
     args = parser.parse_args()
     sides = {"this": ROOT / "src"}
     if args.against is not None:
@@ -117,7 +132,9 @@ def main() -> None:
             build(store.with_suffix(".tmp"), domains)
             store.with_suffix(".tmp").rename(store)
         files = len(list((store / "get" / "2024" / "05").glob("*.parquet")))
-        for job, expected in (("compact", 2 * domains), ("flush", domains)):
+        expecting = {"compact": 2 * domains, "flush": domains, "cluster": 2 * domains}
+        for job in args.jobs.split(","):
+            expected = expecting[job]
             times: dict[str, list[float]] = {side: [] for side in sides}
             for r in range(args.rounds):
                 for side in sides if r % 2 == 0 else reversed(sides):  # alternated: ABBA
@@ -134,12 +151,13 @@ def main() -> None:
                 )  # fmt: skip
     result = {"date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "runs": rows}
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "compact-many.json").write_text(json.dumps(result, indent=2) + "\n")
+    (HERE / "results" / f"{args.out}.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"Run {result['date']}: one month of N domains, two part files a domain and type; `compact()` of"
-        " it, and `flush()` of one more attempt a domain into it, each in a fresh process on a fresh"
-        f" copy (best of {args.rounds}; a partition: a domain's get and get-metadata partitions"
-        " for compact, a domain for flush).",
+        " it (`cluster`: on a LocalCluster of two worker processes), and `flush()` of one more attempt a"
+        " domain into it, each in a fresh process on a fresh copy (best of"
+        f" {args.rounds}; a partition: a domain's get and get-metadata partitions for compact and"
+        " cluster, a domain for flush).",
         "",
         "| domains | files in the month folder | job | code | seconds | ms a partition |",
         "|---:|---:|---|---|---:|---:|",
@@ -149,7 +167,7 @@ def main() -> None:
             for r in rows
         ),
     ]
-    (HERE / "results" / "compact-many.md").write_text("\n".join(lines) + "\n")
+    (HERE / "results" / f"{args.out}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

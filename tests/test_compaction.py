@@ -6,6 +6,7 @@ compacted right, losing nothing."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from datetime import timedelta
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.factories import T0, attempt
-from web_index import FlushPolicy, WebIndex
+from web_index import FlushPolicy, WebIndex, _on_cluster
 from web_index.models import PageKey, RecordType
 from web_index.storage import MethodPartition
 
@@ -36,36 +37,45 @@ def _parquet_names(store: Path, type: str = "get") -> list[str]:
 
 def _scans(tmp_path: Path, domains: int, monkeypatch: pytest.MonkeyPatch, by: str) -> Counter[str]:
     """The scans of each folder by a ``compact()`` of ``domains`` domains of two parts each, or
-    (``by="flush"``) by the second of two flushes of them that compacts them all."""
+    (``by="flush"``) by the second of two flushes of them that compacts them all, or
+    (``by="cluster"``) by a ``compact()`` whose partitions are compacted by the task a Dask
+    worker runs (here, in this process: a worker's scans could not be counted)."""
     store = tmp_path / f"{by}{domains}"
     domain_names = [f"d{n}.example" for n in range(domains)]
     with WebIndex(store, policy=FlushPolicy(compact_parts=2 if by == "flush" else 0)) as index:
         index.insert_many([attempt(f"https://{d}/p0", T0) for d in domain_names])
         index.flush()
         index.insert_many([attempt(f"https://{d}/p1", T0 + timedelta(minutes=1)) for d in domain_names])
-        backend = index._store.backend
+        backend = type(index._store.backend)  # the worker's store's too
         scans: Counter[str] = Counter()
         original = backend.list_files
 
-        def counted(folder: str, prefix: str = "") -> Any:
+        def counted(self: Any, folder: str, prefix: str = "") -> Any:
             scans[folder] += 1
-            return original(folder, prefix)
+            return original(self, folder, prefix)
 
-        with monkeypatch.context() as m:
-            m.setattr(backend, "list_files", counted)
-            if by == "flush":
-                assert index.flush() == domains
-            else:
-                index.flush()
-                scans.clear()
-                assert index.compact() == 2 * domains
+        task = functools.partial(_on_cluster._compact, str(store), None, 1)
+        try:
+            with monkeypatch.context() as m:
+                m.setattr(backend, "list_files", counted)
+                if by == "flush":
+                    assert index.flush() == domains
+                else:
+                    index.flush()
+                    scans.clear()
+                    run = functools.partial(map, task) if by == "cluster" else None
+                    assert index._store.compact(run=run) == 2 * domains
+        finally:
+            if by == "cluster":
+                _on_cluster._opened(str(store), None, False).close()
+                _on_cluster._opened.cache_clear()
         assert all(len(_parquet_names(store, t)) == domains for t in ("get", "get-metadata"))
         assert len(list((store / "_captures" / "get" / MONTH).glob("*.cdxj"))) == domains
         assert not [n for n in index.verify().notes if "capture" in n.message]
     return scans
 
 
-@pytest.mark.parametrize("by", ["compact", "flush"])
+@pytest.mark.parametrize("by", ["compact", "flush", "cluster"])
 def test_a_month_folder_is_scanned_as_often_whatever_its_domains(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by: str
 ) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from web_index.index import WebIndex
 from web_index.models import Query
 from web_index.query import Result, answer_on_cluster, map_on_cluster
-from web_index.storage import MethodPartition
+from web_index.storage import MethodPartition, PartitionFiles
 
 __all__ = ["answer_file", "compactor"]
 
@@ -46,8 +46,9 @@ def answer_file(
 
 def compactor(
     index: WebIndex, scheduler: str, min_parts: int
-) -> Callable[[list[MethodPartition]], Iterator[int]]:
-    """A ``run`` for ``Store.compact``: one task per partition on the cluster."""
+) -> Callable[[list[tuple[MethodPartition, PartitionFiles | None]]], Iterator[int]]:
+    """A ``run`` for ``Store.compact``: one task per partition, with its files as listed, on the
+    cluster (a worker listing it again would scan a local store's month folder a partition)."""
     compact = functools.partial(_compact, _shared(index.location), index._buffer_location, min_parts)
     return functools.partial(map_on_cluster, scheduler, compact)
 
@@ -62,5 +63,9 @@ def _answer(location: str, buffer: str | None, queries: list[Query]) -> list[Res
     return _opened(location, buffer, True).query(queries)
 
 
-def _compact(location: str, buffer: str | None, min_parts: int, partition: MethodPartition) -> int:
-    return _opened(location, buffer, False)._store.compact_partition(partition, min_parts=min_parts)
+def _compact(
+    location: str, buffer: str | None, min_parts: int, listed: tuple[MethodPartition, PartitionFiles | None]
+) -> int:
+    partition, files = listed
+    store = _opened(location, buffer, False)._store
+    return store.compact_partition(partition, min_parts=min_parts, listed=files)

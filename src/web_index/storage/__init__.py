@@ -14,6 +14,7 @@ from web_index.storage._capture_lines import parse_capture_line as parse_capture
 from web_index.storage._capture_scan import find_capture_lines as find_capture_lines
 from web_index.storage._clock import SYSTEM_CLOCK as SYSTEM_CLOCK
 from web_index.storage._clock import Clock
+from web_index.storage._compaction import PartitionFiles as PartitionFiles
 from web_index.storage._digests import find_payloads as find_payloads
 from web_index.storage._files import WriteOptions
 from web_index.storage._files import read_small_files as read_small_files

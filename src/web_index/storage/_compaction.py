@@ -21,13 +21,14 @@ from web_index.storage._month_index_build import build_month_index
 from web_index.storage.backends import handle_version
 from web_index.storage.buffer import Buffer, MethodPartition
 
-__all__ = ["METHODS", "Compaction", "Listings"]
+__all__ = ["METHODS", "Compaction", "Listings", "PartitionFiles"]
 
 log = logging.getLogger("web_index.storage")
 
 METHODS = (RecordType.GET, RecordType.HEAD)
 _Month = tuple[RecordType, int, int]  # a month folder: type, year, month
 Listings = dict[_Month, dict[str, list[StoredFile]]]  # month folders' files, by domain
+PartitionFiles = dict[RecordType, list[StoredFile]]  # a method partition's files, of both its types
 
 
 class Compaction(Listing):
@@ -48,7 +49,7 @@ class Compaction(Listing):
         *,
         min_parts: int = 1,
         on_progress: Callable[[int, int], None] | None = None,
-        run: Callable[[list[MethodPartition]], Iterable[int]] | None = None,
+        run: Callable[[list[tuple[MethodPartition, PartitionFiles | None]]], Iterable[int]] | None = None,
         index_also: Iterable[MethodPartition] = (),
     ) -> int:
         """Compact partitions with at least ``min_parts`` part files; return how many
@@ -59,14 +60,15 @@ class Compaction(Listing):
         every compacted file in them that has none.
 
         ``run`` compacts the partitions elsewhere (each with :meth:`compact_partition`
-        of a store at the same location, e.g. on a Dask cluster), yielding each one's
-        count as it finishes; the month and capture indexes are still brought up to
-        date here, once, after all of them. ``index_also``: partitions whose
+        of a store at the same location, e.g. on a Dask cluster), given with their files
+        as listed here (``None``: not listed), yielding each one's count as it finishes;
+        the month and capture indexes are still brought up to date here, once, after
+        all of them. ``index_also``: partitions whose
         months are indexed too (a bulk load's, written compacted already).
         """
         self.backend.remove_orphans()
         done = 0
-        listed: dict[MethodPartition, dict[RecordType, list[StoredFile]]] = {}
+        listed: dict[MethodPartition, PartitionFiles] = {}
         if partitions is None:
             listed = self._partitions_with_parts()
             targets = sorted(listed)
@@ -90,7 +92,7 @@ class Compaction(Listing):
                 for mp in targets
             )
         else:
-            counts = run(targets)
+            counts = run([(mp, listed.get(mp)) for mp in targets])
         for n, changed in enumerate(counts, start=1):
             done += changed
             if on_progress is not None:
@@ -114,7 +116,7 @@ class Compaction(Listing):
                 for type in (mp.method, mp.method.metadata):
                     invalidate(Partition(type, mp.year, mp.month, mp.domain).compacted_path)
 
-    def _partitions_with_parts(self) -> dict[MethodPartition, dict[RecordType, list[StoredFile]]]:
+    def _partitions_with_parts(self) -> dict[MethodPartition, PartitionFiles]:
         """Partitions with a part file in either type, and the files of both types, from one
         listing per month folder (listing each partition's files separately is quadratic in
         the domains of a month)."""
@@ -129,16 +131,24 @@ class Compaction(Listing):
                             found.add(MethodPartition(method, year, month, domain))
         return self._month_listed(found, listings)
 
-    def compact_partition(self, mp: MethodPartition, *, min_parts: int = 1) -> int:
+    def compact_partition(
+        self, mp: MethodPartition, *, min_parts: int = 1, listed: PartitionFiles | None = None
+    ) -> int:
         """Compact the partitions of ``mp`` (its type and its metadata type);
-        return how many changed (0, 1 or 2)."""
-        return self._compact_partition(mp, min_parts, None, indexed=True)
+        return how many changed (0, 1 or 2).
+
+        ``listed``: their files as a whole-store :meth:`compact` listed them (checked
+        under the lock, as there). A local store's capture index is then left to that
+        compaction's month pass: written here, it would cost a scan of the month's index
+        folder a partition. On an object store (a prefix listing is one request) it is
+        written here, by the cluster's workers in parallel."""
+        return self._compact_partition(mp, min_parts, listed, indexed=listed is None or self.backend.remote)
 
     def _compact_partition(
         self,
         mp: MethodPartition,
         min_parts: int,
-        listed: dict[RecordType, list[StoredFile]] | None,
+        listed: PartitionFiles | None,
         *,
         indexed: bool,
     ) -> int:
@@ -164,7 +174,7 @@ class Compaction(Listing):
 
     def _month_listed(
         self, partitions: Iterable[MethodPartition], listings: Listings
-    ) -> dict[MethodPartition, dict[RecordType, list[StoredFile]]]:
+    ) -> dict[MethodPartition, PartitionFiles]:
         """The files of both types of each partition, from one listing a month folder (see
         :meth:`_listed`)."""
         return {
@@ -180,7 +190,7 @@ class Compaction(Listing):
             listings[month] = self.month_files(*month)
         return listings[month].get(mp.domain, [])
 
-    def _compact_listed(self, listed: dict[MethodPartition, dict[RecordType, list[StoredFile]]]) -> None:
+    def _compact_listed(self, listed: dict[MethodPartition, PartitionFiles]) -> None:
         """Compact these partitions from their files as ``listed``, then write the capture
         indexes of their months (one listing a month, not one a partition)."""
         months = set()
