@@ -66,7 +66,7 @@ def _scans(tmp_path: Path, domains: int, monkeypatch: pytest.MonkeyPatch, by: st
                     run = functools.partial(map, task) if by == "cluster" else None
                     assert index._store.compact(run=run) == 2 * domains
         finally:
-            if by == "cluster":
+            if by == "cluster" and _on_cluster._opened.cache_info().currsize:  # the task's store, open
                 _on_cluster._opened(str(store), None, False).close()
                 _on_cluster._opened.cache_clear()
         assert all(len(_parquet_names(store, t)) == domains for t in ("get", "get-metadata"))
