@@ -15,18 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import Redis
 from web_index.crawl.queues import Broker, QueueCounts, SqliteBroker, open_broker
 
 LEASE = 0.4
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def broker_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'queue.sqlite'}"
-    server: Redis = request.getfixturevalue("redis_server")
-    return server.url()
 
 
 @pytest.fixture

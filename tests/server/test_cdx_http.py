@@ -104,3 +104,24 @@ def test_cdx_toolkit_iterates_a_site(http: httpx.Client) -> None:
     assert cdx.get_size_estimate("example.com/p/*") > 0  # its reckoning, from showNumPages' "blocks"
     only = cdx.get(URLS[2], filter=["=status:200"], limit=2)
     assert [c["url"] for c in only] == [URLS[2]] * 2
+
+
+def test_an_answer_cut_by_the_default_limit_says_so(
+    http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import web_index.server._cdx as served
+
+    monkeypatch.setattr(served, "DEFAULT_LIMIT", 10)  # 15 captures under the prefix
+    prefix = {"url": "example.com/p/", "matchType": "prefix", "output": "json"}
+    cut = http.get("/store/cdx", params=prefix)
+    assert len(cut.text.splitlines()) == 10 and cut.headers[served.TRUNCATED_HEADER] == "10"
+    whole = http.get("/store/cdx", params={**prefix, "limit": "20"})
+    assert len(whole.text.splitlines()) == 15 and served.TRUNCATED_HEADER not in whole.headers
+    # The first ten either way, in the same order.
+    assert whole.text.splitlines()[:10] == cut.text.splitlines()
+    asked = http.get("/store/cdx", params={**prefix, "limit": "10"})
+    assert asked.text == cut.text and served.TRUNCATED_HEADER not in asked.headers
+    pages = http.get("/store/cdx", params={**prefix, "showNumPages": "true"})
+    assert pages.headers[served.TRUNCATED_HEADER] == "10"
+    exact = http.get("/store/cdx", params={"url": URLS[0]})
+    assert len(exact.text.splitlines()) == 3 and served.TRUNCATED_HEADER not in exact.headers

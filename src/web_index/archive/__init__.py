@@ -17,6 +17,7 @@ from web_index.archive._cdx import closest_capture as closest_capture
 from web_index.archive._cdx import closest_memento as closest_memento
 from web_index.archive._cdx import find_captures as find_captures
 from web_index.archive._cdx import num_pages as num_pages
+from web_index.archive._cdx_query import DEFAULT_LIMIT as DEFAULT_LIMIT
 from web_index.archive._cdx_query import MAX_LIMIT as MAX_LIMIT
 from web_index.archive._cdx_query import CdxQuery as CdxQuery
 from web_index.archive._cdx_query import parse_cdx_query as parse_cdx_query

@@ -32,9 +32,10 @@ from web_index.cli._app import (
     store_location,
 )
 from web_index.cli._fetch import fetch_config, parse_calibre
+from web_index.search import MAX_LIMIT, MAX_OFFSET
 
 if TYPE_CHECKING:
-    from web_index.crawl import CrawlProgress
+    from web_index.crawl import CrawlProgress, CrawlResult
     from web_index.fetch import FetchConfig
     from web_index.search import SearchPage
 
@@ -64,7 +65,11 @@ def crawl(
     buffer: BufferOption = None,
     queue: QueueOption = None,
     scope: Annotated[
-        str, typer.Option(help="What to follow: host, domain (registrable), prefix (of URL), allow.")
+        str,
+        typer.Option(
+            help="What to follow: host, domain (registrable), prefix (the seed's directory:"
+            " http://h/docs/index.html follows http://h/docs/), allow."
+        ),
     ] = "host",
     allow: Annotated[
         list[str] | None, typer.Option(help="With --scope allow: a host (and its subdomains) or URL prefix.")
@@ -132,7 +137,7 @@ def crawl(
                 EXIT_UNAVAILABLE, f"{exc}: what was fetched is recorded, the rest stays queued"
             ) from None
     if as_json:
-        print(json.dumps({k: getattr(result, k) for k in result.__slots__}), flush=True)
+        print(json.dumps(result.to_dict()), flush=True)
     else:
         table = Table(
             "site", "generation", "pages", "fetched", "errors", "dead letters", "seconds", "pages/s"
@@ -149,7 +154,33 @@ def crawl(
             f"{rate:.1f}",
         )
         out.print(table)
+    _say_what_went_wrong(result)
     raise typer.Exit(EXIT_OK if result.pages else EXIT_FOUND_NOTHING)
+
+
+def _say_what_went_wrong(result: CrawlResult) -> None:
+    """On stderr, whatever the output: the prefix a prefix crawl followed, why
+    pages gave no text (by state and reason, the first URLs of each), and a
+    crawl that stopped at its seed because nothing else was in scope."""
+    if result.scope_prefix is not None:
+        say("", f"scope: URLs under {result.scope_prefix}")
+    groups = result.failures
+    if not result.pages and groups:
+        first = groups[0]
+        say("[bold red]error:[/]", f"nothing was crawled: {first.urls[0]} ({first.state}): {first.reason}")
+    elif result.errors:
+        say("[yellow]warning:[/]", f"{result.errors} page(s) gave no text:")
+    if groups and (result.pages or len(groups) > 1 or first.count > 1):
+        for group in groups:
+            shown = ", ".join(group.urls) + (", ..." if group.count > len(group.urls) else "")
+            say("", f"  {group.count} x {group.state}: {group.reason}: {shown}")
+    if result.stopped_at_seed:
+        say(
+            "[yellow]warning:[/]",
+            f"the crawl ended after its seed: its {result.out_of_scope} link(s) are outside the scope"
+            f"{f' (URLs under {result.scope_prefix})' if result.scope_prefix else ''};"
+            " widen it with --scope host, domain or allow --allow URL-PREFIX",
+        )
 
 
 def _fetching(
@@ -212,8 +243,10 @@ def search(
         str, typer.Argument(help='Words to find; "a phrase", pre*, a OR b.', show_default=False)
     ],
     store: StoreOption = "",
-    limit: Annotated[int, typer.Option(min=1, max=1000, help="Results per page.")] = 10,
-    offset: Annotated[int, typer.Option(min=0, help="Results to skip.")] = 0,
+    limit: Annotated[
+        int, typer.Option(min=1, max=MAX_LIMIT, help="Results per page, with or without --queue.")
+    ] = 10,
+    offset: Annotated[int, typer.Option(min=0, max=MAX_OFFSET, help="Results to skip.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per result.")] = False,
     queue: Annotated[
         str | None,
@@ -236,7 +269,7 @@ def search(
     with cli_errors(location):
         try:
             if queue is not None:
-                page = _routed(queue, site, query, min(limit, 100), offset, timeout)
+                page = _routed(queue, site, query, limit, offset, timeout)
             else:
                 with open_index(location, None, read_only=True) as index:
                     page = search_site(index, site, query, limit=limit, offset=offset)
@@ -255,7 +288,11 @@ def search(
             snippet = escape(hit.snippet).replace("<mark>", "[bold]").replace("</mark>", "[/bold]")
             table.add_row(str(n), hit.url, escape(hit.title), snippet, f"{hit.score:.3g}")
         out.print(table)
-    raise typer.Exit(EXIT_OK if page.hits else EXIT_FOUND_NOTHING)
+    if not page.hits:
+        where = f" past the first {offset}" if offset else ""
+        say("[bold red]error:[/]", f"no hit{where}: {page.total} page(s) of {site} match {query!r}")
+        raise typer.Exit(EXIT_FOUND_NOTHING)
+    raise typer.Exit(EXIT_OK)
 
 
 def _routed(queue: str, site: str, query: str, limit: int, offset: int, timeout: float) -> SearchPage:

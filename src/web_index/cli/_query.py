@@ -179,6 +179,8 @@ def _run(
             line = {"query": q.to_dict(), "present": r}
         out.write(json.dumps(line, ensure_ascii=False) + "\n")
     if fail_missing and missing:
+        what = "matched nothing" if kind == "query" else "is absent"
+        say("[bold red]error:[/]", f"{missing} of {len(queries)} queries {what} (--fail-missing)")
         raise typer.Exit(EXIT_FOUND_NOTHING)
 
 
@@ -318,5 +320,7 @@ def lookup(
     for hit in hits:
         sys.stdout.write(json.dumps(hit.to_dict(), ensure_ascii=False) + "\n")
     found = {h.sha1 for h in hits} | {h.sha256 for h in hits}
-    if fail_missing and any(str(d) not in found for d in wanted):
+    absent = [str(d) for d in wanted if str(d) not in found]
+    if fail_missing and absent:
+        say("[bold red]error:[/]", f"no capture has the digest {', '.join(absent)} (--fail-missing)")
         raise typer.Exit(EXIT_FOUND_NOTHING)

@@ -1,5 +1,6 @@
 """The crawl and site-search pipeline: messages, brokers and the workers' roles."""
 
+from web_index.crawl._failures import FailureGroup
 from web_index.crawl._indexer import Indexer
 from web_index.crawl._local_packs import LocalPacks
 from web_index.crawl._messages import (
@@ -29,7 +30,7 @@ from web_index.crawl._messages import (
 )
 from web_index.crawl._messages import Crawl as Crawl
 from web_index.crawl._orchestrator import Orchestrator, searcher_queue
-from web_index.crawl._pages import Extracted, extract, in_scope, links_of, normalise
+from web_index.crawl._pages import Extracted, extract, in_scope, links_of, normalise, scope_prefix
 from web_index.crawl._pipeline import (
     ROLES,
     CrawlProgress,
@@ -64,6 +65,7 @@ __all__ = [
     "Delivery",
     "Drop",
     "Extracted",
+    "FailureGroup",
     "FullEnd",
     "Heartbeat",
     "IncrementalEnd",
@@ -106,6 +108,7 @@ __all__ = [
     "normalise",
     "open_broker",
     "run_worker",
+    "scope_prefix",
     "search_site",
     "searcher_queue",
     "site_files",

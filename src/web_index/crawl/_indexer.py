@@ -37,9 +37,8 @@ from web_index.crawl._pages import extract, in_scope, is_html, normalise
 from web_index.crawl._site_files import SiteFiles, check_site
 from web_index.crawl._worker import WorkerStats
 from web_index.crawl.queues import Broker, Delivery
-from web_index.fetch import FetchConfig, FetchRunner, RobotsCache, redirect_filter
+from web_index.fetch import Attempt, FetchConfig, FetchRunner, RobotsCache, redirect_filter
 from web_index.index import WebIndex
-from web_index.models import Response
 from web_index.search import PageText
 
 __all__ = ["Indexer", "SpecCache", "TextSink"]
@@ -214,12 +213,10 @@ class Indexer:
         with redirect_filter(follow):
             outcome = await self.runner.fetch(url)
         self.stats.fetched += len(outcome.attempts)
-        final = outcome.final
-        text, follow_links = await self._text_of(
-            final.responses, final.state.is_success, final.status_code, url
-        )
+        text, follow_links, why = await self._text_of(outcome.final, url)
         if text is None:
             self.stats.errors += 1
+            self.stats.failures.add(str(outcome.final.state), why, url)
         else:
             await self.sink.add(site, text)
             self.stats.indexed += 0 if text.deleted else 1
@@ -229,24 +226,31 @@ class Indexer:
             await self._crawls.add(encode(Crawl(site=site, url=url, crawl=spec.id, depth=message.depth)))
             self.stats.queued += 1
 
-    async def _text_of(
-        self, responses: list[Response], success: bool, status: int | None, url: str
-    ) -> tuple[PageText | None, bool]:
+    async def _text_of(self, attempt: Attempt, url: str) -> tuple[PageText | None, bool, str]:
+        """The page's text (or a tombstone), whether to follow its links, and
+        why there is no text when there is none (the crawl's summary says it)."""
         gone = PageText(url=url, title="", text="", fetched=datetime.now(UTC), deleted=True)
-        if not success or not responses:
-            return (gone if status in (404, 410) else None), False
+        responses, status = attempt.responses, attempt.status_code
+        if not attempt.state.is_success or not responses:
+            if status in (404, 410):
+                return gone, False, ""
+            return None, False, attempt.logs[-1] if attempt.logs else str(attempt.state)
         final = responses[-1]
         if final.status_code in (404, 410):  # gone (the fetchers count it a success): packs drop it
-            return gone, False
+            return gone, False, ""
         body = final.data or b""
         ctype = final.headers.get("content-type")
-        if final.status_code != 200 or not is_html(ctype, body):
-            return None, False
+        if final.status_code != 200:
+            # A redirect the crawl did not follow says where it led and why not.
+            redirect = 300 <= final.status_code < 400 and attempt.logs
+            return None, False, attempt.logs[-1] if redirect else f"HTTP status {final.status_code}"
+        if not is_html(ctype, body):
+            return None, False, f"not HTML ({ctype or 'no content-type'})"
         got = await asyncio.to_thread(extract, body, ctype, final.request_url)
         if got is None:
-            return None, False
+            return None, False, "binary content served as HTML"
         page = PageText(url=url, title=got.title, text=got.text, lang=got.lang, fetched=final.timestamp)
-        return page, not got.nofollow
+        return page, not got.nofollow, ""
 
     async def _reset_timer(self, site: str, settle: float) -> None:
         # One reset_timer per site per quarter of its settle time (at most a

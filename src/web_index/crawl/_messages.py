@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from web_index.errors import WebIndexError
-from web_index.search import SearchPage
+from web_index.search import MAX_LIMIT, MAX_OFFSET, SearchPage
 
 __all__ = [
     "CALLBACKS",
@@ -182,8 +182,8 @@ class Search(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="s
     id: _NonEmpty
     site: _NonEmpty
     query: Annotated[str, msgspec.Meta(max_length=2048)]
-    limit: Annotated[int, msgspec.Meta(ge=1, le=100)] = 10
-    offset: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LIMIT)] = 10
+    offset: Annotated[int, msgspec.Meta(ge=0, le=MAX_OFFSET)] = 0
     reply_to: _ReplyQueue
     deadline: float
 

@@ -8,6 +8,7 @@ decoded text, decoded the way the fetchers decode it (``fetch.decode_body``).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -22,7 +23,7 @@ from web_index.errors import InvalidURLError
 from web_index.fetch import decode_body
 from web_index.urls import domain_of, host_of, url_key
 
-__all__ = ["Extracted", "extract", "in_scope", "is_html", "links_of", "normalise"]
+__all__ = ["Extracted", "extract", "in_scope", "is_html", "links_of", "normalise", "scope_prefix"]
 
 _MAX_LINKS = 20_000  # per page: a page of 100,000 links is read, not all of them followed
 _BINARY_SHARE = 0.10  # more control bytes than this in the first 8 KiB: not text
@@ -72,6 +73,17 @@ def normalise(url: str, base: str | None = None) -> str | None:
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def scope_prefix(seed: str) -> str:
+    """What a ``prefix`` crawl from ``seed`` follows: the seed's directory, as
+    wget's ``--no-parent`` and HTTrack take it (``http://h/std/index.html``
+    gives ``http://h/std/``; ``http://h/std`` names a file: ``http://h/``)."""
+    url = normalise(seed) or seed
+    parts = urlsplit(url)
+    directory = parts.path[: parts.path.rfind("/") + 1] or "/"
+    return urlunsplit((parts.scheme, parts.netloc, directory, "", ""))
+
+
 def in_scope(url: str, spec: CrawlSpec) -> bool:
     """Whether the crawl ``spec`` may follow ``url`` (already normalised)."""
     if spec.scope == "host":
@@ -79,7 +91,7 @@ def in_scope(url: str, spec: CrawlSpec) -> bool:
     if spec.scope == "domain":
         return domain_of(url) == domain_of(spec.seed)
     if spec.scope == "prefix":
-        return url.startswith(normalise(spec.seed) or spec.seed)
+        return url.startswith(scope_prefix(spec.seed))
     host = host_of(url)
     for allowed in spec.allow:
         if "://" in allowed:

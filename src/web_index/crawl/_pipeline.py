@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from web_index.crawl._failures import FailureGroup
 from web_index.crawl._indexer import Indexer
 from web_index.crawl._local_packs import LocalPacks
 from web_index.crawl._messages import CrawlSpec, IndexCrawl, Scope, encode
 from web_index.crawl._orchestrator import Orchestrator
-from web_index.crawl._pages import normalise
+from web_index.crawl._pages import normalise, scope_prefix
 from web_index.crawl._roles import Crawler, Packer, Timer
 from web_index.crawl._searcher import Searcher
 from web_index.crawl._site_files import SiteFiles, check_site
@@ -69,6 +70,10 @@ class CrawlProgress:
 
 @dataclass(frozen=True, slots=True)
 class CrawlResult:
+    """What a crawl did. ``errors`` pages gave no text, for the reasons in
+    ``failures``; ``out_of_scope`` links were not followed; ``scope_prefix`` is
+    the URL prefix a ``prefix`` crawl followed (``None`` for other scopes)."""
+
     site: str
     crawl: str
     generation: int
@@ -77,6 +82,21 @@ class CrawlResult:
     errors: int
     dead_letters: int
     seconds: float
+    indexed: int = 0
+    out_of_scope: int = 0
+    scope_prefix: str | None = None
+    failures: tuple[FailureGroup, ...] = ()
+
+    @property
+    def stopped_at_seed(self) -> bool:
+        """The crawl handled its seed alone because every link was out of scope."""
+        return self.indexed + self.errors <= 1 and self.out_of_scope > 0
+
+    def to_dict(self) -> dict[str, object]:
+        """The result as JSON-ready values (``--json``)."""
+        out = {name: getattr(self, name) for name in self.__slots__}
+        out["failures"] = [f.to_dict() for f in self.failures]
+        return out
 
 
 def site_files(index: WebIndex) -> SiteFiles:
@@ -267,6 +287,10 @@ async def crawl_site(
         errors=stats.errors,
         dead_letters=dead,
         seconds=time.monotonic() - began,
+        indexed=stats.indexed,
+        out_of_scope=stats.out_of_scope,
+        scope_prefix=scope_prefix(start) if scope == "prefix" else None,
+        failures=stats.failures.groups(),
     )
 
 

@@ -89,6 +89,7 @@ class Crawler:
         if got is None or got[1]:
             return
         links = [link for link in got[0] if in_scope(link, spec)]
+        self.stats.out_of_scope += len(got[0]) - len(links)
         if self.robots is not None:
             allowed = await asyncio.gather(*(self.robots.check(link) for link in links))
             links = [link for link, verdict in zip(links, allowed, strict=True) if verdict.allowed]

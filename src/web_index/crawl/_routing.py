@@ -22,7 +22,7 @@ from web_index.crawl._messages import MessageError, Results, Search, decode, enc
 from web_index.crawl._site_files import check_site
 from web_index.crawl.queues import Broker
 from web_index.errors import SearchError, SearchQueryError, SearchUnavailableError, SiteNotFoundError
-from web_index.search import SearchPage
+from web_index.search import SearchPage, check_page
 
 __all__ = ["SearchRouter"]
 
@@ -66,6 +66,7 @@ class SearchRouter:
 
     def _ask(self, site: str, query: str, limit: int, offset: int) -> Future[Results]:
         site = check_site(site)
+        check_page(limit, offset)  # the message would be refused on arrival, unanswered
         ask = Search(
             id=uuid.uuid4().hex,
             site=site,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from web_index.crawl._batching import Batcher
+from web_index.crawl._failures import FailureTally
 from web_index.crawl._messages import Message, MessageError, decode
 from web_index.crawl.queues import Broker, Delivery
 
@@ -41,6 +42,8 @@ class WorkerStats:
     retried: int = 0
     published: dict[str, int] = field(default_factory=dict)  # site -> latest generation
     pages: dict[str, int] = field(default_factory=dict)  # site -> pages in it
+    failures: FailureTally = field(default_factory=FailureTally)  # what the errors were
+    out_of_scope: int = 0  # links not followed: outside their crawl's scope
 
 
 class Role(Protocol):

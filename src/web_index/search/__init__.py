@@ -14,15 +14,18 @@ from web_index.search._compress import compress_pack, decompress_pack
 from web_index.search._models import PackInfo, PageText, SearchHit, SearchPage
 from web_index.search._pack import build_pack, read_pack_info, update_pack
 from web_index.search._query import fts_query
-from web_index.search._reader import PackReader, search_pack
+from web_index.search._reader import MAX_LIMIT, MAX_OFFSET, PackReader, check_page, search_pack
 
 __all__ = [
+    "MAX_LIMIT",
+    "MAX_OFFSET",
     "PackInfo",
     "PackReader",
     "PageText",
     "SearchHit",
     "SearchPage",
     "build_pack",
+    "check_page",
     "compress_pack",
     "decompress_pack",
     "fts_query",

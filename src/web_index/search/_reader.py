@@ -20,9 +20,13 @@ from web_index.search._models import PackInfo, SearchHit, SearchPage
 from web_index.search._pack import open_read_only, pack_info
 from web_index.search._query import fts_query
 
-__all__ = ["MAX_LIMIT", "PackReader", "search_pack"]
+__all__ = ["MAX_LIMIT", "MAX_OFFSET", "PackReader", "check_page", "search_pack"]
 
+# The one rule for a page of hits, wherever a search comes from (the pack read
+# here, a searcher answering a routed ``search`` message, ``GET /search``, the
+# ``search`` command): a request past it is refused, never answered short.
 MAX_LIMIT = 1000
+MAX_OFFSET = 10_000
 TITLE_WEIGHT, BODY_WEIGHT = 10.0, 1.0
 SNIPPET_TOKENS = 16
 
@@ -62,6 +66,15 @@ class _Held:
 
     def __init__(self, con: sqlite3.Connection) -> None:
         self.con = con
+
+
+def check_page(limit: int, offset: int) -> None:
+    """``ValueError`` naming ``limit`` or ``offset`` if a page of hits asks past
+    :data:`MAX_LIMIT` hits or :data:`MAX_OFFSET` skipped."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be 1 to {MAX_LIMIT}, got {limit}")
+    if not 0 <= offset <= MAX_OFFSET:
+        raise ValueError(f"offset must be 0 to {MAX_OFFSET}, got {offset}")
 
 
 class PackReader:
@@ -113,10 +126,7 @@ class PackReader:
         The reader keeps its last ``cached_answers`` answers and gives the
         same query with the same ``limit`` and ``offset`` its kept answer.
         """
-        if not 1 <= limit <= MAX_LIMIT:
-            raise ValueError(f"limit must be 1 to {MAX_LIMIT}, got {limit}")
-        if offset < 0:
-            raise ValueError(f"offset must be 0 or more, got {offset}")
+        check_page(limit, offset)
         if self._closed:
             raise SearchError(f"{self.path}: the PackReader is closed")
         return self._answer(query, limit, offset)

@@ -8,22 +8,26 @@ index source reads no other); ``showNumPages`` answers ``{"pages", "pageSize",
 "blocks"}``; 400 names a bad parameter (and a ``page`` past the last, so that
 clients paging through stop there); 404 when nothing was captured, with the
 reason in ``error`` and ``message`` (cdx_toolkit reads either as "none").
+A query without ``limit`` that the default limit cut short says so in a
+``Web-Index-Truncated`` header (the limit applied), never in silence.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from urllib.parse import parse_qs
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from web_index.archive import Collection, cdx_lines, cdx_page, num_pages, parse_cdx_query
+from web_index.archive import DEFAULT_LIMIT, Collection, cdx_lines, cdx_page, num_pages, parse_cdx_query
 from web_index.errors import InvalidRecordError
 from web_index.server._errors import ApiError, bad_parameter
 
-__all__ = ["DEFAULT_COLLECTION", "cdx", "collection", "not_found", "query_params"]
+__all__ = ["DEFAULT_COLLECTION", "TRUNCATED_HEADER", "cdx", "collection", "not_found", "query_params"]
 
 DEFAULT_COLLECTION = "store"
+TRUNCATED_HEADER = "Web-Index-Truncated"
 _MEDIA = {
     "cdxj": "text/x-cdxj",
     "json": "text/x-ndjson",
@@ -61,12 +65,17 @@ async def cdx(request: Request) -> Response:
     params = query_params(request)
     try:
         query = parse_cdx_query(params)
-        captures = await coll.find(query)
+        defaulted = not (params.get("limit") or [""])[-1]
+        # One capture past the default tells a cut answer from a complete one.
+        captures = await coll.find(replace(query, limit=DEFAULT_LIMIT + 1) if defaulted else query)
+        cut = defaulted and len(captures) > DEFAULT_LIMIT
+        del captures[DEFAULT_LIMIT if cut else len(captures) :]
+        headers = {TRUNCATED_HEADER: str(DEFAULT_LIMIT)} if cut else None
         if query.show_num_pages:
-            return JSONResponse(num_pages(len(captures)))
+            return JSONResponse(num_pages(len(captures)), headers=headers)
         page = cdx_page(captures, query.page)
     except InvalidRecordError as exc:
         raise bad_parameter(exc.field, exc.problem) from None
     if not page:
         return not_found(f"{query.url} ({query.match_type})")
-    return Response("".join(cdx_lines(page, query)), media_type=_MEDIA[query.output])
+    return Response("".join(cdx_lines(page, query)), media_type=_MEDIA[query.output], headers=headers)

@@ -16,13 +16,10 @@ from starlette.responses import Response
 from web_index.crawl import LocalPacks, MessageError, SearchRouter, check_site, open_broker, store_packs
 from web_index.errors import SearchQueryError, SearchUnavailableError, SiteNotFoundError
 from web_index.index import WebIndex
-from web_index.search import SearchPage
+from web_index.search import MAX_LIMIT, MAX_OFFSET, SearchPage
 from web_index.server._errors import ApiError, bad_parameter
 
 __all__ = ["SearchBackend", "search"]
-
-MAX_LIMIT = 100
-MAX_OFFSET = 10_000
 
 
 class SearchBackend:
