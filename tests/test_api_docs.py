@@ -24,6 +24,7 @@ PAGES = {
     "web_index.crawl": "pipeline.md",
     "web_index.search": "pipeline.md",
     "web_index.server": "server.md",
+    "web_index.ui": "ui.md",
 }
 
 

@@ -12,13 +12,17 @@ import uvicorn
 from tests.servers import free_port, wait_port
 from web_index import WebIndex
 from web_index.server import create_app
+from web_index.ui import add_ui
 
 
 @contextmanager
-def serving(index: WebIndex, **options: object) -> Iterator[httpx.Client]:
-    """``create_app(index, **options)`` served; a client with its base URL."""
+def serving(index: WebIndex, *, ui: bool = False, **options: object) -> Iterator[httpx.Client]:
+    """``create_app(index, **options)`` served (with the web pages, ``ui``); a
+    client with its base URL."""
     port = free_port()
     app = create_app(index, **options)  # type: ignore[arg-type]
+    if ui:
+        add_ui(app)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

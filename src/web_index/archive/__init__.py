@@ -21,6 +21,7 @@ from web_index.archive._cdx_query import DEFAULT_LIMIT as DEFAULT_LIMIT
 from web_index.archive._cdx_query import MAX_LIMIT as MAX_LIMIT
 from web_index.archive._cdx_query import CdxQuery as CdxQuery
 from web_index.archive._cdx_query import parse_cdx_query as parse_cdx_query
+from web_index.archive._cdx_query import url_in_path as url_in_path
 from web_index.archive._collection import Collection as Collection
 from web_index.archive._collection import Loaded as Loaded
 from web_index.archive._collection import SourceUnavailableError as SourceUnavailableError

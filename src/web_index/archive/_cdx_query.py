@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote
 
 import regex as _regex
 
@@ -35,6 +36,7 @@ __all__ = [
     "CdxFilter",
     "CdxQuery",
     "parse_cdx_query",
+    "url_in_path",
 ]
 
 # Every field a capture has, in the order of the text output (the 9-field CDX
@@ -176,6 +178,18 @@ def _collapse(value: str | None) -> tuple[str, int | None] | None:
     if sep and not (width.isdigit() and 0 < int(width) <= 1000):
         raise InvalidRecordError("collapse", f"{width!r} is not a number of characters from 1 to 1000")
     return _field(name.strip(), "collapse"), int(width) if sep else None
+
+
+def url_in_path(rest: str, query: str) -> str:
+    """The URL an archive path ends with (``/{coll}/{timestamp}/URL``), given the
+    path after its prefix, raw, and the request's own query: the form pywb's
+    ``cdx+`` and ``memento+`` sources ask for. cdx_toolkit sends the URL
+    percent-encoded (``http%3A//...``), decoded once here, and some clients
+    fold its ``//``."""
+    if rest[:7].lower() == "http%3a" or rest[:8].lower() == "https%3a":
+        rest = unquote(rest)
+    rest = re.sub(r"^(https?:/)(?=[^/])", r"\1/", rest)
+    return f"{rest}?{query}" if query else rest
 
 
 def _flag(params: Mapping[str, Sequence[str]], name: str) -> bool:

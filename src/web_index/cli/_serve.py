@@ -121,8 +121,14 @@ def serve(
             min=1, help="Server processes sharing the port, each with the store open: one a core to use."
         ),
     ] = 1,
+    ui: Annotated[
+        bool, typer.Option(help="Serve the web pages at / (a URL's history, its captures, the store).")
+    ] = True,
 ) -> None:
-    """Serve the store over HTTP until SIGINT or SIGTERM (see docs/server.md).
+    """Serve the store over HTTP until SIGINT or SIGTERM (see docs/server.md, docs/ui.md).
+
+    The web pages at /: look up a URL, see every attempt at it, failures included, and its captures
+    replayed from the archive (--no-ui: the APIs alone).
 
     GET /search?site=&q=; the store as a web archive: /store/cdx, mementos, TimeGate, TimeMaps and
     the Resource API, and so each collection of --config; the JSON query API: POST /api/query and
@@ -140,7 +146,7 @@ def serve(
     location = store_location(store)
     build = functools.partial(
         _app, location, token, config, allow_loopback, allow_private, remote_timeout,
-        queue=queue, search_timeout=search_timeout, max_batch=max_batch, max_body=max_body,
+        queue=queue, search_timeout=search_timeout, max_batch=max_batch, max_body=max_body, ui=ui,
     )  # fmt: skip
     with cli_errors(location):
         # Built here first with several workers too: a mistake is said once, as a usage error,
@@ -152,6 +158,8 @@ def serve(
             writes = ", POST /api/insert open to the write token" if token else ""
             each = f", {workers} workers" if workers > 1 else ""
             say("", f"serving {location} on http://{host}:{port}{via}{writes}{each}; collections {names}")
+            if ui:
+                say("", f"open http://{host}:{port}/ in a browser to look around")
             if workers == 1:
                 run(application, host=host, port=port)
             else:  # its collections and searches closed as its own stop would close them
@@ -168,16 +176,21 @@ def _app(
     allow_loopback: bool,
     allow_private: bool,
     remote_timeout: float,
+    *,
+    ui: bool = True,
     **options: Any,
 ) -> tuple[Starlette, WebIndex]:
-    """The app over the store at ``location``, and the store, open (closed by the caller)."""
+    """The app over the store at ``location`` (with the web pages, ``ui``), and the
+    store, open (closed by the caller)."""
     from web_index.server import create_app
+    from web_index.ui import add_ui
 
     index = open_index(location, None, read_only=token is None)
     try:
         collections = _collections(config, allow_loopback, allow_private, remote_timeout)
         try:
-            return create_app(index, write_token=token, collections=collections, **options), index
+            application = create_app(index, write_token=token, collections=collections, **options)
+            return (add_ui(application) if ui else application), index
         except ValueError as exc:  # a queue URL of neither form
             raise fail(EXIT_USAGE, str(exc)) from None
     except BaseException:

@@ -30,7 +30,7 @@ from web_index.crawl._messages import (
 )
 from web_index.crawl._messages import Crawl as Crawl
 from web_index.crawl._orchestrator import Orchestrator, searcher_queue
-from web_index.crawl._pages import Extracted, extract, in_scope, links_of, normalise, scope_prefix
+from web_index.crawl._pages import Extracted, extract, in_scope, is_html, links_of, normalise, scope_prefix
 from web_index.crawl._pipeline import (
     ROLES,
     CrawlProgress,
@@ -104,6 +104,7 @@ __all__ = [
     "encode",
     "extract",
     "in_scope",
+    "is_html",
     "links_of",
     "normalise",
     "open_broker",

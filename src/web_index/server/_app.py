@@ -111,6 +111,7 @@ def create_app(
     app.state.searches = searches
     app.state.index = index
     app.state.collections = served
+    app.state.store_collection = collection
     app.state.max_batch = max_batch
     app.state.max_body = max_body
     app.state.write_token = None if write_token is None else write_token.strip().encode()

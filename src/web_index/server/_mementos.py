@@ -22,12 +22,12 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
-from urllib.parse import unquote, urljoin
+from urllib.parse import urljoin
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from web_index.archive import HOP_BY_HOP, CdxQuery, Collection, parse_cdx_query, wire_headers
+from web_index.archive import HOP_BY_HOP, CdxQuery, Collection, parse_cdx_query, url_in_path, wire_headers
 from web_index.errors import InvalidRecordError
 from web_index.server._cdx import collection, not_found
 from web_index.server._errors import ApiError, bad_parameter
@@ -39,12 +39,8 @@ _STAMP = re.compile(r"([0-9]{1,14})(id_)?")
 
 def _target(request: Request, prefix: str) -> str:
     raw = request.scope.get("raw_path") or request.url.path.encode()
-    target = raw.decode("latin-1")[len(prefix) :]
-    if target[:7].lower() == "http%3a" or target[:8].lower() == "https%3a":
-        target = unquote(target)
-    target = re.sub(r"^(https?:/)(?=[^/])", r"\1/", target)  # a "//" some clients fold
     query = request.scope.get("query_string", b"").decode("latin-1")
-    return f"{target}?{query}" if query else target
+    return url_in_path(raw.decode("latin-1")[len(prefix) :], query)
 
 
 def target_url(request: Request, prefix: str) -> str:

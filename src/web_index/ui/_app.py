@@ -1,0 +1,50 @@
+"""The UI's routes, put in front of the server's own."""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from web_index.ui import _capture, _history, _home, _replay
+from web_index.ui._render import UI_PREFIX, UiError, history_path, page_error, target_url
+
+__all__ = ["add_ui"]
+
+
+def add_ui(app: Starlette) -> Starlette:
+    """``app`` (from :func:`web_index.server.create_app`) with the UI's pages:
+    ``/`` and the pages under ``/ui/``. Read-only: the pages write nothing
+    and fetch nothing from the live web."""
+    if UI_PREFIX.strip("/") in app.state.collections:
+        raise ValueError(f"a collection named {UI_PREFIX.strip('/')!r} would be hidden by the UI's pages")
+    routes = [
+        Route("/", _home.home, methods=["GET"]),
+        Route("/lookup", _home.lookup, methods=["GET"]),
+        Mount(f"{UI_PREFIX}/static", StaticFiles(packages=[("web_index.ui", "static")]), name="static"),
+        Route(f"{UI_PREFIX}/{{coll}}/", _home.overview, methods=["GET"]),
+        Route(f"{UI_PREFIX}/{{coll}}/history", _history.history, methods=["GET"]),
+        Route(f"{UI_PREFIX}/{{coll}}/{{stamp}}/{{url:path}}", _by_stamp, methods=["GET"]),
+    ]
+    # Before the server's own: /{coll}/{stamp}/{url} would take /ui/... for a memento's path.
+    app.router.routes[0:0] = routes
+    app.add_exception_handler(UiError, page_error)
+    return app
+
+
+async def _by_stamp(request: Request) -> Response:
+    """``*``: a URL's history (the Wayback Machine's form: redirected to its
+    page); ``<digits>``: a capture's page; ``<digits>if_``: the archived page
+    itself, for the capture page's frame."""
+    stamp: str = request.path_params["stamp"]
+    if stamp == "*":
+        coll = request.path_params["coll"]
+        url = target_url(request, f"{UI_PREFIX}/{coll}/*/")
+        return RedirectResponse(history_path(coll, url), status_code=302)
+    if stamp.endswith("if_") and stamp[:-3].isdigit() and len(stamp) <= 17:
+        return await _replay.replay(request)
+    if stamp.isdigit() and len(stamp) <= 14:
+        return await _capture.capture(request)
+    raise UiError(404, f"not a page: {stamp!r} is neither * nor a timestamp of 1 to 14 digits")

@@ -1,0 +1,91 @@
+"""The home page (a lookup form and the collections), a lookup's answer, and a
+collection's overview (records, bytes and files by type and month)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from web_index.archive import CdxQuery, parse_cdx_query
+from web_index.errors import InvalidRecordError
+from web_index.ui._render import UiError, history_path, page, page_number, pager, store_of
+
+__all__ = ["home", "lookup", "overview"]
+
+URLS_A_PAGE = 100
+# A prefix, host or domain lookup lists the URLs of at most this many captures.
+LOOKUP_CAPTURES = 100_000
+
+
+async def home(request: Request) -> Response:
+    return page(request, "home.html", title="web-index")
+
+
+async def lookup(request: Request) -> Response:
+    """``?url=`` a URL (its history), or a host, ``prefix*`` or ``*.domain``
+    (the URLs under it, with their counts), as the CDX API takes them."""
+    asked = request.query_params.get("url", "").strip()
+    coll_name = request.query_params.get("coll") or request.app.state.store_collection
+    coll, _ = store_of(request, coll_name)
+    if not asked:
+        raise UiError(400, "url: give a URL, a host (example.com), a prefix (example.com/blog/*) or *.domain")
+    params = {"url": [asked]}
+    if "/" not in asked.split("://", 1)[-1].rstrip("*") and not asked.startswith("*."):
+        params["matchType"] = ["host"]  # a bare host, as the form's hint says
+    try:
+        query = parse_cdx_query(params)
+    except InvalidRecordError as exc:
+        raise UiError(400, f"{asked!r} is not a URL, host, prefix or domain: {exc.problem}") from None
+    if query.match_type == "exact":
+        return RedirectResponse(history_path(coll_name, query.url), status_code=303)
+    number = page_number(request)
+    captures = await coll.find(CdxQuery(url=query.url, match_type=query.match_type, limit=LOOKUP_CAPTURES))
+    counts = Counter(fields["url"] for fields, _ in captures)
+    urls = sorted(counts)
+    shown = urls[number * URLS_A_PAGE : (number + 1) * URLS_A_PAGE]
+    return page(
+        request,
+        "lookup.html",
+        title=f"{asked} · web-index",
+        asked=asked,
+        coll=coll_name,
+        match=query.match_type,
+        rows=[(u, counts[u], history_path(coll_name, u)) for u in shown],
+        total=len(urls),
+        captures=len(captures),
+        cut=len(captures) >= LOOKUP_CAPTURES,
+        pager=pager(request, number, len(urls), URLS_A_PAGE),
+    )
+
+
+async def overview(request: Request) -> Response:
+    """What a collection's store holds: records, bytes and files by type and month."""
+    name = request.path_params["coll"]
+    _, index = store_of(request, name)
+    if index is None:
+        raise UiError(404, f"{name!r} is not a store of this server: its overview is its archive's own")
+    stats = await asyncio.to_thread(index.stats)
+    months: dict[tuple[str, int, int], list[int]] = {}
+    for p in stats.partitions:
+        row = months.setdefault((p.type, p.year, p.month), [0, 0, 0, 0])
+        row[0] += p.records
+        row[1] += p.bytes
+        row[2] += p.part_files + (1 if p.compacted else 0)
+        row[3] += 1
+    rows = [
+        {"type": t, "month": f"{y:04d}-{m:02d}", "records": r, "bytes": b, "files": f, "domains": d}
+        for (t, y, m), (r, b, f, d) in sorted(months.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0]))
+    ]
+    return page(
+        request,
+        "overview.html",
+        title=f"{name} · web-index",
+        coll=name,
+        rows=rows,
+        records=stats.records,
+        bytes=stats.bytes,
+        buffered=stats.buffered_attempts,
+    )

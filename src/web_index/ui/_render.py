@@ -1,0 +1,159 @@
+"""What every page of the UI shares: its templates, its headers, its errors,
+and the collection (and store) a path names.
+
+Pages are rendered on the server from Jinja2 templates with autoescape on:
+nothing archived is ever marked safe. Every page carries a Content-Security-
+Policy that lets it load only this server's own stylesheet, script and frames;
+archived content reaches a browser only through the replay route
+(:mod:`web_index.ui._replay`), under a policy of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from web_index.archive import Collection, url_in_path
+from web_index.index import WebIndex
+
+__all__ = [
+    "UI_PREFIX",
+    "UiError",
+    "capture_path",
+    "history_path",
+    "page",
+    "page_error",
+    "page_number",
+    "pager",
+    "store_of",
+    "target_url",
+]
+
+UI_PREFIX = "/ui"
+# The UI's own pages: its stylesheet, its script, its frames of archived pages.
+PAGE_POLICY = (
+    "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+    "frame-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'self'"
+)
+
+
+class UiError(Exception):
+    """A page that cannot be shown: its status and one line saying why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """The collections the app serves, and which of them is its own store."""
+
+    collections: Mapping[str, Collection]
+    store: str
+    index: WebIndex
+
+
+@cache
+def _templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("web_index.ui", "templates"),
+        autoescape=True,  # every archived string is text, whatever it holds
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals["ui"] = UI_PREFIX
+    return env
+
+
+def served(request: Request) -> Served:
+    state = request.app.state
+    return Served(state.collections, state.store_collection, state.index)
+
+
+def store_of(request: Request, name: str) -> tuple[Collection, WebIndex | None]:
+    """The collection ``name`` and, when it is the app's own store, its index;
+    a 404 for a name the server does not serve."""
+    got = served(request)
+    coll = got.collections.get(name)
+    if coll is None:
+        raise UiError(404, f"no collection {name!r}: this server has {', '.join(sorted(got.collections))}")
+    return coll, got.index if name == got.store else None
+
+
+def page(request: Request, template: str, status: int = 200, **context: Any) -> Response:
+    """``template`` rendered with ``context`` (and the collections), as an HTML page."""
+    got = served(request)
+    html = (
+        _templates()
+        .get_template(template)
+        .render(collections=sorted(got.collections), store=got.store, path=request.url.path, **context)
+    )
+    return HTMLResponse(html, status_code=status, headers=_page_headers())
+
+
+def _page_headers() -> dict[str, str]:
+    return {
+        "content-security-policy": PAGE_POLICY,
+        "x-content-type-options": "nosniff",
+        "referrer-policy": "no-referrer",
+    }
+
+
+async def page_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, UiError)
+    return page(
+        request, "error.html", status=exc.status, title="Nothing to show · web-index", message=exc.message
+    )
+
+
+def target_url(request: Request, prefix: str) -> str:
+    """The URL after ``prefix`` in the raw path, with the request's own query
+    (as the archive's paths carry it: ``/ui/store/2024/https://example.com/?a=1``)."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    return url_in_path(raw.decode("latin-1")[len(prefix) :], query)
+
+
+def capture_path(coll: str, fields: Mapping[str, Any]) -> str:
+    """A capture's page: its timestamp and URL in the path, as the Wayback Machine's."""
+    return f"{UI_PREFIX}/{coll}/{fields['timestamp']}/{fields['url']}"
+
+
+def history_path(coll: str, url: str, **more: object) -> str:
+    """Where a URL's history is: its own parameters (``page``, ``year``) beside
+    the URL, never mixed into the URL's own query."""
+    return f"{UI_PREFIX}/{coll}/history?{urlencode({'url': url, **more})}"
+
+
+def page_number(request: Request) -> int:
+    raw = request.query_params.get("page", "1")
+    if not raw.isdigit() or int(raw) < 1:
+        raise UiError(400, f"page: {raw!r} is not a page number (1, 2, ...)")
+    return int(raw) - 1
+
+
+def pager(request: Request, number: int, total: int, size: int) -> dict[str, Any]:
+    """Links to the previous and next pages of a list of ``total`` in pages of ``size``."""
+    last = max(0, (total - 1) // size)
+    if number > last:
+        raise UiError(404, f"page {number + 1}: there are {last + 1}")
+
+    def link(n: int) -> str:
+        return str(request.url.include_query_params(page=n + 1))
+
+    return {
+        "number": number + 1,
+        "pages": last + 1,
+        "previous": link(number - 1) if number > 0 else None,
+        "next": link(number + 1) if number < last else None,
+    }

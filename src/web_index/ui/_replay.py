@@ -1,0 +1,178 @@
+"""The archived page itself, for a capture page's frame: ``/ui/{coll}/{ts}if_/{url}``.
+
+Archived content is hostile. It is served under a policy that sandboxes it
+(an origin of its own, no scripts, no forms, no popups, no navigation of the
+page around it) and lets it load nothing but this server's own paths; every
+URL it names (links, stylesheets, images, fonts, frames, ``srcset``
+candidates, ``url()`` and ``@import`` in CSS, a refresh) is rewritten to the
+archive's copy closest in time, and anything else is dropped: a replayed page
+never reaches the live web.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from urllib.parse import urljoin, urlsplit
+
+from selectolax.lexbor import LexborHTMLParser
+from starlette.requests import Request
+from starlette.responses import Response
+
+from web_index.archive import parse_cdx_query
+from web_index.crawl import is_html
+from web_index.errors import InvalidRecordError
+from web_index.fetch import decode_body
+from web_index.ui._render import UI_PREFIX, UiError, store_of, target_url
+
+__all__ = ["REPLAY_POLICY", "replay", "rewrite_css", "rewrite_html"]
+
+# 'self' is the server: the frame's sandbox gives the document an opaque
+# origin of its own, but its policy still names the server's.
+REPLAY_POLICY = (
+    "sandbox; default-src 'self' data:; style-src 'self' 'unsafe-inline' data:; script-src 'none'; "
+    "object-src 'none'; form-action 'none'; base-uri 'none'; frame-ancestors 'self'"
+)
+_URL_ATTRIBUTES = {
+    "href": ("a", "area", "link"),
+    "src": ("img", "iframe", "frame", "source", "audio", "video", "track", "embed", "input", "script"),
+    "poster": ("video",),
+    "data": ("object",),
+    "background": ("body", "table", "td", "th"),
+    "action": ("form",),
+    "formaction": ("button", "input"),
+    "xlink:href": ("use", "image"),
+}
+_DROPPED_ATTRIBUTES = ("integrity", "ping")  # a rewritten body fails its hash; pings reach out
+_CSS_URL = re.compile(r"""url\(\s*(['"]?)(.*?)\1\s*\)""", re.IGNORECASE | re.DOTALL)
+_CSS_IMPORT = re.compile(r"""@import\s+(['"])(.*?)\1""", re.IGNORECASE)
+_REFRESH = re.compile(r"^\s*(\d+)\s*[;,]\s*url\s*=\s*(.*)$", re.IGNORECASE)
+
+
+def _archived(base: str, prefix: str) -> Callable[[str], str | None]:
+    """A function giving the archive's address of a URL named in a page at
+    ``base``, or ``None`` for one that must not be loaded at all."""
+
+    def to_archive(raw: str) -> str | None:
+        value = raw.strip()
+        if not value or value.startswith("#"):
+            return value
+        if value.lower().startswith("data:"):
+            return value
+        try:
+            absolute = urljoin(base, value)
+            scheme = urlsplit(absolute).scheme.lower()
+        except ValueError:
+            return None
+        if scheme not in ("http", "https"):
+            return None  # javascript:, mailto:, file:, ...: nothing to replay
+        return prefix + absolute
+
+    return to_archive
+
+
+def rewrite_css(css: str, base: str, prefix: str) -> str:
+    """``css`` with every ``url()`` and ``@import`` pointing into the archive."""
+    to_archive = _archived(base, prefix)
+
+    def url(m: re.Match[str]) -> str:
+        target = to_archive(m.group(2))
+        return f'url("{target}")' if target is not None else 'url("")'
+
+    def imported(m: re.Match[str]) -> str:
+        target = to_archive(m.group(2))
+        return f'@import "{target}"' if target is not None else '@import ""'
+
+    return _CSS_IMPORT.sub(imported, _CSS_URL.sub(url, css))
+
+
+def rewrite_html(html: str, base: str, prefix: str) -> str:
+    """``html`` with every URL it loads or links to pointing into the archive
+    (``prefix`` + the absolute URL), and nothing left that could reach out."""
+    doc = LexborHTMLParser(html)
+    tag = doc.css_first("base[href]")
+    if tag is not None:
+        base = urljoin(base, tag.attributes.get("href") or "")
+    for node in doc.css("base"):
+        node.decompose()
+    to_archive = _archived(base, prefix)
+    for attribute, tags in _URL_ATTRIBUTES.items():
+        for node in doc.css(", ".join(f"{t}[{attribute.replace(':', '|')}]" for t in tags)):
+            target = to_archive(node.attributes.get(attribute) or "")
+            if target is None:
+                del node.attrs[attribute]
+            else:
+                node.attrs[attribute] = target
+    for node in doc.css("img[srcset], source[srcset], img[imagesrcset], link[imagesrcset]"):
+        for attribute in ("srcset", "imagesrcset"):
+            if attribute in node.attributes:
+                node.attrs[attribute] = _srcset(node.attributes.get(attribute) or "", to_archive)
+    for node in doc.css("[style]"):
+        node.attrs["style"] = rewrite_css(node.attributes.get("style") or "", base, prefix)
+    for node in doc.css("style"):
+        # Raw text: what it holds is never parsed as markup, so "</" must not end it early.
+        node.inner_html = rewrite_css(node.text(deep=True), base, prefix).replace("</", "<\\/")
+    for node in doc.css("meta[http-equiv]"):
+        if (node.attributes.get("http-equiv") or "").strip().lower() == "refresh":
+            _refresh(node, to_archive)
+    for attribute in _DROPPED_ATTRIBUTES:
+        for node in doc.css(f"[{attribute}]"):
+            del node.attrs[attribute]
+    return doc.html or ""
+
+
+def _srcset(value: str, to_archive: Callable[[str], str | None]) -> str:
+    out = []
+    for candidate in value.split(","):
+        parts = candidate.strip().split()
+        if not parts:
+            continue
+        target = to_archive(parts[0])
+        if target is not None:
+            out.append(" ".join([target, *parts[1:]]))
+    return ", ".join(out)
+
+
+def _refresh(node: object, to_archive: Callable[[str], str | None]) -> None:
+    content = node.attributes.get("content") or ""  # type: ignore[attr-defined]
+    m = _REFRESH.match(content)
+    if m is None:
+        return
+    target = to_archive(m.group(2).strip("'\""))
+    if target is None:
+        node.decompose()  # type: ignore[attr-defined]
+    else:
+        node.attrs["content"] = f"{m.group(1)}; url={target}"  # type: ignore[attr-defined]
+
+
+async def replay(request: Request) -> Response:
+    name, stamp = request.path_params["coll"], request.path_params["stamp"]
+    coll, _ = store_of(request, name)
+    asked = target_url(request, f"{UI_PREFIX}/{name}/{stamp}/")
+    try:
+        query = parse_cdx_query({"url": [asked], "closest": [stamp[:-3]], "matchType": ["exact"]})
+    except InvalidRecordError as exc:
+        raise UiError(400, f"{asked!r}: {exc.problem}") from None
+    loaded = await coll.load(query)
+    headers = {"content-security-policy": REPLAY_POLICY, "x-content-type-options": "nosniff"}
+    if loaded is None:
+        return Response(b"", status_code=404, headers=headers)
+    fields = loaded.capture[0]
+    response = loaded.response
+    body = response.data or b""
+    ctype = response.headers.get("content-type") or ""
+    # Sub-resources resolve in time around the page's capture, as a visitor saw them.
+    prefix = f"{UI_PREFIX}/{name}/{stamp}/"
+    status = response.status_code
+    if 300 <= status < 400 and response.headers.get("location"):
+        target = _archived(fields["url"], prefix)(response.headers["location"])
+        return Response(b"", status_code=302, headers={**headers, "location": target or "about:blank"})
+    if is_html(ctype, body) and ctype.split(";")[0].strip().lower() != "text/css":
+        text, _ = decode_body(body, ctype)
+        out = rewrite_html(text, fields["url"], prefix).encode()
+        return Response(out, status_code=status, media_type="text/html; charset=utf-8", headers=headers)
+    if ctype.split(";")[0].strip().lower() == "text/css":
+        text, _ = decode_body(body, ctype)
+        out = rewrite_css(text, fields["url"], prefix).encode()
+        return Response(out, status_code=status, media_type="text/css; charset=utf-8", headers=headers)
+    return Response(body, status_code=status, media_type=ctype or "application/octet-stream", headers=headers)

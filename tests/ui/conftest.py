@@ -1,0 +1,193 @@
+"""A store filled through the command line, the UI serving it, a live loopback
+site that archived pages must never reach, and Debian's Chromium driven by
+Playwright (a failure under ``CI=true`` when it is missing, else a skip)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import struct
+import threading
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from tests.server.serving import serving
+from tests.servers import missing
+from web_index import WebIndex
+from web_index.cli import app
+from web_index.cli._sample_site import LocalServer, reply
+
+CHROMIUM = "/usr/bin/chromium"
+SITE = "http://site.test"
+HOSTILE_TEXT = '<script>alert(1)</script> "><img src=x onerror=alert(2)> {{7*7}}'
+MANY = 250  # attempts at one URL: three pages of the attempts table
+
+
+def png(width: int = 4, height: int = 3) -> bytes:
+    """A small valid PNG, made here (no imaging library needed)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\xcc\x22\x22" * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def hop(
+    url: str, ts: datetime, status: int, headers: dict[str, str], body: bytes, final: bool, fetched: str = ""
+) -> dict[str, Any]:
+    """One response of an attempt at ``url``, fetched from ``fetched`` (a redirect's target) or ``url``."""
+    return {
+        "url": url,
+        "request_url": fetched or url,
+        "status_code": status,
+        "headers": json.dumps(headers),
+        "timestamp": ts.isoformat(),
+        "data": base64.b64encode(body).decode(),
+        "is_final": final,
+        "fetcher_name": "test-fetcher",
+        "fetcher_version": "1.0",
+        "fetcher_calibre": 10,
+    }
+
+
+def request(
+    url: str, ts: datetime, state: str, hops: list[dict[str, Any]], calibre: int = 10
+) -> dict[str, Any]:
+    return {
+        "type": "get",
+        "url": url,
+        "timestamp": ts.isoformat(),
+        "metadata": {
+            "state": state,
+            "url": url,
+            "fetcher_name": "test-fetcher" if calibre == 10 else "test-browser",
+            "fetcher_version": "1.0",
+            "fetcher_calibre": calibre,
+        },
+        "data": hops,
+    }
+
+
+def page(url: str, ts: datetime, body: str, *, content_type: str = "text/html; charset=utf-8",
+         headers: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    fields = {"content-type": content_type, **(headers or {})}
+    return request(url, ts, "success", [hop(url, ts, 200, fields, body.encode(), True)])
+
+
+@dataclass
+class Archive:
+    """What the store holds, and the live site nothing may reach."""
+
+    store: Path
+    live: LocalServer
+    live_hits: list[str] = field(default_factory=list)
+    home_captures: list[datetime] = field(default_factory=list)
+    failures: list[tuple[datetime, str]] = field(default_factory=list)
+
+
+def _requests(live: str) -> tuple[list[dict[str, Any]], list[datetime], list[tuple[datetime, str]]]:
+    t0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+    home_html = (
+        '<html><head><title>Home of the site</title><link rel="stylesheet" href="/style.css"></head>'
+        '<body><h1 id="h">Hello from the archive</h1><img id="logo" src="img.png" alt="logo">'
+        '<p>Words about gardens and <a href="/about">about us</a>.</p></body></html>'
+    )
+    captures = [t0, t0 + timedelta(days=4), t0 + timedelta(days=315)]
+    failures = [(t0 + timedelta(days=1), "timeout"), (t0 + timedelta(days=92), "blocked")]
+    out = [page(f"{SITE}/", ts, home_html.replace("Hello", f"Hello {i}")) for i, ts in enumerate(captures)]
+    out += [request(f"{SITE}/", ts, state, [], calibre=20) for ts, state in failures]
+    css = (
+        "body { background-color: rgb(1, 2, 3); color: rgb(250, 250, 250); } h1 { background: url(img.png); }"
+    )
+    out.append(page(f"{SITE}/style.css", t0, css, content_type="text/css"))
+    image = request(f"{SITE}/img.png", t0, "success", [])
+    image["data"] = [hop(f"{SITE}/img.png", t0, 200, {"content-type": "image/png"}, png(), True)]
+    out.append(image)
+    about = "<html><head><title>About</title></head><body><p>About the garden site.</p></body></html>"
+    moved = request(f"{SITE}/old", t0, "success", [
+        hop(f"{SITE}/old", t0, 301, {"location": f"{SITE}/about"}, b"", False),
+        hop(f"{SITE}/old", t0 + timedelta(seconds=1), 200, {"content-type": "text/html"},
+            about.encode(), True, f"{SITE}/about"),
+    ])  # fmt: skip
+    out.append(moved)
+    out.append(page(f"{SITE}/about", t0 + timedelta(days=2), about))
+    for i in range(MANY):
+        ts = t0 + timedelta(hours=i)
+        if i % 5 == 0:
+            out.append(request(f"{SITE}/many", ts, "error", []))
+        else:
+            out.append(page(f"{SITE}/many", ts, f"<html><body><p>version {i}</p></body></html>"))
+    hostile = (
+        f"<html><head><title>{HOSTILE_TEXT}</title>"
+        f'<link rel="stylesheet" href="{live}/style.css"><script src="{live}/script.js"></script>'
+        f'<meta http-equiv="refresh" content="5; url={live}/refresh"></head><body>'
+        f'<img src="{live}/image.png" alt="live"><iframe src="{live}/frame" title="f"></iframe>'
+        f"<p>Hostile page.</p><script>"
+        f"try {{ parent.document.body.innerHTML = 'pwned'; }} catch (e) {{}}"
+        f"try {{ top.document.title = 'pwned'; }} catch (e) {{}}"
+        f"try {{ document.cookie = 'stolen=1; path=/'; }} catch (e) {{}}"
+        f"try {{ fetch('{live}/fetch'); }} catch (e) {{}}"
+        f"try {{ top.location = '{live}/top'; }} catch (e) {{}}"
+        f"</script></body></html>"
+    )
+    out.append(page(f"{SITE}/hostile", t0, hostile, headers={"x-note": HOSTILE_TEXT}))
+    out += [page(f"{SITE}/blog/post-{i}", t0 + timedelta(days=i), f"<p>Post {i}</p>") for i in range(3)]
+    out.append(page("http://other.site.test/", t0, "<p>Another host</p>"))
+    return out, captures, failures
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archive]:
+    folder = tmp_path_factory.mktemp("ui")
+    hits: list[str] = []
+    lock = threading.Lock()
+
+    def anything(r: Any) -> None:
+        with lock:
+            hits.append(r.path)
+        reply(r, 200, "live", content_type="text/plain")
+
+    with LocalServer({"/*": anything}) as live:
+        requests, captures, failures = _requests(live.url("").rstrip("/"))
+        lines = folder / "attempts.jsonl"
+        lines.write_text("".join(json.dumps(r) + "\n" for r in requests))
+        store = folder / "store"
+        runner = CliRunner()
+        for args in (["init"], ["insert", str(lines)], ["compact"]):
+            done = runner.invoke(app, [*args, "--store", str(store)])
+            assert done.exit_code == 0, done.output
+        yield Archive(store, live, hits, captures, failures)
+
+
+@pytest.fixture(scope="module")
+def ui(archive: Archive) -> Iterator[httpx.Client]:
+    with WebIndex(archive.store, read_only=True) as index, serving(index, ui=True) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if shutil.which(CHROMIUM) is None:
+        missing("chromium (Debian package chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
