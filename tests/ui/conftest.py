@@ -99,6 +99,25 @@ class Archive:
     live_hits: list[str] = field(default_factory=list)
     home_captures: list[datetime] = field(default_factory=list)
     failures: list[tuple[datetime, str]] = field(default_factory=list)
+    crawled: str = ""  # the site crawled into the store, with a search database
+
+
+def _crawl_routes() -> dict[str, Any]:
+    """A small site to crawl: pages about gardens, one whose text is hostile."""
+
+    def page_of(title: str, text: str, *links: str) -> Any:
+        anchors = "".join(f'<a href="{link}">{link}</a> ' for link in links)
+        head = f"<html><head><title>{title}</title></head>"
+        body = f"{head}<body><main><p>{text}</p>{anchors}</main></body></html>"
+        return lambda r: reply(r, 200, body)
+
+    words = "Tomatoes and beans grow in the garden all summer long, watered every evening. " * 3
+    return {
+        "/robots.txt": lambda r: reply(r, 200, "User-agent: *\nDisallow:\n", content_type="text/plain"),
+        "/": page_of("Garden home", words, "/a", "/b"),
+        "/a": page_of("Garden tools", "A spade and a rake for the garden. " + words),
+        "/b": page_of("Hostile", f"The garden of {HOSTILE_TEXT.replace('<', '&lt;')} " + words),
+    }
 
 
 def _requests(live: str) -> tuple[list[dict[str, Any]], list[datetime], list[tuple[datetime, str]]]:
@@ -169,10 +188,12 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archive]:
         lines.write_text("".join(json.dumps(r) + "\n" for r in requests))
         store = folder / "store"
         runner = CliRunner()
-        for args in (["init"], ["insert", str(lines)], ["compact"]):
-            done = runner.invoke(app, [*args, "--store", str(store)])
-            assert done.exit_code == 0, done.output
-        yield Archive(store, live, hits, captures, failures)
+        with LocalServer(_crawl_routes()) as crawled:
+            crawl = ["crawl", crawled.url("/"), "--allow-loopback", "--settle", "0.3", "--timeout", "60"]
+            for args in (["init"], ["insert", str(lines)], crawl, ["compact"]):
+                done = runner.invoke(app, [*args, "--store", str(store)])
+                assert done.exit_code == 0, done.output
+        yield Archive(store, live, hits, captures, failures, f"127.0.0.1:{crawled.port}")
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +203,9 @@ def ui(archive: Archive) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser(ui: httpx.Client) -> Iterator[Any]:
+    # After the store is filled: Playwright's sync API runs an event loop in this
+    # thread, and the CLI (a crawl) runs its own with asyncio.run.
     if shutil.which(CHROMIUM) is None:
         missing("chromium (Debian package chromium)")
     from playwright.sync_api import sync_playwright

@@ -21,7 +21,14 @@ from tests.ui.conftest import HOSTILE_TEXT, MANY, SITE, Archive
 pytestmark = pytest.mark.browser
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "ui"
-SHOTS = ("home", "lookup", "history", "capture")  # what docs/ui.md shows, each taken below
+SHOTS = (
+    "home",
+    "lookup",
+    "history",
+    "capture",
+    "compare",
+    "search",
+)  # what docs/ui.md shows, each taken below
 
 
 @pytest.fixture
@@ -164,6 +171,44 @@ def test_hostile_archived_content_stays_in_its_sandbox(tab: Any, archive: Archiv
     named = [m.start() for m in re.finditer(re.escape(live), frame.text.split("<script>try")[0])]
     assert len(named) == 5  # the stylesheet, script, refresh, image and frame: each into the archive
     assert all(frame.text[:i].endswith("20240301if_/") for i in named)
+
+
+def test_two_captures_are_compared(tab: Any, archive: Archive) -> None:
+    tab.goto(f"/ui/store/history?url={quote(SITE + '/')}&year=2024")
+    stamps = [f"{t:%Y%m%d%H%M%S}" for t in archive.home_captures[:2]]
+    tab.select_option("#cmp-a", stamps[0])
+    tab.select_option("#cmp-b", stamps[1])
+    tab.click("form.compare-form button")
+    assert [" ".join(t.split()) for t in tab.locator(".diff li.del").all_text_contents()] == [
+        "Removed: Hello 0 from the archive"
+    ]
+    assert [" ".join(t.split()) for t in tab.locator(".diff li.ins").all_text_contents()] == [
+        "Added: Hello 1 from the archive"
+    ]
+    assert "content-type" in tab.locator("table.compare-headers").inner_text()
+    accessible(tab)
+    shoot(tab, "compare")
+    # From a capture page: the previous one against it.
+    tab.goto(f"/ui/store/{stamps[1]}/{SITE}/")
+    tab.click("text=Compare with the previous capture")
+    assert tab.locator(".diff li.ins").count() == 1
+
+
+def test_a_crawled_site_is_searched_with_its_snippets_as_text(tab: Any, archive: Archive) -> None:
+    tab.goto("/")
+    tab.click("text=Site search")
+    tab.select_option("#site", archive.crawled)
+    tab.fill("#q", "garden")
+    tab.click("form.site-search button")
+    assert tab.locator("h2").first.inner_text() == f"3 pages of {archive.crawled} match “garden”"
+    assert tab.locator(".snippet mark").first.inner_text().lower() == "garden"
+    hostile = tab.locator(".hits li", has_text="Hostile")
+    assert HOSTILE_TEXT in hostile.locator(".snippet").inner_text() and tab.dialogs == []
+    assert tab.locator(".hits img, .hits script").count() == 0
+    accessible(tab)
+    shoot(tab, "search")
+    hostile.locator("a").click()  # into the archive: the URL's history, not the live site
+    assert tab.url.startswith(f"{tab.url.split('/ui/')[0]}/ui/store/history?url=")
 
 
 def test_the_pages_work_without_javascript(browser: Any, ui: httpx.Client, archive: Archive) -> None:

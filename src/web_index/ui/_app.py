@@ -8,7 +8,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from web_index.ui import _capture, _history, _home, _replay
+from web_index.ui import _capture, _compare, _history, _home, _replay, _search
 from web_index.ui._render import UI_PREFIX, UiError, history_path, page_error, target_url
 
 __all__ = ["add_ui"]
@@ -23,9 +23,11 @@ def add_ui(app: Starlette) -> Starlette:
     routes = [
         Route("/", _home.home, methods=["GET"]),
         Route("/lookup", _home.lookup, methods=["GET"]),
+        Route(f"{UI_PREFIX}/search", _search.search, methods=["GET"]),
         Mount(f"{UI_PREFIX}/static", StaticFiles(packages=[("web_index.ui", "static")]), name="static"),
         Route(f"{UI_PREFIX}/{{coll}}/", _home.overview, methods=["GET"]),
         Route(f"{UI_PREFIX}/{{coll}}/history", _history.history, methods=["GET"]),
+        Route(f"{UI_PREFIX}/{{coll}}/compare", _compare.compare, methods=["GET"]),
         Route(f"{UI_PREFIX}/{{coll}}/{{stamp}}/{{url:path}}", _by_stamp, methods=["GET"]),
     ]
     # Before the server's own: /{coll}/{stamp}/{url} would take /ui/... for a memento's path.

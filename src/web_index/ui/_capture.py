@@ -19,7 +19,16 @@ from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.models import Page, PageKey, from_us
 from web_index.ui._captures import captures_of, closest, moment
-from web_index.ui._render import UI_PREFIX, UiError, capture_path, history_path, page, store_of, target_url
+from web_index.ui._render import (
+    UI_PREFIX,
+    UiError,
+    capture_path,
+    compare_path,
+    history_path,
+    page,
+    store_of,
+    target_url,
+)
 
 __all__ = ["capture"]
 
@@ -85,5 +94,6 @@ async def capture(request: Request) -> Response:
         cdx=f"/{name}/cdx?{look}&limit=1&output=json",
         history=history_path(name, fields["url"]),
         before=capture_path(name, before) if before else None,
+        compare=compare_path(name, fields["url"], before["timestamp"], ts) if before else None,
         after=capture_path(name, after) if after else None,
     )

@@ -25,6 +25,7 @@ from web_index.urls import url_key
 __all__ = ["Attempt", "attempts_of", "history"]
 
 ATTEMPTS_A_PAGE = 100
+COMPARE_CHOICES = 500  # captures of the year shown offered for comparing
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,7 @@ async def history(request: Request) -> Response:
         year=year,
         months=_calendar(captures, year),
         day_captures=_day_links(captures, name, year),
+        stamps=[f["timestamp"] for f in captures if f["timestamp"][:4] == f"{year}"][-COMPARE_CHOICES:],
         attempts=rows,
         total_attempts=len(metadata),
         states=sorted(states.items(), key=lambda kv: -kv[1]),

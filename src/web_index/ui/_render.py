@@ -27,11 +27,13 @@ __all__ = [
     "UI_PREFIX",
     "UiError",
     "capture_path",
+    "compare_path",
     "history_path",
     "page",
     "page_error",
     "page_number",
     "pager",
+    "served",
     "store_of",
     "target_url",
 ]
@@ -127,6 +129,10 @@ def target_url(request: Request, prefix: str) -> str:
 def capture_path(coll: str, fields: Mapping[str, Any]) -> str:
     """A capture's page: its timestamp and URL in the path, as the Wayback Machine's."""
     return f"{UI_PREFIX}/{coll}/{fields['timestamp']}/{fields['url']}"
+
+
+def compare_path(coll: str, url: str, a: str, b: str) -> str:
+    return f"{UI_PREFIX}/{coll}/compare?{urlencode({'url': url, 'a': a, 'b': b})}"
 
 
 def history_path(coll: str, url: str, **more: object) -> str:

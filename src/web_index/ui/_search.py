@@ -1,0 +1,97 @@
+"""Site search: ``/ui/search?site=&q=``, the crawled sites' published databases
+searched as ``GET /search`` searches them (the same backend: the store's packs,
+or a pipeline's searchers), hits paged with their snippets highlighted, and
+each site's crawl status."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from web_index.crawl import Broker, MessageError, check_site, site_files
+from web_index.errors import SearchError, SearchUnavailableError
+from web_index.ui._render import UiError, history_path, page, page_number, pager, served
+
+__all__ = ["search"]
+
+HITS_A_PAGE = 20
+_MARK = re.compile(r"(<mark>.*?</mark>)", re.S)
+_QUEUES = ("index", "crawl", "timer", "pack")
+
+
+def snippet_parts(snippet: str) -> list[tuple[bool, str]]:
+    """A snippet (HTML: the page's text escaped, matches in ``<mark>``) as
+    plain-text parts, each marked or not: the template escapes them again, so
+    nothing in a page's text is ever taken for markup."""
+    parts = []
+    for part in _MARK.split(snippet):
+        if part.startswith("<mark>") and part.endswith("</mark>"):
+            parts.append((True, html.unescape(part[6:-7])))
+        elif part:
+            parts.append((False, html.unescape(part)))
+    return parts
+
+
+def _status(request: Request) -> list[dict[str, Any]]:
+    files = site_files(served(request).index)
+    out = []
+    for site in files.sites():
+        generation = files.latest(site)
+        if generation is None:
+            continue
+        out.append({"site": site, "generation": generation, "bytes": files.pack_size(site, generation)})
+    return out
+
+
+def _queued(broker: Broker) -> dict[str, int]:
+    return {queue: broker.counts(queue).pending for queue in _QUEUES}
+
+
+async def search(request: Request) -> Response:
+    sites = await asyncio.to_thread(_status, request)
+    backend = request.app.state.searches
+    router = backend.router
+    queued = await asyncio.to_thread(_queued, router.broker) if router is not None else None
+    site = request.query_params.get("site", "").strip()
+    query = request.query_params.get("q", "").strip()
+    context: dict[str, Any] = {"title": "Site search · web-index", "sites": sites, "site": site, "q": query}
+    context["queued"] = queued
+    if not site or not query:
+        if site or query:
+            raise UiError(400, "site and q: choose a site and type some words")
+        return page(request, "search.html", results=None, **context)
+    try:
+        site = check_site(site)
+    except MessageError as exc:
+        raise UiError(400, f"site: {exc}") from None
+    number = page_number(request)
+    try:
+        found = await backend.search(site, query, HITS_A_PAGE, number * HITS_A_PAGE)
+    except SearchUnavailableError as exc:
+        raise UiError(503, str(exc)) from None
+    except (SearchError, ValueError) as exc:
+        raise UiError(400, str(exc)) from None
+    store = served(request).store
+    # A hit links into the archive (the URL's history), never to the live page.
+    hits = [
+        {
+            "url": h.url,
+            "title": h.title,
+            "parts": snippet_parts(h.snippet),
+            "link": history_path(store, h.url),
+        }
+        for h in found.hits
+    ]
+    context["title"] = f"{query} · {site} · web-index"
+    return page(
+        request,
+        "search.html",
+        results={"total": found.total, "hits": hits, "first": number * HITS_A_PAGE + 1},
+        pager=pager(request, number, found.total, HITS_A_PAGE) if found.total else None,
+        **context,
+    )
