@@ -28,6 +28,8 @@ SHOTS = (
     "capture",
     "compare",
     "search",
+    "overview",
+    "domain",
 )  # what docs/ui.md shows, each taken below
 
 
@@ -209,6 +211,29 @@ def test_a_crawled_site_is_searched_with_its_snippets_as_text(tab: Any, archive:
     shoot(tab, "search")
     hostile.locator("a").click()  # into the archive: the URL's history, not the live site
     assert tab.url.startswith(f"{tab.url.split('/ui/')[0]}/ui/store/history?url=")
+
+
+def test_the_overview_charts_states_mixes_and_failing_domains(tab: Any, archive: Archive) -> None:
+    tab.goto("/")
+    tab.click("text=overview")
+    failed = len(archive.failures) + MANY // 5  # the home page's two, every fifth of /many
+    rows = tab.locator("table.failing tbody tr")
+    assert rows.first.locator("td").all_inner_texts() == ["site.test", str(failed)]
+    # The chart and its table agree: one stacked column a month, the table's numbers.
+    states = tab.locator("table.states tbody tr")
+    assert tab.locator("figure.chart svg g").count() == states.count() > 0
+    total = sum(int(r.locator("td").last.inner_text()) for r in states.all())
+    assert tab.locator("table.bars").first.locator("tbody tr td.num").all_inner_texts() != []
+    assert total == sum(int(n) for n in tab.locator("table.bars").first.locator("td.num").all_inner_texts())
+    accessible(tab)
+    shoot(tab, "overview")
+    rows.first.locator("a").click()
+    assert tab.locator("h1").inner_text() == "site.test"
+    listed = tab.locator("table.attempts tbody tr")
+    assert listed.count() == min(failed, 100)
+    assert set(listed.locator("td:nth-child(2)").all_inner_texts()) == {"error", "timeout", "blocked"}
+    accessible(tab)
+    shoot(tab, "domain")
 
 
 def test_the_pages_work_without_javascript(browser: Any, ui: httpx.Client, archive: Archive) -> None:

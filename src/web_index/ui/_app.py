@@ -8,7 +8,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from web_index.ui import _capture, _compare, _history, _home, _replay, _search
+from web_index.ui import _capture, _compare, _history, _home, _overview, _replay, _search
+from web_index.ui._charts import states_css
 from web_index.ui._render import UI_PREFIX, UiError, history_path, page_error, target_url
 
 __all__ = ["add_ui"]
@@ -24,8 +25,10 @@ def add_ui(app: Starlette) -> Starlette:
         Route("/", _home.home, methods=["GET"]),
         Route("/lookup", _home.lookup, methods=["GET"]),
         Route(f"{UI_PREFIX}/search", _search.search, methods=["GET"]),
+        Route(f"{UI_PREFIX}/states.css", _states_css, methods=["GET"]),
         Mount(f"{UI_PREFIX}/static", StaticFiles(packages=[("web_index.ui", "static")]), name="static"),
-        Route(f"{UI_PREFIX}/{{coll}}/", _home.overview, methods=["GET"]),
+        Route(f"{UI_PREFIX}/{{coll}}/", _overview.overview, methods=["GET"]),
+        Route(f"{UI_PREFIX}/{{coll}}/domain", _overview.domain, methods=["GET"]),
         Route(f"{UI_PREFIX}/{{coll}}/history", _history.history, methods=["GET"]),
         Route(f"{UI_PREFIX}/{{coll}}/compare", _compare.compare, methods=["GET"]),
         Route(f"{UI_PREFIX}/{{coll}}/{{stamp}}/{{url:path}}", _by_stamp, methods=["GET"]),
@@ -34,6 +37,10 @@ def add_ui(app: Starlette) -> Starlette:
     app.router.routes[0:0] = routes
     app.add_exception_handler(UiError, page_error)
     return app
+
+
+async def _states_css(request: Request) -> Response:
+    return Response(states_css(), media_type="text/css", headers={"cache-control": "max-age=3600"})
 
 
 async def _by_stamp(request: Request) -> Response:

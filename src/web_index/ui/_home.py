@@ -1,9 +1,7 @@
-"""The home page (a lookup form and the collections), a lookup's answer, and a
-collection's overview (records, bytes and files by type and month)."""
+"""The home page (a lookup form and the collections) and a lookup's answer."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 
 from starlette.requests import Request
@@ -13,7 +11,7 @@ from web_index.archive import CdxQuery, parse_cdx_query
 from web_index.errors import InvalidRecordError
 from web_index.ui._render import UiError, history_path, page, page_number, pager, store_of
 
-__all__ = ["home", "lookup", "overview"]
+__all__ = ["home", "lookup"]
 
 URLS_A_PAGE = 100
 # A prefix, host or domain lookup lists the URLs of at most this many captures.
@@ -58,34 +56,4 @@ async def lookup(request: Request) -> Response:
         captures=len(captures),
         cut=len(captures) >= LOOKUP_CAPTURES,
         pager=pager(request, number, len(urls), URLS_A_PAGE),
-    )
-
-
-async def overview(request: Request) -> Response:
-    """What a collection's store holds: records, bytes and files by type and month."""
-    name = request.path_params["coll"]
-    _, index = store_of(request, name)
-    if index is None:
-        raise UiError(404, f"{name!r} is not a store of this server: its overview is its archive's own")
-    stats = await asyncio.to_thread(index.stats)
-    months: dict[tuple[str, int, int], list[int]] = {}
-    for p in stats.partitions:
-        row = months.setdefault((p.type, p.year, p.month), [0, 0, 0, 0])
-        row[0] += p.records
-        row[1] += p.bytes
-        row[2] += p.part_files + (1 if p.compacted else 0)
-        row[3] += 1
-    rows = [
-        {"type": t, "month": f"{y:04d}-{m:02d}", "records": r, "bytes": b, "files": f, "domains": d}
-        for (t, y, m), (r, b, f, d) in sorted(months.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0]))
-    ]
-    return page(
-        request,
-        "overview.html",
-        title=f"{name} · web-index",
-        coll=name,
-        rows=rows,
-        records=stats.records,
-        bytes=stats.bytes,
-        buffered=stats.buffered_attempts,
     )

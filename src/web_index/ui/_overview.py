@@ -1,0 +1,167 @@
+"""A store at a glance, ``/ui/{coll}/``: records, bytes and files by type and
+month; attempt states by month; the calibre and fetcher mix; the domains with
+most failures, each linking to its page (``/ui/{coll}/domain?d=``: its states
+by month and its failing URLs). Charts as SVG, the numbers in tables beside."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from web_index.index import WebIndex
+from web_index.models import AttemptMetadata, RecordType
+from web_index.ui._charts import STATE_COLOURS, bars, stacks
+from web_index.ui._render import UI_PREFIX, UiError, history_path, page, page_number, pager, store_of
+from web_index.urls import domain_of
+
+__all__ = ["domain", "overview"]
+
+FRESH_FOR = 60.0  # seconds an overview's counts are kept before the store is read again
+FAILING_DOMAINS = 20
+URLS_A_PAGE = 100
+_TYPES = (RecordType.GET_METADATA, RecordType.HEAD_METADATA)
+
+
+@dataclass
+class Tally:
+    """What the metadata records say, counted in one pass."""
+
+    by_month: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    calibres: Counter[str] = field(default_factory=Counter)
+    fetchers: Counter[str] = field(default_factory=Counter)
+    failing: Counter[str] = field(default_factory=Counter)
+    attempts: int = 0
+
+    def add(self, m: AttemptMetadata) -> None:
+        month = f"{m.timestamp:%Y-%m}" if m.timestamp is not None else "unknown"
+        state = str(m.state)
+        self.by_month[month][state] += 1
+        self.calibres[str(m.fetcher_calibre)] += 1
+        self.fetchers[m.fetcher_name] += 1
+        if state != "success":
+            self.failing[domain_of(m.url)] += 1
+        self.attempts += 1
+
+
+def _tally(index: WebIndex, domain: str | None = None) -> Tally:
+    tally = Tally()
+    for kind in _TYPES:
+        for m in index.scan(kind, domain=domain):
+            if isinstance(m, AttemptMetadata):
+                tally.add(m)
+    return tally
+
+
+async def _cached_tally(request: Request, name: str, index: WebIndex) -> Tally:
+    kept: dict[str, tuple[float, Tally]] = request.app.state.__dict__.setdefault("ui_tallies", {})
+    hit = kept.get(name)
+    if hit is not None and time.monotonic() - hit[0] < FRESH_FOR:
+        return hit[1]
+    tally = await asyncio.to_thread(_tally, index)
+    kept[name] = (time.monotonic(), tally)
+    return tally
+
+
+def _store_of(request: Request) -> tuple[str, WebIndex]:
+    name = request.path_params["coll"]
+    _, index = store_of(request, name)
+    if index is None:
+        raise UiError(404, f"{name!r} is not a store of this server: its overview is its archive's own")
+    return name, index
+
+
+def _months_chart(tally: Tally) -> dict[str, object]:
+    months = sorted(tally.by_month)
+    columns, step = stacks([(m, tally.by_month[m]) for m in months])
+    states = sorted({s for c in tally.by_month.values() for s in c}, key=lambda s: (s != "success", s))
+    return {
+        "columns": columns,
+        "step": step,
+        "states": states,
+        "colours": STATE_COLOURS,
+        "rows": [
+            (m, [tally.by_month[m].get(s, 0) for s in states], sum(tally.by_month[m].values()))
+            for m in months
+        ],
+    }
+
+
+async def overview(request: Request) -> Response:
+    name, index = _store_of(request)
+    stats = await asyncio.to_thread(index.stats)
+    months: dict[tuple[str, int, int], list[int]] = {}
+    for p in stats.partitions:
+        row = months.setdefault((p.type, p.year, p.month), [0, 0, 0, 0])
+        row[0] += p.records
+        row[1] += p.bytes
+        row[2] += p.part_files + (1 if p.compacted else 0)
+        row[3] += 1
+    files = [
+        {"type": t, "month": f"{y:04d}-{m:02d}", "records": r, "bytes": b, "files": f, "domains": d}
+        for (t, y, m), (r, b, f, d) in sorted(months.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0]))
+    ]
+    tally = await _cached_tally(request, name, index)
+    failing = [
+        (d, n, f"{UI_PREFIX}/{name}/domain?{urlencode({'d': d})}")
+        for d, n in sorted(tally.failing.items(), key=lambda kv: (-kv[1], kv[0]))[:FAILING_DOMAINS]
+    ]
+    return page(
+        request,
+        "overview.html",
+        title=f"{name} · web-index",
+        coll=name,
+        files=files,
+        records=stats.records,
+        bytes=stats.bytes,
+        buffered=stats.buffered_attempts,
+        attempts=tally.attempts,
+        months=_months_chart(tally),
+        calibres=bars(tally.calibres),
+        fetchers=bars(tally.fetchers),
+        failing=failing,
+    )
+
+
+def _failures(index: WebIndex, name: str) -> list[AttemptMetadata]:
+    found = [
+        m
+        for kind in _TYPES
+        for m in index.scan(kind, domain=name)
+        if isinstance(m, AttemptMetadata) and str(m.state) != "success"
+    ]
+    found.sort(key=lambda m: (m.timestamp is not None, m.timestamp), reverse=True)
+    return found
+
+
+async def domain(request: Request) -> Response:
+    """One registrable domain: its attempt states by month and its failing URLs, newest first."""
+    name, index = _store_of(request)
+    asked = request.query_params.get("d", "").strip().lower()
+    if not asked:
+        raise UiError(400, "d: which domain? Give ?d=example.com")
+    try:
+        registrable = domain_of(f"http://{asked}/")
+    except Exception:
+        raise UiError(400, f"d: {asked!r} is not a domain") from None
+    number = page_number(request)
+    tally = await asyncio.to_thread(_tally, index, registrable)
+    failures = await asyncio.to_thread(_failures, index, registrable)
+    shown = failures[number * URLS_A_PAGE : (number + 1) * URLS_A_PAGE]
+    return page(
+        request,
+        "domain.html",
+        title=f"{registrable} · web-index",
+        coll=name,
+        domain=registrable,
+        attempts=tally.attempts,
+        months=_months_chart(tally),
+        failures=[(m, history_path(name, m.url)) for m in shown],
+        total=len(failures),
+        pager=pager(request, number, len(failures), URLS_A_PAGE),
+    )
