@@ -30,6 +30,7 @@ CHROMIUM = "/usr/bin/chromium"
 SITE = "http://site.test"
 HOSTILE_TEXT = '<script>alert(1)</script> "><img src=x onerror=alert(2)> {{7*7}}'
 MANY = 250  # attempts at one URL: three pages of the attempts table
+GARDEN_CSS = "body { background-color: rgb(4, 5, 6); color: rgb(240, 240, 240); }"
 
 
 def png(width: int = 4, height: int = 3) -> bytes:
@@ -112,9 +113,16 @@ def _crawl_routes() -> dict[str, Any]:
         return lambda r: reply(r, 200, body)
 
     words = "Tomatoes and beans grow in the garden all summer long, watered every evening. " * 3
+    styled = (
+        '<html><head><title>Garden home</title><link rel="stylesheet" href="/garden.css"></head>'
+        f'<body><main><h1>Garden home</h1><img id="pic" src="/pic.png" alt="a picture"><p>{words}</p>'
+        '<a href="/a">/a</a> <a href="/b">/b</a></main></body></html>'
+    )
     return {
         "/robots.txt": lambda r: reply(r, 200, "User-agent: *\nDisallow:\n", content_type="text/plain"),
-        "/": page_of("Garden home", words, "/a", "/b"),
+        "/": lambda r: reply(r, 200, styled),
+        "/garden.css": lambda r: reply(r, 200, GARDEN_CSS, content_type="text/css"),
+        "/pic.png": lambda r: reply(r, 200, png(), content_type="image/png"),
         "/a": page_of("Garden tools", "A spade and a rake for the garden. " + words),
         "/b": page_of("Hostile", f"The garden of {HOSTILE_TEXT.replace('<', '&lt;')} " + words),
     }
@@ -189,7 +197,16 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archive]:
         store = folder / "store"
         runner = CliRunner()
         with LocalServer(_crawl_routes()) as crawled:
-            crawl = ["crawl", crawled.url("/"), "--allow-loopback", "--settle", "0.3", "--timeout", "60"]
+            crawl = [
+                "crawl",
+                crawled.url("/"),
+                "--allow-loopback",
+                "--settle",
+                "0.3",
+                "--timeout",
+                "60",
+                "-p",
+            ]
             for args in (["init"], ["insert", str(lines)], crawl, ["compact"]):
                 done = runner.invoke(app, [*args, "--store", str(store)])
                 assert done.exit_code == 0, done.output

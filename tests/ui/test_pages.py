@@ -16,6 +16,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from tests.archive.pywb import running_pywb_remote
 from tests.ui.conftest import HOSTILE_TEXT, MANY, SITE, Archive
 
 pytestmark = pytest.mark.browser
@@ -234,6 +235,33 @@ def test_the_overview_charts_states_mixes_and_failing_domains(tab: Any, archive:
     assert set(listed.locator("td:nth-child(2)").all_inner_texts()) == {"error", "timeout", "blocked"}
     accessible(tab)
     shoot(tab, "domain")
+
+
+def test_a_page_crawled_with_its_requisites_replays_styled_here_and_in_pywb(
+    tab: Any, archive: Archive, ui: httpx.Client, tmp_path: Path
+) -> None:
+    """The crawled site's server is gone: whatever the replays show came from the archive."""
+    home = f"http://{archive.crawled}/"
+    requested: list[str] = []
+    tab.on("request", lambda r: requested.append(r.url))
+    tab.goto(f"/ui/store/*/{home}")
+    tab.locator("table.attempts a").first.click()
+    frame = tab.frame_locator("iframe.replay")
+    assert frame.locator("h1").inner_text() == "Garden home"
+    assert frame.locator("body").evaluate("b => getComputedStyle(b).backgroundColor") == "rgb(4, 5, 6)"
+    assert frame.locator("#pic").evaluate("img => img.naturalWidth") == 4
+    assert requested and all(u.startswith(str(ui.base_url)) for u in requested), requested
+
+    stamp = tab.url.split("/ui/store/", 1)[1].split("/", 1)[0]
+    with running_pywb_remote(f"cdx+{str(ui.base_url).rstrip('/')}/store/cdx", tmp_path / "pywb") as pywb:
+        pywb_requests: list[str] = []
+        tab.on("request", lambda r: pywb_requests.append(r.url))
+        tab.goto(f"{pywb.base_url}/{pywb.collection}/{stamp}/{home}")  # pywb's framed replay
+        replayed = tab.frame_locator("#replay_iframe")
+        assert replayed.locator("h1").inner_text() == "Garden home", pywb.log_tail()
+        assert replayed.locator("body").evaluate("b => getComputedStyle(b).backgroundColor") == "rgb(4, 5, 6)"
+        assert replayed.locator("#pic").evaluate("img => img.naturalWidth") == 4, pywb.log_tail()
+        assert all(u.startswith(pywb.base_url) for u in pywb_requests), pywb_requests
 
 
 def test_the_pages_work_without_javascript(browser: Any, ui: httpx.Client, archive: Archive) -> None:

@@ -31,11 +31,11 @@ from web_index.cli._app import (
     say,
     store_location,
 )
+from web_index.cli._crawl_report import CrawlDisplay, report_crawl
 from web_index.cli._fetch import fetch_config, parse_calibre
 from web_index.search import MAX_LIMIT, MAX_OFFSET
 
 if TYPE_CHECKING:
-    from web_index.crawl import CrawlProgress, CrawlResult
     from web_index.fetch import FetchConfig
     from web_index.search import SearchPage
 
@@ -76,6 +76,18 @@ def crawl(
     ] = None,
     max_pages: Annotated[int, typer.Option(min=1, help="Pages to visit at most.")] = 1000,
     max_depth: Annotated[int, typer.Option(min=0, help="Links away from URL at most.")] = 5,
+    page_requisites: Annotated[
+        bool,
+        typer.Option(
+            "--page-requisites",
+            "-p",
+            help="Also record what each page needs to render (stylesheets, scripts, images, fonts,"
+            " frames; from any host allowed), so that a replay shows it as it was.",
+        ),
+    ] = False,
+    max_requisites: Annotated[
+        int, typer.Option(min=1, help="Requisites to fetch at most, apart from --max-pages.")
+    ] = 10_000,
     settle: Annotated[
         float, typer.Option(min=0.1, help="Seconds without a new page before the site is packed.")
     ] = 10.0,
@@ -111,7 +123,7 @@ def crawl(
         calibre, max_calibre, allow_loopback, allow_private, ignore_robots, concurrency, per_domain, delay
     )
     location = store_location(store)
-    display = _Display(enabled=err.is_terminal and not as_json)
+    display = CrawlDisplay(enabled=err.is_terminal and not as_json)
     with cli_errors(location), open_index(location, buffer, create=True) as index, display:
         try:
             result = asyncio.run(
@@ -128,6 +140,8 @@ def crawl(
                     in_flight=8 * concurrency,
                     on_progress=display.update,
                     timeout=timeout,
+                    requisites=page_requisites,
+                    max_requisites=max_requisites,
                 )
             )
         except (MessageError, InvalidRecordError, ValueError) as exc:  # the seed, the scope, the queue URL
@@ -136,51 +150,8 @@ def crawl(
             raise fail(
                 EXIT_UNAVAILABLE, f"{exc}: what was fetched is recorded, the rest stays queued"
             ) from None
-    if as_json:
-        print(json.dumps(result.to_dict()), flush=True)
-    else:
-        table = Table(
-            "site", "generation", "pages", "fetched", "errors", "dead letters", "seconds", "pages/s"
-        )
-        rate = result.fetched / result.seconds if result.seconds else 0.0
-        table.add_row(
-            result.site,
-            str(result.generation),
-            str(result.pages),
-            str(result.fetched),
-            str(result.errors),
-            str(result.dead_letters),
-            f"{result.seconds:.1f}",
-            f"{rate:.1f}",
-        )
-        out.print(table)
-    _say_what_went_wrong(result)
+    report_crawl(result, as_json=as_json, requisites=page_requisites)
     raise typer.Exit(EXIT_OK if result.pages else EXIT_FOUND_NOTHING)
-
-
-def _say_what_went_wrong(result: CrawlResult) -> None:
-    """On stderr, whatever the output: the prefix a prefix crawl followed, why
-    pages gave no text (by state and reason, the first URLs of each), and a
-    crawl that stopped at its seed because nothing else was in scope."""
-    if result.scope_prefix is not None:
-        say("", f"scope: URLs under {result.scope_prefix}")
-    groups = result.failures
-    if not result.pages and groups:
-        first = groups[0]
-        say("[bold red]error:[/]", f"nothing was crawled: {first.urls[0]} ({first.state}): {first.reason}")
-    elif result.errors:
-        say("[yellow]warning:[/]", f"{result.errors} page(s) gave no text:")
-    if groups and (result.pages or len(groups) > 1 or first.count > 1):
-        for group in groups:
-            shown = ", ".join(group.urls) + (", ..." if group.count > len(group.urls) else "")
-            say("", f"  {group.count} x {group.state}: {group.reason}: {shown}")
-    if result.stopped_at_seed:
-        say(
-            "[yellow]warning:[/]",
-            f"the crawl ended after its seed: its {result.out_of_scope} link(s) are outside the scope"
-            f"{f' (URLs under {result.scope_prefix})' if result.scope_prefix else ''};"
-            " widen it with --scope host, domain or allow --allow URL-PREFIX",
-        )
 
 
 def _fetching(
@@ -208,32 +179,6 @@ def _fetching(
         per_domain=per_domain,
         delay=delay,
     )
-
-
-class _Display:
-    """One live line on stderr: queued, fetched, indexed, errors, pages/s."""
-
-    def __init__(self, *, enabled: bool) -> None:
-        from rich.live import Live
-
-        self.enabled = enabled
-        self._live = Live("", console=err, transient=False, refresh_per_second=4) if enabled else None
-
-    def __enter__(self) -> _Display:
-        if self._live is not None:
-            self._live.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._live is not None:
-            self._live.stop()
-
-    def update(self, p: CrawlProgress) -> None:
-        if self._live is not None:
-            self._live.update(
-                f"queued {p.queued}  fetched {p.fetched}  indexed {p.indexed}  errors {p.errors}"
-                f"  pending {p.pending}  {p.pages_per_second:.1f} pages/s"
-            )
 
 
 @app.command("search")

@@ -118,7 +118,9 @@ def run_demo(
         console.print(f"  {name}", soft_wrap=True, highlight=False)
     console.print(
         f"Ask it again: [bold]web-index query --store {store_path} --type get-metadata {urls[3]}[/]\n"
-        f"Look at it:   [bold]web-index stats --store {store_path}[/]",
+        f"Look at it:   [bold]web-index stats --store {store_path}[/]\n"
+        f"In a browser: [bold]web-index serve --store {store_path}[/], then open http://127.0.0.1:8080/"
+        " (every attempt, failures included, and the captures replayed from the store)",
         soft_wrap=True,
     )
     return 0

@@ -44,6 +44,9 @@ from web_index.crawl._pipeline import (
     store_packs,
 )
 from web_index.crawl._placement import Placement
+from web_index.crawl._requisites import CSS_IMPORT as CSS_IMPORT
+from web_index.crawl._requisites import CSS_URL as CSS_URL
+from web_index.crawl._requisites import css_requisites, requisites_of
 from web_index.crawl._roles import Crawler, Packer, Timer
 from web_index.crawl._routing import SearchRouter
 from web_index.crawl._searcher import Searcher
@@ -99,6 +102,7 @@ __all__ = [
     "build_roles",
     "check_site",
     "crawl_site",
+    "css_requisites",
     "decode",
     "default_broker",
     "encode",
@@ -108,6 +112,7 @@ __all__ = [
     "links_of",
     "normalise",
     "open_broker",
+    "requisites_of",
     "run_worker",
     "scope_prefix",
     "search_site",

@@ -34,10 +34,11 @@ from web_index.crawl._messages import (
     encode,
 )
 from web_index.crawl._pages import extract, in_scope, is_html, normalise
+from web_index.crawl._requisites import css_requisites, queue_requisites
 from web_index.crawl._site_files import SiteFiles, check_site
 from web_index.crawl._worker import WorkerStats
 from web_index.crawl.queues import Broker, Delivery
-from web_index.fetch import Attempt, FetchConfig, FetchRunner, RobotsCache, redirect_filter
+from web_index.fetch import Attempt, FetchConfig, FetchRunner, RobotsCache, decode_body, redirect_filter
 from web_index.index import WebIndex
 from web_index.search import PageText
 
@@ -204,7 +205,9 @@ class Indexer:
         spec = await self.specs.get(message.crawl) if message.crawl else None
 
         async def follow(target: str) -> str | None:
-            if spec is not None and not in_scope(normalise(target) or target, spec):
+            # A requisite may live anywhere (a CDN's stylesheet): only robots.txt and
+            # the address policy bound it.
+            if spec is not None and not message.requisite and not in_scope(normalise(target) or target, spec):
                 return "outside the crawl's scope"
             if self.robots is not None and not (await self.robots.check(target)).allowed:
                 return "disallowed by robots.txt"
@@ -213,6 +216,11 @@ class Indexer:
         with redirect_filter(follow):
             outcome = await self.runner.fetch(url)
         self.stats.fetched += len(outcome.attempts)
+        settle = spec.settle if spec is not None else self.settle
+        if message.requisite:
+            await self._requisite(outcome.final, spec, site, message.depth)
+            await self._reset_timer(site, settle)
+            return
         text, follow_links, why = await self._text_of(outcome.final, url)
         if text is None:
             self.stats.errors += 1
@@ -220,11 +228,27 @@ class Indexer:
         else:
             await self.sink.add(site, text)
             self.stats.indexed += 0 if text.deleted else 1
-        settle = spec.settle if spec is not None else self.settle
         await self._reset_timer(site, settle)
-        if spec is not None and text is not None and follow_links and message.depth < spec.max_depth:
+        more = follow_links and message.depth < spec.max_depth if spec is not None else False
+        if spec is not None and text is not None and (more or spec.requisites):
             await self._crawls.add(encode(Crawl(site=site, url=url, crawl=spec.id, depth=message.depth)))
             self.stats.queued += 1
+
+    async def _requisite(self, attempt: Attempt, spec: CrawlSpec | None, site: str, depth: int) -> None:
+        """A requisite is recorded (the runner did); a stylesheet's own are queued."""
+        self.stats.requisites += 1
+        final = attempt.final
+        if not attempt.state.is_success or final is None:
+            self.stats.requisite_errors += 1
+            return
+        kind = (final.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+        if spec is None or not spec.requisites or kind != "text/css" or final.status_code != 200:
+            return
+        css, _ = decode_body(final.data or b"", final.headers.get("content-type"))
+        needed = css_requisites(css, final.request_url)
+        self.stats.requisites_queued += await queue_requisites(
+            self.broker, self.robots, spec, site, needed, depth
+        )
 
     async def _text_of(self, attempt: Attempt, url: str) -> tuple[PageText | None, bool, str]:
         """The page's text (or a tombstone), whether to follow its links, and

@@ -65,6 +65,8 @@ class CrawlSpec(msgspec.Struct, frozen=True, kw_only=True):
     max_pages: _Count = 1000
     max_depth: _Depth = 5
     settle: _Seconds = 300.0
+    requisites: bool = False  # also what each page needs to render (wget's --page-requisites)
+    max_requisites: _Count = 10_000
 
 
 class IndexCrawl(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="index+crawl"):
@@ -75,12 +77,15 @@ class IndexCrawl(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", ta
 
 
 class Index(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="index"):
-    """Fetch one page, keep its text, tell the timer the site is busy."""
+    """Fetch one page, keep its text, tell the timer the site is busy. A
+    ``requisite`` (a stylesheet, image, script... a page needs) is recorded
+    only: no text, no links followed (a stylesheet's own requisites are)."""
 
     site: _NonEmpty
     url: _NonEmpty
     crawl: str | None = None
     depth: _Depth = 0
+    requisite: bool = False
 
 
 class Crawl(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="crawl"):

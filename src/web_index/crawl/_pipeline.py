@@ -72,7 +72,9 @@ class CrawlProgress:
 class CrawlResult:
     """What a crawl did. ``errors`` pages gave no text, for the reasons in
     ``failures``; ``out_of_scope`` links were not followed; ``scope_prefix`` is
-    the URL prefix a ``prefix`` crawl followed (``None`` for other scopes)."""
+    the URL prefix a ``prefix`` crawl followed (``None`` for other scopes);
+    ``requisites`` were fetched for the pages to render (``requisite_errors``
+    of them failed), apart from the pages."""
 
     site: str
     crawl: str
@@ -83,6 +85,8 @@ class CrawlResult:
     dead_letters: int
     seconds: float
     indexed: int = 0
+    requisites: int = 0
+    requisite_errors: int = 0
     out_of_scope: int = 0
     scope_prefix: str | None = None
     failures: tuple[FailureGroup, ...] = ()
@@ -216,14 +220,19 @@ async def crawl_site(
     in_flight: int = 128,
     on_progress: Callable[[CrawlProgress], None] | None = None,
     timeout: float | None = None,
+    requisites: bool = False,
+    max_requisites: int = 10_000,
 ) -> CrawlResult:
-    """Crawl the site of ``seed`` into ``index`` and publish its search database.
+    r"""Crawl the site of ``seed`` into ``index`` and publish its search database.
 
     ``config`` bounds fetches (``concurrency``, ``per_domain``); ``in_flight``
     bounds the messages each role holds at once, which is more: an indexed
     page waits for its text's batch to be written before it is acknowledged.
-    ``InvalidURLError`` for a seed that is not an http(s) URL; ``TimeoutError``
-    if it has not settled after ``timeout`` seconds.
+    With ``requisites``, what each page needs to render (stylesheets, scripts,
+    images, fonts, frames, and a stylesheet's own ``url()``\ s) is recorded too,
+    from any host the address policy and robots.txt allow, each once, at most
+    ``max_requisites``. ``InvalidURLError`` for a seed that is not an http(s)
+    URL; ``TimeoutError`` if it has not settled after ``timeout`` seconds.
     """
     start = normalise(seed)
     if start is None:
@@ -245,6 +254,8 @@ async def crawl_site(
         max_pages=max_pages,
         max_depth=max_depth,
         settle=settle,
+        requisites=requisites,
+        max_requisites=max_requisites,
     )
     began = time.monotonic()
     await asyncio.to_thread(brk.send, "index", [encode(IndexCrawl(site=site, spec=spec))])
@@ -288,6 +299,8 @@ async def crawl_site(
         dead_letters=dead,
         seconds=time.monotonic() - began,
         indexed=stats.indexed,
+        requisites=stats.requisites,
+        requisite_errors=stats.requisite_errors,
         out_of_scope=stats.out_of_scope,
         scope_prefix=scope_prefix(start) if scope == "prefix" else None,
         failures=stats.failures.groups(),

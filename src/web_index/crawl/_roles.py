@@ -36,6 +36,7 @@ from web_index.crawl._messages import (
     encode,
 )
 from web_index.crawl._pages import in_scope, is_html, links_of
+from web_index.crawl._requisites import queue_requisites, requisites_of
 from web_index.crawl._site_files import SiteFiles, check_site
 from web_index.crawl._worker import WorkerStats
 from web_index.crawl.queues import Broker, Delivery
@@ -75,7 +76,8 @@ class Crawler:
         assert isinstance(message, Crawl)
         site = check_site(message.site)
         spec = await self.specs.get(message.crawl)
-        if message.depth >= spec.max_depth:
+        follow = message.depth < spec.max_depth
+        if not (follow or spec.requisites):
             return
         (page,) = await asyncio.to_thread(self.index.query, [SimplePageQuery(url=message.url)])
         if not isinstance(page, Page):
@@ -85,7 +87,12 @@ class Crawler:
         ctype = final.headers.get("content-type")
         if not is_html(ctype, body):
             return
-        got = await asyncio.to_thread(links_of, body, ctype, final.request_url)
+        if spec.requisites:  # whatever the depth: a page at the last depth still needs its stylesheet
+            needed = await asyncio.to_thread(requisites_of, body, ctype, final.request_url)
+            self.stats.requisites_queued += await queue_requisites(
+                self.broker, self.robots, spec, site, needed, message.depth
+            )
+        got = await asyncio.to_thread(links_of, body, ctype, final.request_url) if follow else None
         if got is None or got[1]:
             return
         links = [link for link in got[0] if in_scope(link, spec)]

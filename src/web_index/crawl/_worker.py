@@ -44,6 +44,9 @@ class WorkerStats:
     pages: dict[str, int] = field(default_factory=dict)  # site -> pages in it
     failures: FailureTally = field(default_factory=FailureTally)  # what the errors were
     out_of_scope: int = 0  # links not followed: outside their crawl's scope
+    requisites: int = 0  # requisites fetched (--page-requisites), apart from pages
+    requisite_errors: int = 0  # of those, the ones that failed
+    requisites_queued: int = 0
 
 
 class Role(Protocol):

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from web_index.archive import parse_cdx_query
-from web_index.crawl import is_html
+from web_index.crawl import CSS_IMPORT, CSS_URL, is_html
 from web_index.errors import InvalidRecordError
 from web_index.fetch import decode_body
 from web_index.ui._render import UI_PREFIX, UiError, store_of, target_url
@@ -44,8 +44,6 @@ _URL_ATTRIBUTES = {
     "xlink:href": ("use", "image"),
 }
 _DROPPED_ATTRIBUTES = ("integrity", "ping")  # a rewritten body fails its hash; pings reach out
-_CSS_URL = re.compile(r"""url\(\s*(['"]?)(.*?)\1\s*\)""", re.IGNORECASE | re.DOTALL)
-_CSS_IMPORT = re.compile(r"""@import\s+(['"])(.*?)\1""", re.IGNORECASE)
 _REFRESH = re.compile(r"^\s*(\d+)\s*[;,]\s*url\s*=\s*(.*)$", re.IGNORECASE)
 
 
@@ -83,7 +81,7 @@ def rewrite_css(css: str, base: str, prefix: str) -> str:
         target = to_archive(m.group(2))
         return f'@import "{target}"' if target is not None else '@import ""'
 
-    return _CSS_IMPORT.sub(imported, _CSS_URL.sub(url, css))
+    return CSS_IMPORT.sub(imported, CSS_URL.sub(url, css))
 
 
 def rewrite_html(html: str, base: str, prefix: str) -> str:
