@@ -41,7 +41,8 @@ _SCHEMA = [
         added_us   INTEGER NOT NULL,
         flush_id   TEXT,
         body       BLOB    NOT NULL,  -- msgpack [metadata values, [response values]]
-        lined      INTEGER NOT NULL DEFAULT 0  -- 1: its capture lines are in buffered_lines
+        -- 1: its capture lines are in buffered_lines
+        lined      INTEGER NOT NULL DEFAULT 0
     )""",
     # The capture line (web_index.storage._capture_lines) of each buffered
     # response, made at insert: a CDX lookup finds its key's lines through

@@ -74,6 +74,10 @@ from web_index.storage.buffer.base import (
 
 __all__ = ["SqliteBuffer"]
 
+# Layouts a reader reads as they are (a writer converts to _LAYOUT): layout 2
+# lacks only the capture lines, which a reader then makes from the rows.
+_READABLE = (2, _LAYOUT)
+
 
 class SqliteBuffer:
     """One SQLite database per store; safe for many threads and processes on one machine."""
@@ -96,6 +100,7 @@ class SqliteBuffer:
         self._unbuffered: set[tuple[str, str]] = set()
         self._unbuffered_as_of: tuple[object, ...] = ()
         self._transactions = 0  # this handle's: PRAGMA data_version counts the other connections' commits
+        self._layout = _LAYOUT  # a reader's may be layout 2 (no capture lines kept: made on the spot)
         if not readonly:
             try:
                 self._connect()
@@ -170,8 +175,14 @@ class SqliteBuffer:
                     " inserts not yet flushed to Parquet"
                 )
                 return None
-            return immutable if immutable.execute("PRAGMA user_version").fetchone()[0] == _LAYOUT else None
-        if conn.execute("PRAGMA user_version").fetchone()[0] == _LAYOUT:
+            layout = immutable.execute("PRAGMA user_version").fetchone()[0]
+            if layout in _READABLE:
+                self._layout = layout
+                return immutable
+            return None
+        layout = conn.execute("PRAGMA user_version").fetchone()[0]
+        if layout in _READABLE:
+            self._layout = layout
             self._conn = conn
             return conn
         # Not created yet, or an older layout that a writable open converts:
@@ -561,6 +572,18 @@ class SqliteBuffer:
             conn = self._connect()
             if conn is None or not self._buffers(conn, method, domain):
                 return out
+            if self._layout < 3:  # a reader of a buffer no writer of this version has converted
+                rows = conn.execute(
+                    "SELECT p.year, p.month, b.body FROM parts p JOIN buffered b ON b.pid = p.pid"
+                    " WHERE p.method=? AND p.domain=?",
+                    (method.value, domain),
+                ).fetchall()
+                for year, month, body in rows:
+                    made = [
+                        line for _, line in _lines_of(_decode(body)[1]) if line.startswith(tuple(prefixes))
+                    ]
+                    out.setdefault((year, month), []).extend(made)
+                return out
             parts = conn.execute(
                 "SELECT pid, year, month FROM parts INDEXED BY parts_domain WHERE domain=? AND method=?",
                 (domain, method.value),
@@ -586,8 +609,9 @@ class SqliteBuffer:
                     "SELECT body FROM buffered INDEXED BY buffered_unlined WHERE pid=? AND lined = 0", (pid,)
                 ).fetchall()
                 for (body,) in unlined:
-                    made = _lines_of(_decode(body)[1])
-                    found += [line for _, line in made if line.startswith(tuple(prefixes))]
+                    found += [
+                        line for _, line in _lines_of(_decode(body)[1]) if line.startswith(tuple(prefixes))
+                    ]
                 if found:
                     out[(year, month)] = found
         return out
@@ -604,7 +628,7 @@ class SqliteBuffer:
         if (method.value, domain) in self._unbuffered:
             return False
         some = conn.execute(
-            "SELECT 1 FROM parts INDEXED BY parts_domain WHERE domain=? AND method=? LIMIT 1",
+            "SELECT 1 FROM parts WHERE domain=? AND method=? LIMIT 1",
             (domain, method.value),
         ).fetchone()
         if some is None and len(self._unbuffered) < 65536:
