@@ -113,6 +113,8 @@ def _partition_lines(
 
     def read() -> tuple[Iterator[bytes], list[bytes]]:
         files = listed[0]
+        if not files:  # buffered captures only: nothing to open (no retrying wrapper, ~0.5 ms)
+            return iter(()), []
         compacted = compacted_file(files)
         index = None if compacted is None else store.capture_indexes.get(partition, compacted)
         try:
