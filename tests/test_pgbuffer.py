@@ -269,7 +269,11 @@ def test_buffered_capture_lines_are_those_made_from_the_bodies(
     if isinstance(buf, SqliteBuffer):
         assert buf._conn is not None
         marks = ",".join("?" * len(old))
-        buf._conn.execute(f"DELETE FROM buffered_lines WHERE request_id IN ({marks})", old)
+        buf._conn.execute(
+            "DELETE FROM buffered_lines WHERE seq IN"
+            f" (SELECT seq FROM buffered WHERE request_id IN ({marks}))",
+            old,
+        )
         buf._conn.execute(f"UPDATE buffered SET lined = 0 WHERE request_id IN ({marks})", old)
     else:
         with buf._cursor(write=True) as cur:

@@ -55,6 +55,7 @@ from web_index.storage.buffer._sqlite import (
     _disk_note,
     _in_turn,
     _open_lock_file,
+    line_key,
 )
 from web_index.storage.buffer.base import (
     _SEEDS,
@@ -294,19 +295,23 @@ class SqliteBuffer:
                 total[1] += size
             url_key = a.url_key
             khash = crc32(url_key.encode(), seeds[a.method])
-            rows.append([0, khash, url_key, a.ts_us, a.request_id, a.calibre, a.success, size, now, body])
+            rows.append([0, 0, khash, url_key, a.ts_us, a.request_id, a.calibre, a.success, size, now, body])
             lines.append(attempt_lines(a.responses))
         with self._lock:
             self._after_append = {}
             with self._transaction() as conn:
                 pids, after = _add_to_parts(conn, totals)
+                # The seqs SQLite would give (max + 1 on), chosen here for the lines to name.
+                seq = conn.execute("SELECT IFNULL(MAX(seq), 0) FROM buffered").fetchone()[0]
                 for row, part in zip(rows, keys, strict=True):
-                    row[0] = pids[part]
+                    seq += 1
+                    row[0] = seq
+                    row[1] = pids[part]
                 conn.executemany(_INSERT, rows)
                 conn.executemany(
                     _INSERT_LINE,
                     [
-                        (row[4], position, row[0], line)
+                        (row[0], position, row[1], line_key(line), line)
                         for row, made in zip(rows, lines, strict=True)
                         for position, line in made
                     ],
@@ -418,8 +423,7 @@ class SqliteBuffer:
                     (flush_id,),
                 ).fetchall()
                 conn.execute(
-                    "DELETE FROM buffered_lines WHERE request_id IN"
-                    " (SELECT request_id FROM buffered WHERE flush_id=?)",
+                    "DELETE FROM buffered_lines WHERE seq IN (SELECT seq FROM buffered WHERE flush_id=?)",
                     (flush_id,),
                 )
                 conn.execute("DELETE FROM buffered WHERE flush_id=?", (flush_id,))
@@ -595,13 +599,13 @@ class SqliteBuffer:
                     if hi is None:
                         cur = conn.execute(
                             "SELECT line FROM buffered_lines INDEXED BY buffered_lines_key"
-                            " WHERE pid=? AND line >= ?",
+                            " WHERE pid=? AND key >= ?",
                             (pid, lo),
                         )
                     else:
                         cur = conn.execute(
                             "SELECT line FROM buffered_lines INDEXED BY buffered_lines_key"
-                            " WHERE pid=? AND line >= ? AND line < ?",
+                            " WHERE pid=? AND key >= ? AND key < ?",
                             (pid, lo, hi),
                         )
                     found += [line for (line,) in cur.fetchall()]
