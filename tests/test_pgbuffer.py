@@ -298,3 +298,45 @@ def test_buffered_capture_lines_are_those_made_from_the_bodies(
                 )
     assert buf.capture_lines(RecordType.GET, "example.com", (b"",))  # something was compared
     buf.close()
+
+
+def test_a_postgres_buffer_without_lines_is_read_and_then_given_them(postgres: Postgres) -> None:
+    """A database written by a version before capture lines: a reader of this version makes
+    them from the rows; the first writer of this version adds the table and makes them once."""
+    dsn = postgres.new_database()
+    buf = PostgresBuffer(dsn)
+    attempts = [
+        validate_attempt(
+            *attempt(f"https://example.com/{i}", T0 + timedelta(days=20 * (i % 3)), hops=1 + i % 2)
+        )
+        for i in range(10)
+    ]
+    buf.append(attempts)
+    prefixes = [(b"com,example)/1",), (b"com,example)", b"com,example,")]
+    want = [
+        {m: sorted(v) for m, v in buf.capture_lines(RecordType.GET, "example.com", p).items()}
+        for p in prefixes
+    ]
+    assert want[1] and sum(map(len, want[1].values())) == sum(len(a.responses) for a in attempts)
+    with buf._cursor(write=True) as cur:  # as that version left it
+        cur.execute("DROP TABLE web_index_lines")
+        cur.execute("ALTER TABLE web_index_attempts DROP COLUMN lined")
+    buf.close()
+
+    def found(b: PostgresBuffer) -> list[dict[tuple[int, int], list[bytes]]]:
+        return [
+            {m: sorted(v) for m, v in b.capture_lines(RecordType.GET, "example.com", p).items()}
+            for p in prefixes
+        ]
+
+    reader = PostgresBuffer(dsn, readonly=True)
+    assert found(reader) == want
+    writer = PostgresBuffer(dsn)
+    with writer._cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM web_index_lines")
+        assert cur.fetchone()[0] == sum(len(a.responses) for a in attempts)
+        cur.execute("SELECT COUNT(*) FROM web_index_attempts WHERE NOT lined")
+        assert cur.fetchone()[0] == 0
+    assert found(writer) == want and found(reader) == want
+    reader.close()
+    writer.close()

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from web_index.models import RecordType
-from web_index.storage.buffer.base import _TYPES, _decode, _encode, _khash, _lines_of, log
+from web_index.storage.buffer.base import _TYPES, _decode, _encode, _khash, _lines_of, line_key, log
 
 # Layout 3 added the capture lines of buffered responses (``buffered_lines``) and
 # ``buffered.lined``; a buffer of layout 2 is converted when a writer opens it.
@@ -101,11 +101,6 @@ _INSERT = (
     " body, lined) VALUES (?,?,?,?,?,?,?,?,?,?,?,1)"
 )
 _INSERT_LINE = "INSERT INTO buffered_lines (seq, position, pid, key, line) VALUES (?,?,?,?,?)"
-
-
-def line_key(line: bytes) -> bytes:
-    """A capture line's SURT key and time (``key``): up to the space before its JSON."""
-    return line[: line.index(b" ", line.index(b" ") + 1)]
 
 
 _PART_OF = "SELECT pid FROM parts WHERE method=? AND year=? AND month=? AND domain=?"

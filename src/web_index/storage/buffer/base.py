@@ -141,6 +141,13 @@ def _lines_of(responses: Sequence[Any]) -> list[tuple[int, bytes]]:
     )
 
 
+def line_key(line: bytes) -> bytes:
+    """A capture line's SURT key and time, what buffers index it by: up to the space before
+    its JSON. Its range for a prefix a CDX query asks (a SURT-key prefix: no space but a
+    final one) holds exactly the lines that start with the prefix."""
+    return line[: line.index(b" ", line.index(b" ") + 1)]
+
+
 def prefix_range(prefix: bytes) -> tuple[bytes, bytes | None]:
     """The byte strings starting with ``prefix`` are those from the first value up to (not
     including) the second (``None``: no upper bound), as SQLite and PostgreSQL compare blobs."""

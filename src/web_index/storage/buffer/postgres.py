@@ -39,6 +39,7 @@ from web_index.storage.buffer.base import (
     attempt_lines,
     buffer_rows,
     decode_rows,
+    line_key,
     prefix_range,
 )
 
@@ -110,14 +111,15 @@ CREATE TABLE IF NOT EXISTS web_index_lines (
     year       SMALLINT NOT NULL,
     month      SMALLINT NOT NULL,
     domain     TEXT     NOT NULL,
+    key        BYTEA    NOT NULL,  -- the line up to its JSON: SURT key, space, 14-digit time
     line       BYTEA    NOT NULL,
     PRIMARY KEY (request_id, position)
 );
-CREATE INDEX IF NOT EXISTS web_index_lines_key ON web_index_lines (method, domain, line);
+CREATE INDEX IF NOT EXISTS web_index_lines_key ON web_index_lines (method, domain, key);
 """
 _INSERT_LINE = (
-    "INSERT INTO web_index_lines (request_id, position, method, year, month, domain, line)"
-    " VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING"
+    "INSERT INTO web_index_lines (request_id, position, method, year, month, domain, key, line)"
+    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING"
 )
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -211,7 +213,7 @@ class PostgresBuffer:
     def append(self, attempts: Sequence[AttemptRows]) -> None:
         rows = buffer_rows(attempts, now_us(self.clock))
         lines = [
-            (a.request_id, position, a.method.value, a.year, a.month, a.domain, line)
+            (a.request_id, position, a.method.value, a.year, a.month, a.domain, line_key(line), line)
             for a in attempts
             for position, line in attempt_lines(a.responses)
         ]
@@ -388,9 +390,7 @@ class PostgresBuffer:
         if not prefixes:
             return out
         ranges = [prefix_range(p) for p in prefixes]
-        where = " OR ".join(
-            "(line >= %s AND line < %s)" if hi is not None else "line >= %s" for _, hi in ranges
-        )
+        where = " OR ".join("(key >= %s AND key < %s)" if hi is not None else "key >= %s" for _, hi in ranges)
         values: list[object] = [v for lo, hi in ranges for v in ((lo,) if hi is None else (lo, hi))]
         try:
             found, unlined = self._lines(method, domain, where, values)
@@ -483,7 +483,7 @@ def _add_lines(conn: psycopg.Connection[Any]) -> None:
         if not rows:
             return
         lines = [
-            (rid, position, m, y, mo, d, line)
+            (rid, position, m, y, mo, d, line_key(line), line)
             for rid, m, y, mo, d, responses in rows
             for position, line in _lines_of(_decode(responses))
         ]

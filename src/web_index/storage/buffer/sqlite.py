@@ -55,7 +55,6 @@ from web_index.storage.buffer._sqlite import (
     _disk_note,
     _in_turn,
     _open_lock_file,
-    line_key,
 )
 from web_index.storage.buffer.base import (
     _SEEDS,
@@ -69,6 +68,7 @@ from web_index.storage.buffer.base import (
     _lines_of,
     _warn_once,
     attempt_lines,
+    line_key,
     log,
     prefix_range,
 )
