@@ -247,16 +247,21 @@ def _add_lines(conn: sqlite3.Connection) -> None:
     rows a version before layout 3 inserted since), and drop the lines of rows such
     a version flushed (the same lines as their part files': harmless, but dead)."""
     conn.execute("DELETE FROM buffered_lines WHERE seq NOT IN (SELECT seq FROM buffered)")
-    rows = conn.execute(
-        "SELECT seq, pid, body FROM buffered INDEXED BY buffered_unlined WHERE lined = 0"
-    ).fetchall()
-    for seq, pid, body in rows:
-        _, responses = _decode(body)
-        conn.execute("DELETE FROM buffered_lines WHERE seq = ?", (seq,))
-        conn.executemany(
-            _INSERT_LINE, [(seq, i, pid, line_key(line), line) for i, line in _lines_of(responses)]
-        )
-        conn.execute("UPDATE buffered SET lined = 1 WHERE seq = ?", (seq,))
+    # The seqs first (a buffer may hold gigabytes of bodies), then their rows a chunk at a time.
+    seqs = [
+        seq for (seq,) in conn.execute("SELECT seq FROM buffered INDEXED BY buffered_unlined WHERE lined = 0")
+    ]
+    for start in range(0, len(seqs), _CHUNK):
+        chunk = seqs[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        rows = conn.execute(f"SELECT seq, pid, body FROM buffered WHERE seq IN ({marks})", chunk).fetchall()  # noqa: S608
+        for seq, pid, body in rows:
+            _, responses = _decode(body)
+            conn.execute("DELETE FROM buffered_lines WHERE seq = ?", (seq,))
+            conn.executemany(
+                _INSERT_LINE, [(seq, i, pid, line_key(line), line) for i, line in _lines_of(responses)]
+            )
+        conn.execute(f"UPDATE buffered SET lined = 1 WHERE seq IN ({marks})", chunk)  # noqa: S608
 
 
 def _convert(conn: sqlite3.Connection) -> None:
