@@ -16,7 +16,10 @@ are narrow, because every insert pays for each of them: a 32-bit hash of the
 URL key for lookups (the key itself is checked on the rows found), and the
 partition as a small integer (``parts``, which also keeps each partition's
 running totals). An insert of
-many attempts updates each partition's totals once, not once per row.
+many attempts updates each partition's totals once, not once per row. Each
+response's capture line (what a CDX query answers with) is made at insert
+into ``buffered_lines``, indexed by partition, SURT key and time, so that a
+lookup reads its key range, never the domain's bodies (issue 38).
 
 Writers take turns through an ``flock`` on ``buffer.lock`` (the kernel wakes
 the next one the moment the lock is free, where SQLite's busy handler would
