@@ -155,6 +155,60 @@ def test_an_old_buffer_is_converted_by_a_writable_open(store_path: Path) -> None
         assert ro.query(keys) == pages
 
 
+def _as_layout_2(database: Path) -> None:
+    """Turn a buffer of layout 3 back into layout 2: no capture lines, no ``lined``."""
+    conn = sqlite3.connect(database, isolation_level=None)
+    for name in ("buffered_unlined", "buffered_lines_key", "parts_domain"):
+        conn.execute(f"DROP INDEX {name}")
+    conn.execute("DROP TABLE buffered_lines")
+    # As layout 2 made it (a CREATE TABLE ending with a comment would defeat DROP COLUMN).
+    conn.execute("BEGIN")
+    conn.execute(
+        "CREATE TABLE old (seq INTEGER PRIMARY KEY, pid INTEGER NOT NULL, khash INTEGER NOT NULL,"
+        " url_key TEXT NOT NULL, ts_us INTEGER NOT NULL, request_id TEXT NOT NULL UNIQUE,"
+        " calibre INTEGER NOT NULL, success INTEGER NOT NULL, nbytes INTEGER NOT NULL,"
+        " added_us INTEGER NOT NULL, flush_id TEXT, body BLOB NOT NULL)"
+    )
+    conn.execute("INSERT INTO old SELECT seq, pid, khash, url_key, ts_us, request_id, calibre, success,"
+                 " nbytes, added_us, flush_id, body FROM buffered")  # fmt: skip
+    conn.execute("DROP TABLE buffered")
+    conn.execute("ALTER TABLE old RENAME TO buffered")
+    conn.execute("CREATE INDEX buffered_key ON buffered (khash)")
+    conn.execute("CREATE INDEX buffered_part ON buffered (pid, flush_id, added_us)")
+    conn.execute("CREATE INDEX buffered_flush ON buffered (flush_id) WHERE flush_id IS NOT NULL")
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA user_version=2")
+    conn.close()
+
+
+def test_a_buffer_of_layout_2_gets_its_capture_lines_when_opened_writable(store_path: Path) -> None:
+    items = _items()
+    queries = [(f"https://{h}.example{d}.com/", "domain") for h in "ab" for d in range(3)]
+    queries += [("https://a.example0.com/p0", "exact"), ("https://example0.com/head", "exact")]
+    with WebIndex(store_path) as index:
+        keys = index.insert_many(items)
+        before = [list(index.captures(u, match=m, type=t)) for u, m in queries for t in ("get", "head")]
+    assert sum(map(len, before)) > len(items)
+    _as_layout_2(store_path / "_buffer" / "buffer.sqlite3")
+    with WebIndex(store_path, read_only=True) as ro:  # a reader reads it as it is
+        assert all(ro.query(keys))
+        assert [list(ro.captures(u, match=m, type=t)) for u, m in queries for t in ("get", "head")] == before
+    with WebIndex(store_path) as index:
+        buf = index._store.buffer
+        assert isinstance(buf, SqliteBuffer) and buf._conn is not None
+        responses = sum(len(validate_attempt(*item).responses) for item in items)  # type: ignore[arg-type]
+        assert buf._conn.execute("SELECT COUNT(*) FROM buffered_lines").fetchone()[0] == responses
+        assert buf._conn.execute("SELECT COUNT(*) FROM buffered WHERE lined = 0").fetchone()[0] == 0
+        assert [
+            list(index.captures(u, match=m, type=t)) for u, m in queries for t in ("get", "head")
+        ] == before
+        assert index.flush() == len(items)
+        assert buf._conn.execute("SELECT COUNT(*) FROM buffered_lines").fetchone()[0] == 0
+        assert [
+            list(index.captures(u, match=m, type=t)) for u, m in queries for t in ("get", "head")
+        ] == before
+
+
 def test_an_empty_old_buffer_reads_as_empty(store_path: Path) -> None:
     _old_buffer(store_path, [])
     with WebIndex(store_path, read_only=True) as ro:

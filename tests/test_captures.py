@@ -525,3 +525,137 @@ def test_newest_first_waits_for_a_chain_begun_the_month_before(tmp_path: Path) -
             assert len(lines) == 4
             assert list(index.captures(url, reverse=True)) == lines[::-1], flushed
             index.flush()
+
+
+CHAIN_URLS = st.sampled_from([*URLS, "https://example.com/a?z=1", "http://EXAMPLE.com/%7Ea"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    attempts=st.lists(
+        st.tuples(
+            st.sampled_from(["get", "head"]),
+            st.lists(CHAIN_URLS, min_size=1, max_size=3),
+            st.sampled_from(TIMES),
+            st.binary(max_size=64),
+            st.sampled_from(
+                [{}, {"Content-Type": "Text/HTML; charset=utf-8"}, {"content-type": "image/png"}]
+            ),
+            st.sampled_from([200, 404, 500]),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_buffered_captures_are_the_lines_of_the_flushed_and_compacted_store(
+    attempts: list[tuple[str, list[str], datetime, bytes, dict[str, str], int]],
+) -> None:
+    """Whole lines (digest, mime, status and where the response is included): what every
+    query finds while its captures are buffered is what it finds once they are flushed,
+    and once compacted (read from the capture index)."""
+    with tempfile.TemporaryDirectory() as tmp, WebIndex(Path(tmp) / "s") as index:
+        for n, (method, urls, at, body, headers, status) in enumerate(attempts):
+            chain = [
+                Response(
+                    url=urls[0],
+                    request_url=u,
+                    status_code=status if i == len(urls) - 1 else 301,
+                    headers=headers,
+                    timestamp=at + timedelta(seconds=n + i),
+                    data=None if method == "head" else body + bytes([i]),
+                    is_final=i == len(urls) - 1,
+                    fetcher_name="test",
+                    fetcher_version="1.0",
+                    fetcher_calibre=10,
+                )
+                for i, u in enumerate(urls)
+            ]
+            index.insert(method, urls[0], at + timedelta(seconds=n), metadata(urls[0]), chain)
+
+        def answers() -> list[list[str]]:
+            return [
+                list(index.captures(url, match=match, type=method, reverse=reverse))
+                for method in ("get", "head")
+                for url, match in [*QUERIES, ("http://example.com/%7Ea", "exact")]
+                for reverse in (False, True)
+            ]
+
+        buffered = answers()
+        assert any(buffered)
+        index.flush()
+        assert answers() == buffered
+        index.compact()
+        assert answers() == buffered
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_lookup_reads_no_body_of_the_buffered_records_of_its_domain(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """With many records of a domain buffered, a CDX lookup (and the standard's queries) decode
+    no buffered row (the blobs hold the bodies) but the ones it returns, and hash no body."""
+    from web_index.models import PageKey, SimplePageQuery, TimeAwarePageQuery
+    from web_index.storage import _capture_lines, _files
+    from web_index.storage.buffer import base, postgres, sqlite
+
+    dsn = request.getfixturevalue("postgres").new_database() if kind == "postgres" else None
+    index = WebIndex(tmp_path / "s", buffer=dsn)
+
+    def page(i: int) -> tuple[object, ...]:
+        url = f"https://example.com/p{i}"
+        response = Response(
+            url=url,
+            request_url=url,
+            status_code=200,
+            headers={},
+            timestamp=TIMES[i % 2],
+            data=b"x" * 4096 + bytes([i % 256]),
+            is_final=True,
+            fetcher_name="test",
+            fetcher_version="1.0",
+            fetcher_calibre=10,
+        )
+        return ("get", url, TIMES[i % 2], metadata(url), [response])
+
+    keys = index.insert_many([page(i) for i in range(300)])  # type: ignore[misc]
+    decoded: list[int] = []
+    hashed: list[int] = []
+    real_decode, real_sha1, real_digests = base._decode, _capture_lines.payload_sha1, _files.payload_digests
+
+    def decode(blob: bytes) -> object:
+        decoded.append(len(blob))
+        return real_decode(blob)
+
+    def sha1(body: bytes) -> bytes:
+        hashed.append(len(body))
+        return real_sha1(body)
+
+    def digests(body: bytes) -> tuple[bytes, bytes]:
+        hashed.append(len(body))
+        return real_digests(body)
+
+    with (
+        patch.object(base, "_decode", decode),
+        patch.object(sqlite, "_decode", decode),
+        patch.object(postgres, "_decode", decode),
+        patch.object(_capture_lines, "payload_sha1", sha1),
+        patch.object(_files, "payload_digests", digests),
+    ):
+        # The writer's handle, and a server's.
+        for reader in (index, WebIndex(tmp_path / "s", read_only=True, buffer=dsn)):
+            for i in (0, 7, 299):
+                url = f"https://example.com/p{i}"
+                assert len(list(reader.captures(url))) == 1
+                assert len(list(reader.captures(url, reverse=True))) == 1
+                assert len(list(reader.captures("https://example.com/p29", match="prefix"))) == 11
+            assert decoded == [] and hashed == []
+            # The standard's queries: only the winner's row is read.
+            page = reader.query([SimplePageQuery(url="https://example.com/p7")])[0]
+            blobs = 2 if kind == "postgres" else 1  # a row's blobs: PostgreSQL keeps metadata apart
+            assert page is not None and len(decoded) == blobs
+            closest = TimeAwarePageQuery(url="https://example.com/p8", timestamp=TIMES[0])
+            exact = PageKey(url=keys[9].url, timestamp=keys[9].timestamp, request_id=keys[9].request_id)
+            assert all(reader.query([closest, exact])) and len(decoded) == 3 * blobs
+            assert hashed == []
+            decoded.clear()
+            reader.close()

@@ -4,6 +4,7 @@ breaks it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -55,6 +56,69 @@ def test_packages_meet_through_their_init_only() -> None:
             if not (importer == owner or importer.startswith(owner + ".")):
                 reaching.append(f"{importer} -> {imported}")
     assert reaching == []
+
+
+# Run in a process of its own, on the tree at argv[1]: the import cycles between
+# web_index's modules, one sorted list of modules per cycle (a strongly connected
+# component of the import graph). grimp reads every import statement, those inside
+# functions included; imports under ``if TYPE_CHECKING:`` are left out (never run).
+_CYCLES = """
+import json, sys
+import grimp
+
+graph = grimp.build_graph("web_index", exclude_type_checking_imports=True, cache_dir=None)
+edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+index, low, stack, on, cycles = {}, {}, [], set(), []
+
+def visit(v):
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on.add(v)
+    for w in edges[v]:
+        if w not in index:
+            visit(w)
+            low[v] = min(low[v], low[w])
+        elif w in on:
+            low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+        component = []
+        while True:
+            w = stack.pop()
+            on.discard(w)
+            component.append(w)
+            if w == v:
+                break
+        if len(component) > 1:
+            cycles.append(sorted(component))
+
+sys.setrecursionlimit(10000)
+for module in edges:
+    if module not in index:
+        visit(module)
+print(json.dumps(sorted(cycles)))
+"""
+
+
+def _import_cycles(src: Path) -> list[list[str]]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    run = subprocess.run([sys.executable, "-c", _CYCLES], capture_output=True, text=True, env=env, check=True)
+    cycles: list[list[str]] = json.loads(run.stdout)
+    return cycles
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    # A cycle, even through an import inside a function, ties modules that must then
+    # change together, and makes the order in which they are first imported matter.
+    assert _import_cycles(ROOT / "src") == []
+
+
+def test_an_import_in_a_function_that_closes_a_cycle_is_found(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "web_index", src / "web_index")
+    urls = src / "web_index" / "urls.py"  # imported by web_index.index, at the bottom of the layers
+    urls.write_text(urls.read_text() + "\n\ndef _later() -> None:\n    import web_index.index  # noqa\n")
+    cycles = _import_cycles(src)
+    assert len(cycles) == 1 and {"web_index.urls", "web_index.index"} <= set(cycles[0]), cycles
 
 
 def test_the_architecture_page_shows_the_contracts_layers() -> None:

@@ -17,6 +17,9 @@ from tests.test_model_based import StoreMachine
 from web_index import FlushPolicy, WebIndex
 from web_index.errors import StoreError
 from web_index.ingest import validate_attempt
+from web_index.models import RecordType
+from web_index.storage._capture_lines import capture_lines
+from web_index.storage._files import rows_to_table
 from web_index.storage.buffer import MethodPartition, PostgresBuffer, SqliteBuffer
 
 
@@ -209,3 +212,131 @@ def test_a_domains_attempts_are_those_of_its_partitions(
             assert buf.domain_attempts(method, domain) == want
             assert want or domain == "example.net"
     buf.close()
+
+
+def _lines_made_from_bodies(
+    buf: SqliteBuffer | PostgresBuffer, method: RecordType, domain: str, prefixes: tuple[bytes, ...]
+) -> dict[tuple[int, int], list[bytes]]:
+    """What a CDX query took from the buffer before lines were kept: every attempt of the
+    domain read back, bodies hashed, lines made from the rows as a table."""
+    rows: dict[tuple[int, int], list[dict[str, object]]] = {}
+    for mp, a in buf.domain_attempts(method, domain):
+        rows.setdefault((mp.year, mp.month), []).extend(a.responses)
+    out = {}
+    for month, responses in rows.items():
+        lines = sorted(
+            line
+            for line in capture_lines(method, rows_to_table(method, responses))
+            if line.startswith(prefixes)
+        )
+        if lines:
+            out[month] = lines
+    return out
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_buffered_capture_lines_are_those_made_from_the_bodies(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The lines kept at insert, found by prefix, are the lines the rows make (digests of
+    their bodies included), claimed or not, for every prefix form; and rows inserted
+    without lines (by a version before them) are found too."""
+    if kind == "postgres":
+        buf: SqliteBuffer | PostgresBuffer = PostgresBuffer(
+            request.getfixturevalue("postgres").new_database()
+        )
+    else:
+        buf = SqliteBuffer(tmp_path / "buffer.sqlite")
+    attempts = [
+        validate_attempt(
+            *attempt(
+                f"https://{host}/{i}",
+                T0 + timedelta(days=20 * (i % 3)),
+                method=kind_,
+                hops=1 + i % 3,
+                body=f"body {i} {host}".encode() * i,
+            )
+        )
+        for i in range(12)
+        for host in ("a.example.com", "example.com", "b.example.org")
+        for kind_ in ("get", "head")
+    ]
+    buf.append(attempts)
+    first = attempts[0]
+    buf.claim(MethodPartition(first.method, first.year, first.month, first.domain), "flush-1", 3)
+    # As a version before lines were kept inserted them: no lines, not marked.
+    old = [a.request_id for a in attempts[::5]]
+    if isinstance(buf, SqliteBuffer):
+        assert buf._conn is not None
+        marks = ",".join("?" * len(old))
+        buf._conn.execute(
+            "DELETE FROM buffered_lines WHERE seq IN"
+            f" (SELECT seq FROM buffered WHERE request_id IN ({marks}))",
+            old,
+        )
+        buf._conn.execute(f"UPDATE buffered SET lined = 0 WHERE request_id IN ({marks})", old)
+    else:
+        with buf._cursor(write=True) as cur:
+            cur.execute("DELETE FROM web_index_lines WHERE request_id = ANY(%s)", (old,))
+            cur.execute("UPDATE web_index_attempts SET lined = false WHERE request_id = ANY(%s)", (old,))
+    prefix_sets = [
+        (b"com,example)/1 ",),  # exact
+        (b"com,example)/1",),  # prefix
+        (b"com,example,a)/",),  # host
+        (b"com,example)", b"com,example,"),  # domain
+        (b"org,example,b)/10",),
+        (b"",),
+    ]
+    for method in (RecordType.GET, RecordType.HEAD):
+        for domain in ("example.com", "example.org", "example.net"):
+            for prefixes in prefix_sets:
+                got = {m: sorted(lines) for m, lines in buf.capture_lines(method, domain, prefixes).items()}
+                assert got == _lines_made_from_bodies(buf, method, domain, prefixes), (
+                    method,
+                    domain,
+                    prefixes,
+                )
+    assert buf.capture_lines(RecordType.GET, "example.com", (b"",))  # something was compared
+    buf.close()
+
+
+def test_a_postgres_buffer_without_lines_is_read_and_then_given_them(postgres: Postgres) -> None:
+    """A database written by a version before capture lines: a reader of this version makes
+    them from the rows; the first writer of this version adds the table and makes them once."""
+    dsn = postgres.new_database()
+    buf = PostgresBuffer(dsn)
+    attempts = [
+        validate_attempt(
+            *attempt(f"https://example.com/{i}", T0 + timedelta(days=20 * (i % 3)), hops=1 + i % 2)
+        )
+        for i in range(10)
+    ]
+    buf.append(attempts)
+    prefixes = [(b"com,example)/1",), (b"com,example)", b"com,example,")]
+    want = [
+        {m: sorted(v) for m, v in buf.capture_lines(RecordType.GET, "example.com", p).items()}
+        for p in prefixes
+    ]
+    assert want[1] and sum(map(len, want[1].values())) == sum(len(a.responses) for a in attempts)
+    with buf._cursor(write=True) as cur:  # as that version left it
+        cur.execute("DROP TABLE web_index_lines")
+        cur.execute("ALTER TABLE web_index_attempts DROP COLUMN lined")
+    buf.close()
+
+    def found(b: PostgresBuffer) -> list[dict[tuple[int, int], list[bytes]]]:
+        return [
+            {m: sorted(v) for m, v in b.capture_lines(RecordType.GET, "example.com", p).items()}
+            for p in prefixes
+        ]
+
+    reader = PostgresBuffer(dsn, readonly=True)
+    assert found(reader) == want
+    writer = PostgresBuffer(dsn)
+    with writer._cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM web_index_lines")
+        assert cur.fetchone()[0] == sum(len(a.responses) for a in attempts)
+        cur.execute("SELECT COUNT(*) FROM web_index_attempts WHERE NOT lined")
+        assert cur.fetchone()[0] == 0
+    assert found(writer) == want and found(reader) == want
+    reader.close()
+    writer.close()

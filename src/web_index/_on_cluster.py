@@ -5,6 +5,10 @@ folder every worker sees at the same path) and the buffer's location, once per
 worker process: opening reads the store's marker and, for an object store,
 starts a read cache that later batches reuse. These functions are pickled by
 reference, so a task carries only the two strings.
+
+It opens a :class:`~web_index.storage.Store` (``open_store``, as ``WebIndex``
+does), not the handle: ``web_index.index`` imports this module, and this one
+imports nothing above ``query`` and ``storage`` (no import cycle).
 """
 
 from __future__ import annotations
@@ -14,10 +18,10 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from web_index.index import WebIndex
+from web_index._attempts import gc_paused
 from web_index.models import Query
-from web_index.query import Result, answer_on_cluster, map_on_cluster
-from web_index.storage import MethodPartition, PartitionFiles
+from web_index.query import Result, answer_on_cluster, map_on_cluster, run_queries
+from web_index.storage import MethodPartition, PartitionFiles, Store, open_store
 
 __all__ = ["answer_file", "compactor"]
 
@@ -29,7 +33,8 @@ def _shared(location: str) -> str:
 
 
 def answer_file(
-    index: WebIndex,
+    location: str,
+    buffer: str | None,
     scheduler: str,
     source: str | os.PathLike[str] | Iterable[Query],
     destination: str | os.PathLike[str],
@@ -37,35 +42,38 @@ def answer_file(
     batch_size: int,
     on_progress: Callable[[int], None] | None,
 ) -> int:
-    """``index.query_file(...)`` with every batch answered on the cluster."""
-    answer = functools.partial(_answer, _shared(index.location), index._buffer_location)
+    """``WebIndex.query_file(...)`` of the store at ``location`` (its buffer's DSN:
+    ``buffer``) with every batch answered on the cluster."""
+    answer = functools.partial(_answer, _shared(location), buffer)
     return answer_on_cluster(
         scheduler, answer, source, destination, batch_size=batch_size, on_progress=on_progress
     )
 
 
 def compactor(
-    index: WebIndex, scheduler: str, min_parts: int
+    location: str, buffer: str | None, scheduler: str, min_parts: int
 ) -> Callable[[list[tuple[MethodPartition, PartitionFiles | None]]], Iterator[int]]:
     """A ``run`` for ``Store.compact``: one task per partition, with its files as listed, on the
     cluster (a worker listing it again would scan a local store's month folder a partition)."""
-    compact = functools.partial(_compact, _shared(index.location), index._buffer_location, min_parts)
+    compact = functools.partial(_compact, _shared(location), buffer, min_parts)
     return functools.partial(map_on_cluster, scheduler, compact)
 
 
 @functools.lru_cache(maxsize=16)
-def _opened(location: str, buffer: str | None, read_only: bool) -> WebIndex:
+def _opened(location: str, buffer: str | None, read_only: bool) -> Store:
     # Kept open for the worker's life; create=False: a mistyped location fails the task.
-    return WebIndex(location, read_only=read_only, buffer=buffer, create=False)
+    return open_store(location, read_only=read_only, buffer=buffer, create=False)
 
 
 def _answer(location: str, buffer: str | None, queries: list[Query]) -> list[Result]:
-    return _opened(location, buffer, True).query(queries)
+    # As WebIndex.query answers them.
+    with gc_paused():
+        return run_queries(_opened(location, buffer, True), list(queries), bodies=True)  # type: ignore[return-value]
 
 
 def _compact(
     location: str, buffer: str | None, min_parts: int, listed: tuple[MethodPartition, PartitionFiles | None]
 ) -> int:
     partition, files = listed
-    store = _opened(location, buffer, False)._store
+    store = _opened(location, buffer, False)
     return store.compact_partition(partition, min_parts=min_parts, listed=files)

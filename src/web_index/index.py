@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import Any, Self
 
 from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
 from web_index._bulk_load import BulkLoad
@@ -30,19 +30,14 @@ from web_index.storage import (
     SYSTEM_CLOCK,
     Buffer,
     CacheConfig,
-    CachingBackend,
     Clock,
     FlushPolicy,
     MethodPartition,
-    Store,
     WriteOptions,
     find_capture_lines,
-    open_backend,
+    open_store,
 )
 from web_index.urls import key_and_domain, surt_prefixes
-
-if TYPE_CHECKING:
-    from web_index.storage.backends import S3Backend
 
 __all__ = ["InsertItem", "WebIndex"]
 
@@ -87,24 +82,14 @@ class WebIndex:
         create: bool = True,
     ) -> None:
         self.location = os.fspath(location)
-        backend = open_backend(location)
-        if cache is None:
-            cache = backend.remote  # on by default for object stores
-        if cache is not False:
-            if not backend.remote:
-                from web_index.errors import StoreError
-
-                raise StoreError("the read-through cache is for object stores (s3://...)")
-            backend = CachingBackend(
-                cast("S3Backend", backend), cache if isinstance(cache, CacheConfig) else None, clock=clock
-            )
-        self._store = Store(
-            backend,
-            readonly=read_only,
+        self._store = open_store(
+            location,
+            read_only=read_only,
             durable=durable,
             policy=policy,
             write_options=write_options,
             buffer=buffer,
+            cache=cache,
             clock=clock,
             create=create,
         )
@@ -243,7 +228,7 @@ class WebIndex:
         if scheduler is not None:
             from web_index._on_cluster import compactor
 
-            run = compactor(self, scheduler, min_parts)
+            run = compactor(self.location, self._buffer_location, scheduler, min_parts)
         return self._store.compact(partitions, min_parts=min_parts, on_progress=on_progress, run=run)
 
     # -- reading ---------------------------------------------------------------
@@ -290,7 +275,13 @@ class WebIndex:
             from web_index._on_cluster import answer_file
 
             return answer_file(
-                self, scheduler, source, destination, batch_size=batch_size, on_progress=on_progress
+                self.location,
+                self._buffer_location,
+                scheduler,
+                source,
+                destination,
+                batch_size=batch_size,
+                on_progress=on_progress,
             )
         from web_index.query import answer_to_file
 

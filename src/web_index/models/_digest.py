@@ -13,16 +13,14 @@ import base64
 import binascii
 import hashlib
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
 from web_index.errors import InvalidRecordError
 from web_index.models._enums import RecordType
+from web_index.models._queries import PageKey
 from web_index.models._time import format_ts
-
-if TYPE_CHECKING:
-    from web_index.models._queries import PageKey
 
 __all__ = ["Digest", "DigestHit", "payload_digests", "payload_sha1", "sha1_text", "sha256_text"]
 
@@ -112,8 +110,6 @@ class DigestHit(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def key(self) -> PageKey:
         """The :class:`PageKey` of the attempt that holds this response."""
-        from web_index.models._queries import PageKey
-
         return PageKey(
             type=RecordType.GET, url=self.url, timestamp=self.timestamp, request_id=self.request_id
         )

@@ -9,7 +9,7 @@ from msgspec.structs import force_setattr
 
 from web_index.errors import InvalidRecordError
 from web_index.models._enums import Calibre, RecordType
-from web_index.models._records import field_names
+from web_index.models._fields import field_names
 from web_index.models._time import format_ts, parse_ts
 from web_index.urls import is_plain_url, url_key
 

@@ -5,7 +5,7 @@ import binascii
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 import msgspec
 from msgspec.structs import force_setattr
@@ -13,10 +13,9 @@ from msgspec.structs import force_setattr
 from web_index.errors import InvalidRecordError
 from web_index.models._digest import payload_sha1, sha1_text
 from web_index.models._enums import AttemptState, Calibre, RecordType
+from web_index.models._fields import field_names, required_names
+from web_index.models._queries import PageKey
 from web_index.models._time import format_ts, parse_ts
-
-if TYPE_CHECKING:
-    from web_index.models._queries import PageKey
 
 __all__ = ["AttemptMetadata", "Page", "Response", "result_json"]
 
@@ -49,28 +48,6 @@ def _headers_from(value: object, field: str) -> dict[str, str]:
     ):
         raise InvalidRecordError(field, "headers must be a JSON object of strings to strings")
     return dict(value)
-
-
-_FIELD_NAMES: dict[type, frozenset[str]] = {}
-_REQUIRED: dict[type, tuple[str, ...]] = {}
-
-
-def field_names(cls: type[Any]) -> frozenset[str]:
-    """The field names of a model class, computed once: ``msgspec.structs.fields``
-    evaluates the annotations on every call (a ``compile()`` per field), which
-    was 60% of the time to read a file of queries."""
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = frozenset(f.name for f in msgspec.structs.fields(cls))
-    return names
-
-
-def required_names(cls: type[Any]) -> tuple[str, ...]:
-    """The fields of a model class without a default, sorted, computed once (as :func:`field_names`)."""
-    names = _REQUIRED.get(cls)
-    if names is None:
-        names = _REQUIRED[cls] = tuple(sorted(f.name for f in msgspec.structs.fields(cls) if f.required))
-    return names
 
 
 def _from_mapping(cls: type[msgspec.Struct], data: Mapping[str, Any], field: str) -> Any:
@@ -251,8 +228,6 @@ class Page(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def key(self) -> PageKey:
         """The :class:`PageKey` that returns exactly this page again."""
-        from web_index.models._queries import PageKey
-
         return PageKey(type=self.type, url=self.url, timestamp=self.timestamp, request_id=self.request_id)
 
     def to_dict(self) -> dict[str, Any]:

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import time
 from base64 import b32encode
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from web_index.models import RecordType, payload_sha1
+from web_index.models import GET_COLUMNS, HEAD_COLUMNS, RecordType, payload_sha1
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
 from web_index.urls import surt_key, target_uri
 
@@ -42,6 +42,7 @@ __all__ = [
     "capture_stamp",
     "file_capture_lines",
     "parse_capture_line",
+    "response_capture_line",
 ]
 
 # The columns a line is made of (``get`` tables also give payload_sha1).
@@ -107,22 +108,72 @@ def capture_lines(type: RecordType, table: pa.Table) -> list[bytes]:
             column = column.cast(pa.int64())
         columns[name] = column.to_pylist()
     sha1s: list[Any] | None = table.column("payload_sha1").to_pylist() if type is RecordType.GET else None
-    lines: list[bytes] = []
-    for i, request_url in enumerate(columns["request_url"]):
-        url = target_uri(request_url)
-        stamp = capture_stamp(columns["timestamp"][i])
-        fields = CaptureFields(
-            url=url,
-            mime=capture_mime(_HEADERS(columns["headers"][i])),
-            status=str(columns["status_code"][i]),
-            digest="-" if sha1s is None else b32encode(sha1s[i]).decode(),
-            request_id=columns["request_id"][i],
-            position=columns["chain_index"][i],
-            page=columns["url_key"][i],
-            attempt_us=columns["attempt_timestamp"][i],
+    return [
+        _line(
+            columns["url_key"][i],
+            columns["attempt_timestamp"][i],
+            columns["request_id"][i],
+            columns["chain_index"][i],
+            request_url,
+            columns["status_code"][i],
+            columns["headers"][i],
+            columns["timestamp"][i],
+            None if sha1s is None else sha1s[i],
         )
-        lines.append(f"{surt_key(url)} {stamp} ".encode() + _ENCODE(fields))
-    return lines
+        for i, request_url in enumerate(columns["request_url"])
+    ]
+
+
+# Where the values a line is made of sit in a response row of values in the
+# order of web_index.models.HEAD_COLUMNS / GET_COLUMNS (what ingest makes and
+# the insert buffer keeps).
+_AT = {name: HEAD_COLUMNS.index(name) for name in CAPTURE_COLUMNS}
+_BODY_AT = GET_COLUMNS.index(BODY_COLUMN)
+
+
+def response_capture_line(row: Sequence[Any]) -> bytes:
+    """The line of one response row of values in the order of
+    :data:`~web_index.models.GET_COLUMNS` or :data:`~web_index.models.HEAD_COLUMNS`
+    (timestamps in microseconds): the same bytes :func:`capture_lines` makes of
+    the row once stored (a ``get`` row's SHA-1 computed from its body here)."""
+    sha1 = payload_sha1(row[_BODY_AT] or b"") if len(row) == len(GET_COLUMNS) else None
+    at = _AT
+    return _line(
+        row[at["url_key"]],
+        row[at["attempt_timestamp"]],
+        row[at["request_id"]],
+        row[at["chain_index"]],
+        row[at["request_url"]],
+        row[at["status_code"]],
+        row[at["headers"]],
+        row[at["timestamp"]],
+        sha1,
+    )
+
+
+def _line(
+    page: str,
+    attempt_us: int,
+    request_id: str,
+    position: int,
+    request_url: str,
+    status: int,
+    headers: str,
+    ts_us: int,
+    sha1: bytes | None,
+) -> bytes:
+    url = target_uri(request_url)
+    fields = CaptureFields(
+        url=url,
+        mime=capture_mime(_HEADERS(headers)),
+        status=str(status),
+        digest="-" if sha1 is None else b32encode(sha1).decode(),
+        request_id=request_id,
+        position=position,
+        page=page,
+        attempt_us=attempt_us,
+    )
+    return f"{surt_key(url)} {capture_stamp(ts_us)} ".encode() + _ENCODE(fields)
 
 
 def file_capture_lines(type: RecordType, handle: pq.ParquetFile) -> Iterator[list[bytes]]:

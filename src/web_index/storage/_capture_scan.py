@@ -2,26 +2,24 @@
 
 Month by month, one registrable domain's partition gives its lines from its
 capture index (bisected, ``_capture_index``), the lines of the part files that
-index does not cover and of buffered rows (few: they are made and sorted on
-the spot), or, with no usable index, the lines of all its visible files. The
-months' sorted streams are merged, as pywb merges its CDXJ files, so a
-caller that wants the first lines stops reading after them.
+index does not cover and of buffered rows (those of the prefixes only, found by
+key in the buffer, which made them at insert: no body is read), or, with no
+usable index, the lines of all its visible files. The months' sorted streams
+are merged, as pywb merges its CDXJ files, so a caller that wants the first
+lines stops reading after them.
 """
 
 from __future__ import annotations
 
 import functools
 import heapq
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import pyarrow.parquet as pq
 
 from web_index._retry import retrying
 from web_index.models import RecordType, month_bounds
-from web_index.storage._capture_lines import capture_lines, capture_stamp, file_capture_lines
-from web_index.storage._files import rows_to_table
+from web_index.storage._capture_lines import capture_stamp, file_capture_lines
 from web_index.storage._layout import Partition, compacted_file
 from web_index.storage._store import Store
 
@@ -49,8 +47,8 @@ def find_capture_lines(
     byte order (descending if ``reverse``), each once, buffered captures included."""
     if type.is_metadata:
         raise ValueError(f"{type.value} records are not captures")
-    buffered = _buffered(store, type, domain)
-    months: list[tuple[Partition, list[dict[str, Any]]]] = []
+    buffered = store.buffer.capture_lines(type.method, domain, prefixes)
+    months: list[tuple[Partition, list[bytes]]] = []
     for year, month in sorted({*store.months(type), *buffered}):
         lo, hi = month_bounds(year, month)
         # A month holds attempts begun in it: their responses come up to a chain's span later.
@@ -84,7 +82,7 @@ def _older_months_end(year: int, month: int) -> bytes:
 
 def _newest_first(
     store: Store,
-    months: list[tuple[Partition, list[dict[str, Any]]]],
+    months: list[tuple[Partition, list[bytes]]],
     prefixes: tuple[bytes, ...],
     first: bytes,
     last: bytes,
@@ -107,21 +105,16 @@ def _newest_first(
     yield from (line for line in sorted(set(pending), reverse=True) if first <= _stamp(line) <= last)
 
 
-def _buffered(store: Store, type: RecordType, domain: str) -> dict[tuple[int, int], list[dict[str, Any]]]:
-    rows: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
-    for mp, attempt in store.buffer.domain_attempts(type.method, domain):
-        rows[(mp.year, mp.month)].extend(attempt.responses)
-    return rows
-
-
 def _partition_lines(
-    store: Store, partition: Partition, rows: list[dict[str, Any]], prefixes: tuple[bytes, ...]
+    store: Store, partition: Partition, buffered: list[bytes], prefixes: tuple[bytes, ...]
 ) -> Iterator[bytes]:
     p = partition
     listed = [store.month_files(p.type, p.year, p.month).get(p.domain, [])]
 
     def read() -> tuple[Iterator[bytes], list[bytes]]:
         files = listed[0]
+        if not files:  # buffered captures only: nothing to open (no retrying wrapper, ~0.5 ms)
+            return iter(()), []
         compacted = compacted_file(files)
         index = None if compacted is None else store.capture_indexes.get(partition, compacted)
         try:
@@ -146,9 +139,7 @@ def _partition_lines(
             on=(FileNotFoundError,),
             gave_up=f"partition {p} kept changing while it was read",
         )
-    if rows:
-        table = rows_to_table(p.type, rows)
-        extra += [line for line in capture_lines(p.type, table) if line.startswith(prefixes)]
+    extra += buffered  # the buffer's lines of these prefixes (made at insert)
     extra.sort()
     return heapq.merge(indexed, extra) if extra else indexed
 

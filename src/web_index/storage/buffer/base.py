@@ -12,13 +12,15 @@ from typing import Any, NamedTuple, Protocol
 import msgspec
 
 from web_index.errors import StoreError
-from web_index.models import AttemptRows, RecordType, row_dicts
+from web_index.models import GET_COLUMNS, HEAD_COLUMNS, AttemptRows, RecordType, row_dicts
+from web_index.storage._capture_lines import response_capture_line
 
 __all__ = [
     "Buffer",
     "BufferedAttempt",
     "BufferedKey",
     "MethodPartition",
+    "attempt_lines",
     "buffer_rows",
     "decode_rows",
 ]
@@ -119,6 +121,42 @@ def buffer_rows(attempts: Sequence[AttemptRows], now: int) -> list[tuple[object,
     return rows
 
 
+def attempt_lines(responses: Sequence[Sequence[Any]]) -> list[tuple[int, bytes]]:
+    """(position in the chain, capture line) of each response of an attempt's rows
+    (values in column order): what a CDX query finds a buffered capture by, made
+    once, at insert, so that a lookup reads neither bodies nor other URLs' rows."""
+    return [(i, response_capture_line(row)) for i, row in enumerate(responses)]
+
+
+def _lines_of(responses: Sequence[Any]) -> list[tuple[int, bytes]]:
+    """:func:`attempt_lines` of the response rows of a blob as written (value rows, or maps
+    as versions before wrote them)."""
+    return attempt_lines(
+        [
+            tuple(row[n] for n in (GET_COLUMNS if "data" in row else HEAD_COLUMNS))
+            if isinstance(row, dict)
+            else row
+            for row in responses
+        ]
+    )
+
+
+def line_key(line: bytes) -> bytes:
+    """A capture line's SURT key and time, what buffers index it by: up to the space before
+    its JSON. Its range for a prefix a CDX query asks (a SURT-key prefix: no space but a
+    final one) holds exactly the lines that start with the prefix."""
+    return line[: line.index(b" ", line.index(b" ") + 1)]
+
+
+def prefix_range(prefix: bytes) -> tuple[bytes, bytes | None]:
+    """The byte strings starting with ``prefix`` are those from the first value up to (not
+    including) the second (``None``: no upper bound), as SQLite and PostgreSQL compare blobs."""
+    stem = prefix.rstrip(b"\xff")
+    if not stem:
+        return prefix, None
+    return prefix, stem[:-1] + bytes([stem[-1] + 1])
+
+
 def _attempt(request_id: str, body: bytes) -> BufferedAttempt:
     return BufferedAttempt(request_id, *_unpack(*_decode(body)))
 
@@ -156,6 +194,14 @@ class Buffer(Protocol):
     ) -> list[tuple[MethodPartition, BufferedAttempt]]:
         """Every buffered attempt of ``method`` in ``domain``'s partitions, claimed
         or not, in the order they were buffered (what a CDX query adds to the files')."""
+        ...
+
+    def capture_lines(
+        self, method: RecordType, domain: str, prefixes: Sequence[bytes]
+    ) -> dict[tuple[int, int], list[bytes]]:
+        """The capture lines (``_capture_lines``) of every buffered response of ``method`` in
+        ``domain``'s partitions, claimed or not, that start with one of ``prefixes``, by
+        (year, month), unsorted: found by key, made at insert, no body read."""
         ...
 
     def counts(self) -> dict[MethodPartition, tuple[int, int, int]]: ...

@@ -34,8 +34,13 @@ from web_index.storage.buffer.base import (
     BufferedAttempt,
     BufferedKey,
     MethodPartition,
+    _decode,
+    _lines_of,
+    attempt_lines,
     buffer_rows,
     decode_rows,
+    line_key,
+    prefix_range,
 )
 
 __all__ = ["PostgresBuffer"]
@@ -91,7 +96,31 @@ CREATE TABLE IF NOT EXISTS web_index_generations (
     method TEXT NOT NULL, year SMALLINT NOT NULL, month SMALLINT NOT NULL, gen BIGINT NOT NULL,
     PRIMARY KEY (method, year, month)
 );
+-- The capture line (web_index.storage._capture_lines) of each buffered response,
+-- made at insert: a CDX lookup reads its key's lines through web_index_lines_key,
+-- never a body or another URL's rows. Deleted with their attempt (a flush).
+-- Rows inserted by a version before these (lined false) get theirs when a
+-- writer opens the buffer, and are made on the spot by lookups until then.
+ALTER TABLE web_index_attempts ADD COLUMN IF NOT EXISTS lined BOOLEAN NOT NULL DEFAULT false;
+CREATE INDEX IF NOT EXISTS web_index_attempts_unlined
+    ON web_index_attempts (method, domain) WHERE NOT lined;
+CREATE TABLE IF NOT EXISTS web_index_lines (
+    request_id TEXT     NOT NULL REFERENCES web_index_attempts (request_id) ON DELETE CASCADE,
+    position   INTEGER  NOT NULL,
+    method     TEXT     NOT NULL,
+    year       SMALLINT NOT NULL,
+    month      SMALLINT NOT NULL,
+    domain     TEXT     NOT NULL,
+    key        BYTEA    NOT NULL,  -- the line up to its JSON: SURT key, space, 14-digit time
+    line       BYTEA    NOT NULL,
+    PRIMARY KEY (request_id, position)
+);
+CREATE INDEX IF NOT EXISTS web_index_lines_key ON web_index_lines (method, domain, key);
 """
+_INSERT_LINE = (
+    "INSERT INTO web_index_lines (request_id, position, method, year, month, domain, key, line)"
+    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING"
+)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -137,6 +166,7 @@ class PostgresBuffer:
                 # Serialise schema creation between processes starting at once.
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_SPACE,))
                 conn.execute(_SCHEMA)
+                _add_lines(conn)
         self._schema_ready = True
 
     def __repr__(self) -> str:
@@ -182,6 +212,11 @@ class PostgresBuffer:
 
     def append(self, attempts: Sequence[AttemptRows]) -> None:
         rows = buffer_rows(attempts, now_us(self.clock))
+        lines = [
+            (a.request_id, position, a.method.value, a.year, a.month, a.domain, line_key(line), line)
+            for a in attempts
+            for position, line in attempt_lines(a.responses)
+        ]
         # Sorted by partition, so that concurrent multi-partition inserts lock the
         # totals rows in one order (no deadlock).
         rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
@@ -191,10 +226,12 @@ class PostgresBuffer:
             with self._cursor(write=True) as cur:
                 cur.executemany(
                     "INSERT INTO web_index_attempts (method, year, month, domain, url_key, ts_us, request_id,"
-                    " calibre, success, nbytes, added_us, metadata, responses)"
-                    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    " calibre, success, nbytes, added_us, metadata, responses, lined)"
+                    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,true)",
                     rows,
                 )
+                if lines:
+                    cur.executemany(_INSERT_LINE, lines)
         except psycopg.errors.UniqueViolation:
             # As the SQLite buffer says it: a request id is one attempt, stored once.
             raise StoreError(
@@ -346,6 +383,52 @@ class PostgresBuffer:
         ]
 
     @_retry_once
+    def capture_lines(
+        self, method: RecordType, domain: str, prefixes: Sequence[bytes]
+    ) -> dict[tuple[int, int], list[bytes]]:
+        out: dict[tuple[int, int], list[bytes]] = {}
+        if not prefixes:
+            return out
+        ranges = [prefix_range(p) for p in prefixes]
+        where = " OR ".join("(key >= %s AND key < %s)" if hi is not None else "key >= %s" for _, hi in ranges)
+        values: list[object] = [v for lo, hi in ranges for v in ((lo,) if hi is None else (lo, hi))]
+        try:
+            found, unlined = self._lines(method, domain, where, values)
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn):
+            # A buffer no writer of this version has opened yet (a reader opens none):
+            # every attempt's lines made on the spot.
+            found, unlined = (
+                [],
+                [(mp.year, mp.month, a.responses) for mp, a in self.domain_attempts(method, domain)],
+            )
+        for year, month, line in found:
+            out.setdefault((year, month), []).append(bytes(line))
+        wanted = tuple(prefixes)
+        for year, month, responses in unlined:
+            rows = _decode(responses) if isinstance(responses, bytes) else responses
+            made = [line for _, line in _lines_of(rows) if line.startswith(wanted)]
+            if made:
+                out.setdefault((year, month), []).extend(made)
+        return out
+
+    def _lines(
+        self, method: RecordType, domain: str, where: str, values: list[object]
+    ) -> tuple[list[tuple[int, int, bytes]], list[tuple[int, int, Any]]]:
+        with self._cursor() as cur:
+            cur.execute(
+                f"SELECT year, month, line FROM web_index_lines WHERE method=%s AND domain=%s AND ({where})",  # noqa: S608 - only %s marks
+                (method.value, domain, *values),
+            )
+            found = cur.fetchall()
+            cur.execute(
+                "SELECT year, month, responses FROM web_index_attempts"
+                " WHERE method=%s AND domain=%s AND NOT lined",
+                (method.value, domain),
+            )
+            unlined = cur.fetchall()
+        return found, unlined
+
+    @_retry_once
     def counts(self) -> dict[MethodPartition, tuple[int, int, int]]:
         with self._cursor() as cur:
             cur.execute(
@@ -387,6 +470,30 @@ class PostgresBuffer:
             return
         with self._lock_conns_lock:
             self._lock_conns.append(conn)
+
+
+def _add_lines(conn: psycopg.Connection[Any]) -> None:
+    """Make the capture lines of the attempts that have none (buffered by a version
+    before web_index_lines): once, by a writer opening the buffer."""
+    while True:
+        rows = conn.execute(
+            "SELECT request_id, method, year, month, domain, responses FROM web_index_attempts"
+            " WHERE NOT lined LIMIT 500"
+        ).fetchall()
+        if not rows:
+            return
+        lines = [
+            (rid, position, m, y, mo, d, line_key(line), line)
+            for rid, m, y, mo, d, responses in rows
+            for position, line in _lines_of(_decode(responses))
+        ]
+        with conn.cursor() as cur:
+            if lines:
+                cur.executemany(_INSERT_LINE, lines)
+            cur.execute(
+                "UPDATE web_index_attempts SET lined = true WHERE request_id = ANY(%s)",
+                ([r[0] for r in rows],),
+            )
 
 
 def _bump(cur: psycopg.Cursor[Any], method: str, year: int, month: int) -> None:

@@ -16,7 +16,10 @@ are narrow, because every insert pays for each of them: a 32-bit hash of the
 URL key for lookups (the key itself is checked on the rows found), and the
 partition as a small integer (``parts``, which also keeps each partition's
 running totals). An insert of
-many attempts updates each partition's totals once, not once per row.
+many attempts updates each partition's totals once, not once per row. Each
+response's capture line (what a CDX query answers with) is made at insert
+into ``buffered_lines``, indexed by partition, SURT key and time, so that a
+lookup reads its key range, never the domain's bodies (issue 38).
 
 Writers take turns through an ``flock`` on ``buffer.lock`` (the kernel wakes
 the next one the moment the lock is free, where SQLite's busy handler would
@@ -44,6 +47,7 @@ from web_index.storage.buffer._sqlite import (
     _CHECKPOINT_BYTES,
     _CHUNK,
     _INSERT,
+    _INSERT_LINE,
     _LAYOUT,
     _PAGE_SIZE,
     _PART_OF,
@@ -61,13 +65,22 @@ from web_index.storage.buffer.base import (
     BufferedKey,
     MethodPartition,
     _attempt,
+    _decode,
     _encode,
     _khash,
+    _lines_of,
     _warn_once,
+    attempt_lines,
+    line_key,
     log,
+    prefix_range,
 )
 
 __all__ = ["SqliteBuffer"]
+
+# Layouts a reader reads as they are (a writer converts to _LAYOUT): layout 2
+# lacks only the capture lines, which a reader then makes from the rows.
+_READABLE = (2, _LAYOUT)
 
 
 class SqliteBuffer:
@@ -91,6 +104,7 @@ class SqliteBuffer:
         self._unbuffered: set[tuple[str, str]] = set()
         self._unbuffered_as_of: tuple[object, ...] = ()
         self._transactions = 0  # this handle's: PRAGMA data_version counts the other connections' commits
+        self._layout = _LAYOUT  # a reader's may be layout 2 (no capture lines kept: made on the spot)
         if not readonly:
             try:
                 self._connect()
@@ -165,8 +179,14 @@ class SqliteBuffer:
                     " inserts not yet flushed to Parquet"
                 )
                 return None
-            return immutable if immutable.execute("PRAGMA user_version").fetchone()[0] == _LAYOUT else None
-        if conn.execute("PRAGMA user_version").fetchone()[0] == _LAYOUT:
+            layout = immutable.execute("PRAGMA user_version").fetchone()[0]
+            if layout in _READABLE:
+                self._layout = layout
+                return immutable
+            return None
+        layout = conn.execute("PRAGMA user_version").fetchone()[0]
+        if layout in _READABLE:
+            self._layout = layout
             self._conn = conn
             return conn
         # Not created yet, or an older layout that a writable open converts:
@@ -260,6 +280,7 @@ class SqliteBuffer:
         encode, crc32, seeds = _encode, zlib.crc32, _SEEDS
         # One pass: each row (its partition id filled in below) and each partition's totals.
         rows: list[list[Any]] = []
+        lines: list[list[tuple[int, bytes]]] = []  # each attempt's capture lines
         keys: list[tuple[RecordType, int, int, str]] = []
         totals: dict[tuple[RecordType, int, int, str], list[int]] = {}
         nbytes = 0
@@ -277,14 +298,27 @@ class SqliteBuffer:
                 total[1] += size
             url_key = a.url_key
             khash = crc32(url_key.encode(), seeds[a.method])
-            rows.append([0, khash, url_key, a.ts_us, a.request_id, a.calibre, a.success, size, now, body])
+            rows.append([0, 0, khash, url_key, a.ts_us, a.request_id, a.calibre, a.success, size, now, body])
+            lines.append(attempt_lines(a.responses))
         with self._lock:
             self._after_append = {}
             with self._transaction() as conn:
                 pids, after = _add_to_parts(conn, totals)
+                # The seqs SQLite would give (max + 1 on), chosen here for the lines to name.
+                seq = conn.execute("SELECT IFNULL(MAX(seq), 0) FROM buffered").fetchone()[0]
                 for row, part in zip(rows, keys, strict=True):
-                    row[0] = pids[part]
+                    seq += 1
+                    row[0] = seq
+                    row[1] = pids[part]
                 conn.executemany(_INSERT, rows)
+                conn.executemany(
+                    _INSERT_LINE,
+                    [
+                        (row[0], position, row[1], line_key(line), line)
+                        for row, made in zip(rows, lines, strict=True)
+                        for position, line in made
+                    ],
+                )
             # The totals of the partitions just written, for the size check
             # that follows an insert (``oversized``), which need not ask again.
             self._after_append = after
@@ -391,6 +425,10 @@ class SqliteBuffer:
                     "SELECT pid, COUNT(*), SUM(nbytes) FROM buffered WHERE flush_id=? GROUP BY pid",
                     (flush_id,),
                 ).fetchall()
+                conn.execute(
+                    "DELETE FROM buffered_lines WHERE seq IN (SELECT seq FROM buffered WHERE flush_id=?)",
+                    (flush_id,),
+                )
                 conn.execute("DELETE FROM buffered WHERE flush_id=?", (flush_id,))
                 months: set[tuple[str, int, int]] = set()
                 for pid, n, nbytes in gone:
@@ -521,23 +559,88 @@ class SqliteBuffer:
             conn = self._connect()
             if conn is None:
                 return []
-            # A CDX lookup asks this every time, mostly of a domain with nothing buffered: that
-            # answer is kept until a commit, ours or another connection's (data_version: ~2 us
-            # against ~25 us for the query).
-            as_of = (conn, conn.execute("PRAGMA data_version").fetchone()[0], self._transactions)
-            if as_of != self._unbuffered_as_of:
-                self._unbuffered.clear()
-                self._unbuffered_as_of = as_of
-            if (method.value, domain) in self._unbuffered:
+            if not self._buffers(conn, method, domain):
                 return []
             rows = conn.execute(
                 "SELECT p.year, p.month, b.request_id, b.body FROM parts p JOIN buffered b ON b.pid = p.pid"
                 " WHERE p.method=? AND p.domain=? ORDER BY b.seq",
                 (method.value, domain),
             ).fetchall()
-            if not rows and len(self._unbuffered) < 65536:
-                self._unbuffered.add((method.value, domain))
         return [(MethodPartition(method, y, mo, domain), _attempt(rid, body)) for y, mo, rid, body in rows]
+
+    def capture_lines(
+        self, method: RecordType, domain: str, prefixes: Sequence[bytes]
+    ) -> dict[tuple[int, int], list[bytes]]:
+        """The lines of ``domain``'s buffered responses of ``method`` starting with one of
+        ``prefixes``, by month: ranges of ``buffered_lines_key``, and lines made on the spot
+        only of rows inserted without theirs (by a version before layout 3)."""
+        out: dict[tuple[int, int], list[bytes]] = {}
+        with self._lock:
+            conn = self._connect()
+            if conn is None or not self._buffers(conn, method, domain):
+                return out
+            if self._layout < 3:  # a reader of a buffer no writer of this version has converted
+                rows = conn.execute(
+                    "SELECT p.year, p.month, b.body FROM parts p JOIN buffered b ON b.pid = p.pid"
+                    " WHERE p.method=? AND p.domain=?",
+                    (method.value, domain),
+                ).fetchall()
+                for year, month, body in rows:
+                    made = [
+                        line for _, line in _lines_of(_decode(body)[1]) if line.startswith(tuple(prefixes))
+                    ]
+                    out.setdefault((year, month), []).extend(made)
+                return out
+            parts = conn.execute(
+                "SELECT pid, year, month FROM parts INDEXED BY parts_domain WHERE domain=? AND method=?",
+                (domain, method.value),
+            ).fetchall()
+            for pid, year, month in parts:
+                found: list[bytes] = []
+                for prefix in prefixes:
+                    lo, hi = prefix_range(prefix)
+                    if hi is None:
+                        cur = conn.execute(
+                            "SELECT line FROM buffered_lines INDEXED BY buffered_lines_key"
+                            " WHERE pid=? AND key >= ?",
+                            (pid, lo),
+                        )
+                    else:
+                        cur = conn.execute(
+                            "SELECT line FROM buffered_lines INDEXED BY buffered_lines_key"
+                            " WHERE pid=? AND key >= ? AND key < ?",
+                            (pid, lo, hi),
+                        )
+                    found += [line for (line,) in cur.fetchall()]
+                unlined = conn.execute(
+                    "SELECT body FROM buffered INDEXED BY buffered_unlined WHERE pid=? AND lined = 0", (pid,)
+                ).fetchall()
+                for (body,) in unlined:
+                    found += [
+                        line for _, line in _lines_of(_decode(body)[1]) if line.startswith(tuple(prefixes))
+                    ]
+                if found:
+                    out[(year, month)] = found
+        return out
+
+    def _buffers(self, conn: sqlite3.Connection, method: RecordType, domain: str) -> bool:
+        """Whether anything of ``method`` in ``domain`` is buffered. A CDX lookup asks every
+        time, mostly of a domain with nothing buffered: that answer is kept until a commit,
+        ours or another connection's (data_version: ~2 us against ~25 us for the query).
+        Call with ``self._lock`` held."""
+        as_of = (conn, conn.execute("PRAGMA data_version").fetchone()[0], self._transactions)
+        if as_of != self._unbuffered_as_of:
+            self._unbuffered.clear()
+            self._unbuffered_as_of = as_of
+        if (method.value, domain) in self._unbuffered:
+            return False
+        some = conn.execute(
+            "SELECT 1 FROM parts WHERE domain=? AND method=? LIMIT 1",
+            (domain, method.value),
+        ).fetchone()
+        if some is None and len(self._unbuffered) < 65536:
+            self._unbuffered.add((method.value, domain))
+        return some is not None
 
     def generation(self, method: RecordType, year: int, month: int) -> int:
         with self._lock:
