@@ -107,3 +107,37 @@ def test_a_bad_filter_is_refused_at_once(tmp_path: Path) -> None:
         assert caught.value.field == "start"
         with pytest.raises(InvalidRecordError):
             index.scan(url_prefix="ftp://example.com/")
+
+
+def test_a_url_prefix_reads_only_the_row_groups_that_may_hold_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files are sorted by URL key and keep its statistics: a scan of one URL of a
+    big domain reads the row groups around it, not the domain (the UI's history)."""
+    import pyarrow.parquet as pq
+
+    from web_index.storage import WriteOptions
+
+    options = WriteOptions(row_group_rows=10, body_row_group_rows=10, group_min_bytes=0)
+    urls = [f"https://big.example.com/p/{i:03d}" for i in range(200)]
+    with WebIndex(tmp_path / "s", write_options=options) as index:
+        index.insert_many([attempt(u, BASE + timedelta(minutes=i)) for i, u in enumerate(urls)])
+        index.insert_many([attempt(urls[77], BASE + timedelta(hours=1, minutes=k)) for k in range(5)])
+        index.flush()
+        index.compact()
+        read: list[int] = []
+        original = pq.ParquetFile.read_row_group
+
+        def counted(self: pq.ParquetFile, i: int, *args: Any, **kwargs: Any) -> Any:
+            read.append(i)
+            return original(self, i, *args, **kwargs)
+
+        monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted)
+        for kind in (RecordType.GET, RecordType.GET_METADATA):
+            read.clear()
+            found = list(index.scan(kind, url_prefix=urls[77]))
+            assert len(found) == 6 and {r.url for r in found} == {urls[77]}
+            assert 0 < len(read) <= 2, read  # 205 rows in groups of 10: the one or two holding p/077
+            read.clear()
+            everything = list(index.scan(kind, url_prefix="https://big.example.com/p/"))
+            assert len(everything) == 205 and len(read) >= 20

@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from web_index.errors import StoreError
 from web_index.models import RecordType, month_bounds
@@ -77,20 +78,25 @@ def scan(store: Store, type: RecordType, where: ScanFilter) -> Iterator[tuple[Pa
         for domain in sorted(d for d in domains if where.domain in (None, d)):
             partition = Partition(type, year, month, domain)
             rows = buffered.get((year, month, domain), [])
-            for table in _partition(store, partition, listing.get(domain, []), rows):
+            files = listing.get(domain, [])
+            for table in _partition(store, partition, files, rows, where.url_key_prefix):
                 table = where.rows(type, table)
                 if table.num_rows:
                     yield partition, table
 
 
 def _partition(
-    store: Store, partition: Partition, files: list[StoredFile], rows: list[dict[str, Any]]
+    store: Store,
+    partition: Partition,
+    files: list[StoredFile],
+    rows: list[dict[str, Any]],
+    prefix: str | None,
 ) -> Iterator[pa.Table]:
     last: tuple[Any, ...] | None = None
     listed: list[StoredFile] | None = files
     for _ in range(_TRIES):
         try:
-            for table in _merged(store, partition, listed, rows):
+            for table in _merged(store, partition, listed, rows, prefix):
                 if last is not None:
                     table = table.slice(bisect.bisect_right(sort_keys(partition.type, table), last))
                 if table.num_rows:
@@ -103,11 +109,43 @@ def _partition(
 
 
 def _merged(
-    store: Store, partition: Partition, files: list[StoredFile] | None, rows: list[dict[str, Any]]
+    store: Store,
+    partition: Partition,
+    files: list[StoredFile] | None,
+    rows: list[dict[str, Any]],
+    prefix: str | None,
 ) -> Iterator[pa.Table]:
     _, opened, _ = store.open_visible(partition, files)
-    inputs: list[Iterator[pa.Table]] = [row_groups(handle) for _, handle in opened]
+    inputs: list[Iterator[pa.Table]] = [_groups_under(handle, prefix) for _, handle in opened]
     if rows:
         inputs.append(iter([sort_dedupe(partition.type, rows_to_table(partition.type, rows))]))
     group_rows: Callable[[int, int], int] = functools.partial(store.write_options.group_rows, partition.type)
     yield from merge_sorted(partition.type, inputs, group_rows)
+
+
+def _groups_under(handle: pq.ParquetFile, prefix: str | None) -> Iterator[pa.Table]:
+    """The file's row groups that may hold URL keys starting with ``prefix``
+    (all of them without one): files are sorted by URL key and keep its
+    statistics, so one URL's records are read without the rest of its domain's."""
+    if prefix is None:
+        yield from row_groups(handle)
+        return
+    meta = handle.metadata
+    column = meta.schema.to_arrow_schema().get_field_index("url_key")
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(column).statistics if column >= 0 else None
+        if stats is not None and stats.has_min_max:
+            low, high = stats.min, stats.max
+            if (
+                isinstance(low, str)
+                and isinstance(high, str)
+                and (high < prefix or not _reaches(low, prefix))
+            ):
+                continue
+        yield handle.read_row_group(g, use_threads=False)
+
+
+def _reaches(low: str, prefix: str) -> bool:
+    """Whether a key at least ``low`` can start with ``prefix``: ``low`` is
+    not past every key that does."""
+    return low[: len(prefix)] <= prefix
