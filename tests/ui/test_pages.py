@@ -174,6 +174,10 @@ def test_hostile_archived_content_stays_in_its_sandbox(tab: Any, archive: Archiv
     named = [m.start() for m in re.finditer(re.escape(live), frame.text.split("<script>try")[0])]
     assert len(named) == 5  # the stylesheet, script, refresh, image and frame: each into the archive
     assert all(frame.text[:i].endswith("20240301if_/") for i in named)
+    # The raw memento, unrewritten, opened in the browser: the policy alone keeps it in.
+    tab.goto(f"/store/20240301id_/{SITE}/hostile")
+    tab.wait_for_timeout(500)
+    assert archive.live_hits == [] and tab.context.cookies() == [] and tab.dialogs == []
 
 
 def test_two_captures_are_compared(tab: Any, archive: Archive) -> None:

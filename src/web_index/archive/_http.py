@@ -19,6 +19,7 @@ from web_index.errors import InvalidRecordError
 from web_index.fetch import BoundedDecoder, DecompressionBombError
 
 __all__ = [
+    "ARCHIVED_CONTENT_POLICY",
     "HOP_BY_HOP",
     "ORIGINAL",
     "dechunk",
@@ -34,6 +35,13 @@ __all__ = [
 ORIGINAL = "x-web-index-original-"
 _FRAMING = ("content-encoding", "transfer-encoding", "content-length")
 # A connection's own fields, never a page's: not replayed, not taken from a remote's answer.
+# What archived content is served under, wherever a browser may open it (a raw memento, the UI's
+# frame): an origin of its own (sandbox, never allow-same-origin), no script, no form, no plugin,
+# and nothing loaded but from this server: archived pages are hostile, and never reach the live web.
+ARCHIVED_CONTENT_POLICY = (
+    "sandbox; default-src 'self' data:; style-src 'self' 'unsafe-inline' data:; script-src 'none'; "
+    "object-src 'none'; form-action 'none'; base-uri 'none'; frame-ancestors 'self'"
+)
 HOP_BY_HOP = frozenset(["connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"])
 _PIECE = 1 << 12  # fed to the decoder at a time: a break loses at most this much
 

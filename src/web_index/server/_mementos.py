@@ -12,9 +12,10 @@ percent-encoded (``http%3A//…``), which is decoded once. A redirect's
 ``Location`` points at the memento of its target (``…id_/http…``), as
 clients that follow replayed redirects expect.
 
-Archived pages are served with ``Content-Security-Policy: sandbox``: a page's
-scripts then run, if at all, in an origin of their own, never with this
-server's.
+Archived pages are served under :data:`~web_index.archive.ARCHIVED_CONTENT_POLICY`:
+sandboxed in an origin of their own, no script, and nothing loaded from
+anywhere but this server, so a memento opened in a browser never reaches the
+live web.
 """
 
 from __future__ import annotations
@@ -27,7 +28,15 @@ from urllib.parse import urljoin
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from web_index.archive import HOP_BY_HOP, CdxQuery, Collection, parse_cdx_query, url_in_path, wire_headers
+from web_index.archive import (
+    ARCHIVED_CONTENT_POLICY,
+    HOP_BY_HOP,
+    CdxQuery,
+    Collection,
+    parse_cdx_query,
+    url_in_path,
+    wire_headers,
+)
 from web_index.errors import InvalidRecordError
 from web_index.server._cdx import collection, not_found
 from web_index.server._errors import ApiError, bad_parameter
@@ -82,7 +91,7 @@ async def memento(request: Request) -> Response:
         if name.lower() == "location":
             value = base + urljoin(fields["url"], value)
         headers.append((name, value))
-    headers += [*memento_headers(fields, moment, base), ("content-security-policy", "sandbox")]
+    headers += [*memento_headers(fields, moment, base), ("content-security-policy", ARCHIVED_CONTENT_POLICY)]
     out = Response(response.data or b"", status_code=response.status_code)
     out.raw_headers = [
         *((n.encode("latin-1", "replace"), v.encode("latin-1", "replace")) for n, v in headers),

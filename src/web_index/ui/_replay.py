@@ -19,7 +19,7 @@ from selectolax.lexbor import LexborHTMLParser
 from starlette.requests import Request
 from starlette.responses import Response
 
-from web_index.archive import parse_cdx_query
+from web_index.archive import ARCHIVED_CONTENT_POLICY, parse_cdx_query
 from web_index.crawl import CSS_IMPORT, CSS_URL, is_html
 from web_index.errors import InvalidRecordError
 from web_index.fetch import decode_body
@@ -27,12 +27,7 @@ from web_index.ui._render import UI_PREFIX, UiError, store_of, target_url
 
 __all__ = ["REPLAY_POLICY", "replay", "rewrite_css", "rewrite_html"]
 
-# 'self' is the server: the frame's sandbox gives the document an opaque
-# origin of its own, but its policy still names the server's.
-REPLAY_POLICY = (
-    "sandbox; default-src 'self' data:; style-src 'self' 'unsafe-inline' data:; script-src 'none'; "
-    "object-src 'none'; form-action 'none'; base-uri 'none'; frame-ancestors 'self'"
-)
+REPLAY_POLICY = ARCHIVED_CONTENT_POLICY
 _URL_ATTRIBUTES = {
     "href": ("a", "area", "link"),
     "src": ("img", "iframe", "frame", "source", "audio", "video", "track", "embed", "input", "script"),
