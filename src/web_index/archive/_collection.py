@@ -209,6 +209,17 @@ class Collection:
         collection.add_step([StoreIndex(name, index)], None, ())
         return collection
 
+    @property
+    def store(self) -> WebIndex | None:
+        """The web-index store this collection is, when it is one alone (a
+        single step of a single store source): what its every attempt, failures
+        included, can be read from. ``None`` for any other collection."""
+        if len(self.steps) == 1 and len(self.steps[0].sources) == 1:
+            (only,) = self.steps[0].sources.values()
+            if isinstance(only, StoreIndex):
+                return only.index
+        return None
+
     def add_step(
         self, sources: Sequence[IndexSource], timeout: float | None, loaders: Sequence[LoaderSpec]
     ) -> None:

@@ -72,7 +72,7 @@ def _store_of(request: Request) -> tuple[str, WebIndex]:
     name = request.path_params["coll"]
     _, index = store_of(request, name)
     if index is None:
-        raise UiError(404, f"{name!r} is not a store of this server: its overview is its archive's own")
+        raise UiError(404, f"{name!r} is not a store: its overview is its archive's own")
     return name, index
 
 

@@ -83,13 +83,14 @@ def served(request: Request) -> Served:
 
 
 def store_of(request: Request, name: str) -> tuple[Collection, WebIndex | None]:
-    """The collection ``name`` and, when it is the app's own store, its index;
-    a 404 for a name the server does not serve."""
+    """The collection ``name`` and, when it is a store (this server's own, or
+    one of ``collections.yaml``'s), its index; a 404 for a name the server does
+    not serve."""
     got = served(request)
     coll = got.collections.get(name)
     if coll is None:
         raise UiError(404, f"no collection {name!r}: this server has {', '.join(sorted(got.collections))}")
-    return coll, got.index if name == got.store else None
+    return coll, coll.store
 
 
 def page(request: Request, template: str, status: int = 200, **context: Any) -> Response:
@@ -98,7 +99,13 @@ def page(request: Request, template: str, status: int = 200, **context: Any) -> 
     html = (
         _templates()
         .get_template(template)
-        .render(collections=sorted(got.collections), store=got.store, path=request.url.path, **context)
+        .render(
+            collections=sorted(got.collections),
+            store=got.store,
+            stores={name for name, coll in got.collections.items() if coll.store is not None},
+            path=request.url.path,
+            **context,
+        )
     )
     return HTMLResponse(html, status_code=status, headers=_page_headers())
 
