@@ -212,6 +212,8 @@ def test_a_crawled_site_is_searched_with_its_snippets_as_text(tab: Any, archive:
     hostile = tab.locator(".hits li", has_text="Hostile")
     assert HOSTILE_TEXT in hostile.locator(".snippet").inner_text() and tab.dialogs == []
     assert tab.locator(".hits img, .hits script").count() == 0
+    status = tab.locator("table.sites tbody tr", has_text=archive.crawled).locator("td").all_inner_texts()
+    assert status[0] == archive.crawled and status[2] == "3"  # three pages packed, the requisites not
     accessible(tab)
     shoot(tab, "search")
     hostile.locator("a").click()  # into the archive: the URL's history, not the live site

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from web_index.crawl._site_files import SiteFiles, check_site
 from web_index.errors import SearchError, SiteNotFoundError
-from web_index.search import PackReader, SearchPage, decompress_pack
+from web_index.search import PackInfo, PackReader, SearchPage, decompress_pack
 
 __all__ = ["LocalPacks"]
 
@@ -37,6 +37,13 @@ class LocalPacks:
         """Each site held and its generation."""
         with self._lock:
             return {site: gen for site, (gen, _) in self._readers.items()}
+
+    def info(self, site: str) -> PackInfo | None:
+        """What the pack held for ``site`` says about itself (pages, when it was
+        built), or ``None`` if none is held."""
+        with self._lock:
+            held = self._readers.get(site)
+        return None if held is None else held[1].info
 
     def used_bytes(self) -> int:
         """Bytes of the copies held."""

@@ -6,6 +6,7 @@ each site's crawl status."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import re
 from typing import Any
@@ -38,13 +39,25 @@ def snippet_parts(snippet: str) -> list[tuple[bool, str]]:
 
 
 def _status(request: Request) -> list[dict[str, Any]]:
+    """Each site with a published database: its generation and size, and the
+    pages in it and when it was built, once this server holds a copy."""
     files = site_files(served(request).index)
+    packs = request.app.state.searches.packs  # None when searches go to a pipeline's searchers
     out = []
     for site in files.sites():
         generation = files.latest(site)
         if generation is None:
             continue
-        out.append({"site": site, "generation": generation, "bytes": files.pack_size(site, generation)})
+        info = packs.info(site) if packs is not None else None
+        out.append(
+            {
+                "site": site,
+                "generation": generation,
+                "bytes": files.pack_size(site, generation),
+                "pages": info.pages if info is not None else None,
+                "built": info.built if info is not None else None,
+            }
+        )
     return out
 
 
@@ -53,11 +66,14 @@ def _queued(broker: Broker) -> dict[str, int]:
 
 
 async def search(request: Request) -> Response:
-    sites = await asyncio.to_thread(_status, request)
     backend = request.app.state.searches
+    site = request.query_params.get("site", "").strip()
+    if backend.packs is not None and site:  # the copy searched below, so that its status shows
+        with contextlib.suppress(SearchError, MessageError):
+            await asyncio.to_thread(backend.packs.ensure, site, max_age=backend.refresh)
+    sites = await asyncio.to_thread(_status, request)
     router = backend.router
     queued = await asyncio.to_thread(_queued, router.broker) if router is not None else None
-    site = request.query_params.get("site", "").strip()
     query = request.query_params.get("q", "").strip()
     context: dict[str, Any] = {"title": "Site search · web-index", "sites": sites, "site": site, "q": query}
     context["queued"] = queued
