@@ -1,0 +1,355 @@
+"""One record, one read: a body from the one data page it lives in.
+
+A ``get`` file's body column is read by row group through pyarrow, which
+decompresses the whole column chunk (a megabyte or more) to return one body.
+Big files are written with small body pages and the Parquet page index
+(``WriteOptions``, docs/format.md): the OffsetIndex gives each page's offset,
+size and first row, so a body costs one positioned read of its page, one
+decompression and a PLAIN decode. The file stays plain Parquet; this module
+only reads it differently.
+
+Every step is checked against what the checksummed footer says (pyarrow
+parsed it): the offset index must tile the column chunk exactly, the page's
+header must agree with its index entry, its CRC with its bytes, and its
+values must fill it exactly. Anything else is a :class:`CorruptFileError`
+naming the file and the record; a file without a page index for the body
+column, or with an encoding or codec this reader does not decode, is read by
+row group as before (:func:`body_pages` returns ``None``, or
+:class:`UnsupportedPageError` is raised).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import weakref
+import zlib
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from web_index.errors import CorruptFileError
+from web_index.models import payload_sha1
+from web_index.storage._checksum import CHECKSUM_KEY, CheckedFile
+from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
+from web_index.storage._thrift import Reader, ThriftError
+
+__all__ = ["BodyPages", "UnsupportedPageError", "body_pages", "read_group"]
+
+_DATA_PAGE, _DATA_PAGE_V2 = 0, 3
+_PLAIN, _RLE = 0, 3
+# Parquet codec names (as pyarrow reports them) that pyarrow's Codec decodes
+# exactly as Parquet frames them. (Parquet's old LZ4 is Hadoop-framed: not here.)
+_CODECS = {"ZSTD": "zstd", "SNAPPY": "snappy", "GZIP": "gzip", "BROTLI": "brotli", "LZ4_RAW": "lz4_raw"}
+
+
+class UnsupportedPageError(Exception):
+    """A page this reader does not decode (an encoding or codec of another
+    writer): the caller reads the row group instead."""
+
+
+class _Page(NamedTuple):
+    offset: int
+    size: int  # header included
+    first_row: int
+
+
+class BodyPages:
+    """The body column of one open file, page by page."""
+
+    def __init__(
+        self, handle: CheckedFile, column: int, codec: str | None, *, optional: bool, crcs: bool
+    ) -> None:
+        self.handle = handle
+        self.column = column
+        self.codec = pa.Codec(codec) if codec else None  # type: ignore[arg-type]  # one of _CODECS
+        self.optional = optional
+        self.crcs = crcs  # our files carry a CRC on every page: a missing one is damage
+        self._footer: bytes | None = None
+        self._spots: list[int] | None = None
+        self._pages: dict[int, list[_Page]] = {}
+
+    @property
+    def path(self) -> str:
+        return self.handle.store_path
+
+    def read(self, group: int, rows: Iterable[int], names: Mapping[int, str]) -> dict[int, bytes | None]:
+        """The bodies at these row numbers of row group ``group`` (numbered within
+        the group); ``names`` says which record a row is, for errors."""
+        pages = self._index(group)
+        wanted: dict[int, list[int]] = {}
+        starts = [p.first_row for p in pages]
+        for r in rows:
+            wanted.setdefault(bisect.bisect_right(starts, r) - 1, []).append(r)
+        out: dict[int, bytes | None] = {}
+        for k, members in sorted(wanted.items()):
+            end = pages[k + 1].first_row if k + 1 < len(pages) else self._group_rows(group)
+            what = ", ".join(names.get(r, f"row {r} of row group {group}") for r in members)
+            values = self._page(pages[k], end - pages[k].first_row, what)
+            for r in members:
+                out[r] = values[r - pages[k].first_row]
+        return out
+
+    # -- the offset index ---------------------------------------------------------
+
+    def _group_rows(self, group: int) -> int:
+        return int(self.handle.metadata.row_group(group).num_rows)
+
+    def _index(self, group: int) -> list[_Page]:
+        pages = self._pages.get(group)
+        if pages is None:
+            pages = self._pages[group] = self._read_index(group)
+        return pages
+
+    def _read_index(self, group: int) -> list[_Page]:
+        chunk = self.handle.metadata.row_group(group).column(self.column)
+        where = self._locate(group, chunk)
+        if where is None:
+            raise UnsupportedPageError("offset index not found in the footer")
+        at, length = where
+        try:
+            raw = Reader(self._read(at, length)).struct()
+            pages = [_Page(int(p[1]), int(p[2]), int(p[3])) for p in raw[1]]
+        except (ThriftError, KeyError, TypeError, ValueError) as exc:
+            raise self._damaged(f"unreadable offset index of row group {group} ({exc})") from None
+        start, end = chunk.data_page_offset, chunk.data_page_offset + chunk.total_compressed_size
+        rows = self._group_rows(group)
+        # The index is outside every checksum a read checks: it must tile the
+        # chunk the footer describes, page after page, rows rising from 0.
+        ok = bool(pages) and pages[0].offset == start and pages[0].first_row == 0
+        for a, b in itertools.pairwise(pages):
+            ok = ok and a.offset + a.size == b.offset and a.first_row < b.first_row
+        ok = ok and pages[-1].offset + pages[-1].size == end and pages[-1].first_row < max(rows, 1)
+        if not ok:
+            raise self._damaged(f"offset index of row group {group} disagrees with the footer")
+        return pages
+
+    def _locate(self, group: int, chunk: Any) -> tuple[int, int] | None:
+        """Where the footer says the chunk's offset index is.
+
+        pyarrow tells whether a chunk has one but not where; parsing the whole
+        footer in Python would cost more than the row group it saves. So the
+        chunk is found by the bytes of its column path, which open each body
+        column chunk's metadata, then parsed from there and checked against
+        pyarrow's reading of the same footer.
+        """
+        footer = self._footer_bytes()
+        spots = self._spots
+        if spots is None:
+            name = BODY_COLUMN.encode()
+            # path_in_schema: field 3 (a list), one binary element, the name.
+            needle = b"\x19\x18" + bytes([len(name)]) + name
+            spots, at = [], footer.find(needle)
+            while at >= 0:
+                spots.append(at + len(needle))
+                at = footer.find(needle, at + 1)
+            self._spots = spots
+        expected = (chunk.data_page_offset, chunk.total_compressed_size, chunk.num_values)
+        # The group-th spot is the group-th chunk unless some other bytes of the
+        # footer happen to look like a column path: then try each.
+        order = ([spots[group]] if group < len(spots) else []) + spots
+        for spot in order:
+            try:
+                reader = Reader(footer, spot)
+                meta = reader.struct(last=3)  # the rest of ColumnMetaData
+                rest = reader.struct(last=3)  # the rest of ColumnChunk
+            except ThriftError:
+                continue
+            if (meta.get(9), meta.get(7), meta.get(5)) == expected and 4 in rest and 5 in rest:
+                return int(rest[4]), int(rest[5])
+        return None
+
+    def _footer_bytes(self) -> bytes:
+        if self._footer is None:
+            source = self.handle.source
+            assert source is not None  # checked by body_pages
+            size = source.size()
+            length = int.from_bytes(self._read(size - 8, 4), "little")
+            self._footer = self._read(size - 8 - length, length)
+        return self._footer
+
+    # -- one page -------------------------------------------------------------------
+
+    def _page(self, page: _Page, count: int, what: str) -> list[bytes | None]:
+        data = self._read(page.offset, page.size)
+        try:
+            reader = Reader(data)
+            header = reader.struct()
+            body = memoryview(data)[reader.pos :]
+            kind, raw_size, size = header[1], header[2], header[3]
+            if size != len(body):
+                raise ValueError(f"header says {size} bytes, the index {len(body)}")
+            crc = header.get(4)
+            if crc is not None and zlib.crc32(body) != crc & 0xFFFFFFFF:
+                raise ValueError("page checksum mismatch")
+            if crc is None and self.crcs:
+                raise ValueError("page without its checksum")
+            if kind == _DATA_PAGE:
+                values = self._v1(header[5], body, raw_size, count)
+            elif kind == _DATA_PAGE_V2:
+                values = self._v2(header[8], body, raw_size, count)
+            else:
+                raise ValueError(f"page of type {kind} where a data page should be")
+        except UnsupportedPageError:
+            raise
+        except (ThriftError, KeyError, TypeError, ValueError, OSError, pa.ArrowException) as exc:
+            raise self._damaged(f"body page of {what} at byte {page.offset}: {exc}") from None
+        return values
+
+    def _v1(self, head: dict[int, Any], body: memoryview, raw_size: int, count: int) -> list[bytes | None]:
+        if head[1] != count:
+            raise ValueError(f"page holds {head[1]} values, its index {count} rows")
+        plain = self._decompress(body, raw_size)
+        levels: list[int] | None = None
+        if self.optional:
+            if head.get(3, _RLE) != _RLE:
+                raise UnsupportedPageError("definition levels not RLE")
+            length = int.from_bytes(plain[:4], "little")
+            levels = _rle_bits(plain[4 : 4 + length], count)
+            plain = plain[4 + length :]
+        return _plain(head[2], plain, count, levels)
+
+    def _v2(self, head: dict[int, Any], body: memoryview, raw_size: int, count: int) -> list[bytes | None]:
+        if head[1] != count or head[3] != count:
+            raise ValueError(f"page holds {head[1]} values in {head[3]} rows, its index {count} rows")
+        def_len, rep_len = head[5], head[6]
+        if rep_len or (def_len and not self.optional) or def_len < 0:
+            raise ValueError("levels a flat column cannot have")
+        levels = _rle_bits(body[:def_len], count) if self.optional else None
+        values = body[def_len:]
+        plain = self._decompress(values, raw_size - def_len) if head.get(7, True) else bytes(values)
+        return _plain(head[4], plain, count, levels)
+
+    def _decompress(self, data: memoryview, size: int) -> bytes:
+        if self.codec is None:
+            return bytes(data)
+        out = self.codec.decompress(data, decompressed_size=size, asbytes=True)
+        assert isinstance(out, bytes)
+        if len(out) != size:
+            raise ValueError(f"decompressed to {len(out)} bytes, header says {size}")
+        return out
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _read(self, at: int, length: int) -> bytes:
+        data = self.handle.read_at(at, length)
+        if len(data) != length:
+            raise self._damaged(f"file ended at {at + len(data)}, expected {at + length} bytes")
+        return data
+
+    def _damaged(self, problem: str) -> CorruptFileError:
+        return CorruptFileError(self.path, problem)
+
+
+def _plain(encoding: int, data: bytes, count: int, levels: list[int] | None) -> list[bytes | None]:
+    if encoding != _PLAIN:
+        raise UnsupportedPageError(f"encoding {encoding}")
+    out: list[bytes | None] = []
+    pos = 0
+    for i in range(count):
+        if levels is not None and not levels[i]:
+            out.append(None)
+            continue
+        n = int.from_bytes(data[pos : pos + 4], "little")
+        if pos + 4 + n > len(data):
+            raise ValueError("a value runs past its page")
+        out.append(data[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+    if pos != len(data):
+        raise ValueError(f"{len(data) - pos} bytes left after the page's values")
+    return out
+
+
+def _rle_bits(data: bytes | memoryview, count: int) -> list[int]:
+    """Definition levels of bit width 1 (a flat optional column), RLE/bit-packed hybrid."""
+    reader = Reader(bytes(data))
+    out: list[int] = []
+    while len(out) < count:
+        head = reader.varint()
+        if head & 1:  # bit-packed: groups of 8 values, one byte each at width 1
+            for byte in reader.take(head >> 1):
+                out.extend((byte >> b) & 1 for b in range(8))
+        else:
+            out.extend([reader.byte() & 1] * (head >> 1))
+        if head >> 1 == 0:
+            raise ValueError("empty run of definition levels")
+    return out[:count]
+
+
+# Per open file: its body pages reader, or None (no page index: read by row group).
+_READERS: weakref.WeakKeyDictionary[pq.ParquetFile, BodyPages | None] = weakref.WeakKeyDictionary()
+
+
+def body_pages(handle: pq.ParquetFile) -> BodyPages | None:
+    """The page reader of ``handle``'s body column, or ``None`` when its row
+    groups must be read whole: no body column, no page index for it, a
+    dictionary-encoded or nested one, a codec this module does not decode."""
+    if handle in _READERS:
+        return _READERS[handle]
+    reader = _make(handle) if isinstance(handle, CheckedFile) else None
+    _READERS[handle] = reader
+    return reader
+
+
+def _make(handle: CheckedFile) -> BodyPages | None:
+    meta = handle.metadata
+    schema = handle.schema
+    column = next((i for i in range(len(schema)) if schema.column(i).path == BODY_COLUMN), None)
+    if column is None or not meta.num_row_groups or handle.source is None:
+        return None
+    described = schema.column(column)
+    flat = not described.max_repetition_level and described.max_definition_level <= 1
+    if described.physical_type != "BYTE_ARRAY" or not flat:
+        return None
+    codec = None
+    for g in range(meta.num_row_groups):
+        chunk = meta.row_group(g).column(column)
+        if not chunk.has_offset_index or chunk.has_dictionary_page:
+            return None
+        codec = chunk.compression
+    if codec != "UNCOMPRESSED" and codec not in _CODECS:
+        return None
+    crcs = CHECKSUM_KEY in (meta.metadata or {})
+    optional = described.max_definition_level == 1
+    return BodyPages(handle, column, _CODECS.get(codec or ""), optional=optional, crcs=crcs)
+
+
+def read_group(
+    handle: pq.ParquetFile, group: int, rows: Iterable[int]
+) -> tuple[pa.Table, dict[int, bytes | None] | None]:
+    """Row group ``group`` of a store file, to take the rows ``rows`` (numbered
+    within the group) from: the whole row group and ``None``, or, when its
+    bodies can be read by page, its other columns and those rows' bodies.
+
+    A body read by page is checked against its stored SHA-1 (files of format
+    3): whatever a flipped bit outside every CRC could make this reader pick,
+    it never returns it as the record's body.
+    """
+    pages = body_pages(handle)
+    if pages is not None:
+        names = [n for n in handle.schema.names if n != BODY_COLUMN]
+        table = handle.read_row_group(group, columns=names, use_threads=False)
+        wanted = sorted(set(rows))
+        labels = {r: _label(table, r) for r in wanted}
+        try:
+            bodies = pages.read(group, wanted, labels)
+        except UnsupportedPageError:
+            _READERS[handle] = None  # another writer's page: this file by row group from now on
+        else:
+            if DIGEST_COLUMNS[0] in table.column_names:
+                sha1s = table.column(DIGEST_COLUMNS[0])
+                for r, body in bodies.items():
+                    if body is None or payload_sha1(body) != sha1s[r].as_py():
+                        problem = f"the body of {labels[r]} does not match its SHA-1"
+                        raise CorruptFileError(pages.path, problem)
+            return table, bodies
+    return handle.read_row_group(group, use_threads=False), None
+
+
+def _label(table: pa.Table, row: int) -> str:
+    if row >= table.num_rows or "request_id" not in table.column_names:
+        return f"row {row}"
+    chain = table.column("chain_index")[row].as_py() if "chain_index" in table.column_names else 0
+    return f"record {table.column('request_id')[row].as_py()} (response {chain})"
