@@ -164,6 +164,7 @@ def test_big_files_carry_the_page_index_and_small_ones_do_not(tmp_path: Path) ->
 def test_the_files_are_still_plain_parquet_for_pyarrow_and_polars(tmp_path: Path) -> None:
     bodies = [os.urandom(random.Random(i).randrange(0, 9000)) for i in range(500)] + [b""]
     _backend, handle = _write(tmp_path, bodies, WriteOptions(paged_min_bytes=0))
+    assert body_pages(handle) is not None
     path = tmp_path / PARTITION.compacted_path
     assert pq.read_table(path).column("data").to_pylist() == bodies
     assert pq.ParquetFile(path, page_checksum_verification=True).read().num_rows == len(bodies)
