@@ -181,9 +181,12 @@ def test_the_cli_names_a_damaged_file_in_one_line_with_exit_code_4(tmp_path: Pat
     assert run.returncode == 3 and rel in run.stdout + run.stderr, run
 
 
-def test_a_flipped_bit_in_an_s3_object_is_an_error_naming_it_or_the_right_answer(seaweed: SeaweedFS) -> None:
+@pytest.mark.parametrize("paged", [False, True])
+def test_a_flipped_bit_in_an_s3_object_is_an_error_naming_it_or_the_right_answer(
+    seaweed: SeaweedFS, paged: bool
+) -> None:
     loc = seaweed.new_store()
-    idx, queries, expected = _store(loc)  # type: ignore[arg-type]
+    idx, queries, expected = _store(loc, paged=paged)  # type: ignore[arg-type]
     backend = S3Backend(loc)
     month = "get/2024/08"
     name = next(f.name for f in backend.list_files(month) if f.name.endswith(".parquet"))

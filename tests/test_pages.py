@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.factories import T0, attempt
+from tests.servers import SeaweedFS
 from web_index import FlushPolicy, WebIndex
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType, SimplePageQuery
@@ -31,7 +32,7 @@ from web_index.storage import Partition, WriteOptions
 from web_index.storage._checksum import CheckedFile
 from web_index.storage._files import columns_to_table, write_partition_file
 from web_index.storage._pages import body_pages, read_group
-from web_index.storage.backends import LocalBackend
+from web_index.storage.backends import LocalBackend, S3Backend
 
 PARTITION = Partition(RecordType.GET, 2024, 8, "a.com")
 
@@ -301,3 +302,42 @@ def _replace(path: Path, data: bytes) -> None:
     tmp = path.with_suffix(".flip")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def test_on_s3_a_body_is_one_small_ranged_read_pinned_to_the_version(
+    seaweed: SeaweedFS, tmp_path: Path
+) -> None:
+    loc = seaweed.new_store()
+    idx, _queries, answers = _big_store(loc)  # type: ignore[arg-type]
+    local, _q, local_answers = _big_store(tmp_path / "store")
+    # The same bodies (request ids differ from store to store).
+    assert [[r.data for r in a.responses] for a in answers] == [  # type: ignore[union-attr]
+        [r.data for r in a.responses]  # type: ignore[union-attr]
+        for a in local_answers
+    ]
+    backend = S3Backend(loc, tail_bytes=64 << 10)  # the body pages not in the first read of the tail
+    name = next(f.name for f in backend.list_files("get/2024/08") if f.name.endswith(".parquet"))
+    handle = backend.open_parquet(f"get/2024/08/{name}")
+    pages = body_pages(handle)
+    assert pages is not None
+    expected = handle.read_row_group(0, columns=["data"]).column(0)[7].as_py()
+    chunk = handle.metadata.row_group(0).column(pages.column)
+    body_start, body_end = chunk.data_page_offset, chunk.data_page_offset + chunk.total_compressed_size
+    fetched: list[tuple[int, int]] = []
+    real = backend.get_range
+
+    def counting(path: str, start: int, end: int, etag: str | None) -> bytes:
+        assert etag is not None  # every range pinned to the version opened
+        fetched.append((start, end))
+        return real(path, start, end, etag)
+
+    backend.get_range = counting  # type: ignore[method-assign]
+    _table, bodies = read_group(handle, 0, [7])
+    assert bodies is not None and bodies[7] == expected
+    # Of the body chunk's bytes, one read of one page (the other columns and
+    # the offset index lie outside it).
+    body_reads = [e - s for s, e in fetched if s < body_end and e > body_start]
+    assert len(body_reads) == 1 and body_reads[0] < 4 * WriteOptions().body_page_bytes, fetched
+    assert body_end - body_start > 20 * body_reads[0]
+    idx.close()
+    local.close()
