@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import threading
 import weakref
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -33,21 +35,23 @@ import pyarrow.parquet as pq
 from web_index.errors import CorruptFileError
 from web_index.models import payload_sha1
 from web_index.storage._checksum import CHECKSUM_KEY, CheckedFile
+from web_index.storage._page_format import (
+    Reader,
+    ThriftError,
+    UnsupportedPageError,
+    level_bits,
+    page_locations,
+    plain_values,
+)
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
-from web_index.storage._thrift import Reader, ThriftError
 
 __all__ = ["BodyPages", "UnsupportedPageError", "body_pages", "read_group"]
 
 _DATA_PAGE, _DATA_PAGE_V2 = 0, 3
-_PLAIN, _RLE = 0, 3
+_RLE = 3
 # Parquet codec names (as pyarrow reports them) that pyarrow's Codec decodes
 # exactly as Parquet frames them. (Parquet's old LZ4 is Hadoop-framed: not here.)
 _CODECS = {"ZSTD": "zstd", "SNAPPY": "snappy", "GZIP": "gzip", "BROTLI": "brotli", "LZ4_RAW": "lz4_raw"}
-
-
-class UnsupportedPageError(Exception):
-    """A page this reader does not decode (an encoding or codec of another
-    writer): the caller reads the row group instead."""
 
 
 class _Page(NamedTuple):
@@ -67,9 +71,13 @@ class BodyPages:
         self.codec = pa.Codec(codec) if codec else None  # type: ignore[arg-type]  # one of _CODECS
         self.optional = optional
         self.crcs = crcs  # our files carry a CRC on every page: a missing one is damage
-        self._footer: bytes | None = None
-        self._spots: list[int] | None = None
-        self._pages: dict[int, list[_Page]] = {}
+        # What is learnt of the file's footer and offset indexes outlives this
+        # handle: a query opens its files anew, and parsing them again in Python
+        # cost more than the page read. Keyed by the file's checksum, which
+        # changes with any byte of it.
+        digits = (handle.metadata.metadata or {}).get(CHECKSUM_KEY)
+        self._key = (handle.store_path, digits) if digits else None
+        self._known = (_KNOWN.get(self._key) if self._key else None) or _Known()
 
     @property
     def path(self) -> str:
@@ -98,9 +106,11 @@ class BodyPages:
         return int(self.handle.metadata.row_group(group).num_rows)
 
     def _index(self, group: int) -> list[_Page]:
-        pages = self._pages.get(group)
+        pages = self._known.pages.get(group)
         if pages is None:
-            pages = self._pages[group] = self._read_index(group)
+            pages = self._known.pages[group] = self._read_index(group)
+            if self._key:
+                _KNOWN.put(self._key, self._known)
         return pages
 
     def _read_index(self, group: int) -> list[_Page]:
@@ -110,8 +120,7 @@ class BodyPages:
             raise UnsupportedPageError("offset index not found in the footer")
         at, length = where
         try:
-            raw = Reader(self._read(at, length)).struct()
-            pages = [_Page(int(p[1]), int(p[2]), int(p[3])) for p in raw[1]]
+            pages = [_Page(*loc) for loc in page_locations(self._read(at, length))]
         except (ThriftError, KeyError, TypeError, ValueError) as exc:
             raise self._damaged(f"unreadable offset index of row group {group} ({exc})") from None
         start, end = chunk.data_page_offset, chunk.data_page_offset + chunk.total_compressed_size
@@ -136,7 +145,7 @@ class BodyPages:
         pyarrow's reading of the same footer.
         """
         footer = self._footer_bytes()
-        spots = self._spots
+        spots = self._known.spots
         if spots is None:
             name = BODY_COLUMN.encode()
             # path_in_schema: field 3 (a list), one binary element, the name.
@@ -145,7 +154,7 @@ class BodyPages:
             while at >= 0:
                 spots.append(at + len(needle))
                 at = footer.find(needle, at + 1)
-            self._spots = spots
+            self._known.spots = spots
         expected = (chunk.data_page_offset, chunk.total_compressed_size, chunk.num_values)
         # The group-th spot is the group-th chunk unless some other bytes of the
         # footer happen to look like a column path: then try each.
@@ -162,13 +171,13 @@ class BodyPages:
         return None
 
     def _footer_bytes(self) -> bytes:
-        if self._footer is None:
+        if self._known.footer is None:
             source = self.handle.source
             assert source is not None  # checked by body_pages
             size = source.size()
             length = int.from_bytes(self._read(size - 8, 4), "little")
-            self._footer = self._read(size - 8 - length, length)
-        return self._footer
+            self._known.footer = self._read(size - 8 - length, length)
+        return self._known.footer
 
     # -- one page -------------------------------------------------------------------
 
@@ -207,9 +216,9 @@ class BodyPages:
             if head.get(3, _RLE) != _RLE:
                 raise UnsupportedPageError("definition levels not RLE")
             length = int.from_bytes(plain[:4], "little")
-            levels = _rle_bits(plain[4 : 4 + length], count)
+            levels = level_bits(plain[4 : 4 + length], count)
             plain = plain[4 + length :]
-        return _plain(head[2], plain, count, levels)
+        return plain_values(head[2], plain, count, levels)
 
     def _v2(self, head: dict[int, Any], body: memoryview, raw_size: int, count: int) -> list[bytes | None]:
         if head[1] != count or head[3] != count:
@@ -217,10 +226,10 @@ class BodyPages:
         def_len, rep_len = head[5], head[6]
         if rep_len or (def_len and not self.optional) or def_len < 0:
             raise ValueError("levels a flat column cannot have")
-        levels = _rle_bits(body[:def_len], count) if self.optional else None
+        levels = level_bits(body[:def_len], count) if self.optional else None
         values = body[def_len:]
         plain = self._decompress(values, raw_size - def_len) if head.get(7, True) else bytes(values)
-        return _plain(head[4], plain, count, levels)
+        return plain_values(head[4], plain, count, levels)
 
     def _decompress(self, data: memoryview, size: int) -> bytes:
         if self.codec is None:
@@ -243,39 +252,54 @@ class BodyPages:
         return CorruptFileError(self.path, problem)
 
 
-def _plain(encoding: int, data: bytes, count: int, levels: list[int] | None) -> list[bytes | None]:
-    if encoding != _PLAIN:
-        raise UnsupportedPageError(f"encoding {encoding}")
-    out: list[bytes | None] = []
-    pos = 0
-    for i in range(count):
-        if levels is not None and not levels[i]:
-            out.append(None)
-            continue
-        n = int.from_bytes(data[pos : pos + 4], "little")
-        if pos + 4 + n > len(data):
-            raise ValueError("a value runs past its page")
-        out.append(data[pos + 4 : pos + 4 + n])
-        pos += 4 + n
-    if pos != len(data):
-        raise ValueError(f"{len(data) - pos} bytes left after the page's values")
-    return out
+class _Known:
+    """What one version of a file has taught: its footer, where the body
+    chunks' metadata start in it, and the body pages of the groups read."""
+
+    def __init__(self) -> None:
+        self.footer: bytes | None = None
+        self.spots: list[int] | None = None
+        self.pages: dict[int, list[_Page]] = {}
+
+    def weight(self) -> int:
+        return len(self.footer or b"") + 8 * len(self.spots or ()) + 64 * sum(map(len, self.pages.values()))
 
 
-def _rle_bits(data: bytes | memoryview, count: int) -> list[int]:
-    """Definition levels of bit width 1 (a flat optional column), RLE/bit-packed hybrid."""
-    reader = Reader(bytes(data))
-    out: list[int] = []
-    while len(out) < count:
-        head = reader.varint()
-        if head & 1:  # bit-packed: groups of 8 values, one byte each at width 1
-            for byte in reader.take(head >> 1):
-                out.extend((byte >> b) & 1 for b in range(8))
-        else:
-            out.extend([reader.byte() & 1] * (head >> 1))
-        if head >> 1 == 0:
-            raise ValueError("empty run of definition levels")
-    return out[:count]
+class _KnownFiles:
+    """The :class:`_Known` of recently read files, within a byte budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, bytes], tuple[_Known, int]] = OrderedDict()
+        self._total = 0
+
+    def get(self, key: tuple[str, bytes]) -> _Known | None:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None:
+                return None
+            self._entries.move_to_end(key)
+            return hit[0]
+
+    def put(self, key: tuple[str, bytes], known: _Known) -> None:
+        weight = known.weight()
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._total -= old[1]
+            if weight > self.budget:
+                return
+            self._entries[key] = (known, weight)
+            self._total += weight
+            while self._total > self.budget:
+                _key, (_known, dropped) = self._entries.popitem(last=False)
+                self._total -= dropped
+
+
+# 32 MiB: the footers of a few big files (a 5 GB file's is ~5 MB) and the page
+# locations of thousands of row groups.
+_KNOWN = _KnownFiles(32 << 20)
 
 
 # Per open file: its body pages reader, or None (no page index: read by row group).

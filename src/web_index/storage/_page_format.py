@@ -1,4 +1,5 @@
-"""The little of Thrift's compact protocol that reading one body page needs.
+"""The bytes of Parquet that reading one body page needs: Thrift's compact
+protocol, an OffsetIndex's page locations, PLAIN values and definition levels.
 
 Parquet's footer, offset indexes and page headers are Thrift structs in the
 compact protocol. pyarrow parses the footer but exposes neither where a column
@@ -13,12 +14,19 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-__all__ = ["Reader", "ThriftError"]
+__all__ = ["Reader", "ThriftError", "UnsupportedPageError", "level_bits", "page_locations", "plain_values"]
+
+_PLAIN, _RLE = 0, 3
 
 # Compact protocol type ids.
 _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
 # Nothing we read nests deeper than a few levels: a deeper one is damage, not Parquet.
 _MAX_DEPTH = 16
+
+
+class UnsupportedPageError(Exception):
+    """A page this reader does not decode (an encoding or codec of another
+    writer): the caller reads the row group instead."""
 
 
 class ThriftError(ValueError):
@@ -115,3 +123,93 @@ class Reader:
 
 def _hashable(key: Any) -> Any:
     return key if not isinstance(key, dict | list) else repr(key)
+
+
+def page_locations(data: bytes) -> list[tuple[int, int, int]]:
+    """An OffsetIndex's page locations: (offset, compressed size, first row) each.
+
+    Its PageLocations are three integers each, written in one way by every
+    writer: read here in one loop (the general reader took ~1 ms for the 50
+    pages of a row group); anything else goes to the general reader.
+    """
+    n = len(data)
+    if n < 2 or data[0] != 0x19 or data[1] & 0x0F != 12:
+        return _general_locations(data)
+    size, pos = data[1] >> 4, 2
+    if size == 15:
+        size, pos = _varint(data, pos)
+    out: list[tuple[int, int, int]] = []
+    for _ in range(size):
+        if data[pos : pos + 1] != b"\x16":
+            return _general_locations(data)
+        offset, pos = _varint(data, pos + 1)
+        if data[pos : pos + 1] != b"\x15":
+            return _general_locations(data)
+        length, pos = _varint(data, pos + 1)
+        if data[pos : pos + 1] != b"\x16":
+            return _general_locations(data)
+        first, pos = _varint(data, pos + 1)
+        if data[pos : pos + 1] != b"\x00":
+            return _general_locations(data)
+        pos += 1
+        out.append(
+            ((offset >> 1) ^ -(offset & 1), (length >> 1) ^ -(length & 1), (first >> 1) ^ -(first & 1))
+        )
+    return out
+
+
+def _unzigzag(n: int) -> int:
+    return (n >> 1) ^ -(n & 1)
+
+
+def _general_locations(data: bytes) -> list[tuple[int, int, int]]:
+    raw = Reader(data).struct()
+    return [(int(p[1]), int(p[2]), int(p[3])) for p in raw[1]]
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ThriftError("truncated varint")
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def plain_values(encoding: int, data: bytes, count: int, levels: list[int] | None) -> list[bytes | None]:
+    if encoding != _PLAIN:
+        raise UnsupportedPageError(f"encoding {encoding}")
+    out: list[bytes | None] = []
+    pos = 0
+    for i in range(count):
+        if levels is not None and not levels[i]:
+            out.append(None)
+            continue
+        n = int.from_bytes(data[pos : pos + 4], "little")
+        if pos + 4 + n > len(data):
+            raise ValueError("a value runs past its page")
+        out.append(data[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+    if pos != len(data):
+        raise ValueError(f"{len(data) - pos} bytes left after the page's values")
+    return out
+
+
+def level_bits(data: bytes | memoryview, count: int) -> list[int]:
+    """Definition levels of bit width 1 (a flat optional column), RLE/bit-packed hybrid."""
+    reader = Reader(bytes(data))
+    out: list[int] = []
+    while len(out) < count:
+        head = reader.varint()
+        if head & 1:  # bit-packed: groups of 8 values, one byte each at width 1
+            for byte in reader.take(head >> 1):
+                out.extend((byte >> b) & 1 for b in range(8))
+        else:
+            out.extend([reader.byte() & 1] * (head >> 1))
+        if head >> 1 == 0:
+            raise ValueError("empty run of definition levels")
+    return out[:count]
