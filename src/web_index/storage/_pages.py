@@ -282,6 +282,11 @@ class _KnownFiles:
             self._entries.move_to_end(key)
             return hit[0]
 
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._total = 0
+
     def put(self, key: tuple[str, bytes], known: _Known) -> None:
         weight = known.weight()
         with self._lock:
