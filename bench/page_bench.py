@@ -117,23 +117,34 @@ def row_by_page(handle: pq.ParquetFile, g: int, r: int) -> dict[str, Any]:
     return row
 
 
-def timed(
-    backend: LocalBackend,
-    read: Callable[[pq.ParquetFile, int, int], dict[str, Any]],
-    picks: list[tuple[int, int]],
-) -> dict[str, float]:
-    """Median ms of one record read with a fresh open (what one query pays) and warm (the handle kept)."""
-    cold, warm = [], []
-    for g, r in picks:
-        t0 = time.perf_counter()
-        handle = backend.open_parquet(PARTITION.compacted_path)
-        read(handle, g, r)
-        t1 = time.perf_counter()
-        read(handle, g, r)
-        t2 = time.perf_counter()
-        cold.append((t1 - t0) * 1000)
-        warm.append((t2 - t1) * 1000)
-    return {"cold_ms": round(statistics.median(cold), 3), "warm_ms": round(statistics.median(warm), 3)}
+Read = Callable[[pq.ParquetFile, int, int], dict[str, Any]]
+
+
+def timed(paths: list[tuple[LocalBackend, Read]], picks: list[tuple[int, int]]) -> list[dict[str, float]]:
+    """Median ms of one record read with a fresh open (what one query pays) and
+    warm (the handle kept), for each (file, way of reading) in ``paths``; the
+    ways alternate pick by pick, in turn first, so that the load of a shared
+    machine falls on both alike."""
+    cold: list[list[float]] = [[] for _ in paths]
+    warm: list[list[float]] = [[] for _ in paths]
+    for n, (g, r) in enumerate(picks):
+        order = list(range(len(paths)))
+        if n % 2:
+            order.reverse()
+        for k in order:
+            backend, read = paths[k]
+            t0 = time.perf_counter()
+            handle = backend.open_parquet(PARTITION.compacted_path)
+            read(handle, g, r)
+            t1 = time.perf_counter()
+            read(handle, g, r)
+            t2 = time.perf_counter()
+            cold[k].append((t1 - t0) * 1000)
+            warm[k].append((t2 - t1) * 1000)
+    return [
+        {"cold_ms": round(statistics.median(c), 3), "warm_ms": round(statistics.median(w), 3)}
+        for c, w in zip(cold, warm, strict=True)
+    ]
 
 
 def picks_of(handle: pq.ParquetFile, reads: int, seed: int = 2) -> list[tuple[int, int]]:
@@ -159,8 +170,7 @@ def compare(root: Path, name: str, bodies: list[bytes], reads: int, **layout: An
     pages = body_pages(paged)
     assert pages is not None
     sizes = [p.size for g in range(paged.metadata.num_row_groups) for p in pages._index(g)]
-    by_group = timed(plain_backend, row_by_group, picks)
-    by_page = timed(paged_backend, row_by_page, picks)
+    by_group, by_page = timed([(plain_backend, row_by_group), (paged_backend, row_by_page)], picks)
     return {
         "case": name,
         "records": len(bodies),
