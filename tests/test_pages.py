@@ -340,3 +340,32 @@ def test_on_s3_a_body_is_one_small_ranged_read_pinned_to_the_version(
     assert body_end - body_start > 20 * body_reads[0]
     idx.close()
     local.close()
+
+
+def test_a_big_file_written_before_is_read_by_row_group_and_paged_by_its_next_compaction(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "store"
+    urls = [f"https://shop.example.com/p{i}" for i in range(200)]
+    rng = random.Random(3)
+    policy = FlushPolicy(compact_parts=0, max_age_s=10**6)
+    old_settings = WriteOptions(paged_min_bytes=1 << 62)  # as files were written before
+    with WebIndex(root, policy=policy, write_options=old_settings) as idx:
+        idx.insert_many(
+            attempt(u, T0 + timedelta(minutes=i), body=rng.randbytes(3000)) for i, u in enumerate(urls)
+        )
+        idx.flush()
+        idx.compact()
+        path = next(p for p in idx._store.backend.list_files("get/2024/08") if p.name.endswith(".parquet"))
+        rel = f"get/2024/08/{path.name}"
+        assert body_pages(idx._store.backend.open_parquet(rel)) is None
+        queries = [SimplePageQuery(url=u) for u in urls[::7]]
+        before = idx.query(queries)
+        assert all(a is not None for a in before)
+    with WebIndex(root, policy=policy) as idx:
+        assert idx.query(queries) == before  # read by row group
+        idx.insert_many([attempt("https://shop.example.com/new", T0, body=b"new")])
+        idx.flush()
+        assert idx.compact() >= 1
+        assert body_pages(idx._store.backend.open_parquet(rel)) is not None
+        assert idx.query(queries) == before  # now by page
