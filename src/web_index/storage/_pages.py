@@ -63,12 +63,11 @@ class _Page(NamedTuple):
 class BodyPages:
     """The body column of one open file, page by page."""
 
-    def __init__(
-        self, handle: CheckedFile, column: int, codec: str | None, *, optional: bool, crcs: bool
-    ) -> None:
+    def __init__(self, handle: CheckedFile, column: int, codec: str, *, optional: bool, crcs: bool) -> None:
         self.handle = handle
         self.column = column
-        self.codec = pa.Codec(codec) if codec else None  # type: ignore[arg-type]  # one of _CODECS
+        self.codec_name = codec
+        self.codec = pa.Codec(_CODECS[codec]) if codec in _CODECS else None  # type: ignore[arg-type]
         self.optional = optional
         self.crcs = crcs  # our files carry a CRC on every page: a missing one is damage
         # What is learnt of the file's footer and offset indexes outlives this
@@ -115,6 +114,8 @@ class BodyPages:
 
     def _read_index(self, group: int) -> list[_Page]:
         chunk = self.handle.metadata.row_group(group).column(self.column)
+        if not _pageable(chunk, self.codec_name):
+            raise UnsupportedPageError(f"row group {group} has no page index, or pages of another kind")
         where = self._locate(group, chunk)
         if where is None:
             raise UnsupportedPageError("offset index not found in the footer")
@@ -332,17 +333,24 @@ def _make(handle: CheckedFile) -> BodyPages | None:
     flat = not described.max_repetition_level and described.max_definition_level <= 1
     if described.physical_type != "BYTE_ARRAY" or not flat:
         return None
-    codec = None
-    for g in range(meta.num_row_groups):
-        chunk = meta.row_group(g).column(column)
-        if not chunk.has_offset_index or chunk.has_dictionary_page:
-            return None
-        codec = chunk.compression
-    if codec != "UNCOMPRESSED" and codec not in _CODECS:
+    # The first row group stands for all (each is checked again when read: a
+    # big file has thousands, and a query opens its files anew).
+    chunk = meta.row_group(0).column(column)
+    codec = chunk.compression
+    if not _pageable(chunk, codec):
         return None
     crcs = CHECKSUM_KEY in (meta.metadata or {})
     optional = described.max_definition_level == 1
-    return BodyPages(handle, column, _CODECS.get(codec or ""), optional=optional, crcs=crcs)
+    return BodyPages(handle, column, codec, optional=optional, crcs=crcs)
+
+
+def _pageable(chunk: Any, codec: str) -> bool:
+    return bool(
+        chunk.has_offset_index
+        and not chunk.has_dictionary_page
+        and chunk.compression == codec
+        and (codec == "UNCOMPRESSED" or codec in _CODECS)
+    )
 
 
 def read_group(
