@@ -126,13 +126,20 @@ def test_every_body_read_by_page_is_what_pyarrow_reads_from_its_row_group(
     expected = _pyarrow_bodies(handle)
     assert expected == bodies
     assert _paged_bodies(handle) == expected
-    # Several rows of a group at once, in any order, give the same bodies.
+    # Several rows of a group at once, in any order, give the same bodies,
+    # by page, and through read_group (by page, or by row group when they
+    # span more than a third of the group's pages).
+    pages = body_pages(handle)
+    assert pages is not None
     start = 0
     for g in range(handle.metadata.num_row_groups):
         n = handle.metadata.row_group(g).num_rows
-        rows = rng.sample(range(n), n)
-        _table, got = read_group(handle, g, rows)
-        assert got is not None and [got[r] for r in range(n)] == expected[start : start + n]
+        rows = rng.sample(range(n), rng.randint(1, n))
+        got = pages.read(g, rows, {})
+        assert {r: got[r] for r in rows} == {r: expected[start + r] for r in rows}
+        table, paged = read_group(handle, g, rows)
+        bodies = paged if paged is not None else dict(enumerate(table.column("data").to_pylist()))
+        assert {r: bodies[r] for r in rows} == {r: expected[start + r] for r in rows}
         start += n
 
 
@@ -172,6 +179,18 @@ def test_the_files_are_still_plain_parquet_for_pyarrow_and_polars(tmp_path: Path
     frame = pl.read_parquet(path)
     assert frame["data"].to_list() == bodies
     assert frame["url_key"].to_list() == _table(bodies).column("url_key").to_pylist()
+
+
+def test_rows_on_many_pages_of_a_group_are_read_by_row_group(tmp_path: Path) -> None:
+    bodies = [os.urandom(3000) for _ in range(300)]
+    options = WriteOptions(paged_min_bytes=0, body_row_group_rows=300, group_max_bytes=1 << 40)
+    _backend, handle = _write(tmp_path, bodies, options)
+    pages = body_pages(handle)
+    assert pages is not None and len(pages._index(0)) > 30
+    table, paged = read_group(handle, 0, [1, 2])
+    assert paged is not None and paged[1] == bodies[1] and "data" not in table.column_names
+    table, paged = read_group(handle, 0, range(0, 300, 3))  # every page
+    assert paged is None and table.column("data").to_pylist() == bodies
 
 
 def test_a_file_without_a_page_index_is_read_by_row_group(tmp_path: Path) -> None:

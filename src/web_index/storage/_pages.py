@@ -99,6 +99,15 @@ class BodyPages:
                 out[r] = values[r - pages[k].first_row]
         return out
 
+    def few(self, group: int, rows: Iterable[int]) -> bool:
+        """Whether these rows' pages are few enough to read one by one: a page
+        costs ~1/20 of its row group's body chunk (bench/results/pages.md), so
+        up to a third of a group's pages (~16 of ~50 at 2 KB bodies)."""
+        pages = self._index(group)
+        starts = [p.first_row for p in pages]
+        hit = {bisect.bisect_right(starts, r) for r in rows}
+        return len(hit) <= 1 or 3 * len(hit) <= len(pages)
+
     # -- the offset index ---------------------------------------------------------
 
     def _group_rows(self, group: int) -> int:
@@ -365,15 +374,20 @@ def read_group(
     it never returns it as the record's body.
     """
     pages = body_pages(handle)
-    if pages is not None:
+    wanted = sorted(set(rows))
+    try:
+        few = pages is not None and pages.few(group, wanted)
+    except UnsupportedPageError:
+        _READERS[handle] = None  # another writer's row group: this file by row group from now on
+        few = False
+    if pages is not None and few:
         names = [n for n in handle.schema.names if n != BODY_COLUMN]
         table = handle.read_row_group(group, columns=names, use_threads=False)
-        wanted = sorted(set(rows))
         labels = {r: _label(table, r) for r in wanted}
         try:
             bodies = pages.read(group, wanted, labels)
         except UnsupportedPageError:
-            _READERS[handle] = None  # another writer's page: this file by row group from now on
+            _READERS[handle] = None
         else:
             if DIGEST_COLUMNS[0] in table.column_names:
                 sha1s = table.column(DIGEST_COLUMNS[0])
