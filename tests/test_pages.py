@@ -179,6 +179,9 @@ def test_the_files_are_still_plain_parquet_for_pyarrow_and_polars(tmp_path: Path
     frame = pl.read_parquet(path)
     assert frame["data"].to_list() == bodies
     assert frame["url_key"].to_list() == _table(bodies).column("url_key").to_pylist()
+    duckdb = pytest.importorskip("duckdb")  # a dev dependency (the benches' peer)
+    rows = duckdb.sql(f"SELECT data FROM read_parquet('{path}')").fetchall()
+    assert [r[0] for r in rows] == bodies
 
 
 def test_rows_on_many_pages_of_a_group_are_read_by_row_group(tmp_path: Path) -> None:
