@@ -391,3 +391,23 @@ def test_a_big_file_written_before_is_read_by_row_group_and_paged_by_its_next_co
         assert idx.compact() >= 1
         assert body_pages(idx._store.backend.open_parquet(rel)) is not None
         assert idx.query(queries) == before  # now by page
+
+
+def test_on_s3_a_page_of_an_object_replaced_since_its_open_is_gone_not_a_body(seaweed: SeaweedFS) -> None:
+    loc = seaweed.new_store()
+    idx, _queries, _answers = _big_store(loc)  # type: ignore[arg-type]
+    backend = S3Backend(loc, tail_bytes=64 << 10)
+    name = next(f.name for f in backend.list_files("get/2024/08") if f.name.endswith(".parquet"))
+    path = f"get/2024/08/{name}"
+    handle = backend.open_parquet(path)
+    pages = body_pages(handle)
+    assert pages is not None
+    _pages._KNOWN.clear()
+    backend.put(path, b"another version")  # as a compaction's commit would replace it
+    # Gone (the reader lists again), never bytes of another version: the page's
+    # range is fetched with If-Match on the ETag the handle opened.
+    with pytest.raises(FileNotFoundError):
+        pages.read(0, [7], {})
+    with pytest.raises(FileNotFoundError):
+        read_group(handle, 0, [7])
+    idx.close()
