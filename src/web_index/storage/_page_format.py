@@ -129,8 +129,8 @@ def page_locations(data: bytes) -> list[tuple[int, int, int]]:
     """An OffsetIndex's page locations: (offset, compressed size, first row) each.
 
     Its PageLocations are three integers each, written in one way by every
-    writer: read here in one loop (the general reader took ~1 ms for the 50
-    pages of a row group); anything else goes to the general reader.
+    writer: read here in one loop (the general reader took ~1 ms, profiled, for
+    the 50 pages of a row group); anything else goes to the general reader.
     """
     n = len(data)
     if n < 2 or data[0] != 0x19 or data[1] & 0x0F != 12:
@@ -152,9 +152,7 @@ def page_locations(data: bytes) -> list[tuple[int, int, int]]:
         if data[pos : pos + 1] != b"\x00":
             return _general_locations(data)
         pos += 1
-        out.append(
-            ((offset >> 1) ^ -(offset & 1), (length >> 1) ^ -(length & 1), (first >> 1) ^ -(first & 1))
-        )
+        out.append((_unzigzag(offset), _unzigzag(length), _unzigzag(first)))
     return out
 
 

@@ -150,7 +150,7 @@ class BodyPages:
 
         pyarrow tells whether a chunk has one but not where; parsing the whole
         footer in Python would cost more than the row group it saves. So the
-        chunk is found by the bytes of its column path, which open each body
+        chunk is found by the bytes of its column path, near the start of each body
         column chunk's metadata, then parsed from there and checked against
         pyarrow's reading of the same footer.
         """
