@@ -135,7 +135,7 @@ def test_every_body_read_by_page_is_what_pyarrow_reads_from_its_row_group(
     for g in range(handle.metadata.num_row_groups):
         n = handle.metadata.row_group(g).num_rows
         rows = rng.sample(range(n), rng.randint(1, n))
-        got = pages.read(g, rows, {})
+        got = pages.read(g, rows)
         assert {r: got[r] for r in rows} == {r: expected[start + r] for r in rows}
         table, paged = read_group(handle, g, rows)
         bodies = paged if paged is not None else dict(enumerate(table.column("data").to_pylist()))
@@ -407,7 +407,25 @@ def test_on_s3_a_page_of_an_object_replaced_since_its_open_is_gone_not_a_body(se
     # Gone (the reader lists again), never bytes of another version: the page's
     # range is fetched with If-Match on the ETag the handle opened.
     with pytest.raises(FileNotFoundError):
-        pages.read(0, [7], {})
+        pages.read(0, [7])
     with pytest.raises(FileNotFoundError):
         read_group(handle, 0, [7])
     idx.close()
+
+
+def test_a_damaged_body_page_is_an_error_naming_the_file_and_the_record(tmp_path: Path) -> None:
+    bodies = [os.urandom(3000) for _ in range(200)]
+    backend, handle = _write(tmp_path, bodies, WriteOptions(paged_min_bytes=0))
+    pages = body_pages(handle)
+    assert pages is not None
+    page = pages._index(0)[0]
+    path = tmp_path / PARTITION.compacted_path
+    data = bytearray(path.read_bytes())
+    data[page.offset + page.size - 100] ^= 0x10  # inside the page's compressed values
+    _replace(path, bytes(data))
+    _pages._KNOWN.clear()
+    fresh = backend.open_parquet(PARTITION.compacted_path)
+    with pytest.raises(CorruptFileError) as caught:
+        read_group(fresh, 0, [0])
+    assert caught.value.path == PARTITION.compacted_path
+    assert str(uuid.UUID(int=1)) in caught.value.problem and "checksum" in caught.value.problem

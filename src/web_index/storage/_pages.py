@@ -21,12 +21,13 @@ row group as before (:func:`body_pages` returns ``None``, or
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import threading
 import weakref
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -82,9 +83,11 @@ class BodyPages:
     def path(self) -> str:
         return self.handle.store_path
 
-    def read(self, group: int, rows: Iterable[int], names: Mapping[int, str]) -> dict[int, bytes | None]:
+    def read(
+        self, group: int, rows: Iterable[int], name: Callable[[int], str] | None = None
+    ) -> dict[int, bytes | None]:
         """The bodies at these row numbers of row group ``group`` (numbered within
-        the group); ``names`` says which record a row is, for errors."""
+        the group); ``name(row)`` says which record a row is, for errors."""
         pages = self._index(group)
         wanted: dict[int, list[int]] = {}
         starts = [p.first_row for p in pages]
@@ -93,7 +96,7 @@ class BodyPages:
         out: dict[int, bytes | None] = {}
         for k, members in sorted(wanted.items()):
             end = pages[k + 1].first_row if k + 1 < len(pages) else self._group_rows(group)
-            what = ", ".join(names.get(r, f"row {r} of row group {group}") for r in members)
+            what = functools.partial(_naming, name or (lambda r: f"row {r}"), group, members)
             values = self._page(pages[k], end - pages[k].first_row, what)
             for r in members:
                 out[r] = values[r - pages[k].first_row]
@@ -191,7 +194,7 @@ class BodyPages:
 
     # -- one page -------------------------------------------------------------------
 
-    def _page(self, page: _Page, count: int, what: str) -> list[bytes | None]:
+    def _page(self, page: _Page, count: int, what: Callable[[], str]) -> list[bytes | None]:
         data = self._read(page.offset, page.size)
         try:
             reader = Reader(data)
@@ -214,7 +217,7 @@ class BodyPages:
         except UnsupportedPageError:
             raise
         except (ThriftError, KeyError, TypeError, ValueError, OSError, pa.ArrowException) as exc:
-            raise self._damaged(f"body page of {what} at byte {page.offset}: {exc}") from None
+            raise self._damaged(f"body page of {what()} at byte {page.offset}: {exc}") from None
         return values
 
     def _v1(self, head: dict[int, Any], body: memoryview, raw_size: int, count: int) -> list[bytes | None]:
@@ -383,9 +386,8 @@ def read_group(
     if pages is not None and few:
         names = [n for n in handle.schema.names if n != BODY_COLUMN]
         table = handle.read_row_group(group, columns=names, use_threads=False)
-        labels = {r: _label(table, r) for r in wanted}
         try:
-            bodies = pages.read(group, wanted, labels)
+            bodies = pages.read(group, wanted, functools.partial(_label, table))
         except UnsupportedPageError:
             _READERS[handle] = None
         else:
@@ -393,10 +395,14 @@ def read_group(
                 sha1s = table.column(DIGEST_COLUMNS[0])
                 for r, body in bodies.items():
                     if body is None or payload_sha1(body) != sha1s[r].as_py():
-                        problem = f"the body of {labels[r]} does not match its SHA-1"
+                        problem = f"the body of {_label(table, r)} does not match its SHA-1"
                         raise CorruptFileError(pages.path, problem)
             return table, bodies
     return handle.read_row_group(group, use_threads=False), None
+
+
+def _naming(name: Callable[[int], str], group: int, rows: list[int]) -> str:
+    return ", ".join(name(r) for r in rows) + f" of row group {group}"
 
 
 def _label(table: pa.Table, row: int) -> str:
