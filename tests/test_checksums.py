@@ -23,10 +23,12 @@ import pytest
 
 from tests.factories import T0, attempt
 from tests.servers import SeaweedFS
-from web_index import FlushPolicy, WebIndex
+from web_index import FlushPolicy, WebIndex, WriteOptions
 from web_index.errors import CorruptFileError
 from web_index.models import PageKey, Query, SimplePageQuery, TimeAwarePageQuery
 from web_index.storage import _month_index as _index
+from web_index.storage import _pages
+from web_index.storage._pages import body_pages
 from web_index.storage.backends import S3Backend
 
 URLS = [f"https://shop.example.com/p{i}" for i in range(5)]
@@ -88,23 +90,31 @@ def _replace(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _store(root: Path) -> tuple[WebIndex, list[Query], list[object]]:
-    idx = WebIndex(root, policy=FlushPolicy(compact_parts=0, max_age_s=10**6))
+def _store(root: Path, paged: bool = False) -> tuple[WebIndex, list[Query], list[object]]:
+    # paged: the get file written with body pages and the page index however
+    # small, so that its bodies are read by page (storage/_pages.py).
+    options = WriteOptions(paged_min_bytes=0, body_page_bytes=256) if paged else None
+    idx = WebIndex(root, policy=FlushPolicy(compact_parts=0, max_age_s=10**6), write_options=options)
     queries = _fill(idx)
     expected = idx.query(queries)
     assert sum(r is not None for r in expected) >= len(queries) - 6  # a store worth damaging
     return idx, queries, expected
 
 
-@pytest.mark.parametrize("kind", ["get", "get-metadata", "index"])
+@pytest.mark.parametrize("kind", ["get", "get-paged", "get-metadata", "index"])
 def test_a_flipped_bit_in_a_local_file_is_an_error_naming_it_or_the_right_answer(
     tmp_path: Path, kind: str
 ) -> None:
-    idx, queries, expected = _store(tmp_path / "store")
+    paged_kind = kind == "get-paged"
+    idx, queries, expected = _store(tmp_path / "store", paged=paged_kind)
+    kind = kind.removesuffix("-paged")
     if kind == "index":
         target = next((tmp_path / "store" / "_index" / "get").rglob("*.parquet"))
     else:
         target = next(p for p in (tmp_path / "store" / kind).rglob("*.parquet"))
+    if kind == "get":
+        handle = idx._store.backend.open_parquet(target.relative_to(tmp_path / "store").as_posix())
+        assert (body_pages(handle) is not None) == paged_kind
     rel = target.relative_to(tmp_path / "store").as_posix()
     data = target.read_bytes()
     rng = random.Random(f"flips-{kind}")
@@ -114,6 +124,7 @@ def test_a_flipped_bit_in_a_local_file_is_an_error_naming_it_or_the_right_answer
             flipped = bytearray(data)
             flipped[pos] ^= 1 << bit
             _replace(target, bytes(flipped))
+            _pages._KNOWN.clear()  # what the intact file taught would hide a damaged offset index
             try:
                 got = idx.query(queries)
             except CorruptFileError as exc:
@@ -172,9 +183,12 @@ def test_the_cli_names_a_damaged_file_in_one_line_with_exit_code_4(tmp_path: Pat
     assert run.returncode == 3 and rel in run.stdout + run.stderr, run
 
 
-def test_a_flipped_bit_in_an_s3_object_is_an_error_naming_it_or_the_right_answer(seaweed: SeaweedFS) -> None:
+@pytest.mark.parametrize("paged", [False, True])
+def test_a_flipped_bit_in_an_s3_object_is_an_error_naming_it_or_the_right_answer(
+    seaweed: SeaweedFS, paged: bool
+) -> None:
     loc = seaweed.new_store()
-    idx, queries, expected = _store(loc)  # type: ignore[arg-type]
+    idx, queries, expected = _store(loc, paged=paged)  # type: ignore[arg-type]
     backend = S3Backend(loc)
     month = "get/2024/08"
     name = next(f.name for f in backend.list_files(month) if f.name.endswith(".parquet"))
@@ -186,6 +200,7 @@ def test_a_flipped_bit_in_an_s3_object_is_an_error_naming_it_or_the_right_answer
         flipped = bytearray(data)
         flipped[pos] ^= 1 << bit
         backend.put(path, bytes(flipped))
+        _pages._KNOWN.clear()
         fresh = WebIndex(loc)  # no cached listing or footer of the intact object
         try:
             got = fresh.query(queries)

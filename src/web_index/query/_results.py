@@ -22,7 +22,7 @@ from web_index.models import AttemptMetadata, Page, RecordType, Response, from_u
 from web_index.query._find import Found
 from web_index.query._plan import Candidate, Plan
 from web_index.query._pool import reader_pool
-from web_index.storage import LocalBackend, Store, read_small_files
+from web_index.storage import LocalBackend, Store, read_group, read_small_files
 
 __all__ = ["Result", "build_result", "load_results", "timestamps_as_int"]
 
@@ -194,8 +194,13 @@ def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, A
     pieces: list[pa.Table] = []
     held = 0
     last = max(by_group)
+    bodies: dict[int, bytes | None] = {}
     for g, members in sorted(by_group.items()):
-        table = handle.read_row_group(g, use_threads=False)
+        # Bodies by page where the file allows (storage/_pages.py): the rest of
+        # the row group, and one page per body.
+        table, paged = read_group(handle, g, [r - starts[g] for r in members])
+        if paged is not None:
+            bodies.update((r, paged[r - starts[g]]) for r in members)
         # A slice keeps its whole row group alive. (Table.nbytes counts only
         # the bytes referenced, and took ~100 us a row group to do it.)
         held += table.get_total_buffer_size()
@@ -211,8 +216,11 @@ def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, A
         if held >= _DECODED_BUDGET or g == last:
             # One chunk (a copy of the rows taken): to_pylist pays per chunk and column, and a
             # batch's hits are mostly one-row slices (14 -> 6 us a row at 432 slices).
-            rows_taken = pa.concat_tables(pieces).combine_chunks()
+            rows_taken = pa.concat_tables(pieces, promote_options="permissive").combine_chunks()
             out.update(zip(order, timestamps_as_int(rows_taken).to_pylist(), strict=True))
+            for r in order:
+                if r in bodies:
+                    out[r]["data"] = bodies.pop(r)
             order, pieces, held = [], [], 0
     return out
 

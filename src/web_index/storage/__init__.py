@@ -26,6 +26,7 @@ from web_index.storage._month_index import IndexHit as IndexHit
 from web_index.storage._month_index import open_month_index as open_month_index
 from web_index.storage._month_index_format import key_hash as key_hash
 from web_index.storage._open import open_store as open_store
+from web_index.storage._pages import read_group as read_group
 from web_index.storage._scan import ScanFilter as ScanFilter
 from web_index.storage._scan import scan as scan
 from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS

@@ -164,12 +164,23 @@ class CheckedFile(pq.ParquetFile):
 
     def __init__(self, source: Any, *, path: str, **options: Any) -> None:
         self.store_path = path
+        # Kept for positioned reads of single pages (``_pages``): the very
+        # version whose footer was checked (the same descriptor or mapping on a
+        # local disk, the same ETag on S3), never the name opened again.
+        self.source: pa.NativeFile | None = source if isinstance(source, pa.NativeFile) else None
         with _named(path):
             super().__init__(source, page_checksum_verification=True, **options)
 
     def read(self, *args: Any, **kwargs: Any) -> pa.Table:
         with _named(self.store_path):
             return super().read(*args, **kwargs)
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """``length`` bytes of the file from ``offset`` (fewer at its end)."""
+        if self.source is None:
+            raise OSError("no positioned reads: opened from a path")
+        with _named(self.store_path):
+            return bytes(self.source.read_at(length, offset))  # type: ignore[call-arg]  # the stub lacks its arguments
 
     def read_row_group(self, *args: Any, **kwargs: Any) -> pa.Table:
         with _named(self.store_path):

@@ -9,6 +9,7 @@ and a compaction killed at any point leaves the store correct.
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -66,6 +67,8 @@ class WriteOptions:
         compression_level: int = 3,
         group_min_bytes: int = 1 << 20,
         group_max_bytes: int = 64 << 20,
+        body_page_bytes: int = 16 << 10,
+        paged_min_bytes: int = 256 << 10,
     ) -> None:
         self.row_group_rows = row_group_rows
         # Files with bodies get smaller row groups: a lookup decodes a whole row
@@ -79,6 +82,14 @@ class WriteOptions:
         # while compaction streams). See docs/format.md.
         self.group_min_bytes = group_min_bytes
         self.group_max_bytes = group_max_bytes
+        # Bodies of files with at least paged_min_bytes of them are written in
+        # pages of about body_page_bytes, with the page index, so that a lookup
+        # reads one page of a few KB, not the row group's whole body chunk
+        # (storage/_pages.py). Smaller files are read whole or by their one
+        # small row group, and skip the page index's bytes. Measured in
+        # docs/performance.md.
+        self.body_page_bytes = body_page_bytes
+        self.paged_min_bytes = paged_min_bytes
 
     def group_rows(self, type: RecordType, held: int = 0, size: int = 0) -> int:
         """Rows per row group; with ``held`` rows of ``size`` bytes in hand, as
@@ -101,6 +112,25 @@ class WriteOptions:
         """
         codecs = {name: ("zstd" if name == BODY_COLUMN else "lz4") for name in SCHEMAS[type].names}
         return codecs, {BODY_COLUMN: self.compression_level} if BODY_COLUMN in codecs else {}
+
+    def paging(self, type: RecordType, body_bytes: int, rows: int) -> dict[str, Any]:
+        """The writer's page options for a file with ``body_bytes`` of bodies in
+        ``rows`` rows (so far): small body pages and the page index, or none.
+
+        pyarrow checks a page's size only after every ``write_batch_size``
+        values (1,024 by default, which would make pages of megabytes): the
+        batch is set so that a batch of average bodies is at most half a page.
+        The page size applies to every column; the small ones compress a
+        little worse for it.
+        """
+        if type is not RecordType.GET or body_bytes < self.paged_min_bytes or not rows:
+            return {"write_page_index": False}
+        mean = max(1, body_bytes // rows)
+        return {
+            "write_page_index": True,
+            "data_page_size": self.body_page_bytes,
+            "write_batch_size": max(1, min(1024, self.body_page_bytes // (2 * mean))),
+        }
 
 
 def rows_to_table(type: RecordType, rows: Sequence[dict[str, Any]]) -> pa.Table:
@@ -219,8 +249,17 @@ def partition_file_args(
     data: pa.Table | pa.RecordBatchReader
     if isinstance(table, pa.Table):
         data = table.replace_schema_metadata(meta)
+        paging = options.paging(partition.type, _body_bytes(table), table.num_rows)
     else:
-        data = pa.RecordBatchReader.from_batches(schema, _one_batch_each(table))
+        # A stream is judged by its first row groups: a file of two or more is big.
+        stream = iter(table)
+        head = list(itertools.islice((t for t in stream if t.num_rows), 2))
+        body = sum(_body_bytes(t) for t in head)
+        rows = sum(t.num_rows for t in head)
+        if len(head) > 1:
+            body = max(body, options.paged_min_bytes)
+        paging = options.paging(partition.type, body, rows)
+        data = pa.RecordBatchReader.from_batches(schema, _one_batch_each(itertools.chain(head, stream)))
     sorting = [pq.SortingColumn(schema.get_field_index(c)) for c in SORT_KEYS[partition.type]]
     codecs, levels = options.compression(partition.type)
     return data, dict(
@@ -235,12 +274,19 @@ def partition_file_args(
         write_statistics=["url_key", TS_COLUMN[partition.type], "request_id"],
         sorting_columns=sorting,
         # A partition file is small (tens of rows is typical): its footer is a
-        # large part of it. The Arrow schema copy (~1.4 KB, base64) and the page
-        # index (no reader of ours uses it) would add ~1.5 KB to every file;
-        # readers get the types back from the Parquet schema (see read_table).
+        # large part of it. The Arrow schema copy (~1.4 KB, base64) would add
+        # to every file, and so would the page index, which only big files
+        # need (see WriteOptions.paging); readers get the types back from the
+        # Parquet schema (see read_table).
         store_schema=False,
-        write_page_index=False,
+        **paging,
     )
+
+
+def _body_bytes(table: pa.Table) -> int:
+    if BODY_COLUMN not in table.column_names:
+        return 0
+    return int(table.column(BODY_COLUMN).nbytes)
 
 
 def _one_batch_each(tables: Iterable[pa.Table]) -> Iterator[pa.RecordBatch]:
