@@ -142,9 +142,9 @@ def main() -> None:
     out = HERE / "results"
     (out / "ui.json").write_text(json.dumps(record, indent=2) + "\n")
     lines = [
-        f"UI pages, server time in process ({args.repeat} runs each after a warm-up), at {commit}: one URL with "
-        f"{args.captures:,} captures and {args.failures:,} failed attempts among {args.others:,} other records "
-        "of its domain, compacted.",
+        f"UI pages, server time in process ({args.repeat} runs each after a warm-up), at {commit}: "
+        f"one URL with {args.captures:,} captures and {args.failures:,} failed attempts among "
+        f"{args.others:,} other records of its domain, compacted.",
         "",
         "| page | p50 ms | p90 ms | bytes | target |",
         "|---|---:|---:|---:|---|",

@@ -33,3 +33,37 @@ def test_a_second_store_shows_its_attempts_and_overview(tmp_path: Path) -> None:
             assert http.get("/ui/second/").status_code == 200
             # The store of one collection is not another's.
             assert "unreachable" not in http.get(f"/ui/store/history?url={quote(URL)}").text
+
+
+def test_the_pages_never_fetch_the_live_web_of_a_live_collection(tmp_path: Path) -> None:
+    """The web pages are read-only: a ``$live`` collection's captures are not
+    replayed from the live site, though its memento API would fetch it."""
+    from collections import Counter
+
+    from web_index.archive import load_collections, open_collections
+    from web_index.cli._sample_site import LocalServer, reply
+    from web_index.fetch import AddressPolicy
+
+    hits: Counter[str] = Counter()
+
+    def page(r: object) -> None:
+        hits[r.path] += 1  # type: ignore[attr-defined]
+        reply(r, 200, "<html><body>live</body></html>")  # type: ignore[arg-type]
+
+    (tmp_path / "collections.yaml").write_text("collections:\n  live:\n    index: $live\n")
+    with LocalServer({"/*": page}) as site, WebIndex(tmp_path / "main") as main:
+        specs = load_collections(tmp_path / "collections.yaml")
+        live = open_collections(specs, address_policy=AddressPolicy(allow_loopback=True))
+        with serving(main, ui=True, collections=live) as http:
+            url = site.url("/p")
+            for path in (
+                f"/ui/live/history?url={quote(url)}",
+                f"/ui/live/20240501120000/{url}",
+                f"/ui/live/20240501120000if_/{url}",
+                f"/ui/live/compare?url={quote(url)}&a=2024&b=2025",
+            ):
+                got = http.get(path)
+                assert got.status_code in (200, 404), (path, got.text)
+            assert hits == Counter()
+            assert http.get(f"/live/20240501120000id_/{url}").status_code == 200  # the API does go live
+            assert hits["/p"] == 1

@@ -129,7 +129,7 @@ class _Step:
         _log.warning("%s: source %s skipped: %s", self.owner.name, source.name, problem)
         return SourceUnavailableError(f"{self.owner.name}: source {source.name}: {problem}")
 
-    async def load(self, query: CdxQuery) -> Loaded | None:
+    async def load(self, query: CdxQuery, live: bool) -> Loaded | None:
         if len(self.sources) == 1:
             (only,) = self.sources.values()
             if isinstance(only, StoreIndex):  # find and load in one pass
@@ -137,7 +137,7 @@ class _Step:
                 return None if found is None else Loaded.of(found)
         for capture in await self.find(replace(query, limit=min(query.limit, _CANDIDATES))):
             try:
-                loaded = await self._load(capture, query)
+                loaded = await self._load(capture, query, live)
             except Exception as exc:  # as pywb: the next capture is tried
                 _log.warning("%s: %s not loaded: %s", self.owner.name, capture[0].get("url"), _one_line(exc))
                 continue
@@ -145,8 +145,10 @@ class _Step:
                 return loaded
         return None
 
-    async def _load(self, capture: Capture, query: CdxQuery) -> Loaded | None:
+    async def _load(self, capture: Capture, query: CdxQuery, live: bool) -> Loaded | None:
         fields = capture[0]
+        if fields.get("live_url") and not live:
+            return None
         source = self.sources.get(fields.get("source", ""))
         if source is not None:
             found = await source.memento(capture, query)
@@ -245,14 +247,17 @@ class Collection:
             raise failed
         return []
 
-    async def load(self, query: CdxQuery) -> Loaded | None:
+    async def load(self, query: CdxQuery, *, live: bool = True) -> Loaded | None:
         """The first capture, in the query's order (closest to now without
-        ``closest``: the latest), that loads; ``None`` if none does."""
+        ``closest``: the latest), that loads; ``None`` if none does. With
+        ``live=False`` nothing is fetched from the live web (nor recorded): a
+        ``$live`` source's capture and a remote archive's live fallback are
+        passed over, as the web pages ask."""
         query = replace(query, closest=query.closest or datetime.now(UTC).replace(microsecond=0))
         failed: Exception | None = None
         for step in self.steps:
             try:
-                loaded = await step.load(query)
+                loaded = await step.load(query, live)
             except InvalidRecordError:
                 raise
             except Exception as exc:

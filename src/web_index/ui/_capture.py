@@ -65,7 +65,7 @@ async def capture(request: Request) -> Response:
     before = everything[at - 1] if at > 0 else None
     after = everything[at + 1] if at + 1 < len(everything) else None
     chain = await asyncio.to_thread(_chain, index, fields) if index is not None else None
-    loaded = await coll.load(replace(query, closest=moment(fields)))
+    loaded = await coll.load(replace(query, closest=moment(fields)), live=False)
     title, text = "", ""
     if loaded is not None:
         body = loaded.response.data or b""

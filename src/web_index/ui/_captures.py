@@ -32,7 +32,7 @@ async def captures_of(coll: Collection, index: WebIndex | None, url: str) -> lis
     if index is not None:
         return await asyncio.to_thread(_store_captures, index, url)
     found = await coll.find(CdxQuery(url=url, match_type="exact", limit=MAX_LIMIT))
-    return [fields for fields, _ in found]
+    return [fields for fields, _ in found if not fields.get("live_url")]  # the live web: not an archive
 
 
 def moment(fields: dict[str, Any]) -> datetime:

@@ -32,7 +32,7 @@ class Side:
 
 
 async def _side(coll: Collection, fields: dict[str, Any], query: Any) -> Side:
-    loaded = await coll.load(replace(query, closest=moment(fields)))
+    loaded = await coll.load(replace(query, closest=moment(fields)), live=False)
     if loaded is None:
         raise UiError(404, f"the capture of {fields['url']} at {fields['timestamp']} could not be loaded")
     response = loaded.response

@@ -146,7 +146,7 @@ async def replay(request: Request) -> Response:
         query = parse_cdx_query({"url": [asked], "closest": [stamp[:-3]], "matchType": ["exact"]})
     except InvalidRecordError as exc:
         raise UiError(400, f"{asked!r}: {exc.problem}") from None
-    loaded = await coll.load(query)
+    loaded = await coll.load(query, live=False)
     headers = {"content-security-policy": REPLAY_POLICY, "x-content-type-options": "nosniff"}
     if loaded is None:
         return Response(b"", status_code=404, headers=headers)
