@@ -96,22 +96,6 @@ def test_scan_matches_the_reference(steps: list[tuple[str, int, str, str]]) -> N
                     got = list(index.scan(type, **f))
                     assert all(isinstance(r, AttemptMetadata if type.is_metadata else Page) for r in got)
                     assert [(r.request_id, r.url) for r in got] == _expected(stored, type, f), (type, f)  # type: ignore[union-attr]
-                    # The same records as tables, each with its partition's domain (a data
-                    # record is one row a response of its chain).
-                    tables = list(index.scan_tables(type, **f))
-                    rows = [
-                        (rid, url, domain)
-                        for domain, table in tables
-                        for rid, url in zip(
-                            table.column("request_id").to_pylist(),
-                            table.column("url").to_pylist(),
-                            strict=True,
-                        )
-                    ]
-                    assert list(dict.fromkeys((rid, url) for rid, url, _ in rows)) == _expected(
-                        stored, type, f
-                    )
-                    assert all(domain == domain_of(url) for _, url, domain in rows)
     finally:
         shutil.rmtree(work)
 

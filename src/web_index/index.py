@@ -316,25 +316,6 @@ class WebIndex:
             self._store, RecordType.parse(type), domain=domain, url_prefix=url_prefix, start=start, end=end
         )
 
-    def scan_tables(
-        self,
-        type: RecordType | str = RecordType.GET,
-        *,
-        domain: str | None = None,
-        url_prefix: str | None = None,
-        start: datetime | str | None = None,
-        end: datetime | str | None = None,
-    ) -> Iterator[tuple[str, Any]]:
-        r"""The records :meth:`scan` gives, in its order and under its filters,
-        as ``pyarrow.Table``\ s of the type's columns (one or more a
-        partition), each with its partition's registrable domain: to count or
-        aggregate a store without a Python object a record."""
-        from web_index.query import scan_tables
-
-        return scan_tables(
-            self._store, RecordType.parse(type), domain=domain, url_prefix=url_prefix, start=start, end=end
-        )
-
     def captures(
         self,
         url: str,

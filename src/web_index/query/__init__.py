@@ -10,7 +10,6 @@ from web_index.query._cluster import map_on_cluster as map_on_cluster
 from web_index.query._engine import run_queries
 from web_index.query._results import Result
 from web_index.query._scan import scan_records as scan_records
-from web_index.query._scan import scan_tables as scan_tables
 from web_index.query._scan import time_bound as time_bound
 
 __all__ = ["Result", "run_queries"]

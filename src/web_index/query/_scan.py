@@ -6,14 +6,12 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-import pyarrow as pa
-
 from web_index.models import AttemptMetadata, Page, RecordType, parse_ts, parse_when, to_us
 from web_index.query._results import build_result, timestamps_as_int
 from web_index.storage import ScanFilter, Store, scan
 from web_index.urls import domain_of, url_key
 
-__all__ = ["scan_records", "scan_tables", "time_bound"]
+__all__ = ["scan_records", "time_bound"]
 
 
 def scan_records(
@@ -29,44 +27,18 @@ def scan_records(
     oldest first, domains by name), in each by URL key, time and request id;
     filtered as :meth:`WebIndex.scan` says. A bad filter raises here, not on
     the first record."""
-    where = _where(domain, url_prefix, start, end)
-    return iter(()) if where is None else _records(store, type, where)
-
-
-def scan_tables(
-    store: Store,
-    type: RecordType,
-    *,
-    domain: str | None = None,
-    url_prefix: str | None = None,
-    start: datetime | str | None = None,
-    end: datetime | str | None = None,
-) -> Iterator[tuple[str, pa.Table]]:
-    """The records :func:`scan_records` gives, as Arrow tables of the type's
-    schema (one or more a partition, in the same order), each with its
-    partition's registrable domain: for counting a store without a Python
-    object a record."""
-    where = _where(domain, url_prefix, start, end)
-    if where is None:
-        return iter(())
-    return ((partition.domain, table) for partition, table in scan(store, type, where))
-
-
-def _where(
-    domain: str | None, url_prefix: str | None, start: datetime | str | None, end: datetime | str | None
-) -> ScanFilter | None:
-    """The filter the arguments ask for; ``None`` when nothing can match."""
     host = None if domain is None else domain_of(f"http://{domain.strip().strip('.')}/")
     if url_prefix is not None:
         if host is not None and host != domain_of(url_prefix):
-            return None  # the prefix lies outside the domain: nothing is in both
+            return iter(())  # the prefix lies outside the domain: nothing is in both
         host = domain_of(url_prefix)
-    return ScanFilter(
+    where = ScanFilter(
         domain=host,
         url_key_prefix=None if url_prefix is None else url_key(url_prefix),
         start_us=None if start is None else to_us(time_bound(start, "start", end=False)),
         end_us=None if end is None else to_us(time_bound(end, "end", end=True)),
     )
+    return _records(store, type, where)
 
 
 def _records(store: Store, type: RecordType, where: ScanFilter) -> Iterator[Page | AttemptMetadata]:

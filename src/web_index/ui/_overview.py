@@ -11,8 +11,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -40,30 +38,23 @@ class Tally:
     failing: Counter[str] = field(default_factory=Counter)
     attempts: int = 0
 
-    def add(self, domain: str, table: pa.Table) -> None:
-        """Count one table of metadata records (columnar: a store of millions is
-        counted in seconds, not a Python object a record)."""
-        months = pc.strftime(table.column("timestamp"), format="%Y-%m")
-        by_state = pa.table({"m": months, "s": table.column("state")}).group_by(["m", "s"])
-        failed = 0
-        for row in by_state.aggregate([([], "count_all")]).to_pylist():
-            self.by_month[row["m"]][row["s"]] += row["count_all"]
-            failed += row["count_all"] if row["s"] != "success" else 0
-        if failed:
-            self.failing[domain] += failed
-        for column, counts in (("fetcher_calibre", self.calibres), ("fetcher_name", self.fetchers)):
-            grouped = pa.table({"v": table.column(column)}).group_by("v").aggregate([([], "count_all")])
-            values, ns = grouped.column("v").to_pylist(), grouped.column("count_all").to_pylist()
-            for value, n in zip(values, ns, strict=True):
-                counts[str(value)] += n or 0
-        self.attempts += table.num_rows
+    def add(self, m: AttemptMetadata) -> None:
+        month = f"{m.timestamp:%Y-%m}" if m.timestamp is not None else "unknown"
+        state = str(m.state)
+        self.by_month[month][state] += 1
+        self.calibres[str(m.fetcher_calibre)] += 1
+        self.fetchers[m.fetcher_name] += 1
+        if state != "success":
+            self.failing[domain_of(m.url)] += 1
+        self.attempts += 1
 
 
 def _tally(index: WebIndex, domain: str | None = None) -> Tally:
     tally = Tally()
     for kind in _TYPES:
-        for partition_domain, table in index.scan_tables(kind, domain=domain):
-            tally.add(partition_domain, table)
+        for m in index.scan(kind, domain=domain):
+            if isinstance(m, AttemptMetadata):
+                tally.add(m)
     return tally
 
 
