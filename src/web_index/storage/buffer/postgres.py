@@ -165,7 +165,11 @@ class PostgresBuffer:
             with conn.transaction():
                 # Serialise schema creation between processes starting at once.
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_SPACE,))
-                conn.execute(_SCHEMA)
+                # Not again once in place: its DDL locks web_index_attempts (the trigger,
+                # the column), and another writer's transaction on it would deadlock
+                # against this one's lock upgrade.
+                if not _schema_in_place(conn):
+                    conn.execute(_SCHEMA)
                 _add_lines(conn)
         self._schema_ready = True
 
@@ -470,6 +474,13 @@ class PostgresBuffer:
             return
         with self._lock_conns_lock:
             self._lock_conns.append(conn)
+
+
+def _schema_in_place(conn: psycopg.Connection[Any]) -> bool:
+    """Whether _SCHEMA has run to its end: its last index exists (a change to
+    _SCHEMA must add an object this checks for)."""
+    (found,) = conn.execute("SELECT to_regclass('web_index_lines_key') IS NOT NULL").fetchone() or (False,)
+    return bool(found)
 
 
 def _add_lines(conn: psycopg.Connection[Any]) -> None:
