@@ -159,3 +159,13 @@ def test_a_tally_keeps_a_bounded_summary() -> None:
     first_other = [f"http://h.test/{i}/{j}" for i in (GROUPS_KEPT, GROUPS_KEPT + 1) for j in range(3)]
     assert groups[0] == FailureGroup("error", OTHER, 30, tuple(first_other[:URLS_KEPT]))
     assert all(g.count == 3 for g in groups[1:])
+
+
+def test_a_crawl_of_a_gone_seed_says_so(tmp_path: Path) -> None:
+    gone = {"/robots.txt": robots, "/*": lambda r: reply(r, 404, "<p>gone</p>")}
+    with LocalServer(gone) as site:
+        done = crawl(CliRunner(), tmp_path, site.url("/"), "--allow-loopback")
+    assert done.exit_code == 1
+    assert done.stderr.strip().splitlines() == [
+        "error: nothing was crawled: no page with text in 1 attempt(s)"
+    ]

@@ -53,6 +53,8 @@ def _say_what_went_wrong(result: CrawlResult) -> None:
     if not result.pages and groups:
         first = groups[0]
         say("[bold red]error:[/]", f"nothing was crawled: {first.urls[0]} ({first.state}): {first.reason}")
+    elif not result.pages:  # no failure either: every page was gone (404, 410) or empty
+        say("[bold red]error:[/]", f"nothing was crawled: no page with text in {result.fetched} attempt(s)")
     elif result.errors:
         say("[yellow]warning:[/]", f"{result.errors} page(s) gave no text:")
     if groups and (result.pages or len(groups) > 1 or first.count > 1):
