@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import pstats
 import random
 import statistics
@@ -40,6 +39,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from _results import save
 from web_index import WebIndex, __version__
 from web_index.archive import closest_capture, find_captures, parse_cdx_query
 from web_index.models import AttemptMetadata, Page, PageKey, Response, SimplePageQuery, TimeAwarePageQuery
@@ -254,10 +254,7 @@ def write(res: dict[str, Any], stem: str) -> None:
                 k["answers_differ"],
             ]
             lines.append("| " + " | ".join(str(x) for x in row) + " |")
-    out = HERE / "results"
-    (out / f"{stem}.json").write_text(json.dumps(res, indent=2) + "\n")
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print(f"results in bench/results/{stem}.json and .md")
+    save(stem, res, lines)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import _pywb
+from _results import save
 from _timed_lookups import cdx_params, peak_rss_mib, timed_lookups
 from server_bench import (
     HERE,
@@ -240,10 +241,7 @@ def write(res: dict[str, Any]) -> None:
                 row = [name, d["captures"], kind] if first else ["", "", ""]
                 row += [side, *cells(k[side]), k["answers_differ"] if first else ""]
                 lines.append("| " + " | ".join(str(x) for x in row) + " |")
-    out = HERE / "results"
-    (out / f"{stem}.json").write_text(json.dumps(res, indent=2) + "\n")
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print(f"results in bench/results/{stem}.json and .md")
+    save(stem, res, lines)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 import httpx
 
+from _results import save
 from web_index import WebIndex, __version__
 from web_index.models import AttemptMetadata, Response
 from web_index.server import create_app
@@ -172,9 +173,7 @@ def main() -> None:
         "url": url, "repeat": args.repeat,
         "results": results, "targets_ms": TARGETS_MS,
     }  # fmt: skip
-    out = HERE / "results"
     stem = f"ui-synth{args.synth}" if args.synth else "ui"
-    (out / f"{stem}.json").write_text(json.dumps(record, indent=2) + "\n")
     lines = [
         f"UI pages, server time in process ({args.repeat} runs each after a warm-up), at {commit}: "
         f"one URL with {args.captures:,} captures and {args.failures:,} failed attempts "
@@ -191,8 +190,8 @@ def main() -> None:
         target = TARGETS_MS.get(name)
         met = "" if target is None else f"< {target:.0f} ms: {'met' if r['p50_ms'] < target else 'not met'}"
         lines.append(f"| {name} | {r['p50_ms']:.1f} | {r['p90_ms']:.1f} | {r['bytes']:,} | {met} |")
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    save(stem, record, lines)
 
 
 if __name__ == "__main__":
