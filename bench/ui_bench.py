@@ -118,8 +118,9 @@ async def measure(store: Path, url: str, repeat: int) -> dict[str, dict[str, flo
             "capture": f"/ui/store/{stamp}/{url}",
             "frame": f"/ui/store/{stamp}if_/{url}",
             "lookup-domain": "/lookup?url=" + quote("*." + domain_of(url)),
+            "domain page (its states by month, its failing URLs)": "/ui/store/domain?d=" + domain_of(url),
         }
-        once = {"overview (cold: counts every metadata record)": "/ui/store/"}
+        once = {"overview (cold: counts every attempt; kept 60 s)": "/ui/store/"}
         times: dict[str, list[float]] = {name: [] for name in pages}
         sizes: dict[str, int] = {}
         async with httpx.AsyncClient(

@@ -18,6 +18,7 @@ import random
 import shutil
 import tempfile
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -361,6 +362,37 @@ class StoreMachine(RuleBasedStateMachine):
             want = expected(q, reference(q, self.records))
             assert describe(result) == want, q
             assert there == (want is not None), q
+
+    @rule(flush_first=st.booleans())
+    def counted(self, flush_first: bool) -> None:
+        """``attempt_counts`` (buffered attempts included) and, once all is
+        flushed, ``stats`` say what the model holds, whether a partition is
+        counted from its month index or from its own files."""
+        assert self.index is not None
+        if flush_first:
+            self.index.flush()
+        want: Counter[tuple[str, int, int, str, str, int, str]] = Counter(
+            (r.method.metadata.value, r.ts.year, r.ts.month, domain_of(r.url), r.state, r.calibre, "test")
+            for r in self.records
+        )
+        got = Counter(
+            {
+                (c.type, c.year, c.month, c.domain, c.state, c.calibre, c.fetcher): c.attempts
+                for c in self.index.attempt_counts()
+            }
+        )
+        assert got == want
+        if not flush_first:
+            return
+        rows: Counter[tuple[str, int, int, str]] = Counter()
+        for r in self.records:
+            where = (r.ts.year, r.ts.month, domain_of(r.url))
+            rows[(r.method.metadata.value, *where)] += 1
+            if r.success:
+                rows[(r.method.value, *where)] += r.hops
+        stats = self.index.stats()
+        assert stats.buffered_attempts == 0
+        assert {(p.type, p.year, p.month, p.domain): p.records for p in stats.partitions} == rows
 
     @precondition(lambda self: self.index is not None)
     @invariant()

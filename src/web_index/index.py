@@ -390,3 +390,12 @@ class WebIndex:
         from web_index.storage import stats
 
         return stats(self._store)
+
+    def attempt_counts(self) -> list[Any]:
+        """Every fetch attempt (the metadata types), buffered ones included,
+        counted by type, month, registrable domain, state, calibre and fetcher.
+        Returns ``AttemptCount``s; from the month indexes where compaction keeps
+        them current, else from the partitions' state columns."""
+        from web_index.storage import attempt_counts
+
+        return attempt_counts(self._store)

@@ -88,9 +88,7 @@ class StoreIndex(IndexSource):
         """The capture ``query`` asks for closest to its ``closest``, in one pass."""
         return await self._read(query, closest_capture, self.index, query, source=self.name)
 
-    async def _read(
-        self, query: CdxQuery, read: Callable[..., _T], *args: object, **kwargs: object
-    ) -> _T:
+    async def _read(self, query: CdxQuery, read: Callable[..., _T], *args: object, **kwargs: object) -> _T:
         # One URL's captures in a local store are read in about half a millisecond, much of it
         # CPU, which holds the GIL in a thread too: on the event loop, a CDX lookup costs 0.26 ms
         # less CPU (measured). Wider queries, and any store read over the network, take a thread.

@@ -31,6 +31,8 @@ from web_index.storage._scan import ScanFilter as ScanFilter
 from web_index.storage._scan import scan as scan
 from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS
 from web_index.storage._schema import TS_COLUMN as TS_COLUMN
+from web_index.storage._stats import AttemptCount as AttemptCount
+from web_index.storage._stats import attempt_counts as attempt_counts
 from web_index.storage._stats import stats as stats
 from web_index.storage._store import FlushPolicy, Store
 from web_index.storage._verify import verify as verify

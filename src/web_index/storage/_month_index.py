@@ -53,6 +53,7 @@ from web_index.storage._layout import Partition, StoredFile, parse_file_name
 from web_index.storage._month_index_format import (
     LOOKUP_COLUMNS,
     STAMP_KEY,
+    TALLY_COLUMNS,
     Covered,
     folder_stamp,
     index_path,
@@ -102,6 +103,7 @@ class MonthIndex:
         self._keys: _Hashes | None = None  # its key_hash column, to bisect, once kept and if sorted
         self._point_reads = 0
         self._denied = False  # the memory budget could not take this index
+        self._tally: pa.Table | None = None
         meta = handle.metadata
         self._groups: list[tuple[bytes, bytes]] = []  # key_hash range of each row group
         self._starts: list[int] = []  # first row of each row group
@@ -149,6 +151,15 @@ class MonthIndex:
             return f.size == c.size and f.version == c.version and f.name == c.name
         named = {f.name: (f.size, f.version) for f in listed}
         return named == {covers[n].name: (covers[n].size, covers[n].version) for n in span}
+
+    def tally(self) -> pa.Table:
+        """Records by ``file_no``, ``state``, ``calibre`` and ``fetcher`` (the last
+        two null outside the metadata types), counted as ``records``; kept once read."""
+        if self._tally is None:
+            rows = self.handle.read(columns=TALLY_COLUMNS, use_threads=False)
+            counted = rows.group_by(TALLY_COLUMNS, use_threads=False).aggregate([([], "count_all")])
+            self._tally = counted.rename_columns([*TALLY_COLUMNS, "records"])
+        return self._tally
 
     def lookup(self, by_hash: Mapping[bytes, str]) -> list[IndexHit]:
         """Every indexed record of these URL keys (given by :func:`key_hash`)."""

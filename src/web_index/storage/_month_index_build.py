@@ -23,7 +23,6 @@ from web_index.storage._files import list_partition_files, read_small_files, sor
 from web_index.storage._layout import StoredFile
 from web_index.storage._month_index import MonthIndex, open_month_index
 from web_index.storage._month_index_format import (
-    LOOKUP_COLUMNS,
     SCHEMA,
     Covered,
     folder_stamp,
@@ -51,28 +50,29 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     listing = list_partition_files(backend, folder, type, year, month)
     # Stamped only if the folder did not change while it was listed.
     stamp = before if before is not None and folder_stamp(backend.folder_version(folder)) == before else None
-    covers = [
-        Covered(f.name, f.size, domain, f.version)
-        for domain in sorted(listing)
-        for f in sorted(listing[domain], key=lambda f: f.path)
-    ]
+    files = [(domain, f) for domain in sorted(listing) for f in sorted(listing[domain], key=lambda f: f.path)]
     previous = open_month_index(backend, type, year, month)
-    if previous is not None and previous.covers == covers and (stamp is None or stamp == previous.stamp):
+    same_files = previous is not None and [c[:4] for c in previous.covers] == [
+        (f.name, f.size, domain, f.version) for domain, f in files
+    ]
+    if previous is not None and same_files and (stamp is None or stamp == previous.stamp):
         return False
     old_rows = _rows_of(previous)  # None if absent or damaged: then rebuilt from the files
-    if previous is not None and old_rows is not None and previous.covers == covers:
+    if previous is not None and old_rows is not None and same_files:
         # Same files, but now the folder can be stamped (it was written to
         # just before the last build): the same rows, a new stamp.
-        write_index(backend, type, year, month, old_rows, covers, stamp)
+        write_index(backend, type, year, month, old_rows, previous.covers, stamp)
         return True
-    file_no = {c.name: n for n, c in enumerate(covers)}
+    file_no = {f.name: n for n, (_, f) in enumerate(files)}
+    counted: dict[str, int] = {}  # rows of each file whose records are read here or kept
     pieces: list[pl.DataFrame] = []
     reuse: dict[int, int] = {}  # old file number -> new, for domains unchanged
     if previous is not None and old_rows is not None:
-        for domain, files in listing.items():
-            if previous.authoritative(domain, files):
+        for domain, listed in listing.items():
+            if previous.authoritative(domain, listed):
                 for n in previous.covered(domain):
                     reuse[n] = file_no[previous.covers[n].name]
+                    counted[previous.covers[n].name] = previous.covers[n].rows
         if reuse:
             old = pl.from_arrow(old_rows)
             assert isinstance(old, pl.DataFrame)
@@ -81,16 +81,26 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
                 schema={"file_no": pl.UInt32, "new_no": pl.UInt32},
             )
             pieces.append(old.join(mapping, on="file_no").drop("file_no").rename({"new_no": "file_no"}))
-    kept = {covers[n].domain for n in reuse.values()}
-    fresh = read_records(backend, type, {d: f for d, f in listing.items() if d not in kept}, file_no)
+    kept = {files[n][0] for n in reuse.values()}
+    superseded: set[str] = set()
+    unread = {d: f for d, f in listing.items() if d not in kept}
+    fresh = read_records(backend, type, unread, file_no, superseded)
     if fresh is None:
         log.warning("%s holds request ids that are not canonical UUIDs: no month index", folder)
         return False
+    names = [f.name for _, f in files]
+    for piece in fresh:  # before duplicates across files are dropped: a file's own row count
+        for number, rows in piece.group_by("file_no").agg(pl.col("rows").sum()).iter_rows():
+            counted[names[number]] = counted.get(names[number], 0) + rows
+    covers = [
+        Covered(f.name, f.size, domain, f.version, -1 if f.name in superseded else counted.get(f.name, 0))
+        for domain, f in files
+    ]
     pieces += fresh
     del fresh
     tables = [SCHEMA.empty_table()]
     while pieces:  # each frame dropped once it is a table: not both at once
-        tables.append(pieces.pop().select(LOOKUP_COLUMNS).to_arrow().cast(SCHEMA))
+        tables.append(pieces.pop().select(SCHEMA.names).to_arrow().cast(SCHEMA))
     table = pa.concat_tables(tables)
     del tables
     # The same attempt in two visible files (a flush redone beside its own
@@ -106,19 +116,24 @@ def _rows_of(index: MonthIndex | None) -> pa.Table | None:
     if index is None:
         return None
     try:
-        return index.handle.read(columns=LOOKUP_COLUMNS)
+        return index.handle.read(columns=SCHEMA.names)
     except CorruptFileError as exc:
         log.warning("%s: %s; rebuilding it from the files", exc.path, exc.problem)
         return None
 
 
 def read_records(
-    backend: Backend, type: RecordType, listing: Mapping[str, list[StoredFile]], file_no: Mapping[str, int]
+    backend: Backend,
+    type: RecordType,
+    listing: Mapping[str, list[StoredFile]],
+    file_no: Mapping[str, int],
+    superseded: set[str] | None = None,
 ) -> list[pl.DataFrame] | None:
     """Index rows (hashed: see :func:`_hashed`) of these domains' visible files,
     each file numbered as ``file_no`` says; ``None`` if a request id cannot be
     held. Read in batches, each hashed at once: a big file's URL keys as text
-    would cost gigabytes."""
+    would cost gigabytes. The names of files a compacted file supersedes go
+    into ``superseded``."""
     out: list[pl.DataFrame] = []
     alone: list[StoredFile] = []  # compacted files with no parts beside them: all visible
     opened: list[tuple[StoredFile, pq.ParquetFile]] = []
@@ -126,7 +141,10 @@ def read_records(
         if len(files) == 1 and files[0].part is None:
             alone.append(files[0])
         else:
-            opened += visible_files(backend, files)[0]
+            visible, dead = visible_files(backend, files)
+            opened += visible
+            if superseded is not None:
+                superseded.update(f.name for f in dead)
     # Small files in one multi-file read instead of thousands of opens: per-file
     # overhead is most of the cost of a month of small partitions. The read is
     # of whole files, so a big one (bodies) is opened and its key columns read.
@@ -199,7 +217,8 @@ _SMALL_FILE = 1 << 20  # read whole when building an index; bigger files by colu
 
 
 def _key_columns(type: RecordType) -> list[str]:
-    return ["url_key", TS_COLUMN[type], "request_id", "fetcher_calibre"]
+    tally = ["state", "fetcher_name"] if type.is_metadata else []
+    return ["url_key", TS_COLUMN[type], "request_id", "fetcher_calibre", *tally]
 
 
 def _records(type: RecordType, frame: pl.DataFrame) -> pl.DataFrame:
@@ -212,4 +231,9 @@ def _records(type: RecordType, frame: pl.DataFrame) -> pl.DataFrame:
         pl.col("fetcher_calibre").first().alias("calibre"),
         pl.col("_row").min().cast(pl.UInt32).alias("row"),
         pl.len().cast(pl.UInt32).alias("rows"),
+        *(
+            [pl.col("state").first(), pl.col("fetcher_name").first().alias("fetcher")]
+            if type.is_metadata
+            else [pl.lit(None, pl.String).alias("state"), pl.lit(None, pl.String).alias("fetcher")]
+        ),
     )

@@ -28,6 +28,7 @@ __all__ = [
     "LOOKUP_COLUMNS",
     "SCHEMA",
     "STAMP_KEY",
+    "TALLY_COLUMNS",
     "VERSION",
     "VERSION_KEY",
     "Covered",
@@ -47,7 +48,9 @@ VERSION_KEY = b"web_index.index.version"
 # 4: covers carry each file's version. Format 3 trusted name and size, and a
 # compaction can keep both while adding a record: such an index is never used.
 # 5: the index file carries a checksum (older ones are rebuilt to gain one).
-VERSION = b"5"
+# 6: each covered file's row count, and each record's state and fetcher (metadata
+# types): ``stats`` and the UI's overview count from the index, not from footers.
+VERSION = b"6"
 # The month folder's version (Backend.folder_version) when the index listed it,
 # if it had one; absent on object stores and for a folder changed just before.
 STAMP_KEY = b"web_index.index.listed"
@@ -66,9 +69,13 @@ _FIELDS: list[pa.Field[Any]] = [
     pa.field("file_no", pa.uint32(), nullable=False),
     pa.field("row", pa.uint32(), nullable=False),
     pa.field("rows", pa.uint32(), nullable=False),
+    # Metadata types only (null in the others): what an overview counts.
+    pa.field("state", pa.string()),
+    pa.field("fetcher", pa.string()),
 ]
 SCHEMA = pa.schema(_FIELDS)
-LOOKUP_COLUMNS = SCHEMA.names
+LOOKUP_COLUMNS = SCHEMA.names[:7]
+TALLY_COLUMNS = ["file_no", "state", "calibre", "fetcher"]
 
 
 def key_hash(url_key: str) -> bytes:
@@ -90,9 +97,10 @@ class Covered(NamedTuple):  # a tuple: a month index covers tens of thousands of
     size: int
     domain: str
     version: str  # Backend.FileInfo.version when the index was built
+    rows: int  # rows of its visible records; -1 if a compacted file supersedes it
 
 
-# The covers list is JSON ``[[name, size, domain], ...]``: msgspec reads it
+# The covers list is JSON ``[[name, size, domain, version, rows], ...]``: msgspec reads it
 # straight into Covered tuples (the stdlib's json took 20 ms a month of 10,000 files).
 decode_covers = msgspec.json.Decoder(list[Covered]).decode
 encode_covers = msgspec.json.Encoder().encode
@@ -134,6 +142,6 @@ def write_index(
         compression="lz4",
         row_group_size=INDEX_ROW_GROUP,
         write_statistics=["key_hash"],
-        use_dictionary=False,
+        use_dictionary=["state", "fetcher"],  # a handful of values each
         store_schema=False,
     )

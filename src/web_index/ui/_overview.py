@@ -38,23 +38,20 @@ class Tally:
     failing: Counter[str] = field(default_factory=Counter)
     attempts: int = 0
 
-    def add(self, m: AttemptMetadata) -> None:
-        month = f"{m.timestamp:%Y-%m}" if m.timestamp is not None else "unknown"
-        state = str(m.state)
-        self.by_month[month][state] += 1
-        self.calibres[str(m.fetcher_calibre)] += 1
-        self.fetchers[m.fetcher_name] += 1
+    def count(self, month: str, state: str, calibre: str, fetcher: str, domain: str, n: int = 1) -> None:
+        self.by_month[month][state] += n
+        self.calibres[calibre] += n
+        self.fetchers[fetcher] += n
         if state != "success":
-            self.failing[domain_of(m.url)] += 1
-        self.attempts += 1
+            self.failing[domain] += n
+        self.attempts += n
 
 
-def _tally(index: WebIndex, domain: str | None = None) -> Tally:
+def _store_tally(index: WebIndex) -> Tally:
     tally = Tally()
-    for kind in _TYPES:
-        for m in index.scan(kind, domain=domain):
-            if isinstance(m, AttemptMetadata):
-                tally.add(m)
+    for c in index.attempt_counts():
+        month = f"{c.year:04d}-{c.month:02d}"
+        tally.count(month, c.state, str(c.calibre), c.fetcher, c.domain, c.attempts)
     return tally
 
 
@@ -63,7 +60,7 @@ async def _cached_tally(request: Request, name: str, index: WebIndex) -> Tally:
     hit = kept.get(name)
     if hit is not None and time.monotonic() - hit[0] < FRESH_FOR:
         return hit[1]
-    tally = await asyncio.to_thread(_tally, index)
+    tally = await asyncio.to_thread(_store_tally, index)
     kept[name] = (time.monotonic(), tally)
     return tally
 
@@ -128,15 +125,19 @@ async def overview(request: Request) -> Response:
     )
 
 
-def _failures(index: WebIndex, name: str) -> list[AttemptMetadata]:
-    found = [
-        m
-        for kind in _TYPES
-        for m in index.scan(kind, domain=name)
-        if isinstance(m, AttemptMetadata) and str(m.state) != "success"
-    ]
-    found.sort(key=lambda m: (m.timestamp is not None, m.timestamp), reverse=True)
-    return found
+def _domain_tally(index: WebIndex, domain: str) -> tuple[Tally, list[AttemptMetadata]]:
+    """A domain's attempts counted, and its failed ones, newest first: one scan."""
+    tally, failed = Tally(), []
+    for kind in _TYPES:
+        for m in index.scan(kind, domain=domain):
+            if isinstance(m, AttemptMetadata):
+                month = f"{m.timestamp:%Y-%m}" if m.timestamp is not None else "unknown"
+                state = str(m.state)
+                tally.count(month, state, str(m.fetcher_calibre), m.fetcher_name, domain)
+                if state != "success":
+                    failed.append(m)
+    failed.sort(key=lambda m: (m.timestamp is not None, m.timestamp), reverse=True)
+    return tally, failed
 
 
 async def domain(request: Request) -> Response:
@@ -150,8 +151,7 @@ async def domain(request: Request) -> Response:
     except Exception:
         raise UiError(400, f"d: {asked!r} is not a domain") from None
     number = page_number(request)
-    tally = await asyncio.to_thread(_tally, index, registrable)
-    failures = await asyncio.to_thread(_failures, index, registrable)
+    tally, failures = await asyncio.to_thread(_domain_tally, index, registrable)
     shown = failures[number * URLS_A_PAGE : (number + 1) * URLS_A_PAGE]
     return page(
         request,
