@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from web_index.storage._layout import Partition, StoredFile
 from web_index.storage._merge import merge_sorted, sort_keys
 from web_index.storage._schema import TS_COLUMN
 from web_index.storage._store import Store
+from web_index.storage.buffer import BufferedAttempt, MethodPartition
 
 __all__ = ["ScanFilter", "scan"]
 
@@ -67,10 +68,15 @@ def scan(store: Store, type: RecordType, where: ScanFilter) -> Iterator[tuple[Pa
     in order, buffered records included (read once, before any file)."""
     buffered: dict[tuple[int, int, str], list[dict[str, Any]]] = defaultdict(list)
     method = type.method
-    for mp, _claim, attempt in store.buffer.iter_all():
-        if mp.method is method and where.domain in (None, mp.domain):
-            rows = [attempt.metadata] if type.is_metadata else attempt.responses
-            buffered[(mp.year, mp.month, mp.domain)].extend(rows)
+    # One domain's attempts by its partitions' key: not every buffered attempt decoded.
+    attempts: Iterable[tuple[MethodPartition, BufferedAttempt]] = (
+        ((mp, a) for mp, _claim, a in store.buffer.iter_all() if mp.method is method)
+        if where.domain is None
+        else store.buffer.domain_attempts(method, where.domain)
+    )
+    for mp, attempt in attempts:
+        rows = [attempt.metadata] if type.is_metadata else attempt.responses
+        buffered[(mp.year, mp.month, mp.domain)].extend(rows)
     months = set(store.months(type)) | {(y, m) for y, m, _ in buffered}
     for year, month in sorted(m for m in months if where.month(*m)):
         listing = store.month_files(type, year, month)
