@@ -215,3 +215,37 @@ def test_a_flipped_bit_in_an_s3_object_is_an_error_naming_it_or_the_right_answer
     backend.put(path, data)
     assert outcomes["error"] > 0
     idx.close()
+
+
+def test_a_footer_damaged_in_place_is_caught_by_a_process_that_read_it_before(tmp_path: Path) -> None:
+    """A local store keeps the footers it checked while a file is that very file
+    (inode, size, times): a byte changed in place, its modification time put
+    back, is still a changed file (its ctime moved), so its footer is checked again."""
+    idx, queries, expected = _store(tmp_path / "store")
+    target = next((tmp_path / "store" / "get").rglob("*.parquet"))
+    rel = target.relative_to(tmp_path / "store").as_posix()
+    data = target.read_bytes()
+    before = target.stat()
+    outcomes = {"right": 0, "error": 0}
+    try:
+        for pos in range(len(data) - _footer_size(data), len(data)):
+            assert idx.query(queries) == expected  # the intact footer is read and kept
+            with target.open("r+b") as fh:
+                fh.seek(pos)
+                fh.write(bytes([data[pos] ^ 0x10]))
+            os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+            try:
+                got = idx.query(queries)
+            except CorruptFileError as exc:
+                assert exc.path == rel
+                outcomes["error"] += 1
+            else:
+                assert got == expected, f"byte {pos} of {rel}: a wrong answer"
+                outcomes["right"] += 1
+            with target.open("r+b") as fh:
+                fh.seek(pos)
+                fh.write(data[pos : pos + 1])
+            os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    finally:
+        idx.close()
+    assert outcomes["error"] > 0.9 * sum(outcomes.values())

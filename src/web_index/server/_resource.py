@@ -38,6 +38,7 @@ from web_index.server._mementos import memento_base, memento_headers
 __all__ = ["MAX_BODY", "parse_request_head", "resource", "resource_post"]
 
 MAX_BODY = 64 << 10  # a request head is a few hundred bytes; a body past this is not one
+_BUILT_INLINE = 256 << 10  # bodies up to this size make their WARC record on the event loop
 _TOO_LARGE = f"more than {MAX_BODY:,} bytes: post the request head only"
 _TCHARS = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 token characters
 _REQUEST_LINE = re.compile(rf"({_TCHARS}) +([!-~]+)(?: +HTTP/[0-9](?:\.[0-9])?)?")
@@ -107,7 +108,11 @@ async def _answer(
     loaded = await coll.load(query)
     if loaded is None:
         return not_found(f"{query.type.value.upper()} {query.url}")
-    record = loaded.record or await asyncio.to_thread(_record, loaded)
+    record = loaded.record
+    if record is None:
+        # A small record is built here: a thread's hand-off cost more than building it.
+        small = len(loaded.response.data or b"") <= _BUILT_INLINE
+        record = _record(loaded) if small else await asyncio.to_thread(_record, loaded)
     fields, moment = loaded.capture
     base = memento_base(request, coll.name, fields) if query.type is RecordType.GET else None
     headers = dict([("archive-source-coll", fields["source"]), *memento_headers(fields, moment, base)])

@@ -33,6 +33,7 @@ __all__ = ["LocalBackend"]
 _RACY_NS = 2_000_000_000
 _PATHS_KEPT = 65_536
 _MAP_BYTES = 64 << 20  # files up to this size are memory-mapped for reading
+_FOOTERS_KEPT = 4096  # parsed footers of mapped files kept for reopening (a few KB each)
 # syncfs(2): Python has os.sync only, which waits for every filesystem of the machine.
 _SYNCFS: Any
 try:
@@ -47,6 +48,7 @@ class LocalBackend:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self._paths: dict[str, Path] = {}  # checked once: a lookup reaches the same folders again and again
+        self._footers: dict[tuple[str, int, int, int, int], pq.FileMetaData] = {}  # see open_parquet
 
     remote = False  # a folder of this machine
 
@@ -107,8 +109,16 @@ class LocalBackend:
         fh = self._path(path).open("rb")
         try:
             fd = fh.fileno()
-            size = os.fstat(fd).st_size
-            check_footer(path, lambda start, end: pread_exact(fd, start, end), size)
+            st = os.fstat(fd)
+            size = st.st_size
+            # A footer checked and parsed once is reused while the file is that very
+            # file: every write is a new inode renamed into place, and any change in
+            # place moves its ctime. (Opening a small file took ~0.2 ms, most of it
+            # the footer's checksum and parsing: a third of a single lookup.)
+            known = (path, st.st_ino, size, st.st_mtime_ns, st.st_ctime_ns)
+            meta = self._footers.get(known)
+            if meta is None:
+                check_footer(path, lambda start, end: pread_exact(fd, start, end), size)
             if size > _MAP_BYTES:
                 # Mapped pages of a file read once (a compaction's inputs) would
                 # count as this process's memory until it exits.
@@ -120,7 +130,14 @@ class LocalBackend:
         fh.close()
         # No pre-buffering: it coalesces reads for high-latency storage and costs a
         # local read of one row group ~25% (a thread hand-off per column chunk).
-        return CheckedFile(pa.BufferReader(pa.py_buffer(mapped)), path=path, pre_buffer=False)
+        handle = CheckedFile(
+            pa.BufferReader(pa.py_buffer(mapped)), path=path, pre_buffer=False, metadata=meta
+        )
+        if meta is None:
+            if len(self._footers) >= _FOOTERS_KEPT:
+                self._footers.pop(next(iter(self._footers)), None)  # the oldest kept
+            self._footers[known] = handle.metadata
+        return handle
 
     def check_file(self, path: str) -> bool:
         with self._path(path).open("rb") as fh:
