@@ -158,6 +158,7 @@ def main() -> None:
     ap.add_argument("--others", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=21)
     ap.add_argument("--synth", type=int, help="records of a synth.py store to add the URL to (S: 1000000)")
+    ap.add_argument("--out", help="results' name under bench/results (default: ui, or ui-synth<N>)")
     args = ap.parse_args()
     others = 0 if args.synth else args.others
     name = f"synth{args.synth}" if args.synth else f"{args.others}"
@@ -174,7 +175,7 @@ def main() -> None:
         "url": url, "repeat": args.repeat,
         "results": results, "targets_ms": TARGETS_MS,
     }  # fmt: skip
-    stem = f"ui-synth{args.synth}" if args.synth else "ui"
+    stem = args.out or (f"ui-synth{args.synth}" if args.synth else "ui")
     lines = [
         f"UI pages, server time in process ({args.repeat} runs each after a warm-up), at {commit}: "
         f"one URL with {args.captures:,} captures and {args.failures:,} failed attempts "
