@@ -412,7 +412,8 @@ def test_an_index_of_an_older_format_is_ignored_reported_and_rebuilt(store: tupl
     assert _answers(root, queries) == expected
     with WebIndex(root) as idx:
         notes = [f.message for f in idx.verify().notes]
-        assert sum("month index of format 2, not " + _format.VERSION.decode() in n for n in notes) == len(paths)
+        said = "month index of format 2, not " + _format.VERSION.decode()
+        assert sum(said in n for n in notes) == len(paths)
         idx.compact()
         assert not any("month index" in f.message for f in idx.verify().notes)
     assert all(pq.read_metadata(p).metadata[b"web_index.index.version"] == _format.VERSION for p in paths)
