@@ -27,6 +27,7 @@ batch's process's. Results: ``results/lookup-batch.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import subprocess
@@ -48,7 +49,7 @@ from server_bench import (
     sample_queries,
 )
 from web_index import WebIndex, __version__
-from web_index.archive import find_captures, parse_cdx_query
+from web_index.archive import closest_capture, find_captures, parse_cdx_query
 from web_index.models import Page, Query, SimplePageQuery, TimeAwarePageQuery
 
 
@@ -60,6 +61,16 @@ def web_index_side(job: dict[str, Any]) -> dict[str, Any]:
 
         def lookup(q: dict[str, str]) -> list[str] | None:
             params = {name: [value] for name, value in cdx_params(q, job["kind"]).items()}
+            if job.get("body"):  # the capture with its response, as the Resource API and id_ load it
+                found = closest_capture(index, parse_cdx_query(params), source="store")
+                if found is None:
+                    return None
+                fields = found.capture[0]
+                return [
+                    fields["timestamp"],
+                    fields["url"],
+                    hashlib.sha1(found.response.data or b"").hexdigest(),
+                ]
             for fields, _ in find_captures(index, parse_cdx_query(params), source="store"):
                 return [fields["timestamp"], fields["url"]]
             return None
@@ -138,7 +149,8 @@ def compare(job: dict[str, Any], folder: Path, rounds: int) -> dict[str, Any]:
             else:
                 pywb = [str(_pywb.pywb_bin("python")), str(HERE / "_pywb_lookup.py")]
                 cdxj = str(folder / "warc" / "bench.cdxj")
-                runs[side].append(run_side(pywb, {**job, "cdxj": cdxj}, env=_pywb.clean_env()))
+                job_pywb = {**job, "cdxj": cdxj, "warcs": str(folder / "warc")}
+                runs[side].append(run_side(pywb, job_pywb, env=_pywb.clean_env()))
     mine, theirs = runs["web-index"][0], runs["pywb"][0]
     median = median_batch if job.get("batch") else median_round
     return {
@@ -158,6 +170,7 @@ def main() -> None:
     ap.add_argument("--kinds", default="closest,latest", help="closest: ?closest=TS; latest: ?sort=reverse")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/web-index-server-bench"))
     ap.add_argument("--batch", action="store_true", help="each side's lookups as one batch (see above)")
+    ap.add_argument("--body", action="store_true", help="single lookups with the capture's body (see above)")
     ap.add_argument("--side", help=argparse.SUPPRESS)  # internal: run one side's job from stdin
     args = ap.parse_args()
     if args.side == "web-index":
@@ -175,6 +188,7 @@ def main() -> None:
         "warmup": args.warmup,
         "rounds": args.rounds,
         "batch": args.batch,
+        "body": args.body,
         "datasets": {},
     }
     for name in args.datasets.split(","):
@@ -185,6 +199,7 @@ def main() -> None:
             job = {
                 "kind": kind,
                 "batch": args.batch,
+                "body": args.body,
                 "warmup": sample[: args.warmup],
                 "queries": sample[args.warmup :],
             }
@@ -214,10 +229,17 @@ def write(res: dict[str, Any]) -> None:
             rounds = ", ".join(f"{x:.2f}" for x in s["round_batch_s"])
             return [s["batch_s"], f"{round(res['queries'] / s['batch_s']):,}", s["peak_rss_mib"], rounds]
     else:
-        stem = "lookup"
+        stem = "lookup-body" if res.get("body") else "lookup"
+        body = (
+            " with the capture's body (web-index: `closest_capture`, the capture and its response, as "
+            "the Resource API and `id_` load it; pywb: the CDXJ lookup, then its WARC record read at "
+            "its offset, inflated and parsed with warcio, the payload read)"
+            if res.get("body")
+            else ""
+        )
         intro = head + (
             f"{res['queries']:,} single lookups a side (limit 1; closest: `closest=TS`, latest: "
-            "`sort=reverse`), one at a time in one process, "
+            f"`sort=reverse`){body}, one at a time in one process, "
             f"after {res['warmup']:,} warm-up lookups; {res['rounds']} rounds a side, alternated, the round "
             "with the median p50 shown (every round's p50 in the JSON); every answer compared."
         )
