@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import httpx
+import msgspec
 
 from _procs import CLI, free_port, stop
 from _results import save
@@ -86,7 +87,9 @@ def unpaged_copy(paged: Path, dest: Path) -> None:
         items, ids = [], []
         for page in source.scan("get"):
             assert isinstance(page, Page)
-            items.append(("get", page.url, page.timestamp, metadata[page.request_id], page.responses))
+            meta = msgspec.structs.replace(metadata[page.request_id], request_id=None)  # the store's to give
+            hops = [msgspec.structs.replace(r, request_id=None) for r in page.responses]
+            items.append(("get", page.url, page.timestamp, meta, hops))
             ids.append(page.request_id)
     with WebIndex(dest, write_options=NEVER_PAGED) as index:
         index.insert_many(items, request_ids=ids)  # type: ignore[arg-type]
