@@ -98,18 +98,36 @@ pywsgi.WSGIHandler.handle = handle
 """
 
 
+# pywb's warcserver as a WSGI application, for gunicorn's gevent workers (pywb's own
+# warcserverapp.py serves a $live collection only; its CLI makes this one).
+_WARCSERVER_APP = """from gevent.monkey import patch_all; patch_all()
+from pywb.warcserver.warcserver import WarcServer
+
+application = WarcServer()
+"""
+
+
 def start(
-    kind: str, workdir: Path, collection: str, *, nodelay: bool = False
+    kind: str, workdir: Path, collection: str, *, nodelay: bool = False, workers: int = 1
 ) -> tuple[subprocess.Popen[Any], str]:
     """``wayback`` or ``warcserver`` over ``workdir`` on a free loopback port, once it serves
     ``collection``: the process and its base URL. Its log (gevent writes a line a request, as
     pywb does out of the box) goes to ``workdir/<kind>.log``. ``nodelay``: with ``TCP_NODELAY``
     set on every connection it accepts (a ``sitecustomize`` on its ``PYTHONPATH``); pywb as
-    shipped does not set it."""
+    shipped does not set it. ``workers`` above 1 (``warcserver`` only): that many processes
+    under gunicorn's gevent workers, as pywb is deployed behind a WSGI server (gunicorn sets
+    ``TCP_NODELAY`` on its listening socket, which accepted connections inherit)."""
     port = free_port()
     args = [str(pywb_bin(kind)), "--bind", "127.0.0.1", "--port", str(port)]
     if kind == "wayback":
         args += ["-d", str(workdir)]
+    if workers > 1:
+        if kind != "warcserver":
+            raise ValueError("several pywb workers: warcserver only")
+        (workdir / "pywb_warcserver_app.py").write_text(_WARCSERVER_APP)
+        args = [str(pywb_bin("gunicorn")), "--worker-class", "gevent", "--workers", str(workers),
+                "--bind", f"127.0.0.1:{port}", "--chdir", str(workdir),
+                "pywb_warcserver_app:application"]  # fmt: skip
     env = clean_env()
     if nodelay:
         (workdir / "nodelay").mkdir(exist_ok=True)

@@ -241,17 +241,25 @@ class Servers:
     """web-index serve and pywb's warcserver and wayback over one dataset."""
 
     def __init__(
-        self, folder: Path, workdir: Path, *, pywb_nodelay: bool = False, serve_workers: int = 1
+        self,
+        folder: Path,
+        workdir: Path,
+        *,
+        pywb_nodelay: bool = False,
+        serve_workers: int = 1,
+        pywb_workers: int = 1,
     ) -> None:
         self.procs: dict[str, subprocess.Popen[Any]] = {}
         self.base: dict[str, str] = {}
         try:
-            self._start(folder, workdir, pywb_nodelay, serve_workers)
+            self._start(folder, workdir, pywb_nodelay, serve_workers, pywb_workers)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, folder: Path, workdir: Path, pywb_nodelay: bool, serve_workers: int) -> None:
+    def _start(
+        self, folder: Path, workdir: Path, pywb_nodelay: bool, serve_workers: int, pywb_workers: int
+    ) -> None:
         port = free_port()
         log = (workdir / f"serve-{folder.name}.log").open("ab")
         command = [CLI, "serve", "--store", str(folder / "store"), "--port", str(port)]
@@ -267,7 +275,10 @@ class Servers:
             pywb_dir, sorted((folder / "warc").glob("*.warc.gz")), folder / "warc" / "bench.cdxj", COLL
         )
         for side, kind in (("pywb warcserver", "warcserver"), ("pywb wayback", "wayback")):
-            self.procs[side], self.base[side] = _pywb.start(kind, pywb_dir, COLL, nodelay=pywb_nodelay)
+            workers = pywb_workers if kind == "warcserver" else 1
+            self.procs[side], self.base[side] = _pywb.start(
+                kind, pywb_dir, COLL, nodelay=pywb_nodelay, workers=workers
+            )
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -689,9 +700,15 @@ def write_results(res: dict[str, Any], stem: str) -> None:
         )
         + (
             f" web-index serve with --workers {res['serve_workers']} (its CPU and RSS: its processes'"
-            " together); pywb one process each."
+            " together)."
             if res.get("serve_workers", 1) > 1
             else ""
+        )
+        + (
+            f" pywb's warcserver under gunicorn with {res['pywb_workers']} gevent workers (its CPU and"
+            " RSS: its processes' together; gunicorn sets TCP_NODELAY); wayback one process."
+            if res.get("pywb_workers", 1) > 1
+            else " pywb one process each."
         ),
     ]
     if "main" in ds:
@@ -885,6 +902,12 @@ def main() -> None:
         help="set TCP_NODELAY on pywb's connections (pywb as shipped does not: see bench/README.md)",
     )
     ap.add_argument(
+        "--pywb-workers",
+        type=int,
+        default=1,
+        help="pywb's warcserver as this many gunicorn gevent worker processes (as deployed)",
+    )
+    ap.add_argument(
         "--serve-workers",
         type=int,
         default=1,
@@ -927,6 +950,7 @@ def main() -> None:
         "warm": not args.no_warm,
         "pywb_nodelay": args.pywb_nodelay,
         "serve_workers": args.serve_workers,
+        "pywb_workers": args.pywb_workers,
         "datasets": {k: v[1] for k, v in datasets.items()},
         "workloads": {},
         "peak_rss_mib": {},
@@ -937,7 +961,11 @@ def main() -> None:
         if not args.no_warm:
             warm(files)
         servers = Servers(
-            folder, args.workdir, pywb_nodelay=args.pywb_nodelay, serve_workers=args.serve_workers
+            folder,
+            args.workdir,
+            pywb_nodelay=args.pywb_nodelay,
+            serve_workers=args.serve_workers,
+            pywb_workers=args.pywb_workers,
         )
         try:
             if name == "main":
