@@ -15,7 +15,7 @@ from web_index.models import RecordType
 from web_index.storage._files import list_partition_files
 from web_index.storage._month_index import open_month_index
 from web_index.storage._month_index_build import read_records
-from web_index.storage._month_index_format import LOOKUP_COLUMNS, SCHEMA, VERSION, VERSION_KEY, index_path
+from web_index.storage._month_index_format import SCHEMA, VERSION, VERSION_KEY, index_path
 from web_index.storage.backends import Backend
 
 __all__ = ["index_disagreement", "index_note"]
@@ -63,25 +63,36 @@ def index_disagreement(backend: Backend, type: RecordType, year: int, month: int
     if not trusted:
         return None
     numbers = {c.name: n for n, c in enumerate(index.covers)}
-    fresh = read_records(backend, type, trusted, numbers)
+    superseded: set[str] = set()
+    fresh = read_records(backend, type, trusted, numbers, superseded)
     found = _lookup_frame(
         pl.concat(
-            [p.select(LOOKUP_COLUMNS) for p in [_empty_frame(), *(fresh or [])]], how="vertical_relaxed"
+            [p.select(SCHEMA.names) for p in [_empty_frame(), *(fresh or [])]], how="vertical_relaxed"
         )
     )
-    held = _lookup_frame(pl.from_arrow(index.handle.read(columns=LOOKUP_COLUMNS)))
+    held = _lookup_frame(pl.from_arrow(index.handle.read(columns=SCHEMA.names)))
     covered = [n for d in trusted for n in index.covered(d)]
     held = held.filter(pl.col("file_no").is_in(covered))
     record = ["key_hash", "ts_us", "request_id", "calibre"]
     missing = found.unique(subset=record).join(held, on=record, how="anti")
-    # Every row it holds must point at that record's rows in that file.
-    wrong = held.join(found, on=LOOKUP_COLUMNS, how="anti")
-    if missing.is_empty() and wrong.is_empty():
+    # Every row it holds must point at that record's rows in that file, and say its
+    # state and fetcher (what stats and the UI's overview count from it).
+    wrong = held.join(found, on=SCHEMA.names, how="anti")
+    # And each covered file's row count must be the file's (stats count records from it).
+    rows = dict(found.group_by("file_no").agg(pl.col("rows").sum()).iter_rows())
+    miscounted = [
+        n
+        for n in covered
+        if index.covers[n].rows != (-1 if index.covers[n].name in superseded else rows.get(n, 0))
+    ]
+    if missing.is_empty() and wrong.is_empty() and not miscounted:
         return None
-    domains = sorted({index.covers[n].domain for n in (*missing["file_no"], *wrong["file_no"])})
+    bad = (*missing["file_no"], *wrong["file_no"], *miscounted)
+    domains = sorted({index.covers[n].domain for n in bad})
     return (
         f"month index disagrees with the files of {len(domains)} domain(s) ({', '.join(domains[:5])}):"
-        f" {missing.height} record(s) missing from it, {wrong.height} row(s) pointing wrong;"
+        f" {missing.height} record(s) missing from it, {wrong.height} row(s) pointing wrong,"
+        f" {len(miscounted)} file(s) miscounted;"
         f" queries answered from it are wrong: delete {index_path(type, year, month)} (derived data)"
         " and run `web-index compact`"
     )
@@ -104,4 +115,7 @@ def _lookup_frame(frame: object) -> pl.DataFrame:
         pl.col("file_no").cast(pl.Int64),
         pl.col("row").cast(pl.Int64),
         pl.col("rows").cast(pl.Int64),
+        # Null outside the metadata types: "" so that rows compare (a join never matches nulls).
+        pl.col("state").cast(pl.String).fill_null(""),
+        pl.col("fetcher").cast(pl.String).fill_null(""),
     )

@@ -109,12 +109,17 @@ def attempt_counts(store: Store) -> list[AttemptCount]:
     domain, state, calibre and fetcher; sorted by those."""
     counted: Counter[tuple[str, int, int, str, str, int, str]] = Counter()
     metadata = [RecordType.GET_METADATA, RecordType.HEAD_METADATA]
-    for mp, _claim, attempt in store.buffer.iter_all():
+    # Buffered attempts by their claim: a flush writes a claim's part file before it
+    # deletes the claim's rows, and an attempt found in both is counted from the file.
+    buffered: Counter[tuple[str, int, int, str, str | None, str, int, str]] = Counter()
+    for mp, claim, attempt in store.buffer.iter_all():
         m = attempt.metadata
         type = RecordType.GET_METADATA if mp.method is RecordType.GET else RecordType.HEAD_METADATA
-        key = (type.value, mp.year, mp.month, mp.domain)
-        counted[(*key, str(m["state"]), int(m["fetcher_calibre"]), str(m["fetcher_name"]))] += 1
+        where = (type.value, mp.year, mp.month, mp.domain, claim)
+        buffered[(*where, str(m["state"]), int(m["fetcher_calibre"]), str(m["fetcher_name"]))] += 1
+    written: set[tuple[str, int, int, str, str | None]] = set()  # part files, as a claim names them
     for type, year, month, index, listing in _months(store, metadata):
+        written.update((type.value, year, month, d, f.part) for d, files in listing.items() for f in files)
         trusted = {d for d, files in listing.items() if _covered_rows(index, d, files) is not None}
         if index is not None and trusted:
             covers = index.covers
@@ -132,6 +137,9 @@ def attempt_counts(store: Store) -> list[AttemptCount]:
             for _, handle in opened:
                 for row in _tallied(handle):
                     counted[(type.value, year, month, domain, *row[:3])] += row[3]
+    for (kind, year, month, domain, claim, state, calibre, fetcher), n in buffered.items():
+        if claim is None or (kind, year, month, domain, claim) not in written:
+            counted[(kind, year, month, domain, state, calibre, fetcher)] += n
     return [AttemptCount(*key, attempts=n) for key, n in sorted(counted.items())]
 
 

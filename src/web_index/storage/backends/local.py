@@ -135,7 +135,9 @@ class LocalBackend:
         )
         if meta is None:
             if len(self._footers) >= _FOOTERS_KEPT:
-                self._footers.pop(next(iter(self._footers)), None)  # the oldest kept
+                # Emptied, not trimmed: iterating a dict other threads write to can raise,
+                # and a server's working set of files is far smaller than this.
+                self._footers.clear()
             self._footers[known] = handle.metadata
         return handle
 
