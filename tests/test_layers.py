@@ -131,3 +131,37 @@ def test_the_architecture_page_shows_the_contracts_layers() -> None:
     shown = [line.split("  ", 1)[0].strip() for line in block.splitlines()]
     expected = [layer.replace("web_index.", "") for layer in layers]
     assert shown == expected
+
+
+_LOOKUP = """
+import sys
+from datetime import UTC, datetime
+from web_index import WebIndex
+from web_index.archive import closest_capture, parse_cdx_query
+from web_index.models import SimplePageQuery
+from web_index.server import create_app
+with WebIndex(sys.argv[1], read_only=True) as index:
+    assert index.query([SimplePageQuery(url="https://example.com/a")])[0] is not None
+    query = parse_cdx_query({"url": ["https://example.com/a"]})
+    assert closest_capture(index, query, source="s") is not None
+    assert list(index.captures("https://example.com/a"))
+    create_app(index)
+print(" ".join(sorted(m for m in ("polars", "pandas", "duckdb") if m in sys.modules)))
+"""
+
+
+def test_the_lookup_path_imports_no_dataframe_library(tmp_path: Path) -> None:
+    """Opening a store, a query, a capture with its body and the archive server's app
+    leave polars unimported: 27 MiB and ~120 ms a process that only looks records up
+    would pay (a batch's RSS against pywb's is a target of its own)."""
+    from tests.factories import attempt
+    from web_index import WebIndex
+
+    with WebIndex(tmp_path / "s") as index:
+        index.insert(*attempt("https://example.com/a"))
+        index.flush()
+        index.compact()
+    done = subprocess.run(
+        [sys.executable, "-c", _LOOKUP, str(tmp_path / "s")], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "", done.stdout

@@ -14,7 +14,6 @@ import bisect
 from collections import defaultdict
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -133,6 +132,8 @@ def _read_small_files(
     backend: LocalBackend, paths: list[tuple[str, int]], request_ids: set[str]
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """The rows of these records in these ``(store path, size)`` files, by (store path, request id)."""
+    import polars as pl  # here, not at the top: a single lookup never reads files this way
+
     wanted = sorted(request_ids)
     out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for chunk in _chunks(paths, _SMALL_BATCH_BYTES):

@@ -17,7 +17,6 @@ from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage._listing import Listing
 from web_index.storage._locks import Locks
 from web_index.storage._merge import merge_sorted
-from web_index.storage._month_index_build import build_month_index
 from web_index.storage.backends import handle_version
 from web_index.storage.buffer import Buffer, MethodPartition
 
@@ -99,6 +98,9 @@ class Compaction(Listing):
                 on_progress(n, total)
         if run is not None:
             self._forget_listings(targets)
+        # Here, not at the top: the build needs polars, which a store opened to be read never does.
+        from web_index.storage._month_index_build import build_month_index
+
         for n, (type, year, month) in enumerate(sorted(months), start=len(targets) + 1):
             build_month_index(self.backend, type, year, month)
             if not type.is_metadata:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -81,6 +80,8 @@ def _small_file_hits(
     most of the cost of a month of small partitions (as for the month index).
     A batch holding a file without digests, or one replaced meanwhile, is read
     file by file instead."""
+    import polars as pl  # here, not at the top: imported with the store, it costs every lookup
+
     try:
         frame = read_small_files(
             local, [f.path for f in files], [*_COLUMNS, *DIGEST_COLUMNS], missing_as_null=True

@@ -66,9 +66,7 @@ def index_disagreement(backend: Backend, type: RecordType, year: int, month: int
     superseded: set[str] = set()
     fresh = read_records(backend, type, trusted, numbers, superseded)
     found = _lookup_frame(
-        pl.concat(
-            [p.select(SCHEMA.names) for p in [_empty_frame(), *(fresh or [])]], how="vertical_relaxed"
-        )
+        pl.concat([p.select(SCHEMA.names) for p in [_empty_frame(), *(fresh or [])]], how="vertical_relaxed")
     )
     held = _lookup_frame(pl.from_arrow(index.handle.read(columns=SCHEMA.names)))
     covered = [n for d in trusted for n in index.covered(d)]
