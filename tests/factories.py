@@ -62,6 +62,21 @@ def attempt(
     return (method, url, ts, metadata(url, state, calibre), data)
 
 
+def judge_damage(ask: Any, expected: object, path: str, outcomes: dict[str, int], what: str) -> None:
+    """A store with a damaged file must give the right answer or an error naming that
+    file (``CorruptFileError``); ``outcomes`` counts which (``right``, ``error``)."""
+    from web_index.errors import CorruptFileError
+
+    try:
+        got = ask()
+    except CorruptFileError as exc:
+        assert exc.path == path, f"{what}: error names {exc.path}"
+        outcomes["error"] += 1
+    else:
+        assert got == expected, f"{what}: a wrong answer"
+        outcomes["right"] += 1
+
+
 def rewrite_store_file(path: Any, table: Any, **options: Any) -> None:
     """Replace a store file by a hand-made one, sealed as the store seals its
     files (a test that edits a file means to test what the edit says, not
