@@ -43,6 +43,15 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return got, round(time.perf_counter() - t, 2)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used so far (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def busy() -> float:
     """CPU seconds the whole machine has been busy (all but idle and iowait)."""
     ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]

@@ -64,7 +64,7 @@ import httpx
 
 import _pywb
 import synth
-from _procs import CLI, TICK, busy, free_port, stop
+from _procs import CLI, busy, cpu_seconds, free_port, stop
 from pack_bench import percentile
 from web_index import WebIndex, __version__
 from web_index.archive import export_warcs, find_captures, parse_cdx_query
@@ -292,16 +292,7 @@ class Servers:
     def cpu(self) -> dict[str, float]:
         """CPU seconds (user + system) each server has used so far (with ``--workers``, its
         processes' together)."""
-        out = {}
-        for side, p in self.procs.items():
-            out[side] = 0.0
-            for pid in _family(p.pid):
-                try:
-                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                except OSError:  # gone meanwhile
-                    continue
-                out[side] += (int(fields[11]) + int(fields[12])) / TICK
-        return out
+        return {side: sum(cpu_seconds(pid) for pid in _family(p.pid)) for side, p in self.procs.items()}
 
     def peak_rss_mib(self) -> dict[str, float]:
         """Each server's peak RSS (with ``--workers``, its processes' peaks added up)."""

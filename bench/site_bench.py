@@ -38,7 +38,7 @@ from urllib.parse import quote, urlencode
 import httpx
 import msgspec
 
-from _procs import CLI, free_port, stop
+from _procs import CLI, cpu_seconds, free_port, stop
 from _results import save
 from web_index import WebIndex, WriteOptions, __version__
 from web_index.models import AttemptMetadata, Page
@@ -164,13 +164,13 @@ def load(proc: subprocess.Popen[bytes], base: str, caught: list[tuple[str, str]]
          connections: int, seconds: float) -> dict[str, Any]:  # fmt: skip
     job = {"mode": "concurrent", "urls": urls(base, caught, workload), "connections": connections,
            "seconds": seconds, "timeout": 120}  # fmt: skip
-    cpu0 = _cpu(proc.pid)
+    cpu0 = cpu_seconds(proc.pid)
     done = subprocess.run(
         [sys.executable, str(HERE / "_http_client.py")], input=json.dumps(job), capture_output=True, text=True
     )
     if done.returncode != 0:
         raise SystemExit(done.stderr[-2000:])
-    cpu = _cpu(proc.pid) - cpu0
+    cpu = cpu_seconds(proc.pid) - cpu0
     got = json.loads(done.stdout)
     lat = sorted(got["seconds"])
     n = len(lat)
@@ -182,13 +182,6 @@ def load(proc: subprocess.Popen[bytes], base: str, caught: list[tuple[str, str]]
         "statuses": got["statuses"],
         "errors": got["errors"],
     }
-
-
-def _cpu(pid: int) -> float:
-    import os
-
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

@@ -190,17 +190,19 @@ def test_a_read_survives_a_dropped_connection(postgres: Postgres) -> None:
     buf.close()
 
 
+def _buffer(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> SqliteBuffer | PostgresBuffer:
+    """A new empty buffer of that kind (PostgreSQL: a database of its own)."""
+    if kind == "postgres":
+        return PostgresBuffer(request.getfixturevalue("postgres").new_database())
+    return SqliteBuffer(tmp_path / "buffer.sqlite")
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_domains_attempts_are_those_of_its_partitions(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """What a CDX query adds to the files: one domain's attempts of one method, claimed or not."""
-    if kind == "postgres":
-        buf: SqliteBuffer | PostgresBuffer = PostgresBuffer(
-            request.getfixturevalue("postgres").new_database()
-        )
-    else:
-        buf = SqliteBuffer(tmp_path / "buffer.sqlite")
+    buf = _buffer(kind, request, tmp_path)
     attempts = [
         validate_attempt(*attempt(f"https://{host}/{i}", T0 + timedelta(days=20 * (i % 3)), method=kind_))
         for i in range(12)
@@ -246,12 +248,7 @@ def test_buffered_capture_lines_are_those_made_from_the_bodies(
     """The lines kept at insert, found by prefix, are the lines the rows make (digests of
     their bodies included), claimed or not, for every prefix form; and rows inserted
     without lines (by a version before them) are found too."""
-    if kind == "postgres":
-        buf: SqliteBuffer | PostgresBuffer = PostgresBuffer(
-            request.getfixturevalue("postgres").new_database()
-        )
-    else:
-        buf = SqliteBuffer(tmp_path / "buffer.sqlite")
+    buf = _buffer(kind, request, tmp_path)
     attempts = [
         validate_attempt(
             *attempt(

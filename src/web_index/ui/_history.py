@@ -19,7 +19,7 @@ from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.models import AttemptMetadata, RecordType
 from web_index.ui._captures import captures_of
-from web_index.ui._render import UiError, capture_path, history_path, page, page_number, pager, store_of
+from web_index.ui._render import UiError, capture_path, history_path, one_page, page, page_number, store_of
 from web_index.urls import url_key
 
 __all__ = ["Attempt", "attempts_of", "history"]
@@ -88,7 +88,7 @@ async def history(request: Request) -> Response:
     year = _year(request, sorted(years))
     metadata = await asyncio.to_thread(attempts_of, index, url) if index is not None else []
     by_request = {fields.get("request_id"): fields for fields in captures if fields.get("request_id")}
-    shown = metadata[number * ATTEMPTS_A_PAGE : (number + 1) * ATTEMPTS_A_PAGE]
+    shown, paging = one_page(request, number, metadata, ATTEMPTS_A_PAGE)
     rows = []
     for m in shown:
         fields = by_request.get(m.request_id)
@@ -116,7 +116,7 @@ async def history(request: Request) -> Response:
         total_attempts=len(metadata),
         states=sorted(states.items(), key=lambda kv: -kv[1]),
         from_store=index is not None,
-        pager=pager(request, number, len(metadata), ATTEMPTS_A_PAGE),
+        pager=paging,
     )
 
 

@@ -9,7 +9,7 @@ from starlette.responses import RedirectResponse, Response
 
 from web_index.archive import CdxQuery, parse_cdx_query
 from web_index.errors import InvalidRecordError
-from web_index.ui._render import UiError, history_path, page, page_number, pager, store_of
+from web_index.ui._render import UiError, history_path, one_page, page, page_number, store_of
 
 __all__ = ["home", "lookup"]
 
@@ -43,7 +43,7 @@ async def lookup(request: Request) -> Response:
     captures = await coll.find(CdxQuery(url=query.url, match_type=query.match_type, limit=LOOKUP_CAPTURES))
     counts = Counter(fields["url"] for fields, _ in captures)
     urls = sorted(counts)
-    shown = urls[number * URLS_A_PAGE : (number + 1) * URLS_A_PAGE]
+    shown, paging = one_page(request, number, urls, URLS_A_PAGE)
     return page(
         request,
         "lookup.html",
@@ -55,5 +55,5 @@ async def lookup(request: Request) -> Response:
         total=len(urls),
         captures=len(captures),
         cut=len(captures) >= LOOKUP_CAPTURES,
-        pager=pager(request, number, len(urls), URLS_A_PAGE),
+        pager=paging,
     )

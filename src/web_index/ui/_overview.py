@@ -17,7 +17,7 @@ from starlette.responses import Response
 from web_index.index import WebIndex
 from web_index.models import AttemptMetadata, RecordType
 from web_index.ui._charts import STATE_COLOURS, bars, stacks
-from web_index.ui._render import UI_PREFIX, UiError, history_path, page, page_number, pager, store_of
+from web_index.ui._render import UI_PREFIX, UiError, history_path, one_page, page, page_number, store_of
 from web_index.urls import domain_of
 
 __all__ = ["domain", "overview"]
@@ -152,7 +152,7 @@ async def domain(request: Request) -> Response:
         raise UiError(400, f"d: {asked!r} is not a domain") from None
     number = page_number(request)
     tally, failures = await asyncio.to_thread(_domain_tally, index, registrable)
-    shown = failures[number * URLS_A_PAGE : (number + 1) * URLS_A_PAGE]
+    shown, paging = one_page(request, number, failures, URLS_A_PAGE)
     return page(
         request,
         "domain.html",
@@ -163,5 +163,5 @@ async def domain(request: Request) -> Response:
         months=_months_chart(tally),
         failures=[(m, history_path(name, m.url)) for m in shown],
         total=len(failures),
-        pager=pager(request, number, len(failures), URLS_A_PAGE),
+        pager=paging,
     )

@@ -10,10 +10,10 @@ archived content reaches a browser only through the replay route
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 import jinja2
@@ -23,12 +23,15 @@ from starlette.responses import HTMLResponse, Response
 from web_index.archive import Collection, url_in_path
 from web_index.index import WebIndex
 
+_T = TypeVar("_T")
+
 __all__ = [
     "UI_PREFIX",
     "UiError",
     "capture_path",
     "compare_path",
     "history_path",
+    "one_page",
     "page",
     "page_error",
     "page_number",
@@ -153,6 +156,13 @@ def page_number(request: Request) -> int:
     if not raw.isdigit() or int(raw) < 1:
         raise UiError(400, f"page: {raw!r} is not a page number (1, 2, ...)")
     return int(raw) - 1
+
+
+def one_page(
+    request: Request, number: int, items: Sequence[_T], size: int
+) -> tuple[Sequence[_T], dict[str, Any]]:
+    """Page ``number`` (from 0) of ``items`` in pages of ``size``, and its :func:`pager`."""
+    return items[number * size : (number + 1) * size], pager(request, number, len(items), size)
 
 
 def pager(request: Request, number: int, total: int, size: int) -> dict[str, Any]:
