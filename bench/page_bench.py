@@ -3,8 +3,8 @@
 In one run, on the same files: the time to read one record's full row (all
 columns, its body included) through the page path (``storage/_pages.py``)
 and through the row group (what queries did before), and the size of a
-``get`` file written with and without the page settings (16 KiB body pages,
-the page index). Then, for one-row-group files of growing size, the same two
+``get`` file written with and without the page settings (body pages of
+``WriteOptions``' default size, the page index), and other page sizes. Then, for one-row-group files of growing size, the same two
 reads: where the page path starts to pay is where ``WriteOptions.paged_min_bytes``
 belongs. Results: bench/results/pages.json and .md.
 
@@ -207,7 +207,7 @@ def main() -> None:
             rows.append(compare(root, f"{kind}, store row groups", bodies, args.reads))
             print(rows[-1], flush=True)
             # The page size: the trade between bytes and one body's read.
-            for page_kb in (8, 32, 64):
+            for page_kb in (8, 16, 32):  # the default is 64
                 layout = {"body_page_bytes": page_kb << 10}
                 rows.append(
                     compare(

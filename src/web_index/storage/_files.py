@@ -29,7 +29,6 @@ from web_index.storage._schema import (
     FORMAT_VERSION,
     SCHEMAS,
     SORT_KEYS,
-    TS_COLUMN,
 )
 
 if TYPE_CHECKING:  # polars is imported where it is used: the lookup path never needs it
@@ -69,8 +68,9 @@ class WriteOptions:
         compression_level: int = 3,
         group_min_bytes: int = 1 << 20,
         group_max_bytes: int = 64 << 20,
-        body_page_bytes: int = 16 << 10,
+        body_page_bytes: int = 64 << 10,
         paged_min_bytes: int = 256 << 10,
+        dictionary_min_rows: int = 1000,
     ) -> None:
         self.row_group_rows = row_group_rows
         # Files with bodies get smaller row groups: a lookup decodes a whole row
@@ -86,12 +86,17 @@ class WriteOptions:
         self.group_max_bytes = group_max_bytes
         # Bodies of files with at least paged_min_bytes of them are written in
         # pages of about body_page_bytes, with the page index, so that a lookup
-        # reads one page of a few KB, not the row group's whole body chunk
-        # (storage/_pages.py). Smaller files are read whole or by their one
-        # small row group, and skip the page index's bytes. Measured in
-        # docs/performance.md.
+        # reads one page (~15 KB compressed), not the row group's whole body
+        # chunk (storage/_pages.py). Smaller files are read whole or by their
+        # one small row group, and skip the page index's bytes. Each page is a
+        # zstd frame of its own: 16 KiB pages made the body column 31% bigger
+        # than 1 MiB row groups and took the store past its size target; 64 KiB
+        # pages cost 12% (docs/performance.md).
         self.body_page_bytes = body_page_bytes
         self.paged_min_bytes = paged_min_bytes
+        # A dictionary page costs a page header and footer entries: in the
+        # typical file of tens of rows, more than the repeated strings it saves.
+        self.dictionary_min_rows = dictionary_min_rows
 
     def group_rows(self, type: RecordType, held: int = 0, size: int = 0) -> int:
         """Rows per row group; with ``held`` rows of ``size`` bytes in hand, as
@@ -114,6 +119,10 @@ class WriteOptions:
         """
         codecs = {name: ("zstd" if name == BODY_COLUMN else "lz4") for name in SCHEMAS[type].names}
         return codecs, {BODY_COLUMN: self.compression_level} if BODY_COLUMN in codecs else {}
+
+    def dictionary(self, rows: int) -> list[str]:
+        """The columns dictionary-encoded in a file of ``rows`` rows (so far)."""
+        return ["fetcher_name", "fetcher_version", "state"] if rows >= self.dictionary_min_rows else []
 
     def paging(self, type: RecordType, body_bytes: int, rows: int) -> dict[str, Any]:
         """The writer's page options for a file with ``body_bytes`` of bodies in
@@ -227,7 +236,7 @@ def write_partition_file(
     write conditional on an object store (see ``Backend.write_parquet``).
     """
     path = partition.compacted_path if part is None else partition.part_path(part)
-    data, write_options = partition_file_args(partition, table, options, superseded=superseded, part=part)
+    data, write_options = partition_file_args(partition, table, options, superseded=superseded)
     return backend.write_parquet(path, data, **write_options, **(condition or {}))
 
 
@@ -237,21 +246,20 @@ def partition_file_args(
     options: WriteOptions,
     *,
     superseded: Sequence[str] = (),
-    part: str | None = None,
 ) -> tuple[pa.Table | pa.RecordBatchReader, dict[str, Any]]:
     """What :func:`write_partition_file` writes (the data and the Parquet writer's
-    options), wherever it goes. With ``part=None`` and no ``superseded`` the
-    file is a compacted file that absorbed nothing, which readers take as a part
-    too (they read a superseded list only in a compacted file): a bulk load
-    writes it first and names it either way after."""
+    options), wherever it goes. A file that absorbed no parts carries no
+    superseded list, so a part file and a compacted file that absorbed nothing
+    are written alike: a bulk load writes one first and names it either way after."""
     meta = {FORMAT_KEY: FORMAT_VERSION.encode()}
-    if part is None:
+    if superseded:  # absent means none (read_superseded): ~35 bytes a file saved
         meta[SUPERSEDED_KEY] = json.dumps(sorted(superseded)).encode()
     schema = SCHEMAS[partition.type].with_metadata(meta)
     data: pa.Table | pa.RecordBatchReader
     if isinstance(table, pa.Table):
         data = table.replace_schema_metadata(meta)
         paging = options.paging(partition.type, _body_bytes(table), table.num_rows)
+        rows = table.num_rows
     else:
         # A stream is judged by its first row groups: a file of two or more is big.
         stream = iter(table)
@@ -260,6 +268,7 @@ def partition_file_args(
         rows = sum(t.num_rows for t in head)
         if len(head) > 1:
             body = max(body, options.paged_min_bytes)
+            rows = max(rows, options.dictionary_min_rows)
         paging = options.paging(partition.type, body, rows)
         data = pa.RecordBatchReader.from_batches(schema, _one_batch_each(itertools.chain(head, stream)))
     sorting = [pq.SortingColumn(schema.get_field_index(c)) for c in SORT_KEYS[partition.type]]
@@ -272,8 +281,11 @@ def partition_file_args(
             if isinstance(table, pa.Table)
             else None  # a stream comes in row groups already (see merge_sorted)
         ),
-        use_dictionary=["fetcher_name", "fetcher_version", "state"],
-        write_statistics=["url_key", TS_COLUMN[partition.type], "request_id"],
+        use_dictionary=options.dictionary(rows),
+        # Only the URL key's: the one the store's reads prune by (a file or row
+        # group is a key range). The time's and request id's served only other
+        # tools' pushdown, for ~250 bytes a file (footer and page headers).
+        write_statistics=["url_key"],
         sorting_columns=sorting,
         # A partition file is small (tens of rows is typical): its footer is a
         # large part of it. The Arrow schema copy (~1.4 KB, base64) would add

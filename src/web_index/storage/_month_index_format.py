@@ -142,6 +142,6 @@ def write_index(
         compression="lz4",
         row_group_size=INDEX_ROW_GROUP,
         write_statistics=["key_hash"],
-        use_dictionary=["state", "fetcher"],  # a handful of values each
+        use_dictionary=["calibre", "state", "fetcher"],  # a handful of values each
         store_schema=False,
     )
