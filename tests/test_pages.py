@@ -170,7 +170,9 @@ def test_big_files_carry_the_page_index_and_small_ones_do_not(tmp_path: Path) ->
     assert max(p.size for p in index) < 4 * options.body_page_bytes
 
 
-def test_small_files_spend_no_bytes_on_dictionaries_unused_statistics_or_an_empty_list(tmp_path: Path) -> None:
+def test_small_files_spend_no_bytes_on_dictionaries_unused_statistics_or_an_empty_list(
+    tmp_path: Path,
+) -> None:
     # Most partition files hold tens of rows: their footers are a large share
     # of the store (docs/format.md). A dictionary page, statistics no read uses
     # and an empty superseded list cost bytes in each of them.
@@ -212,7 +214,9 @@ def test_the_files_are_still_plain_parquet_for_pyarrow_and_polars(tmp_path: Path
 
 def test_rows_on_many_pages_of_a_group_are_read_by_row_group(tmp_path: Path) -> None:
     bodies = [os.urandom(3000) for _ in range(300)]
-    options = WriteOptions(paged_min_bytes=0, body_row_group_rows=300, group_max_bytes=1 << 40, body_page_bytes=16 << 10)
+    options = WriteOptions(
+        paged_min_bytes=0, body_row_group_rows=300, group_max_bytes=1 << 40, body_page_bytes=16 << 10
+    )
     _backend, handle = _write(tmp_path, bodies, options)
     pages = body_pages(handle)
     assert pages is not None and len(pages._index(0)) > 30
@@ -285,6 +289,52 @@ def _big_store(root: Path) -> tuple[WebIndex, list[SimplePageQuery], list[object
     idx.compact()
     queries = [SimplePageQuery(url=u) for u in urls[::10]]
     return idx, queries, idx.query(queries)
+
+
+def test_compact_with_min_parts_0_gives_a_big_file_of_an_older_version_its_pages(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    rng = random.Random(3)
+    urls = [f"https://shop.example.com/p{i}" for i in range(150)]
+    items = [attempt(url, T0 + timedelta(minutes=i), body=rng.randbytes(3000)) for i, url in enumerate(urls)]
+    small = [attempt("https://other.example.org/", T0, body=b"<p>small</p>")]
+    # As a version without body pages wrote it: one big compacted file, no page index.
+    unpaged = WriteOptions(paged_min_bytes=1 << 62)
+    with WebIndex(root, write_options=unpaged, policy=FlushPolicy(compact_parts=0)) as idx:
+        idx.insert_many([*items, *small])
+        idx.flush()
+        idx.compact()
+        before = idx.query([SimplePageQuery(url=u) for u in [*urls, "https://other.example.org/"]])
+
+    def files() -> dict[str, tuple[int, bool]]:
+        out = {}
+        for path in sorted((root / "get").rglob("*.parquet")):
+            meta = pq.read_metadata(path)
+            out[path.name] = (path.stat().st_ino, meta.row_group(0).column(8).has_offset_index)
+        return out
+
+    old = files()
+    assert [paged for _ino, paged in old.values()] == [False, False]
+    with WebIndex(root, policy=FlushPolicy(compact_parts=0)) as idx:
+        assert idx.compact() == 0 and files() == old  # no parts: nothing to do
+        assert idx.compact(min_parts=0) == 1  # the big file; the small one is as it would be written now
+        new = files()
+        assert (
+            new["example.com.parquet"][1] and new["example.com.parquet"][0] != old["example.com.parquet"][0]
+        )
+        assert new["example.org.parquet"] == old["example.org.parquet"]
+        assert idx.query([SimplePageQuery(url=u) for u in [*urls, "https://other.example.org/"]]) == before
+        assert idx.verify().problems == []
+        assert idx.compact(min_parts=0) == 0  # nothing is outdated now
+    # A small file of an older format (2: no payload digests) is rewritten too.
+    path = next((root / "get").rglob("example.org.parquet"))
+    table = pq.read_table(path).drop_columns(["payload_sha1", "payload_sha256"])
+    pq.write_table(table.replace_schema_metadata({b"web_index.format": b"2"}), path)
+    with WebIndex(root, policy=FlushPolicy(compact_parts=0)) as idx:
+        assert idx.compact(min_parts=0) == 1
+        assert (pq.read_metadata(path).metadata or {})[b"web_index.format"] == b"3"
+        assert "payload_sha1" in pq.read_schema(path).names
+        assert idx.query([SimplePageQuery(url=u) for u in [*urls, "https://other.example.org/"]]) == before
+        assert idx.verify().problems == []
 
 
 def test_queries_read_bodies_by_page_and_answer_as_by_row_group(

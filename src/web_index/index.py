@@ -216,7 +216,10 @@ class WebIndex:
         """Roll part files into one ``<domain>.parquet`` per partition.
 
         Only partitions with at least ``min_parts`` part files are compacted;
-        then the month key indexes are brought up to date and every compacted
+        ``min_parts=0`` also rewrites every compacted file written as files no
+        longer are (an older format, or big bodies without body pages: see
+        docs/format.md), the upgrade of a store written by an older version.
+        Then the month key indexes are brought up to date and every compacted
         file without a capture index gets one. Safe while other processes
         write and read. Returns how many partitions changed.
         ``scheduler`` (``tcp://host:port``) compacts the partitions on that Dask

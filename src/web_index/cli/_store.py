@@ -53,7 +53,13 @@ def flush(store: StoreOption = "", buffer: BufferOption = None) -> None:
 def compact(
     store: StoreOption = "",
     buffer: BufferOption = None,
-    min_parts: Annotated[int, typer.Option(help="Only partitions with at least this many part files.")] = 1,
+    min_parts: Annotated[
+        int,
+        typer.Option(
+            help="Only partitions with at least this many part files; 0 also rewrites files written"
+            " by an older version (older format, big bodies without pages)."
+        ),
+    ] = 1,
     scheduler: SchedulerOption = None,
 ) -> None:
     """Roll each partition's part files into one <domain>.parquet (safe while others write),

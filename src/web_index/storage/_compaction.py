@@ -12,7 +12,7 @@ from web_index.errors import ConflictError
 from web_index.models import RecordType
 from web_index.storage._capture_index_build import build_capture_index, ensure_capture_indexes
 from web_index.storage._crash import crash_point
-from web_index.storage._files import WriteOptions, row_groups, write_partition_file
+from web_index.storage._files import WriteOptions, outdated, row_groups, write_partition_file
 from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage._listing import Listing
 from web_index.storage._locks import Locks
@@ -69,7 +69,7 @@ class Compaction(Listing):
         done = 0
         listed: dict[MethodPartition, PartitionFiles] = {}
         if partitions is None:
-            listed = self._partitions_with_parts()
+            listed = self._partitions_with_parts(every=min_parts == 0)
             targets = sorted(listed)
             months = {
                 (t, y, m) for method in METHODS for t in (method, method.metadata) for y, m in self.months(t)
@@ -118,10 +118,10 @@ class Compaction(Listing):
                 for type in (mp.method, mp.method.metadata):
                     invalidate(Partition(type, mp.year, mp.month, mp.domain).compacted_path)
 
-    def _partitions_with_parts(self) -> dict[MethodPartition, PartitionFiles]:
-        """Partitions with a part file in either type, and the files of both types, from one
-        listing per month folder (listing each partition's files separately is quadratic in
-        the domains of a month)."""
+    def _partitions_with_parts(self, *, every: bool = False) -> dict[MethodPartition, PartitionFiles]:
+        """Partitions with a part file in either type (``every``: all of them), and the files
+        of both types, from one listing per month folder (listing each partition's files
+        separately is quadratic in the domains of a month)."""
         listings: Listings = {}
         found: set[MethodPartition] = set()
         for method in METHODS:
@@ -129,7 +129,7 @@ class Compaction(Listing):
                 for year, month in self.months(type):
                     listing = listings[type, year, month] = self.month_files(type, year, month)
                     for domain, files in listing.items():
-                        if any(f.part is not None for f in files):
+                        if every or any(f.part is not None for f in files):
                             found.add(MethodPartition(method, year, month, domain))
         return self._month_listed(found, listings)
 
@@ -221,7 +221,12 @@ class Compaction(Listing):
             listed = None
         files, opened, dead = self.open_visible(partition, listed)
         live_parts = [f for f, _ in opened if f.part is not None]
-        if len(live_parts) < max(min_parts, 1):
+        old = [handle for f, handle in opened if f.part is None]
+        # min_parts=0 also rewrites a compacted file alone if it was written as
+        # files no longer are (an older format, big bodies without pages).
+        options = self.write_options
+        upgrade = min_parts == 0 and any(outdated(h.metadata, partition.type, options) for h in old)
+        if len(live_parts) < max(min_parts, 1) and not upgrade:
             for f in dead:  # leftovers of a compaction that died after its commit
                 self.backend.delete(f.path)
             return bool(dead)
@@ -236,7 +241,6 @@ class Compaction(Listing):
         # On an object store the commit is conditional on the compacted file
         # being the version we read (or still absent): a compactor that lost
         # its lease can never overwrite a newer compacted file.
-        old = [handle for f, handle in opened if f.part is None]
         version = handle_version(old[0]) if old else None
         condition: dict[str, object] = {"if_match": version} if version else {} if old else {"create": True}
         crash_point("compact-before-commit")

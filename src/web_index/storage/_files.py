@@ -41,6 +41,7 @@ __all__ = [
     "WriteOptions",
     "conform",
     "list_partition_files",
+    "outdated",
     "read_small_files",
     "read_superseded",
     "read_table",
@@ -142,6 +143,20 @@ class WriteOptions:
             "data_page_size": self.body_page_bytes,
             "write_batch_size": max(1, min(1024, self.body_page_bytes // (2 * mean))),
         }
+
+
+def outdated(meta: pq.FileMetaData, type: RecordType, options: WriteOptions) -> bool:
+    """Whether a file's footer shows it written as this store no longer writes
+    files: an older format, or a ``get`` file big enough for body pages
+    without a page index for its bodies (``compact(min_parts=0)`` rewrites it)."""
+    if (meta.metadata or {}).get(FORMAT_KEY) != FORMAT_VERSION.encode():
+        return True
+    if type is not RecordType.GET or not meta.num_row_groups:
+        return False
+    body = meta.schema.names.index(BODY_COLUMN)
+    chunks = [meta.row_group(g).column(body) for g in range(meta.num_row_groups)]
+    size = sum(c.total_uncompressed_size for c in chunks)
+    return size >= options.paged_min_bytes and not all(c.has_offset_index for c in chunks)
 
 
 def rows_to_table(type: RecordType, rows: Sequence[dict[str, Any]]) -> pa.Table:
