@@ -315,6 +315,8 @@ def test_compact_with_min_parts_0_gives_a_big_file_of_an_older_version_its_pages
     old = files()
     assert [paged for _ino, paged in old.values()] == [False, False]
     with WebIndex(root, policy=FlushPolicy(compact_parts=0)) as idx:
+        notes = [n.where.rsplit("/", 1)[-1] for n in idx.verify().notes if "--min-parts 0" in n.message]
+        assert notes == ["example.com.parquet"]
         assert idx.compact() == 0 and files() == old  # no parts: nothing to do
         assert idx.compact(min_parts=0) == 1  # the big file; the small one is as it would be written now
         new = files()
@@ -325,6 +327,7 @@ def test_compact_with_min_parts_0_gives_a_big_file_of_an_older_version_its_pages
         assert idx.query([SimplePageQuery(url=u) for u in [*urls, "https://other.example.org/"]]) == before
         assert idx.verify().problems == []
         assert idx.compact(min_parts=0) == 0  # nothing is outdated now
+        assert not [n for n in idx.verify().notes if "--min-parts 0" in n.message]
     # A small file of an older format (2: no payload digests) is rewritten too.
     path = next((root / "get").rglob("example.org.parquet"))
     table = pq.read_table(path).drop_columns(["payload_sha1", "payload_sha256"])

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from web_index.errors import CorruptFileError, InvalidRecordError, StoreError
 from web_index.models import RecordType, month_bounds, payload_digests
 from web_index.storage._capture_index_verify import capture_index_findings
-from web_index.storage._files import FORMAT_KEY, schema_matches, visible_files
+from web_index.storage._files import FORMAT_KEY, outdated, schema_matches, visible_files
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
 from web_index.storage._month_index_format import index_path
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SCHEMAS, SORT_KEYS, TS_COLUMN
@@ -179,6 +179,12 @@ def _verify_partition(
             continue
         if type is RecordType.GET and not _digests_in(handle):
             report.notes.append(Finding(where, "no payload digests (a file of format 2): derived when read"))
+        elif outdated(handle.metadata, type, store.write_options):
+            note = (
+                "written by an older version (an older format, or big bodies without pages): "
+                "`compact --min-parts 0` rewrites it"
+            )
+            report.notes.append(Finding(where, note))
         # Bodies, logs and tracebacks are decoded (checksums, decompression)
         # one row group at a time and dropped, so memory stays bounded by a row
         # group whatever the file size; the small columns are checked whole.
