@@ -3,10 +3,10 @@
 In one run, on the same files: the time to read one record's full row (all
 columns, its body included) through the page path (``storage/_pages.py``)
 and through the row group (what queries did before), and the size of a
-``get`` file written with and without the page settings (body pages of
-``WriteOptions``' default size, the page index), and other page sizes. Then, for one-row-group files of growing size, the same two
-reads: where the page path starts to pay is where ``WriteOptions.paged_min_bytes``
-belongs. Results: bench/results/pages.json and .md.
+``get`` file written with and without the page settings (body pages of the
+default size, the page index), and other page sizes. Then, for one-row-group
+files of growing size, the same two reads: where the page path starts to pay is
+where ``WriteOptions.paged_min_bytes`` belongs. Results: bench/results/pages.json and .md.
 
     .venv/bin/python bench/page_bench.py [--records 20000] [--reads 300]
 """

@@ -89,8 +89,8 @@ def test_a_partition_changed_after_the_listing_is_compacted_right(tmp_path: Path
         keys = _two_parts_each(index, ["a.example", "b.example"])
         listing = index._store._partitions_with_parts
 
-        def then_another_process_writes() -> Any:
-            listed = listing()
+        def then_another_process_writes(**options: Any) -> Any:
+            listed = listing(**options)
             # As another process would, between the listing and its use: a.example compacted
             # (the parts listed are gone), b.example given a third part (not listed).
             other._store.compact_partition(MethodPartition(RecordType.GET, T0.year, T0.month, "a.example"))
@@ -136,8 +136,8 @@ def test_a_compaction_that_died_after_the_listing_loses_nothing(tmp_path: Path) 
         mp = MethodPartition(RecordType.GET, T0.year, T0.month, "a.example")
         listing = index._store._partitions_with_parts
 
-        def then_another_compactor_dies() -> Any:
-            listed = listing()
+        def then_another_compactor_dies(**options: Any) -> Any:
+            listed = listing(**options)
             listed_names = {f.path for files in listed[mp].values() for f in files}
             # Another process flushes a part the listing has not seen, compacts, and dies after
             # deleting only that part: its record is now in the compacted file alone.

@@ -8,7 +8,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable
 
-from web_index.errors import ConflictError
+from web_index.errors import ConflictError, CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._capture_index_build import build_capture_index, ensure_capture_indexes
 from web_index.storage._crash import crash_point
@@ -119,9 +119,10 @@ class Compaction(Listing):
                     invalidate(Partition(type, mp.year, mp.month, mp.domain).compacted_path)
 
     def _partitions_with_parts(self, *, every: bool = False) -> dict[MethodPartition, PartitionFiles]:
-        """Partitions with a part file in either type (``every``: all of them), and the files
-        of both types, from one listing per month folder (listing each partition's files
-        separately is quadratic in the domains of a month)."""
+        """Partitions with a part file in either type (``every``: or a compacted file an older
+        version wrote, judged from its footer without a lock; compaction judges it again under
+        its lock), and the files of both types, from one listing per month folder (listing each
+        partition's files separately is quadratic in the domains of a month)."""
         listings: Listings = {}
         found: set[MethodPartition] = set()
         for method in METHODS:
@@ -129,9 +130,21 @@ class Compaction(Listing):
                 for year, month in self.months(type):
                     listing = listings[type, year, month] = self.month_files(type, year, month)
                     for domain, files in listing.items():
-                        if every or any(f.part is not None for f in files):
+                        if any(f.part is not None for f in files) or (every and self._outdated(files)):
                             found.add(MethodPartition(method, year, month, domain))
         return self._month_listed(found, listings)
+
+    def _outdated(self, files: list[StoredFile]) -> bool:
+        """Whether the compacted file among ``files`` was written by an older version
+        (a damaged or vanished one is left to ``verify`` and the next run)."""
+        covered = compacted_file(files)
+        if covered is None:
+            return False
+        try:
+            handle = self.backend.open_parquet(covered.path)
+        except (CorruptFileError, FileNotFoundError):
+            return False
+        return outdated(handle.metadata, covered.partition.type, self.write_options)
 
     def compact_partition(
         self, mp: MethodPartition, *, min_parts: int = 1, listed: PartitionFiles | None = None

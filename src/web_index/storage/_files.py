@@ -87,7 +87,7 @@ class WriteOptions:
         self.group_max_bytes = group_max_bytes
         # Bodies of files with at least paged_min_bytes of them are written in
         # pages of about body_page_bytes, with the page index, so that a lookup
-        # reads one page (~15 KB compressed), not the row group's whole body
+        # reads one page (15-40 KB compressed), not the row group's whole body
         # chunk (storage/_pages.py). Smaller files are read whole or by their
         # one small row group, and skip the page index's bytes. Each page is a
         # zstd frame of its own: 16 KiB pages made the body column 31% bigger
@@ -149,13 +149,20 @@ def outdated(meta: pq.FileMetaData, type: RecordType, options: WriteOptions) -> 
     """Whether a file's footer shows it written as this store no longer writes
     files: an older format, or a ``get`` file big enough for body pages
     without a page index for its bodies (``compact(min_parts=0)`` rewrites it)."""
-    if (meta.metadata or {}).get(FORMAT_KEY) != FORMAT_VERSION.encode():
+    written = (meta.metadata or {}).get(FORMAT_KEY, b"")
+    if written.isdigit() and int(written) < int(FORMAT_VERSION):
         return True
-    if type is not RecordType.GET or not meta.num_row_groups:
+    # A newer format (or another writer's file) is left as it is: rewriting it
+    # here would drop what this version does not know.
+    names = meta.schema.names
+    if written != FORMAT_VERSION.encode() or type is not RecordType.GET or BODY_COLUMN not in names:
         return False
-    body = meta.schema.names.index(BODY_COLUMN)
+    body = names.index(BODY_COLUMN)
     chunks = [meta.row_group(g).column(body) for g in range(meta.num_row_groups)]
-    size = sum(c.total_uncompressed_size for c in chunks)
+    # Parquet's size counts a page header and 4 bytes a value where the writer's
+    # (Arrow's) counts 8 bytes a value: less a header a row group, it is never
+    # more than the writer's, so a file just under the line is not rewritten unpaged again.
+    size = sum(c.total_uncompressed_size for c in chunks) - 64 * len(chunks)
     return size >= options.paged_min_bytes and not all(c.has_offset_index for c in chunks)
 
 
@@ -274,7 +281,7 @@ def partition_file_args(
     if isinstance(table, pa.Table):
         data = table.replace_schema_metadata(meta)
         paging = options.paging(partition.type, _body_bytes(table), table.num_rows)
-        rows = table.num_rows
+        dictionary = options.dictionary(table.num_rows)
     else:
         # A stream is judged by its first row groups: a file of two or more is big.
         stream = iter(table)
@@ -283,8 +290,9 @@ def partition_file_args(
         rows = sum(t.num_rows for t in head)
         if len(head) > 1:
             body = max(body, options.paged_min_bytes)
-            rows = max(rows, options.dictionary_min_rows)
+        # The head's own rows: the page size follows their mean body.
         paging = options.paging(partition.type, body, rows)
+        dictionary = options.dictionary(options.dictionary_min_rows if len(head) > 1 else rows)
         data = pa.RecordBatchReader.from_batches(schema, _one_batch_each(itertools.chain(head, stream)))
     sorting = [pq.SortingColumn(schema.get_field_index(c)) for c in SORT_KEYS[partition.type]]
     codecs, levels = options.compression(partition.type)
@@ -296,7 +304,7 @@ def partition_file_args(
             if isinstance(table, pa.Table)
             else None  # a stream comes in row groups already (see merge_sorted)
         ),
-        use_dictionary=options.dictionary(rows),
+        use_dictionary=dictionary,
         # Only the URL key's: the one the store's reads prune by (a file or row
         # group is a key range). The time's and request id's served only other
         # tools' pushdown, for ~250 bytes a file (footer and page headers).

@@ -178,7 +178,9 @@ def _verify_partition(
             report.problems.append(Finding(where, f"schema differs from the {type.value} schema"))
             continue
         if type is RecordType.GET and not _digests_in(handle):
-            report.notes.append(Finding(where, "no payload digests (a file of format 2): derived when read"))
+            note = "no payload digests (a file of format 2): derived when read; "
+            note += "`compact --min-parts 0` adds them"
+            report.notes.append(Finding(where, note))
         elif outdated(handle.metadata, type, store.write_options):
             note = (
                 "written by an older version (an older format, or big bodies without pages): "
