@@ -30,6 +30,7 @@ from web_index.storage import _month_index as _index
 from web_index.storage import _month_index_build as _build
 from web_index.storage import _month_index_format as _format
 from web_index.storage._files import rows_to_table, sort_dedupe
+from web_index.storage._schema import FORMAT_VERSION
 from web_index.storage.backends import sealed_bytes
 
 URL = "https://www.example.com/page"
@@ -56,7 +57,7 @@ def _file_bytes(rows: list[dict[str, Any]], pad: int) -> bytes:
     readers ignore: the knob that makes two different files the same size."""
     table = sort_dedupe(PARTITION.type, rows_to_table(PARTITION.type, rows))
     meta = {
-        b"web_index.format": b"2",
+        b"web_index.format": FORMAT_VERSION.encode(),
         b"web_index.superseded": json.dumps([]).encode(),
         b"x-test-padding": b"x" * pad,
     }
