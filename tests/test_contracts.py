@@ -191,6 +191,10 @@ def test_appended_attempts_are_found_counted_claimed_and_completed(buffer: Buffe
     assert buffer.claim(mp, flush_id, 4) == 4
     assert buffer.claims(mp) == [flush_id]
     assert len(list(buffer.claimed(flush_id))) == 4
+    # Each attempt's metadata without its bodies, as iter_all gives it, claims included.
+    everything = [(part, claim, a.metadata) for part, claim, a in buffer.iter_all()]
+    assert list(buffer.iter_metadata()) == everything
+    assert {claim for _, claim, _ in everything} == {flush_id, None} and len(everything) == 13
     buffer.complete(flush_id)
     assert buffer.claims(mp) == []
     assert buffer.counts()[mp][0] == 6

@@ -112,8 +112,7 @@ def attempt_counts(store: Store) -> list[AttemptCount]:
     # Buffered attempts by their claim: a flush writes a claim's part file before it
     # deletes the claim's rows, and an attempt found in both is counted from the file.
     buffered: Counter[tuple[str, int, int, str, str | None, str, int, str]] = Counter()
-    for mp, claim, attempt in store.buffer.iter_all():
-        m = attempt.metadata
+    for mp, claim, m in store.buffer.iter_metadata():
         type = RecordType.GET_METADATA if mp.method is RecordType.GET else RecordType.HEAD_METADATA
         where = (type.value, mp.year, mp.month, mp.domain, claim)
         buffered[(*where, str(m["state"]), int(m["fetcher_calibre"]), str(m["fetcher_name"]))] += 1

@@ -28,6 +28,8 @@ __all__ = [
 log = logging.getLogger("web_index.storage")
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
+# The SQLite buffer's blob, (metadata, responses), with the responses (bodies) left undecoded.
+_decode_metadata = msgspec.msgpack.Decoder(tuple[Any, msgspec.Raw]).decode
 # A blob holds an attempt's rows as validation made them, values in the order
 # of METADATA_COLUMNS and GET_COLUMNS / HEAD_COLUMNS (web_index.ingest), not as
 # maps: the keys, repeated in every row, were a tenth of a 2 KB page's blob and
@@ -161,6 +163,13 @@ def _attempt(request_id: str, body: bytes) -> BufferedAttempt:
     return BufferedAttempt(request_id, *_unpack(*_decode(body)))
 
 
+def metadata_row(blob: bytes, *, whole: bool) -> dict[str, Any]:
+    """The metadata row of a buffered attempt: of a SQLite blob of both rows
+    (``whole``) without decoding its responses, or of a Postgres metadata blob."""
+    meta = _decode_metadata(blob)[0] if whole else _decode(blob)
+    return _unpack(meta, [])[0]
+
+
 class Buffer(Protocol):
     """What the store needs from an insert buffer (SQLite by default; Postgres for many machines).
 
@@ -189,6 +198,11 @@ class Buffer(Protocol):
     def lookup(self, method: RecordType, url_keys: Iterable[str]) -> list[BufferedKey]: ...
     def load(self, request_ids: Iterable[str]) -> dict[str, BufferedAttempt]: ...
     def iter_all(self) -> Iterator[tuple[MethodPartition, str | None, BufferedAttempt]]: ...
+    def iter_metadata(self) -> Iterator[tuple[MethodPartition, str | None, dict[str, Any]]]:
+        """Every buffered attempt's partition, claim and metadata row, as
+        :meth:`iter_all` gives them, without decoding its responses (bodies)."""
+        ...
+
     def domain_attempts(
         self, method: RecordType, domain: str
     ) -> list[tuple[MethodPartition, BufferedAttempt]]:

@@ -40,6 +40,7 @@ from web_index.storage.buffer.base import (
     buffer_rows,
     decode_rows,
     line_key,
+    metadata_row,
     prefix_range,
 )
 
@@ -369,6 +370,15 @@ class PostgresBuffer:
         for m, y, mo, d, fid, rid, meta, resp in rows:
             part = MethodPartition(RecordType(m), y, mo, d)
             yield part, fid, BufferedAttempt(rid, *decode_rows(meta, resp))
+
+    def iter_metadata(self) -> Iterator[tuple[MethodPartition, str | None, dict[str, Any]]]:
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT method, year, month, domain, flush_id, metadata FROM web_index_attempts ORDER BY seq"
+            )
+            rows = cur.fetchall()
+        for m, y, mo, d, fid, meta in rows:
+            yield MethodPartition(RecordType(m), y, mo, d), fid, metadata_row(meta, whole=False)
 
     @_retry_once
     def domain_attempts(

@@ -73,6 +73,7 @@ from web_index.storage.buffer.base import (
     attempt_lines,
     line_key,
     log,
+    metadata_row,
     prefix_range,
 )
 
@@ -551,6 +552,18 @@ class SqliteBuffer:
             ).fetchall()
         for m, y, mo, d, fid, rid, body in rows:
             yield MethodPartition(RecordType(m), y, mo, d), fid, _attempt(rid, body)
+
+    def iter_metadata(self) -> Iterator[tuple[MethodPartition, str | None, dict[str, Any]]]:
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return
+            rows = conn.execute(
+                "SELECT p.method, p.year, p.month, p.domain, b.flush_id, b.body"
+                " FROM buffered b JOIN parts p ON p.pid = b.pid ORDER BY b.seq"
+            ).fetchall()
+        for m, y, mo, d, fid, body in rows:
+            yield MethodPartition(RecordType(m), y, mo, d), fid, metadata_row(body, whole=True)
 
     def domain_attempts(
         self, method: RecordType, domain: str
