@@ -542,6 +542,14 @@ class SqliteBuffer:
 
     def iter_all(self) -> Iterator[tuple[MethodPartition, str | None, BufferedAttempt]]:
         """Every buffered attempt (for verify and stats)."""
+        for part, claim, rid, body in self._every_row():
+            yield part, claim, _attempt(rid, body)
+
+    def iter_metadata(self) -> Iterator[tuple[MethodPartition, str | None, dict[str, Any]]]:
+        for part, claim, _rid, body in self._every_row():
+            yield part, claim, metadata_row(body, whole=True)
+
+    def _every_row(self) -> Iterator[tuple[MethodPartition, str | None, str, bytes]]:
         with self._lock:
             conn = self._connect()
             if conn is None:
@@ -551,19 +559,7 @@ class SqliteBuffer:
                 " FROM buffered b JOIN parts p ON p.pid = b.pid ORDER BY b.seq"
             ).fetchall()
         for m, y, mo, d, fid, rid, body in rows:
-            yield MethodPartition(RecordType(m), y, mo, d), fid, _attempt(rid, body)
-
-    def iter_metadata(self) -> Iterator[tuple[MethodPartition, str | None, dict[str, Any]]]:
-        with self._lock:
-            conn = self._connect()
-            if conn is None:
-                return
-            rows = conn.execute(
-                "SELECT p.method, p.year, p.month, p.domain, b.flush_id, b.body"
-                " FROM buffered b JOIN parts p ON p.pid = b.pid ORDER BY b.seq"
-            ).fetchall()
-        for m, y, mo, d, fid, body in rows:
-            yield MethodPartition(RecordType(m), y, mo, d), fid, metadata_row(body, whole=True)
+            yield MethodPartition(RecordType(m), y, mo, d), fid, rid, body
 
     def domain_attempts(
         self, method: RecordType, domain: str
