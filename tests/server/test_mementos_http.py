@@ -151,6 +151,27 @@ def test_the_timemap_lists_every_memento(http: httpx.Client) -> None:
     assert http.get(f"/store/timemap/xml/{PAGE}").status_code == 404
 
 
+def test_a_timemap_cut_by_its_limit_says_so(http: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    import web_index.server._timemaps as timemaps
+    from web_index.server._cdx import TRUNCATED_HEADER
+
+    for form in ("link", "json"):
+        whole = http.get(f"/store/timemap/{form}/{PAGE}")
+        assert TRUNCATED_HEADER not in whole.headers
+        monkeypatch.setattr(timemaps, "MAX_LIMIT", 2)  # as many as there are: complete
+        assert TRUNCATED_HEADER not in http.get(f"/store/timemap/{form}/{PAGE}").headers
+        monkeypatch.setattr(timemaps, "MAX_LIMIT", 1)  # fewer: the oldest, and the header
+        cut = http.get(f"/store/timemap/{form}/{PAGE}")
+        assert cut.status_code == 200 and cut.headers[TRUNCATED_HEADER] == "1"
+        if form == "link":
+            assert cut.text.count('rel="memento"') == 1 and f"/store/{_stamp(T0)}id_/" in cut.text
+        else:
+            assert [m["datetime"] for m in cut.json()["mementos"]["list"]] == [
+                T0.strftime("%Y-%m-%dT%H:%M:%SZ")
+            ]
+        monkeypatch.undo()
+
+
 def test_pywb_replays_through_the_memento_protocol(http: httpx.Client, tmp_path: Path) -> None:
     source = f"memento+{str(http.base_url).rstrip('/')}/store/"
     with running_pywb_remote(source, tmp_path / "pywb") as pywb:

@@ -4,18 +4,21 @@ with its ``from`` and ``until``, then each memento with its ``datetime``, oldest
 first), and ``/{coll}/timemap/json/{url}`` the same as JSON (the form of the
 Memento aggregator's: ``original_uri``, ``timegate_uri``, ``timemap_uri``,
 ``mementos.list`` of ``{"datetime", "uri"}``). Each parameter is quoted: pywb's
-``memento+`` source reads nothing else.
+``memento+`` source reads nothing else. A URL with more mementos than a TimeMap
+lists (the CDX API's ``MAX_LIMIT``) gets the oldest of them and the
+``Web-Index-Truncated`` header, as a cut CDX answer does: never a short map in silence.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from email.utils import format_datetime
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from web_index.archive import MAX_LIMIT, parse_cdx_query
-from web_index.server._cdx import collection, not_found
+from web_index.server._cdx import TRUNCATED_HEADER, collection, not_found
 from web_index.server._errors import ApiError
 from web_index.server._mementos import target_url
 
@@ -28,9 +31,13 @@ async def timemap(request: Request) -> Response:
         raise ApiError(404, f"no timemap form {form!r}: link or json")
     url = target_url(request, f"/{coll.name}/timemap/{form}/")
     query = parse_cdx_query({"url": [url], "limit": [str(MAX_LIMIT)]})
-    captures = await coll.find(query)
+    # One capture past the limit tells a cut map from a complete one.
+    captures = await coll.find(replace(query, limit=MAX_LIMIT + 1))
     if not captures:
         return not_found(url)
+    cut = len(captures) > MAX_LIMIT
+    del captures[MAX_LIMIT:]
+    headers = {TRUNCATED_HEADER: str(MAX_LIMIT)} if cut else None
     root = f"{str(request.base_url).rstrip('/')}/{coll.name}"
     mementos = [(f"{root}/{c['timestamp']}id_/{c['url']}", moment) for c, moment in captures]
     if form == "json":
@@ -45,7 +52,7 @@ async def timemap(request: Request) -> Response:
                 "list": [{"datetime": m.strftime("%Y-%m-%dT%H:%M:%SZ"), "uri": u} for u, m in mementos]
             },
         }
-        return JSONResponse(body)
+        return JSONResponse(body, headers=headers)
     first, last = (format_datetime(mementos[i][1], usegmt=True) for i in (0, -1))
     lines = [
         f'<{url}>; rel="original"',
@@ -54,4 +61,4 @@ async def timemap(request: Request) -> Response:
         f'from="{first}"; until="{last}"',
         *(f'<{u}>; rel="memento"; datetime="{format_datetime(m, usegmt=True)}"' for u, m in mementos),
     ]
-    return Response(",\n".join(lines) + "\n", media_type="application/link-format")
+    return Response(",\n".join(lines) + "\n", media_type="application/link-format", headers=headers)
