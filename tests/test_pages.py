@@ -14,6 +14,7 @@ import functools
 import os
 import random
 import uuid
+import weakref
 from datetime import timedelta
 from pathlib import Path
 
@@ -206,7 +207,8 @@ def test_a_compactions_stream_gets_pages_of_the_page_size(tmp_path: Path) -> Non
     (tmp_path / "get" / "2024" / "08").mkdir(parents=True)
     backend = LocalBackend(tmp_path)
     write_partition_file(backend, PARTITION, [first, second], options, part=None)
-    pages = body_pages(backend.open_parquet(PARTITION.compacted_path))
+    handle = backend.open_parquet(PARTITION.compacted_path)
+    pages = body_pages(handle)
     assert pages is not None
     sizes = [p.size for g in range(2) for p in pages._index(g)]
     assert max(sizes) <= 1.6 * options.body_page_bytes, sizes
@@ -241,6 +243,18 @@ def _relabel(tmp_path: Path, table: pa.Table) -> Path:
     path = tmp_path / "no-body.parquet"
     pq.write_table(table.replace_schema_metadata({b"web_index.format": b"3"}), path)
     return path
+
+
+def test_a_page_reader_does_not_keep_its_file_open(tmp_path: Path) -> None:
+    # Readers are kept per open file, weakly: a file read by page must close
+    # (and a local store's mapping of it go) when its last user lets it go.
+    bodies = [os.urandom(3000) for _ in range(200)]
+    _b, handle = _write(tmp_path, bodies, WriteOptions(paged_min_bytes=0))
+    pages = body_pages(handle)
+    assert pages is not None and pages.read(0, [3])[3] == bodies[3]
+    gone = weakref.ref(handle)
+    del handle, pages
+    assert gone() is None
 
 
 def test_the_files_are_still_plain_parquet_for_pyarrow_and_polars(tmp_path: Path) -> None:

@@ -65,7 +65,10 @@ class BodyPages:
     """The body column of one open file, page by page."""
 
     def __init__(self, handle: CheckedFile, column: int, codec: str, *, optional: bool, crcs: bool) -> None:
-        self.handle = handle
+        # Weakly: this reader is the value of _READERS, keyed weakly by the handle,
+        # and a strong reference back would keep every paged file ever read open
+        # (and its mapped pages in the process's memory) for good.
+        self._handle = weakref.ref(handle)
         self.column = column
         self.codec_name = codec
         self.codec = pa.Codec(_CODECS[codec]) if codec in _CODECS else None  # type: ignore[arg-type]
@@ -78,6 +81,13 @@ class BodyPages:
         digits = (handle.metadata.metadata or {}).get(CHECKSUM_KEY)
         self._key = (handle.store_path, digits) if digits else None
         self._known = (_KNOWN.get(self._key) if self._key else None) or _Known()
+
+    @property
+    def handle(self) -> CheckedFile:
+        handle = self._handle()
+        if handle is None:  # only its file's users call it, and they hold the handle
+            raise RuntimeError("the file of this page reader is closed")
+        return handle
 
     @property
     def path(self) -> str:
