@@ -72,9 +72,7 @@ def retrying(
             if done(result):
                 return result
         if tries == 1:
-            if gave_up is None and last is not None:
-                raise last
-            raise StoreError(gave_up or f"gave up after {asked} tries") from None
+            raise _given_up(last, gave_up, asked) from None
         tries = None if tries is None else tries - 1
     retryer = tenacity.Retrying(
         stop=tenacity.stop_never if tries is None else tenacity.stop_after_attempt(tries),
@@ -85,7 +83,12 @@ def retrying(
     try:
         return retryer(step)
     except tenacity.RetryError as exc:
-        last = exc.last_attempt.exception()
-        if gave_up is None and last is not None:
-            raise last from None
-        raise StoreError(gave_up or f"gave up after {asked} tries") from None
+        raise _given_up(exc.last_attempt.exception(), gave_up, asked) from None
+
+
+def _given_up(last: BaseException | None, gave_up: str | None, tries: int | None) -> BaseException:
+    """What :func:`retrying` raises out of tries: the last try's exception itself
+    (``gave_up`` ``None``), else a :class:`StoreError` saying ``gave_up``."""
+    if gave_up is None and last is not None:
+        return last
+    return StoreError(gave_up or f"gave up after {tries} tries")

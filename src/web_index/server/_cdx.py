@@ -20,11 +20,28 @@ from urllib.parse import parse_qs
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from web_index.archive import DEFAULT_LIMIT, Collection, cdx_lines, cdx_page, num_pages, parse_cdx_query
+from web_index.archive import (
+    DEFAULT_LIMIT,
+    Capture,
+    CdxQuery,
+    Collection,
+    cdx_lines,
+    cdx_page,
+    num_pages,
+    parse_cdx_query,
+)
 from web_index.errors import InvalidRecordError
 from web_index.server._errors import ApiError, bad_parameter
 
-__all__ = ["DEFAULT_COLLECTION", "TRUNCATED_HEADER", "cdx", "collection", "not_found", "query_params"]
+__all__ = [
+    "DEFAULT_COLLECTION",
+    "TRUNCATED_HEADER",
+    "cdx",
+    "collection",
+    "find_cut",
+    "not_found",
+    "query_params",
+]
 
 DEFAULT_COLLECTION = "store"
 TRUNCATED_HEADER = "Web-Index-Truncated"
@@ -53,6 +70,18 @@ def not_found(what: str, why: str | None = None) -> Response:
     return JSONResponse({"error": message, "message": message}, status_code=404)
 
 
+async def find_cut(
+    coll: Collection, query: CdxQuery, limit: int
+) -> tuple[list[Capture], dict[str, str] | None]:
+    """At most ``limit`` of the captures ``query`` finds, and the headers that say
+    when there were more (``TRUNCATED_HEADER``: an answer is never cut in silence)."""
+    # One capture past the limit tells a cut answer from a complete one.
+    captures = await coll.find(replace(query, limit=limit + 1))
+    cut = len(captures) > limit
+    del captures[limit:]
+    return captures, ({TRUNCATED_HEADER: str(limit)} if cut else None)
+
+
 def query_params(request: Request) -> dict[str, list[str]]:
     """The query's parameters, each name's values in order (as ``parse_cdx_query`` takes them)."""
     # As Starlette's query_params read it (latin-1, then percent-decoded as UTF-8), without its
@@ -66,11 +95,10 @@ async def cdx(request: Request) -> Response:
     try:
         query = parse_cdx_query(params)
         defaulted = not (params.get("limit") or [""])[-1]
-        # One capture past the default tells a cut answer from a complete one.
-        captures = await coll.find(replace(query, limit=DEFAULT_LIMIT + 1) if defaulted else query)
-        cut = defaulted and len(captures) > DEFAULT_LIMIT
-        del captures[DEFAULT_LIMIT if cut else len(captures) :]
-        headers = {TRUNCATED_HEADER: str(DEFAULT_LIMIT)} if cut else None
+        if defaulted:
+            captures, headers = await find_cut(coll, query, DEFAULT_LIMIT)
+        else:
+            captures, headers = await coll.find(query), None
         if query.show_num_pages:
             return JSONResponse(num_pages(len(captures)), headers=headers)
         page = cdx_page(captures, query.page)

@@ -11,14 +11,13 @@ lists (the CDX API's ``MAX_LIMIT``) gets the oldest of them and the
 
 from __future__ import annotations
 
-from dataclasses import replace
 from email.utils import format_datetime
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from web_index.archive import MAX_LIMIT, parse_cdx_query
-from web_index.server._cdx import TRUNCATED_HEADER, collection, not_found
+from web_index.server._cdx import collection, find_cut, not_found
 from web_index.server._errors import ApiError
 from web_index.server._mementos import target_url
 
@@ -31,13 +30,9 @@ async def timemap(request: Request) -> Response:
         raise ApiError(404, f"no timemap form {form!r}: link or json")
     url = target_url(request, f"/{coll.name}/timemap/{form}/")
     query = parse_cdx_query({"url": [url], "limit": [str(MAX_LIMIT)]})
-    # One capture past the limit tells a cut map from a complete one.
-    captures = await coll.find(replace(query, limit=MAX_LIMIT + 1))
+    captures, headers = await find_cut(coll, query, MAX_LIMIT)
     if not captures:
         return not_found(url)
-    cut = len(captures) > MAX_LIMIT
-    del captures[MAX_LIMIT:]
-    headers = {TRUNCATED_HEADER: str(MAX_LIMIT)} if cut else None
     root = f"{str(request.base_url).rstrip('/')}/{coll.name}"
     mementos = [(f"{root}/{c['timestamp']}id_/{c['url']}", moment) for c, moment in captures]
     if form == "json":
