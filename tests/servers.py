@@ -136,6 +136,9 @@ class SeaweedFS:
             f"-master.port={p['master']}",
             f"-master.port.grpc={p['master_grpc']}",
             "-master.volumeSizeLimitMB=64",
+            # A restart (the outage tests) resumes raft state and waits one election
+            # timeout (10 s by default) before it leads: a single master needs no wait.
+            "-master.electionTimeout=1s",
             f"-volume.port={p['volume']}",
             f"-volume.port.grpc={p['volume_grpc']}",
             "-volume.max=50",
@@ -205,8 +208,8 @@ class SeaweedFS:
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.terminate()
-            try:
-                self.proc.wait(10)
+            try:  # it can take 10 s to stop its volume server; the data is thrown away
+                self.proc.wait(2)
             except subprocess.TimeoutExpired:
                 self.kill()
             self.proc = None
