@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from tests.factories import attempt
@@ -67,3 +68,33 @@ def test_the_pages_never_fetch_the_live_web_of_a_live_collection(tmp_path: Path)
             assert hits == Counter()
             assert http.get(f"/live/20240501120000id_/{url}").status_code == 200  # the API does go live
             assert hits["/p"] == 1
+
+
+def test_a_remote_url_with_more_captures_than_one_answer_holds(tmp_path: Path, monkeypatch: Any) -> None:
+    """A collection that is not a store answers at most MAX_LIMIT captures (the
+    oldest): the history says so, and a capture page or a comparison asks for
+    the captures near its moment instead of choosing among the oldest."""
+    from web_index.archive import export_warcs, load_collections, open_collections
+    from web_index.ui import _captures
+
+    days = 7
+    with WebIndex(tmp_path / "source") as source:
+        for day in range(days):
+            source.insert(*attempt(URL, T0 + timedelta(days=day), body=f"<html>day {day}</html>".encode()))
+        export_warcs(source, tmp_path / "warcs")
+    (tmp_path / "collections.yaml").write_text(f"collections:\n  arch: {tmp_path / 'warcs'}\n")
+    monkeypatch.setattr(_captures, "MAX_LIMIT", 4)
+    monkeypatch.setattr(_captures, "NEAR_CAPTURES", 3)
+    stamp = [f"{T0 + timedelta(days=d):%Y%m%d%H%M%S}" for d in range(days)]
+    with WebIndex(tmp_path / "main") as main:
+        arch = open_collections(load_collections(tmp_path / "collections.yaml"))
+        with serving(main, ui=True, collections=arch) as http:
+            history = http.get(f"/ui/arch/history?url={quote(URL)}").text
+            assert "4 captures (the oldest 4 only" in history
+            last = http.get(f"/ui/arch/{stamp[-1]}/{URL}")
+            assert last.status_code == 200, last.text  # not sent to the fourth, the latest of the oldest
+            assert f'href="/ui/arch/{stamp[-2]}/{URL}"' in last.text  # the one before it
+            assert "day 6" in last.text
+            pair = http.get(f"/ui/arch/compare?url={quote(URL)}&a={stamp[0]}&b={stamp[-1]}").text
+            assert f"/ui/arch/{stamp[0]}/{URL}" in pair and f"/ui/arch/{stamp[-1]}/{URL}" in pair
+            assert "day 0" in pair and "day 6" in pair, pair

@@ -54,8 +54,8 @@ async def capture(request: Request) -> Response:
         query = parse_cdx_query({"url": [asked], "closest": [stamp], "matchType": ["exact"], "limit": ["1"]})
     except InvalidRecordError as exc:
         raise UiError(400, f"{asked!r}: {exc.problem}") from None
-    everything = await captures_of(coll, index, query.url)
     assert query.closest is not None
+    everything = await captures_of(coll, index, query.url, near=query.closest)
     at = closest(everything, query.closest)
     if at is None:
         raise UiError(404, f"{query.url} was never captured in {name}")

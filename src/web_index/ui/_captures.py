@@ -12,7 +12,7 @@ from typing import Any
 from web_index.archive import MAX_LIMIT, CdxQuery, Collection
 from web_index.index import WebIndex
 
-__all__ = ["captures_of", "closest", "moment"]
+__all__ = ["NEAR_CAPTURES", "Captures", "captures_of", "closest", "moment"]
 
 
 def _store_captures(index: WebIndex, url: str) -> list[dict[str, Any]]:
@@ -25,14 +25,46 @@ def _store_captures(index: WebIndex, url: str) -> list[dict[str, Any]]:
     return out
 
 
-async def captures_of(coll: Collection, index: WebIndex | None, url: str) -> list[dict[str, Any]]:
+class Captures(list[dict[str, Any]]):
+    """A URL's captures, oldest first; ``cut`` if the collection holds more
+    than were asked for (a remote collection answers at most ``MAX_LIMIT``)."""
+
+    cut = False
+
+
+async def captures_of(
+    coll: Collection, index: WebIndex | None, url: str, near: datetime | None = None
+) -> Captures:
     """Every capture of exactly ``url``, oldest first: ``timestamp`` (14 digits),
     ``url``, ``status``, ``mime``, and from a store ``request_id``,
-    ``position`` (in the attempt's chain), ``page`` and ``attempt_us``."""
+    ``position`` (in the attempt's chain), ``page`` and ``attempt_us``.
+
+    A collection that is not a store answers at most ``MAX_LIMIT`` (the oldest):
+    then the answer is ``cut`` and, given ``near``, it is the captures nearest
+    that moment instead, so that the one closest to it and its neighbours are
+    right whatever the URL's history holds.
+    """
     if index is not None:
-        return await asyncio.to_thread(_store_captures, index, url)
-    found = await coll.find(CdxQuery(url=url, match_type="exact", limit=MAX_LIMIT))
-    return [fields for fields, _ in found if not fields.get("live_url")]  # the live web: not an archive
+        return Captures(await asyncio.to_thread(_store_captures, index, url))
+    found = await _remote(coll, CdxQuery(url=url, match_type="exact", limit=MAX_LIMIT))
+    if found.cut and near is not None:
+        found = await _remote(coll, CdxQuery(url=url, match_type="exact", closest=near, limit=NEAR_CAPTURES))
+        found.sort(key=lambda fields: fields["timestamp"])
+        found.cut = True
+    return found
+
+
+# Captures asked for around a moment when a remote URL has more than MAX_LIMIT:
+# the nearest on both sides are among them unless it is the first or last.
+NEAR_CAPTURES = 1_000
+
+
+async def _remote(coll: Collection, query: CdxQuery) -> Captures:
+    found = await coll.find(query)
+    # A live source's answers are the live web, not an archive.
+    out = Captures(fields for fields, _ in found if not fields.get("live_url"))
+    out.cut = len(found) >= query.limit
+    return out
 
 
 def moment(fields: dict[str, Any]) -> datetime:

@@ -70,11 +70,13 @@ async def compare(request: Request) -> Response:
         query = parse_cdx_query({"url": [asked], "matchType": ["exact"], "closest": [first]})
     except InvalidRecordError as exc:
         raise UiError(400, f"url: {asked!r}: {exc.problem}") from None
-    captures = await captures_of(coll, index, query.url)
+    captures = None
     chosen = []
     for stamp in (first, second):
         when = parse_cdx_query({"url": [asked], "closest": [stamp]}).closest
         assert when is not None
+        if captures is None or captures.cut:  # a cut answer holds the captures near one moment only
+            captures = await captures_of(coll, index, query.url, near=when)
         at = closest(captures, when)
         if at is None:
             raise UiError(404, f"{query.url} was never captured in {name}")

@@ -107,6 +107,7 @@ async def history(request: Request) -> Response:
         coll=name,
         url=url,
         captures=len(captures),
+        cut=captures.cut,
         years=[(y, years[y], history_path(name, url, year=y)) for y in sorted(years)],
         year=year,
         months=_calendar(captures, year),
