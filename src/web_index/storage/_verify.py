@@ -177,7 +177,8 @@ def _verify_partition(
         if not schema_matches(type, handle.schema_arrow):
             report.problems.append(Finding(where, f"schema differs from the {type.value} schema"))
             continue
-        if type is RecordType.GET and not _digests_in(handle):
+        digests = _digests_in(handle)
+        if type is RecordType.GET and not digests:
             note = "no payload digests (a file of format 2): derived when read; "
             note += "`compact --min-parts 0` adds them"
             report.notes.append(Finding(where, note))
@@ -194,7 +195,7 @@ def _verify_partition(
         light = [c for c in schema.names if c not in heavy and c in handle.schema_arrow.names]
         try:
             wrong_digests = sum(
-                _wrong_digests(handle.read_row_group(g, columns=heavy + _digests_in(handle)))
+                _wrong_digests(handle.read_row_group(g, columns=heavy + digests))
                 for g in range(handle.metadata.num_row_groups)
             )
             table = handle.read(columns=light)
