@@ -26,8 +26,7 @@ def _store_captures(index: WebIndex, url: str) -> list[dict[str, Any]]:
 
 
 class Captures(list[dict[str, Any]]):
-    """A URL's captures, oldest first; ``cut`` if the collection holds more
-    than were asked for (a remote collection answers at most ``MAX_LIMIT``)."""
+    """A URL's captures, oldest first; ``cut`` if they are not all of them."""
 
     cut = False
 
@@ -39,23 +38,23 @@ async def captures_of(
     ``url``, ``status``, ``mime``, and from a store ``request_id``,
     ``position`` (in the attempt's chain), ``page`` and ``attempt_us``.
 
-    A collection that is not a store answers at most ``MAX_LIMIT`` (the oldest):
-    then the answer is ``cut`` and, given ``near``, it is the captures nearest
-    that moment instead, so that the one closest to it and its neighbours are
-    right whatever the URL's history holds.
+    A collection that is not a store answers at most ``MAX_LIMIT`` captures
+    (the oldest; then ``cut``). Given ``near``, it is asked for the
+    ``NEAR_CAPTURES`` nearest that moment instead (``cut`` if there may be
+    more): the closest capture and its neighbours, whatever the URL's history
+    holds, without transferring all of it.
     """
     if index is not None:
         return Captures(await asyncio.to_thread(_store_captures, index, url))
-    found = await _remote(coll, CdxQuery(url=url, match_type="exact", limit=MAX_LIMIT))
-    if found.cut and near is not None:
-        found = await _remote(coll, CdxQuery(url=url, match_type="exact", closest=near, limit=NEAR_CAPTURES))
-        found.sort(key=lambda fields: fields["timestamp"])
-        found.cut = True
+    if near is None:
+        return await _remote(coll, CdxQuery(url=url, match_type="exact", limit=MAX_LIMIT))
+    found = await _remote(coll, CdxQuery(url=url, match_type="exact", closest=near, limit=NEAR_CAPTURES))
+    found.sort(key=lambda fields: fields["timestamp"])
     return found
 
 
-# Captures asked for around a moment when a remote URL has more than MAX_LIMIT:
-# the nearest on both sides are among them unless it is the first or last.
+# Captures asked for around a moment: the nearest on both sides are among them
+# (unless it is the URL's first or last).
 NEAR_CAPTURES = 1_000
 
 

@@ -75,7 +75,7 @@ async def compare(request: Request) -> Response:
     for stamp in (first, second):
         when = parse_cdx_query({"url": [asked], "closest": [stamp]}).closest
         assert when is not None
-        if captures is None or captures.cut:  # a cut answer holds the captures near one moment only
+        if captures is None or captures.cut:  # the captures near the first moment only: ask again
             captures = await captures_of(coll, index, query.url, near=when)
         at = closest(captures, when)
         if at is None:
