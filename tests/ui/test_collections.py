@@ -73,14 +73,22 @@ def test_the_pages_never_fetch_the_live_web_of_a_live_collection(tmp_path: Path)
 def test_a_remote_url_with_more_captures_than_one_answer_holds(tmp_path: Path, monkeypatch: Any) -> None:
     """A collection that is not a store answers at most MAX_LIMIT captures (the
     oldest): the history says so, and a capture page or a comparison asks for
-    the captures near its moment instead of choosing among the oldest."""
+    the captures near its moment instead of choosing among the oldest, and for
+    a neighbour the nearest ones leave out."""
     from web_index.archive import export_warcs, load_collections, open_collections
     from web_index.ui import _captures
 
     days = 7
+    uneven = "https://second.example/uneven"  # one capture, then a burst ten days later
+    bursts = [T0, *(T0 + timedelta(days=10, minutes=m) for m in range(4))]
+    exact = "https://second.example/exact"  # as many captures as one answer holds
     with WebIndex(tmp_path / "source") as source:
         for day in range(days):
             source.insert(*attempt(URL, T0 + timedelta(days=day), body=f"<html>day {day}</html>".encode()))
+        for n, when in enumerate(bursts):
+            source.insert(*attempt(uneven, when, body=f"<html>burst {n}</html>".encode()))
+        for day in range(4):
+            source.insert(*attempt(exact, T0 + timedelta(days=day)))
         export_warcs(source, tmp_path / "warcs")
     (tmp_path / "collections.yaml").write_text(f"collections:\n  arch: {tmp_path / 'warcs'}\n")
     monkeypatch.setattr(_captures, "MAX_LIMIT", 4)
@@ -91,6 +99,7 @@ def test_a_remote_url_with_more_captures_than_one_answer_holds(tmp_path: Path, m
         with serving(main, ui=True, collections=arch) as http:
             history = http.get(f"/ui/arch/history?url={quote(URL)}").text
             assert "4 captures (the oldest 4 only" in history
+            assert "only" not in http.get(f"/ui/arch/history?url={quote(exact)}").text.split("</h1>")[1][:200]
             last = http.get(f"/ui/arch/{stamp[-1]}/{URL}")
             assert last.status_code == 200, last.text  # not sent to the fourth, the latest of the oldest
             assert f'href="/ui/arch/{stamp[-2]}/{URL}"' in last.text  # the one before it
@@ -98,3 +107,10 @@ def test_a_remote_url_with_more_captures_than_one_answer_holds(tmp_path: Path, m
             pair = http.get(f"/ui/arch/compare?url={quote(URL)}&a={stamp[0]}&b={stamp[-1]}").text
             assert f"/ui/arch/{stamp[0]}/{URL}" in pair and f"/ui/arch/{stamp[-1]}/{URL}" in pair
             assert "day 0" in pair and "day 6" in pair, pair
+            # The three captures nearest the burst's first all follow it: the one
+            # ten days before is asked for.
+            first, lone, next_one = (f"{when:%Y%m%d%H%M%S}" for when in (bursts[1], bursts[0], bursts[2]))
+            page = http.get(f"/ui/arch/{first}/{uneven}")
+            assert page.status_code == 200 and "burst 1" in page.text
+            assert f'href="/ui/arch/{lone}/{uneven}"' in page.text
+            assert f'href="/ui/arch/{next_one}/{uneven}"' in page.text

@@ -18,7 +18,7 @@ from web_index.crawl import extract, is_html
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.models import Page, PageKey, from_us
-from web_index.ui._captures import captures_of, closest, moment
+from web_index.ui._captures import captures_of, closest, moment, neighbour
 from web_index.ui._render import (
     UI_PREFIX,
     UiError,
@@ -62,8 +62,8 @@ async def capture(request: Request) -> Response:
     fields = everything[at]
     if fields["timestamp"] != stamp or fields["url"] != asked:  # the closest: its own address
         return RedirectResponse(capture_path(name, fields), status_code=302)
-    before = everything[at - 1] if at > 0 else None
-    after = everything[at + 1] if at + 1 < len(everything) else None
+    before = await neighbour(coll, everything, at, later=False)
+    after = await neighbour(coll, everything, at, later=True)
     chain = await asyncio.to_thread(_chain, index, fields) if index is not None else None
     loaded = await coll.load(replace(query, closest=moment(fields)), live=False)
     title, text = "", ""

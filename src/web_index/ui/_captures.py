@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from web_index.archive import MAX_LIMIT, CdxQuery, Collection
 from web_index.index import WebIndex
 
-__all__ = ["NEAR_CAPTURES", "Captures", "captures_of", "closest", "moment"]
+__all__ = ["NEAR_CAPTURES", "Captures", "captures_of", "closest", "moment", "neighbour"]
 
 
 def _store_captures(index: WebIndex, url: str) -> list[dict[str, Any]]:
@@ -40,9 +41,9 @@ async def captures_of(
 
     A collection that is not a store answers at most ``MAX_LIMIT`` captures
     (the oldest; then ``cut``). Given ``near``, it is asked for the
-    ``NEAR_CAPTURES`` nearest that moment instead (``cut`` if there may be
-    more): the closest capture and its neighbours, whatever the URL's history
-    holds, without transferring all of it.
+    ``NEAR_CAPTURES`` nearest that moment instead (``cut`` if there are more):
+    the closest capture, whatever the URL's history holds, without
+    transferring all of it (its neighbours: :func:`neighbour`).
     """
     if index is not None:
         return Captures(await asyncio.to_thread(_store_captures, index, url))
@@ -53,16 +54,34 @@ async def captures_of(
     return found
 
 
-# Captures asked for around a moment: the nearest on both sides are among them
-# (unless it is the URL's first or last).
+# Captures asked for around a moment (see captures_of).
 NEAR_CAPTURES = 1_000
 
 
+async def neighbour(coll: Collection, captures: Captures, at: int, *, later: bool) -> dict[str, Any] | None:
+    """The capture just before (or after) ``captures[at]``: from the list, or,
+    when the list is cut and ends there, asked for (the nearest captures of a
+    moment can all lie on one side of it)."""
+    beside = at + 1 if later else at - 1
+    if 0 <= beside < len(captures):
+        return captures[beside]
+    if not captures.cut:
+        return None
+    fields = captures[at]
+    edge = f"{moment(fields) + timedelta(seconds=1 if later else -1):%Y%m%d%H%M%S}"
+    query = CdxQuery(url=fields["url"], match_type="exact", closest=moment(fields), limit=1)
+    query = replace(query, start=edge) if later else replace(query, end=edge)
+    found = await _remote(coll, query)
+    return found[0] if found else None
+
+
 async def _remote(coll: Collection, query: CdxQuery) -> Captures:
-    found = await coll.find(query)
+    """The collection's archived captures for ``query``, ``cut`` if it holds
+    more than ``query.limit`` (one more is asked for, to know)."""
+    found = await coll.find(replace(query, limit=query.limit + 1))
     # A live source's answers are the live web, not an archive.
-    out = Captures(fields for fields, _ in found if not fields.get("live_url"))
-    out.cut = len(found) >= query.limit
+    out = Captures(fields for fields, _ in found[: query.limit] if not fields.get("live_url"))
+    out.cut = len(found) > query.limit
     return out
 
 
