@@ -247,6 +247,15 @@ class Collection:
             raise failed
         return []
 
+    async def find_cut(self, query: CdxQuery) -> tuple[list[Capture], bool]:
+        """At most ``query.limit`` of the captures :meth:`find` gives, and whether
+        there were more: one past the limit is asked for, to tell a cut answer
+        from a complete one."""
+        found = await self.find(replace(query, limit=query.limit + 1))
+        cut = len(found) > query.limit
+        del found[query.limit :]
+        return found, cut
+
     async def load(self, query: CdxQuery, *, live: bool = True) -> Loaded | None:
         """The first capture, in the query's order (closest to now without
         ``closest``: the latest), that loads; ``None`` if none does. With

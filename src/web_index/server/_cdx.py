@@ -75,10 +75,7 @@ async def find_cut(
 ) -> tuple[list[Capture], dict[str, str] | None]:
     """At most ``limit`` of the captures ``query`` finds, and the headers that say
     when there were more (``TRUNCATED_HEADER``: an answer is never cut in silence)."""
-    # One capture past the limit tells a cut answer from a complete one.
-    captures = await coll.find(replace(query, limit=limit + 1))
-    cut = len(captures) > limit
-    del captures[limit:]
+    captures, cut = await coll.find_cut(replace(query, limit=limit))
     return captures, ({TRUNCATED_HEADER: str(limit)} if cut else None)
 
 

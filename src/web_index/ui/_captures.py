@@ -76,12 +76,11 @@ async def neighbour(coll: Collection, captures: Captures, at: int, *, later: boo
 
 
 async def _remote(coll: Collection, query: CdxQuery) -> Captures:
-    """The collection's archived captures for ``query``, ``cut`` if it holds
-    more than ``query.limit`` (one more is asked for, to know)."""
-    found = await coll.find(replace(query, limit=query.limit + 1))
+    """The collection's archived captures for ``query``, ``cut`` if it holds more."""
+    found, cut = await coll.find_cut(query)
     # A live source's answers are the live web, not an archive.
-    out = Captures(fields for fields, _ in found[: query.limit] if not fields.get("live_url"))
-    out.cut = len(found) > query.limit
+    out = Captures(fields for fields, _ in found if not fields.get("live_url"))
+    out.cut = cut
     return out
 
 
