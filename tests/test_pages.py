@@ -83,7 +83,7 @@ def _paged_bodies(handle: pq.ParquetFile) -> list[bytes | None]:
     return out
 
 
-def _pyarrow_bodies(handle: pq.ParquetFile) -> list[bytes]:
+def _pyarrow_bodies(handle: pq.ParquetFile) -> list[bytes | None]:
     groups = range(handle.metadata.num_row_groups)
     return [b for g in groups for b in handle.read_row_group(g, columns=["data"]).column(0).to_pylist()]
 
@@ -145,8 +145,8 @@ def test_every_body_read_by_page_is_what_pyarrow_reads_from_its_row_group(
         start += n
 
 
-def test_an_empty_body_and_one_of_tens_of_mib_read_by_page(tmp_path: Path) -> None:
-    big = os.urandom(24 << 20)
+def test_an_empty_body_and_one_of_64_mib_read_by_page(tmp_path: Path) -> None:
+    big = os.urandom(64 << 20)  # the largest body the issue asks the page path to carry
     bodies = [b"", b"x" * 3000, big, b"", b"tail"]
     _backend, handle = _write(tmp_path, bodies, WriteOptions(paged_min_bytes=0))
     assert _paged_bodies(handle) == bodies
@@ -317,9 +317,16 @@ def test_another_writers_pages_v1_and_v2_optional_column_read_by_page(
     tmp_path: Path, version: str, compression: str
 ) -> None:
     # pyarrow infers no schema here: the body column is optional, with
-    # definition levels; no CRCs (not a store file).
-    bodies = [b"", *(os.urandom(500 + i) for i in range(200))]
-    plain = pa.table({"request_id": [str(i) for i in range(len(bodies))], "data": bodies})
+    # definition levels; no CRCs (not a store file). Nulls alone, in runs
+    # longer than a page, and between values: level runs of both RLE forms.
+    rng = random.Random(5)
+    bodies: list[bytes | None] = [b"", None, *(os.urandom(500 + i) for i in range(200))]
+    bodies[40:75] = [None] * 35
+    for i in rng.sample(range(80, len(bodies)), 30):
+        bodies[i] = None
+    plain = pa.table(
+        {"request_id": [str(i) for i in range(len(bodies))], "data": pa.array(bodies, pa.binary())}
+    )
     path = tmp_path / "foreign.parquet"
     pq.write_table(
         plain,
@@ -333,7 +340,8 @@ def test_another_writers_pages_v1_and_v2_optional_column_read_by_page(
     )
     handle = CheckedFile(pa.BufferReader(path.read_bytes()), path="foreign.parquet")
     assert handle.schema.column(1).max_definition_level == 1
-    assert _paged_bodies(handle) == bodies
+    assert len(body_pages(handle)._index(0)) > 10  # type: ignore[union-attr]
+    assert _paged_bodies(handle) == _pyarrow_bodies(handle) == bodies
 
 
 def _big_store(root: Path) -> tuple[WebIndex, list[SimplePageQuery], list[object]]:

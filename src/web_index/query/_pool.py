@@ -11,9 +11,11 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pyarrow as pa
+
 from web_index.storage import LocalBackend, Store
 
-__all__ = ["reader_pool"]
+__all__ = ["reader_pool", "release_memory"]
 
 _POOLS: dict[bool, ThreadPoolExecutor] = {}  # by whether the store is local
 _POOLS_LOCK = threading.Lock()
@@ -33,5 +35,34 @@ def reader_pool(store: Store) -> ThreadPoolExecutor:
         if pool is None:
             cores = os.cpu_count() or 1
             threads = cores if local else min(16, 4 * cores)
-            pool = _POOLS[local] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wi-read")
+            name = "wi-read" if local else "wi-read-remote"  # one name a thread
+            pool = _POOLS[local] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
     return pool
+
+
+def release_memory() -> None:
+    """Give back to the system what Arrow's allocator keeps after decoding.
+
+    Arrow's default allocator (mimalloc) keeps freed memory in a heap per
+    thread, and only that thread can hand it back: this thread releases its
+    own now, and each reader thread its own once the pool is idle: one task a
+    thread, held together by a barrier so that no thread takes two, and not
+    waited for. A pool still busy with another batch is using what it holds:
+    a barrier not met within 0.1 s is given up.
+    """
+    pool = pa.default_memory_pool()
+    pool.release_unused()
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+    for readers in pools:
+        barrier = threading.Barrier(readers._max_workers, timeout=0.1)
+
+        def release(barrier: threading.Barrier = barrier) -> None:
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:
+                return
+            pool.release_unused()
+
+        for _ in range(barrier.parties):
+            readers.submit(release)
