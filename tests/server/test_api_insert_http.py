@@ -3,9 +3,11 @@ checks; a batch stored all or none; and ``web-index serve``'s token options."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -281,6 +283,74 @@ def test_serve_with_workers_shares_one_store(tmp_path: Path) -> None:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
     assert not _workers(proc.pid)
+    assert b"Traceback" not in proc.stderr.read()  # type: ignore[union-attr]
+
+
+def _sockets_on(worker: int, port: int, state: str = "01") -> int:
+    """How many connections to ``port`` the process ``worker`` holds, accepted
+    (or, with ``state="0A"``, how many sockets listening on it)."""
+    inodes = set()
+    for fd in Path(f"/proc/{worker}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    held = 0
+    for line in Path(f"/proc/{worker}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port, inode = int(fields[1].split(":")[1], 16), fields[9]
+        held += local_port == port and fields[3] == state and inode in inodes
+    return held
+
+
+def test_connections_opened_together_are_spread_over_the_workers(tmp_path: Path) -> None:
+    """Keep-alive connections opened in one burst (a proxy filling its pool) land on
+    every worker: not all on the one that was free when they came, for good."""
+    store = tmp_path / "store"
+    WebIndex(store).close()
+    port = free_port()
+    proc = subprocess.Popen(
+        [CLI, "serve", "--store", str(store), "--port", str(port), "--workers", "2"],
+        stderr=subprocess.PIPE,
+        env={"PATH": str(Path(sys.executable).parent)},
+    )
+    clients: list[socket.socket] = []
+    try:
+        wait_port(port)
+        deadline = time.monotonic() + 30
+        while len(_workers(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # both listening: the first to listen answered wait_port
+        # The burst comes while one worker is busy (here: stopped) and the other free.
+        busy = min(_workers(proc.pid))
+        os.kill(busy, signal.SIGSTOP)
+        try:
+            for _ in range(16):
+                client = socket.socket()
+                client.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    client.connect(("127.0.0.1", port))
+                clients.append(client)
+            time.sleep(0.3)
+        finally:
+            os.kill(busy, signal.SIGCONT)
+        for client in clients:
+            client.setblocking(True)
+            client.settimeout(10)
+            client.sendall(b"GET /store/cdx?url=a.example/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        for client in clients:
+            assert client.recv(9) == b"HTTP/1.1 "  # answered: accepted by a worker
+        held = {worker: _sockets_on(worker, port) for worker in _workers(proc.pid)}
+        assert sum(held.values()) == 16 and all(held.values()), held
+        # Each worker listens on a socket of its own; the supervisor keeps none,
+        # which would take a share of new connections that nobody accepts.
+        assert [_sockets_on(w, port, "0A") for w in held] == [1, 1]
+        assert _sockets_on(proc.pid, port, "0A") == 0
+    finally:
+        for client in clients:
+            client.close()
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
     assert b"Traceback" not in proc.stderr.read()  # type: ignore[union-attr]
 
 

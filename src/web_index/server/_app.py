@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import logging
 import signal
+import socket
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Route
+from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 from uvicorn.supervisors.multiprocess import SIGNALS as SUPERVISOR_SIGNALS
 
@@ -156,11 +160,9 @@ def serve(
         else:  # the supervisor stops every worker on either signal, then returns
             # It takes more signals (HUP restarts the workers, TTIN/TTOU add or remove one).
             taken = {sig: signal.getsignal(sig) for sig in SUPERVISOR_SIGNALS}
-            sock = config.bind_socket()
             try:
-                Multiprocess(config, sockets=[sock]).run()
+                _SocketEach(config).run()
             finally:
-                sock.close()
                 for sig, handler in taken.items():
                     signal.signal(sig, handler)
     finally:
@@ -185,3 +187,67 @@ def _settle() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)
+
+
+class _SocketEach(Multiprocess):
+    """uvicorn's supervisor, each worker listening on a socket of its own.
+
+    uvicorn's workers share one listening socket, and a worker woken by new
+    connections accepts every one waiting: keep-alive connections opened in a
+    burst all went to one worker (8 opened at once: one worker did all the
+    work, the other none). Here every worker gets a socket of its own in one
+    ``SO_REUSEPORT`` group, and the kernel spreads new connections over the
+    group by their addresses. A socket joins the group when its worker starts
+    listening and leaves it when its worker exits; the supervisor keeps no
+    copy, so no socket is left without a worker to accept from it.
+    """
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        self._first: socket.socket | None = _reuse_port(config.host, config.port)
+        self._address = self._first.getsockname()[:2]  # the port, when 0 was asked for
+        self._handed: list[socket.socket] = []
+        super().__init__(config, sockets=[])
+
+    # uvicorn makes each new worker with ``Process(self.config, self.sockets)``.
+    @property
+    def sockets(self) -> list[socket.socket]:
+        sock, self._first = self._first or _reuse_port(*self._address), None
+        self._handed.append(sock)
+        return [sock]
+
+    @sockets.setter
+    def sockets(self, _sockets: list[socket.socket]) -> None:
+        pass
+
+    def init_processes(self) -> None:
+        super().init_processes()
+        self._let_go()
+
+    def keep_subprocess_alive(self) -> None:
+        super().keep_subprocess_alive()
+        self._let_go()
+
+    def handle_signals(self) -> None:  # HUP and TTIN start workers too
+        super().handle_signals()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        # A started worker holds its own copy (spawn sends it a duplicate).
+        for sock in self._handed:
+            sock.close()
+        self._handed.clear()
+
+
+def _reuse_port(host: str, port: int) -> socket.socket:
+    """A socket bound to ``(host, port)`` in its ``SO_REUSEPORT`` group, not listening yet."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        logging.getLogger("uvicorn.error").error(exc)  # as uvicorn says it with one worker
+        sys.exit(STARTUP_FAILURE)
+    sock.set_inheritable(True)
+    return sock
