@@ -160,9 +160,15 @@ def serve(
         else:  # the supervisor stops every worker on either signal, then returns
             # It takes more signals (HUP restarts the workers, TTIN/TTOU add or remove one).
             taken = {sig: signal.getsignal(sig) for sig in SUPERVISOR_SIGNALS}
+            shared = None if sys.platform == "linux" else config.bind_socket()
             try:
-                _SocketEach(config).run()
+                if shared is None:
+                    _SocketEach(config).run()
+                else:  # only Linux spreads connections over an SO_REUSEPORT group
+                    Multiprocess(config, sockets=[shared]).run()
             finally:
+                if shared is not None:
+                    shared.close()
                 for sig, handler in taken.items():
                     signal.signal(sig, handler)
     finally:
@@ -197,7 +203,8 @@ class _SocketEach(Multiprocess):
     burst all went to one worker (8 opened at once: one worker did all the
     work, the other none). Here every worker gets a socket of its own in one
     ``SO_REUSEPORT`` group, and the kernel spreads new connections over the
-    group by their addresses. A socket joins the group when its worker starts
+    group by their addresses (on Linux; elsewhere the workers share one
+    socket, as uvicorn has it). A socket joins the group when its worker starts
     listening and leaves it when its worker exits; the supervisor keeps no
     copy, so no socket is left without a worker to accept from it.
     """
