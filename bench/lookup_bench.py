@@ -96,10 +96,21 @@ def batch_side(job: dict[str, Any]) -> dict[str, Any]:
         t = time.perf_counter()
         results = index.query(queries)
         seconds = time.perf_counter() - t
+        time.sleep(0.3)  # the reader threads give their memory back once idle
+        after = rss_mib()
     answers = [
         [r.timestamp.strftime("%Y%m%d%H%M%S"), r.url] if isinstance(r, Page) else None for r in results
     ]
-    return {"seconds": [seconds], "answers": answers, "peak_rss_mib": peak_rss_mib()}
+    return {"seconds": [seconds], "answers": answers, "peak_rss_mib": peak_rss_mib(), "rss_after_mib": after}
+
+
+def rss_mib() -> float:
+    """The process's resident memory now (VmRSS), in MiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
 
 
 def run_side(command: list[str], job: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -132,7 +143,11 @@ def median_round(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def median_batch(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The round whose batch took the median time, and every round's time."""
     rounds = sorted(
-        ({"batch_s": round(sum(run["seconds"]), 3), "peak_rss_mib": run["peak_rss_mib"]} for run in runs),
+        (
+            {"batch_s": round(sum(run["seconds"]), 3), "peak_rss_mib": run["peak_rss_mib"]}
+            | ({"rss_after_mib": run["rss_after_mib"]} if "rss_after_mib" in run else {})
+            for run in runs
+        ),
         key=lambda s: s["batch_s"],
     )
     return rounds[len(rounds) // 2] | {"round_batch_s": [s["batch_s"] for s in rounds]}
@@ -171,6 +186,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/web-index-server-bench"))
     ap.add_argument("--batch", action="store_true", help="each side's lookups as one batch (see above)")
     ap.add_argument("--body", action="store_true", help="single lookups with the capture's body (see above)")
+    ap.add_argument("--out", help="results stem with --batch (default lookup-batch)")
     ap.add_argument("--side", help=argparse.SUPPRESS)  # internal: run one side's job from stdin
     args = ap.parse_args()
     if args.side == "web-index":
@@ -189,6 +205,7 @@ def main() -> None:
         "rounds": args.rounds,
         "batch": args.batch,
         "body": args.body,
+        "out": args.out,
         "datasets": {},
     }
     for name in args.datasets.split(","):
@@ -215,7 +232,7 @@ def write(res: dict[str, Any]) -> None:
     """``results/lookup.*`` (single lookups) or ``results/lookup-batch.*`` (``--batch``)."""
     head = f"Run {res['date']} at {res['commit']}, web-index {res['web_index']} against pywb {res['pywb']}: "
     if res.get("batch"):
-        stem = "lookup-batch"
+        stem = res.get("out") or "lookup-batch"
         intro = head + (
             f"{res['queries']:,} lookups a side as one batch (web-index: one `WebIndex.query` call of "
             "`SimplePageQuery` (latest) or `TimeAwarePageQuery` with the moment (closest), whole records "
@@ -223,11 +240,12 @@ def write(res: dict[str, Any]) -> None:
             f"warm-up batch of {res['warmup']:,}; {res['rounds']} rounds a side, alternated, the median "
             "round shown; every answer compared."
         )
-        columns = ["batch s", "lookups/s", "peak RSS MiB", "rounds s"]
+        columns = ["batch s", "lookups/s", "peak RSS MiB", "RSS after MiB", "rounds s"]
 
         def cells(s: dict[str, Any]) -> list[Any]:
             rounds = ", ".join(f"{x:.2f}" for x in s["round_batch_s"])
-            return [s["batch_s"], f"{round(res['queries'] / s['batch_s']):,}", s["peak_rss_mib"], rounds]
+            rate = f"{round(res['queries'] / s['batch_s']):,}"
+            return [s["batch_s"], rate, s["peak_rss_mib"], s.get("rss_after_mib", ""), rounds]
     else:
         stem = "lookup-body" if res.get("body") else "lookup"
         body = (

@@ -317,8 +317,8 @@ def test_another_writers_pages_v1_and_v2_optional_column_read_by_page(
     tmp_path: Path, version: str, compression: str
 ) -> None:
     # pyarrow infers no schema here: the body column is optional, with
-    # definition levels; no CRCs (not a store file). Nulls alone, in runs
-    # longer than a page, and between values: level runs of both RLE forms.
+    # definition levels; no CRCs (not a store file). Nulls in a run of 35 and
+    # scattered between values: level runs of both forms (RLE and bit-packed).
     rng = random.Random(5)
     bodies: list[bytes | None] = [b"", None, *(os.urandom(500 + i) for i in range(200))]
     bodies[40:75] = [None] * 35

@@ -303,6 +303,21 @@ def _sockets_on(worker: int, port: int, state: str = "01") -> int:
     return held
 
 
+def _listening(supervisor: int, port: int, replacing: frozenset[int] = frozenset()) -> set[int]:
+    """The two workers of ``supervisor`` (none of ``replacing``), once each listens on a
+    socket of its own."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workers = _workers(supervisor)
+        with contextlib.suppress(OSError):  # one gone meanwhile
+            new = len(workers) == 2 and not workers & replacing
+            if new and all(_sockets_on(w, port, "0A") == 1 for w in workers):
+                return workers
+        time.sleep(0.1)
+    raise AssertionError(f"not two workers each listening on its socket: {_workers(supervisor)}")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="SO_REUSEPORT spreads connections on Linux only")
 def test_connections_opened_together_are_spread_over_the_workers(tmp_path: Path) -> None:
     """Keep-alive connections opened in one burst (a proxy filling its pool) land on
     every worker: not all on the one that was free when they came, for good."""
@@ -317,12 +332,9 @@ def test_connections_opened_together_are_spread_over_the_workers(tmp_path: Path)
     clients: list[socket.socket] = []
     try:
         wait_port(port)
-        deadline = time.monotonic() + 30
-        while len(_workers(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.5)  # both listening: the first to listen answered wait_port
+        first = _listening(proc.pid, port)
         # The burst comes while one worker is busy (here: stopped) and the other free.
-        busy = min(_workers(proc.pid))
+        busy = min(first)
         os.kill(busy, signal.SIGSTOP)
         try:
             for _ in range(16):
@@ -342,9 +354,11 @@ def test_connections_opened_together_are_spread_over_the_workers(tmp_path: Path)
             assert client.recv(9) == b"HTTP/1.1 "  # answered: accepted by a worker
         held = {worker: _sockets_on(worker, port) for worker in _workers(proc.pid)}
         assert sum(held.values()) == 16 and all(held.values()), held
-        # Each worker listens on a socket of its own; the supervisor keeps none,
-        # which would take a share of new connections that nobody accepts.
-        assert [_sockets_on(w, port, "0A") for w in held] == [1, 1]
+        # The supervisor keeps no socket (it would take a share of new connections
+        # that nobody accepts), also once HUP has replaced every worker.
+        assert _sockets_on(proc.pid, port, "0A") == 0
+        os.kill(proc.pid, signal.SIGHUP)
+        _listening(proc.pid, port, replacing=frozenset(first))
         assert _sockets_on(proc.pid, port, "0A") == 0
     finally:
         for client in clients:

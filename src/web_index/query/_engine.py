@@ -26,17 +26,13 @@ from web_index._retry import retrying
 from web_index.models import Query, RecordType
 from web_index.query._find import Found, find_in_buffer, find_in_files
 from web_index.query._plan import Plan, plan
-from web_index.query._pool import release_memory
+from web_index.query._pool import answering
 from web_index.query._results import Result, load_results
 from web_index.storage import Store
 
 __all__ = ["run_queries"]
 
 _TRIES = 8
-# A batch this big leaves tens of MiB of decoding buffers in the allocator's
-# heaps (~90 MiB after 10,000 lookups of one big site): given back after it.
-# Smaller ones (a server's single lookups) would pay ~1 ms a call for little.
-_RELEASE_AFTER = 1000
 
 
 def run_queries(store: Store, queries: Sequence[Query], *, bodies: bool) -> list[Result | bool]:
@@ -57,15 +53,14 @@ def run_queries(store: Store, queries: Sequence[Query], *, bodies: bool) -> list
         pending = _attempt(store, plans, pending, answers, bodies, no_index)
         return pending
 
-    retrying(
-        again,
-        tries=_TRIES,
-        on=(FileNotFoundError,),
-        done=lambda left: not left,
-        gave_up="the store kept changing under this query batch; try again",
-    )
-    if len(plans) >= _RELEASE_AFTER:
-        release_memory()
+    with answering(len(plans)):
+        retrying(
+            again,
+            tries=_TRIES,
+            on=(FileNotFoundError,),
+            done=lambda left: not left,
+            gave_up="the store kept changing under this query batch; try again",
+        )
     index = list(unique.values())
     by_query = dict(zip(unique, index, strict=True))
     return [answers[by_query[q]] for q in queries]

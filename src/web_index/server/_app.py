@@ -30,6 +30,8 @@ from web_index.server._timemaps import timemap
 
 __all__ = ["create_app", "serve"]
 
+_LOG = logging.getLogger("uvicorn.error")  # where uvicorn says why it could not serve
+
 
 def create_app(
     index: WebIndex,
@@ -210,15 +212,26 @@ class _SocketEach(Multiprocess):
     """
 
     def __init__(self, config: uvicorn.Config) -> None:
-        self._first: socket.socket | None = _reuse_port(config.host, config.port)
+        try:
+            self._first: socket.socket | None = _reuse_port(config.host, config.port)
+        except OSError as exc:  # before any worker: as uvicorn says it with one worker
+            _LOG.error(exc)
+            sys.exit(STARTUP_FAILURE)
         self._address = self._first.getsockname()[:2]  # the port, when 0 was asked for
         self._handed: list[socket.socket] = []
         super().__init__(config, sockets=[])
 
-    # uvicorn makes each new worker with ``Process(self.config, self.sockets)``.
+    # uvicorn 0.54 makes each new worker with ``Process(self.config, self.sockets)``
+    # and starts it at once (pinned in pyproject.toml for these internals).
     @property
     def sockets(self) -> list[socket.socket]:
-        sock, self._first = self._first or _reuse_port(*self._address), None
+        self._let_go()  # every socket handed out before is its worker's by now
+        try:
+            sock, self._first = self._first or _reuse_port(*self._address), None
+        except OSError as exc:  # the port taken meanwhile: stop every worker, not hang
+            _LOG.error(exc)
+            self.should_exit.set()
+            return []
         self._handed.append(sock)
         return [sock]
 
@@ -252,9 +265,8 @@ def _reuse_port(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
-    except OSError as exc:
+    except OSError:
         sock.close()
-        logging.getLogger("uvicorn.error").error(exc)  # as uvicorn says it with one worker
-        sys.exit(STARTUP_FAILURE)
+        raise
     sock.set_inheritable(True)
     return sock
