@@ -251,10 +251,8 @@ def _workers(pid: int) -> set[int]:
     return found
 
 
-def test_serve_with_workers_shares_one_store(tmp_path: Path) -> None:
-    """Two worker processes on one port: what one stores, any answers; one killed is started
-    again; a stop stops them all, a success."""
-    store = tmp_path / "store"
+def _two_workers(store: Path) -> tuple[int, subprocess.Popen[bytes]]:
+    """``web-index serve --workers 2`` over a new store (writes open to ``TOKEN``): its port and process."""
     WebIndex(store).close()
     port = free_port()
     proc = subprocess.Popen(
@@ -262,6 +260,13 @@ def test_serve_with_workers_shares_one_store(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         env={"PATH": str(Path(sys.executable).parent), "WEB_INDEX_WRITE_TOKEN": TOKEN},
     )
+    return port, proc
+
+
+def test_serve_with_workers_shares_one_store(tmp_path: Path) -> None:
+    """Two worker processes on one port: what one stores, any answers; one killed is started
+    again; a stop stops them all, a success."""
+    port, proc = _two_workers(tmp_path / "store")
     try:
         wait_port(port)
         base = f"http://127.0.0.1:{port}"
@@ -321,14 +326,7 @@ def _listening(supervisor: int, port: int, replacing: frozenset[int] = frozenset
 def test_connections_opened_together_are_spread_over_the_workers(tmp_path: Path) -> None:
     """Keep-alive connections opened in one burst (a proxy filling its pool) land on
     every worker: not all on the one that was free when they came, for good."""
-    store = tmp_path / "store"
-    WebIndex(store).close()
-    port = free_port()
-    proc = subprocess.Popen(
-        [CLI, "serve", "--store", str(store), "--port", str(port), "--workers", "2"],
-        stderr=subprocess.PIPE,
-        env={"PATH": str(Path(sys.executable).parent)},
-    )
+    port, proc = _two_workers(tmp_path / "store")
     clients: list[socket.socket] = []
     try:
         wait_port(port)
