@@ -308,18 +308,18 @@ def _sockets_on(worker: int, port: int, state: str = "01") -> int:
     return held
 
 
-def _listening(supervisor: int, port: int, replacing: frozenset[int] = frozenset()) -> set[int]:
-    """The two workers of ``supervisor`` (none of ``replacing``), once each listens on a
+def _listening(supervisor: int, port: int, replacing: frozenset[int] = frozenset(), n: int = 2) -> set[int]:
+    """The ``n`` workers of ``supervisor`` (none of ``replacing``), once each listens on a
     socket of its own."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         workers = _workers(supervisor)
         with contextlib.suppress(OSError):  # one gone meanwhile
-            new = len(workers) == 2 and not workers & replacing
+            new = len(workers) == n and not workers & replacing
             if new and all(_sockets_on(w, port, "0A") == 1 for w in workers):
                 return workers
         time.sleep(0.1)
-    raise AssertionError(f"not two workers each listening on its socket: {_workers(supervisor)}")
+    raise AssertionError(f"not {n} workers each listening on its socket: {_workers(supervisor)}")
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="SO_REUSEPORT spreads connections on Linux only")
@@ -355,8 +355,15 @@ def test_connections_opened_together_are_spread_over_the_workers(tmp_path: Path)
         # The supervisor keeps no socket (it would take a share of new connections
         # that nobody accepts), also once HUP has replaced every worker.
         assert _sockets_on(proc.pid, port, "0A") == 0
-        os.kill(proc.pid, signal.SIGHUP)
-        _listening(proc.pid, port, replacing=frozenset(first))
+        # The same whichever way uvicorn's supervisor starts or stops workers.
+        os.kill(proc.pid, signal.SIGHUP)  # each replaced by a new one
+        second = _listening(proc.pid, port, replacing=frozenset(first))
+        assert _sockets_on(proc.pid, port, "0A") == 0
+        os.kill(proc.pid, signal.SIGTTIN)  # one more
+        third = _listening(proc.pid, port, n=3)
+        assert third > second and _sockets_on(proc.pid, port, "0A") == 0
+        os.kill(proc.pid, signal.SIGTTOU)  # one fewer: its socket goes with it
+        assert _listening(proc.pid, port, n=2) < third
         assert _sockets_on(proc.pid, port, "0A") == 0
     finally:
         for client in clients:
