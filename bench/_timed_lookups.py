@@ -28,8 +28,17 @@ def timed_lookups(lookup, job):
 
 def peak_rss_mib():
     # VmHWM, not getrusage: a child's ru_maxrss starts from its parent's peak.
+    return _status_mib("VmHWM")
+
+
+def rss_mib():
+    """The process's resident memory now (VmRSS), in MiB."""
+    return _status_mib("VmRSS")
+
+
+def _status_mib(field):
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return round(int(line.split()[1]) / 1024, 1)
     return None

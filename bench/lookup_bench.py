@@ -39,7 +39,7 @@ from typing import Any
 
 import _pywb
 from _results import save
-from _timed_lookups import cdx_params, peak_rss_mib, timed_lookups
+from _timed_lookups import cdx_params, peak_rss_mib, rss_mib, timed_lookups
 from server_bench import (
     HERE,
     MainParams,
@@ -102,15 +102,6 @@ def batch_side(job: dict[str, Any]) -> dict[str, Any]:
         [r.timestamp.strftime("%Y%m%d%H%M%S"), r.url] if isinstance(r, Page) else None for r in results
     ]
     return {"seconds": [seconds], "answers": answers, "peak_rss_mib": peak_rss_mib(), "rss_after_mib": after}
-
-
-def rss_mib() -> float:
-    """The process's resident memory now (VmRSS), in MiB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
 
 
 def run_side(command: list[str], job: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:

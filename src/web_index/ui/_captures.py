@@ -26,6 +26,10 @@ def _store_captures(index: WebIndex, url: str) -> list[dict[str, Any]]:
     return out
 
 
+# Captures asked for around a moment (see captures_of).
+NEAR_CAPTURES = 1_000
+
+
 class Captures(list[dict[str, Any]]):
     """A URL's captures, oldest first; ``cut`` if they are not all of them."""
 
@@ -52,10 +56,6 @@ async def captures_of(
     found = await _remote(coll, CdxQuery(url=url, match_type="exact", closest=near, limit=NEAR_CAPTURES))
     found.sort(key=lambda fields: fields["timestamp"])
     return found
-
-
-# Captures asked for around a moment (see captures_of).
-NEAR_CAPTURES = 1_000
 
 
 async def neighbour(coll: Collection, captures: Captures, at: int, *, later: bool) -> dict[str, Any] | None:
