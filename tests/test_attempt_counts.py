@@ -14,8 +14,8 @@ import pytest
 from tests.factories import T0, attempt
 from web_index import FlushPolicy, WebIndex
 from web_index.models import AttemptMetadata, RecordType
-from web_index.storage import _month_index as _index
-from web_index.storage import _month_index_format as _format
+from web_index.storage.indexes import _month as _index
+from web_index.storage.indexes import _month_format as _format
 
 STATES = ["success", "timeout", "error", "blocked"]
 

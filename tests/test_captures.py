@@ -25,7 +25,7 @@ from web_index import WebIndex
 from web_index.errors import InvalidRecordError
 from web_index.models import RecordType, Response
 from web_index.storage import MethodPartition
-from web_index.storage._capture_index import CaptureIndexes
+from web_index.storage.indexes._captures import CaptureIndexes
 
 # Hosts of one registrable domain (example.com) and of another (example.org).
 URLS = [
@@ -303,7 +303,7 @@ def _index_bytes(lines: list[bytes], **meta: object) -> bytes:
 
 
 def test_lines_of_prefixes_of_any_lengths() -> None:
-    from web_index.storage._capture_index import CaptureIndex
+    from web_index.storage.indexes._captures import CaptureIndex
 
     lines = sorted(f"{k} 2024{n:010d} {{}}".encode() for k in ("a", "ab", "ac", "b", "x1") for n in range(70))
     index = CaptureIndex("i", _index_bytes(lines))
@@ -324,14 +324,14 @@ def test_the_bisection_finds_the_first_line_not_below_a_key(
     """Lines of any lengths, many sharing a key, over several samples: the first
     line not below each key, exactly, whether the key is longer than the sampled
     lines' first bytes held in memory (``head``) or not."""
-    from web_index.storage import _capture_index
+    from web_index.storage.indexes import _captures
 
     lines = sorted(f"{k.decode()} 2024{n:010d} {{}}".encode() for n, k in enumerate(keys * copies))
     data = _index_bytes(lines)
     start = data.index(b"\n") + 1
     offsets = [start + sum(len(line) + 1 for line in lines[:i]) for i in range(len(lines) + 1)]
-    with patch.object(_capture_index, "_HEAD", head):
-        index = _capture_index.CaptureIndex("i", data)
+    with patch.object(_captures, "_HEAD", head):
+        index = _captures.CaptureIndex("i", data)
         for key in [*probes, *keys[:5]]:
             first = next((i for i, line in enumerate(lines) if line[: len(key)] >= key), len(lines))
             assert index._lower_bound(key) == offsets[first]
@@ -350,7 +350,7 @@ def test_the_bisection_finds_the_first_line_not_below_a_key(
 )
 def test_a_damaged_index_is_refused(data: bytes, problem: str) -> None:
     from web_index.errors import CorruptFileError
-    from web_index.storage._capture_index import CaptureIndex
+    from web_index.storage.indexes._captures import CaptureIndex
 
     with pytest.raises(CorruptFileError, match=problem):
         CaptureIndex("i", data)
@@ -384,12 +384,12 @@ def test_threads_opening_one_index_count_it_once(tmp_path: Path) -> None:
 def test_an_index_that_cannot_be_written_fails_no_compaction(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from web_index.storage import _capture_index_build
+    from web_index.storage.indexes import _captures_build
 
     def full_disk(*args: object, **kwargs: object) -> str:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(_capture_index_build, "write_capture_index", full_disk)
+    monkeypatch.setattr(_captures_build, "write_capture_index", full_disk)
     with _chain_index(tmp_path) as index:  # flushes and compacts
         assert not (tmp_path / "s" / "_captures").exists()
         assert len(list(index.captures("https://example.com/", match="host"))) == 300
@@ -435,9 +435,9 @@ def _meta_of(head: bytes) -> dict[str, object]:
 def test_an_index_not_read_for_a_passing_fault_is_tried_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from web_index.storage import _capture_index
+    from web_index.storage.indexes import _captures
 
-    real = _capture_index.open_capture_index
+    real = _captures.open_capture_index
     calls: list[str] = []
 
     def flaky(backend: object, path: str) -> object:
@@ -448,7 +448,7 @@ def test_an_index_not_read_for_a_passing_fault_is_tried_again(
 
     with _chain_index(tmp_path):
         pass
-    monkeypatch.setattr(_capture_index, "open_capture_index", flaky)
+    monkeypatch.setattr(_captures, "open_capture_index", flaky)
     with WebIndex(tmp_path / "s") as index:
         for _ in range(3):
             assert len(list(index.captures("https://example.com/", match="host"))) == 300
@@ -458,7 +458,7 @@ def test_an_index_not_read_for_a_passing_fault_is_tried_again(
 def test_compact_removes_the_index_a_failed_build_left_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from web_index.storage import _capture_index_build
+    from web_index.storage.indexes import _captures_build
 
     with _chain_index(tmp_path) as index:
         (first,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
@@ -473,7 +473,7 @@ def test_compact_removes_the_index_a_failed_build_left_behind(
             raise OSError(28, "No space left on device")
 
         with monkeypatch.context() as m:
-            m.setattr(_capture_index_build, "write_capture_index", full_disk)
+            m.setattr(_captures_build, "write_capture_index", full_disk)
             # As a flush's automatic compaction does: the file is rewritten, its index not written.
             index._store.compact_partition(MethodPartition(RecordType.GET, 2024, 9, "example.com"))
         assert first.exists()
@@ -595,8 +595,9 @@ def test_a_lookup_reads_no_body_of_the_buffered_records_of_its_domain(
     """With many records of a domain buffered, a CDX lookup (and the standard's queries) decode
     no buffered row (the blobs hold the bodies) but the ones it returns, and hash no body."""
     from web_index.models import PageKey, SimplePageQuery, TimeAwarePageQuery
-    from web_index.storage import _capture_lines, _files
+    from web_index.storage import _files
     from web_index.storage.buffer import base, postgres, sqlite
+    from web_index.storage.indexes import _capture_lines
 
     dsn = request.getfixturevalue("postgres").new_database() if kind == "postgres" else None
     index = WebIndex(tmp_path / "s", buffer=dsn)

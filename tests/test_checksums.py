@@ -28,10 +28,10 @@ from tests.servers import SeaweedFS
 from web_index import FlushPolicy, WebIndex, WriteOptions
 from web_index.errors import CorruptFileError
 from web_index.models import PageKey, Query, SimplePageQuery, TimeAwarePageQuery
-from web_index.storage import _month_index as _index
-from web_index.storage import _pages
-from web_index.storage._pages import body_pages
 from web_index.storage.backends import S3Backend
+from web_index.storage.indexes import _month as _index
+from web_index.storage.pages import _reader
+from web_index.storage.pages._reader import body_pages
 
 URLS = [f"https://shop.example.com/p{i}" for i in range(5)]
 
@@ -94,7 +94,7 @@ def _replace(path: Path, data: bytes) -> None:
 
 def _store(root: Path, paged: bool = False) -> tuple[WebIndex, list[Query], list[object]]:
     # paged: the get file written with body pages and the page index however
-    # small, so that its bodies are read by page (storage/_pages.py).
+    # small, so that its bodies are read by page (storage/pages/_reader.py).
     options = WriteOptions(paged_min_bytes=0, body_page_bytes=256) if paged else None
     idx = WebIndex(root, policy=FlushPolicy(compact_parts=0, max_age_s=10**6), write_options=options)
     queries = _fill(idx)
@@ -126,7 +126,7 @@ def test_a_flipped_bit_in_a_local_file_is_an_error_naming_it_or_the_right_answer
             flipped = bytearray(data)
             flipped[pos] ^= 1 << bit
             _replace(target, bytes(flipped))
-            _pages._KNOWN.clear()  # what the intact file taught would hide a damaged offset index
+            _reader._KNOWN.clear()  # what the intact file taught would hide a damaged offset index
             try:
                 got = idx.query(queries)
             except CorruptFileError as exc:
@@ -202,7 +202,7 @@ def test_a_flipped_bit_in_an_s3_object_is_an_error_naming_it_or_the_right_answer
         flipped = bytearray(data)
         flipped[pos] ^= 1 << bit
         backend.put(path, bytes(flipped))
-        _pages._KNOWN.clear()
+        _reader._KNOWN.clear()
         fresh = WebIndex(loc)  # no cached listing or footer of the intact object
         try:
             ask = functools.partial(fresh.query, queries)

@@ -25,12 +25,12 @@ from tests.factories import T0, attempt, rewrite_store_file
 from web_index import FlushPolicy, WebIndex, WriteOptions
 from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery
 from web_index.query import _find, _results
-from web_index.storage import _month_index as _index
-from web_index.storage import _month_index_format as _format
 from web_index.storage._files import list_partition_files
 from web_index.storage._schema import TS_COLUMN
 from web_index.storage._store import Store
 from web_index.storage.backends import LocalBackend
+from web_index.storage.indexes import _month as _index
+from web_index.storage.indexes import _month_format as _format
 
 DOMAINS = ["alpha.com", "beta.org", "gamma.net", "delta.io"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -26,12 +26,12 @@ from web_index import WebIndex
 from web_index.ingest import validate_attempt
 from web_index.models import RecordType, TimeAwarePageQuery
 from web_index.storage import Backend, Partition
-from web_index.storage import _month_index as _index
-from web_index.storage import _month_index_build as _build
-from web_index.storage import _month_index_format as _format
 from web_index.storage._files import rows_to_table, sort_dedupe
 from web_index.storage._schema import FORMAT_VERSION
 from web_index.storage.backends import sealed_bytes
+from web_index.storage.indexes import _month as _index
+from web_index.storage.indexes import _month_build as _build
+from web_index.storage.indexes import _month_format as _format
 
 URL = "https://www.example.com/page"
 PARTITION = Partition(RecordType.GET_METADATA, T0.year, T0.month, "example.com")

@@ -51,7 +51,7 @@ from web_index.models import (
     TimeAwarePageQuery,
 )
 from web_index.storage import PostgresBuffer
-from web_index.storage._month_index_verify import index_disagreement
+from web_index.storage.indexes._month_verify import index_disagreement
 from web_index.urls import domain_of, url_key
 
 # A few resources, each spelled several ways that must meet in the store.

@@ -1,7 +1,7 @@
 """One record, one read (issue 38): bodies read from their one data page.
 
 Big ``get`` files are written with small body pages and the page index; a
-lookup reads a body's page through ``storage/_pages.py`` instead of its row
+lookup reads a body's page through ``storage/pages/_reader.py`` instead of its row
 group. These tests hold that reader to pyarrow's (every body equal to what
 pyarrow decodes from the row group), check that the files are still plain
 Parquet for pyarrow and polars, and that a file without a page index, or of
@@ -30,11 +30,12 @@ from tests.servers import SeaweedFS
 from web_index import FlushPolicy, WebIndex
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType, SimplePageQuery
-from web_index.storage import Partition, WriteOptions, _pages
-from web_index.storage._checksum import CheckedFile
+from web_index.storage import Partition, WriteOptions
 from web_index.storage._files import columns_to_table, outdated, read_superseded, write_partition_file
-from web_index.storage._pages import body_pages, read_group
 from web_index.storage.backends import LocalBackend, S3Backend
+from web_index.storage.pages import _reader
+from web_index.storage.pages._checksum import CheckedFile
+from web_index.storage.pages._reader import body_pages, read_group
 
 PARTITION = Partition(RecordType.GET, 2024, 8, "a.com")
 
@@ -418,7 +419,7 @@ def test_queries_read_bodies_by_page_and_answer_as_by_row_group(
     assert body_pages(handle) is not None
     assert all(a is not None for a in answers)
     # The same queries with the page path turned off answer the same.
-    monkeypatch.setattr(_pages, "body_pages", lambda handle: None)
+    monkeypatch.setattr(_reader, "body_pages", lambda handle: None)
     assert idx.query(queries) == answers
     idx.close()
 
@@ -449,7 +450,7 @@ def test_a_flipped_bit_in_a_paged_file_is_an_error_naming_it_or_the_right_answer
             flipped = bytearray(data)
             flipped[pos] ^= 1 << bit
             _replace(target, bytes(flipped))
-            _pages._KNOWN.clear()  # what the intact file taught would hide a damaged offset index
+            _reader._KNOWN.clear()  # what the intact file taught would hide a damaged offset index
             ask = functools.partial(idx.query, queries)
             judge_damage(ask, expected, rel, outcomes, f"byte {pos} bit {bit}")
     finally:
@@ -543,7 +544,7 @@ def test_on_s3_a_page_of_an_object_replaced_since_its_open_is_gone_not_a_body(se
     handle = backend.open_parquet(path)
     pages = body_pages(handle)
     assert pages is not None
-    _pages._KNOWN.clear()
+    _reader._KNOWN.clear()
     backend.put(path, b"another version")  # as a compaction's commit would replace it
     # Gone (the reader lists again), never bytes of another version: the page's
     # range is fetched with If-Match on the ETag the handle opened.
@@ -564,7 +565,7 @@ def test_a_damaged_body_page_is_an_error_naming_the_file_and_the_record(tmp_path
     data = bytearray(path.read_bytes())
     data[page.offset + page.size - 100] ^= 0x10  # inside the page's compressed values
     _replace(path, bytes(data))
-    _pages._KNOWN.clear()
+    _reader._KNOWN.clear()
     fresh = backend.open_parquet(PARTITION.compacted_path)
     with pytest.raises(CorruptFileError) as caught:
         read_group(fresh, 0, [0])

@@ -18,9 +18,9 @@ from web_index import FlushPolicy, WebIndex
 from web_index.errors import StoreError
 from web_index.ingest import validate_attempt
 from web_index.models import RecordType
-from web_index.storage._capture_lines import capture_lines
 from web_index.storage._files import rows_to_table
 from web_index.storage.buffer import MethodPartition, PostgresBuffer, SqliteBuffer
+from web_index.storage.indexes._capture_lines import capture_lines
 
 
 def test_insert_visible_to_other_handles_at_once(postgres: Postgres, tmp_path: Path) -> None:

@@ -197,7 +197,7 @@ def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, A
     last = max(by_group)
     bodies: dict[int, bytes | None] = {}
     for g, members in sorted(by_group.items()):
-        # Bodies by page where the file allows (storage/_pages.py): the rest of
+        # Bodies by page where the file allows (storage/pages/_reader.py): the rest of
         # the row group, and one page per body.
         table, paged = read_group(handle, g, [r - starts[g] for r in members])
         if paged is not None:

@@ -8,10 +8,6 @@ internal one, for the other packages of web_index (never from a private module).
 from typing import TYPE_CHECKING
 
 from web_index._extras import lazy_names
-from web_index.storage._capture_lines import CaptureFields as CaptureFields
-from web_index.storage._capture_lines import capture_mime as capture_mime
-from web_index.storage._capture_lines import parse_capture_line as parse_capture_line
-from web_index.storage._capture_scan import find_capture_lines as find_capture_lines
 from web_index.storage._clock import SYSTEM_CLOCK as SYSTEM_CLOCK
 from web_index.storage._clock import Clock
 from web_index.storage._compaction import PartitionFiles as PartitionFiles
@@ -22,11 +18,7 @@ from web_index.storage._files import visible_files as visible_files
 from web_index.storage._layout import STORE_MARKER as STORE_MARKER
 from web_index.storage._layout import Partition
 from web_index.storage._layout import StoredFile as StoredFile
-from web_index.storage._month_index import IndexHit as IndexHit
-from web_index.storage._month_index import open_month_index as open_month_index
-from web_index.storage._month_index_format import key_hash as key_hash
 from web_index.storage._open import open_store as open_store
-from web_index.storage._pages import read_group as read_group
 from web_index.storage._scan import ScanFilter as ScanFilter
 from web_index.storage._scan import scan as scan
 from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS
@@ -39,6 +31,14 @@ from web_index.storage._verify import verify as verify
 from web_index.storage.backends import Backend, CacheConfig, LocalBackend, open_backend
 from web_index.storage.backends import CachingBackend as CachingBackend
 from web_index.storage.buffer import Buffer, MethodPartition
+from web_index.storage.indexes import CaptureFields as CaptureFields
+from web_index.storage.indexes import IndexHit as IndexHit
+from web_index.storage.indexes import capture_mime as capture_mime
+from web_index.storage.indexes import find_capture_lines as find_capture_lines
+from web_index.storage.indexes import key_hash as key_hash
+from web_index.storage.indexes import open_month_index as open_month_index
+from web_index.storage.indexes import parse_capture_line as parse_capture_line
+from web_index.storage.pages import read_group as read_group
 
 if TYPE_CHECKING:
     from web_index.storage.buffer import PostgresBuffer

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable
 
 from web_index.errors import ConflictError, CorruptFileError
 from web_index.models import RecordType
-from web_index.storage._capture_index_build import build_capture_index, ensure_capture_indexes
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, outdated, row_groups, write_partition_file
 from web_index.storage._layout import Partition, StoredFile, compacted_file
@@ -19,6 +18,7 @@ from web_index.storage._locks import Locks
 from web_index.storage._merge import merge_sorted
 from web_index.storage.backends import handle_version
 from web_index.storage.buffer import Buffer, MethodPartition
+from web_index.storage.indexes import build_capture_index, ensure_capture_indexes
 
 __all__ = ["METHODS", "Compaction", "Listings", "PartitionFiles"]
 
@@ -99,7 +99,7 @@ class Compaction(Listing):
         if run is not None:
             self._forget_listings(targets)
         # Here, not at the top: the build needs polars, which a store opened to be read never does.
-        from web_index.storage._month_index_build import build_month_index
+        from web_index.storage.indexes import build_month_index
 
         for n, (type, year, month) in enumerate(sorted(months), start=len(targets) + 1):
             build_month_index(self.backend, type, year, month)

@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType, payload_digests
-from web_index.storage._checksum import CheckedFile, check_bytes
 from web_index.storage._layout import Partition, StoredFile, parse_file_name
 from web_index.storage._schema import (
     BODY_COLUMN,
@@ -30,6 +29,7 @@ from web_index.storage._schema import (
     SCHEMAS,
     SORT_KEYS,
 )
+from web_index.storage.pages import CheckedFile, check_bytes
 
 if TYPE_CHECKING:  # polars is imported where it is used: the lookup path never needs it
     import polars as pl
@@ -88,7 +88,7 @@ class WriteOptions:
         # Bodies of files with at least paged_min_bytes of them are written in
         # pages of about body_page_bytes, with the page index, so that a lookup
         # reads one page (15-40 KB compressed), not the row group's whole body
-        # chunk (storage/_pages.py). Smaller files are read whole or by their
+        # chunk (storage/pages/_reader.py). Smaller files are read whole or by their
         # one small row group, and skip the page index's bytes. Each page is a
         # zstd frame of its own: 16 KiB pages made the body column 31% bigger
         # than 1 MiB row groups and took the store past its size target; 64 KiB

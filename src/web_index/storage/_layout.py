@@ -29,8 +29,8 @@ __all__ = [
 
 BUFFER_DIR = "_buffer"
 LOCK_DIR = "_locks"
-INDEX_DIR = "_index"  # month key indexes (storage/_month_index.py)
-CAPTURES_DIR = "_captures"  # capture indexes (storage/_capture_index.py)
+INDEX_DIR = "_index"  # month key indexes (storage/indexes/_month.py)
+CAPTURES_DIR = "_captures"  # capture indexes (storage/indexes/_captures.py)
 TMP_DIR = "_tmp"
 # Says "this location is a web-index store": written when a store is created,
 # so that a reader given a wrong location fails instead of answering nothing.

@@ -44,8 +44,6 @@ from web_index.models import (
     RecordType,
     payload_digests,
 )
-from web_index.storage._capture_index import capture_index_bytes
-from web_index.storage._capture_index_build import table_lines
 from web_index.storage._files import (
     WriteOptions,
     columns_to_table,
@@ -59,6 +57,7 @@ from web_index.storage._locks import Locks
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SORT_KEYS
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
+from web_index.storage.indexes import capture_index_bytes, table_lines
 
 __all__ = ["Spill"]
 

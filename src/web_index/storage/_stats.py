@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 from web_index.errors import StoreError
 from web_index.models import RecordType
 from web_index.storage._layout import Partition, StoredFile
-from web_index.storage._month_index import MonthIndex, open_month_index
 from web_index.storage._store import Store
 from web_index.storage.backends import CacheStats
+from web_index.storage.indexes import MonthIndex, open_month_index
 
 __all__ = ["AttemptCount", "PartitionStats", "StoreStats", "attempt_counts", "stats"]
 

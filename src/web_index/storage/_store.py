@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 from web_index.errors import StoreError
 from web_index.models import AttemptRows
-from web_index.storage._capture_index import CaptureIndexes
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._compaction import METHODS, Compaction, Listings
 from web_index.storage._crash import crash_point
@@ -25,6 +24,7 @@ from web_index.storage._marker import open_or_create
 from web_index.storage._schema import SORT_KEYS
 from web_index.storage.backends import Backend
 from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
+from web_index.storage.indexes import CaptureIndexes
 
 if TYPE_CHECKING:
     from web_index.storage.backends import S3Backend

@@ -12,13 +12,12 @@ import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError, InvalidRecordError, StoreError
 from web_index.models import RecordType, month_bounds, payload_digests
-from web_index.storage._capture_index_verify import capture_index_findings
 from web_index.storage._files import FORMAT_KEY, outdated, schema_matches, visible_files
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
-from web_index.storage._month_index_format import index_path
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SCHEMAS, SORT_KEYS, TS_COLUMN
 from web_index.storage._store import Store
 from web_index.storage.buffer import MethodPartition
+from web_index.storage.indexes import capture_index_findings, index_path
 from web_index.urls import domain_of, url_key
 
 __all__ = ["Finding", "VerifyReport", "verify"]
@@ -53,7 +52,7 @@ class VerifyReport:
 def verify(store: Store, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
     # Here, not at the top: these read the index against the files with polars, which a
     # store opened to be read never needs (27 MiB and ~120 ms of import).
-    from web_index.storage._month_index_verify import index_disagreement, index_note
+    from web_index.storage.indexes import index_disagreement, index_note
 
     report = VerifyReport()
     # Per method partition: request ids of successful metadata and of data chains.

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from web_index.storage._checksum import CheckedFile, check_footer
 from web_index.storage.backends.base import FileInfo
+from web_index.storage.pages import CheckedFile, check_footer
 
 if TYPE_CHECKING:
     from web_index.storage.backends.s3 import S3Backend

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.errors import StoreError
-from web_index.storage._checksum import CHECKSUM_KEY, PLACEHOLDER, seal_buffer, seal_file
+from web_index.storage.pages import CHECKSUM_KEY, PLACEHOLDER, seal_buffer, seal_file
 
 __all__ = [
     "Backend",

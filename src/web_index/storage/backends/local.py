@@ -17,7 +17,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from web_index.storage._checksum import CheckedFile, check_footer, check_whole, pread_exact, seal_file
 from web_index.storage._layout import TMP_DIR
 from web_index.storage.backends.base import (
     FileInfo,
@@ -27,6 +26,7 @@ from web_index.storage.backends.base import (
     write_sealed,
     write_table,
 )
+from web_index.storage.pages import CheckedFile, check_footer, check_whole, pread_exact, seal_file
 
 __all__ = ["LocalBackend"]
 

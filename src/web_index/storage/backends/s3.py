@@ -45,7 +45,6 @@ from obstore.exceptions import (
 from obstore.store import S3Store
 
 from web_index.errors import ConflictError, StoreError
-from web_index.storage._checksum import check_whole
 from web_index.storage._layout import TMP_DIR
 from web_index.storage.backends._object_file import ObjectFile, ObjectInfo, RequestCounter, file_info
 from web_index.storage.backends._s3_config import store_config
@@ -58,6 +57,7 @@ from web_index.storage.backends.base import (
     store_path,
     write_sealed,
 )
+from web_index.storage.pages import check_whole
 
 __all__ = ["S3Backend"]
 

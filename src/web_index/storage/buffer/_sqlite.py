@@ -44,7 +44,7 @@ _SCHEMA = [
         -- 1: its capture lines are in buffered_lines
         lined      INTEGER NOT NULL DEFAULT 0
     )""",
-    # The capture line (web_index.storage._capture_lines) of each buffered
+    # The capture line (web_index.storage.indexes._capture_lines) of each buffered
     # response, made at insert: a CDX lookup finds its key's lines through
     # buffered_lines_key, never reading a body or another URL's rows. A line is
     # a function of the row and of the line format: a change to the format

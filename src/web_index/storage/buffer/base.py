@@ -13,7 +13,7 @@ import msgspec
 
 from web_index.errors import StoreError
 from web_index.models import GET_COLUMNS, HEAD_COLUMNS, AttemptRows, RecordType, row_dicts
-from web_index.storage._capture_lines import response_capture_line
+from web_index.storage.indexes import response_capture_line
 
 __all__ = [
     "Buffer",

@@ -97,7 +97,7 @@ CREATE TABLE IF NOT EXISTS web_index_generations (
     method TEXT NOT NULL, year SMALLINT NOT NULL, month SMALLINT NOT NULL, gen BIGINT NOT NULL,
     PRIMARY KEY (method, year, month)
 );
--- The capture line (web_index.storage._capture_lines) of each buffered response,
+-- The capture line (web_index.storage.indexes._capture_lines) of each buffered response,
 -- made at insert: a CDX lookup reads its key's lines through web_index_lines_key,
 -- never a body or another URL's rows. Deleted with their attempt (a flush).
 -- Rows inserted by a version before these (lined false) get theirs when a

@@ -1,7 +1,7 @@
 """The month index's file: its columns, footer keys and covers list, and the one
 writer and reader of them.
 
-Kept apart from opening and building (``_month_index``, ``_month_index_build``)
+Kept apart from opening and building (``_month``, ``_month_build``)
 so that what a build writes and what an open accepts are one definition: a
 change here is a change of format, and then ``VERSION`` changes too.
 """

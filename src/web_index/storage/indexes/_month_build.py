@@ -1,10 +1,10 @@
 """Building a month index, incrementally: a domain whose files are unchanged
 since the previous index keeps its rows, the others are read again.
 
-Apart from opening and lookup (``_month_index``) because it is compaction's
+Apart from opening and lookup (``_month``) because it is compaction's
 work, not a query's, and reads the data files' key columns, which a lookup
 never does. ``read_records`` is shared with ``verify``'s check of an index
-against the files (``_month_index_verify``).
+against the files (``_month_verify``).
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._files import list_partition_files, read_small_files, sorted_unique, visible_files
 from web_index.storage._layout import StoredFile
-from web_index.storage._month_index import MonthIndex, open_month_index
-from web_index.storage._month_index_format import (
+from web_index.storage._schema import TS_COLUMN
+from web_index.storage.backends import Backend, LocalBackend
+from web_index.storage.indexes._month import MonthIndex, open_month_index
+from web_index.storage.indexes._month_format import (
     SCHEMA,
     Covered,
     folder_stamp,
     key_hash,
     write_index,
 )
-from web_index.storage._schema import TS_COLUMN
-from web_index.storage.backends import Backend, LocalBackend
 
 __all__ = ["build_month_index", "read_records"]
 

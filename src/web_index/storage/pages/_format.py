@@ -3,7 +3,7 @@ protocol, an OffsetIndex's page locations, PLAIN values and definition levels.
 
 Parquet's footer, offset indexes and page headers are Thrift structs in the
 compact protocol. pyarrow parses the footer but exposes neither where a column
-chunk's offset index is nor the index itself, so :mod:`._pages` reads those
+chunk's offset index is nor the index itself, so :mod:`._reader` reads those
 few structs here. A struct decodes into ``{field id: value}`` (nested structs
 as dicts, lists as lists, binary as bytes); anything malformed is a
 :class:`ThriftError`, which callers turn into a damaged-file error.

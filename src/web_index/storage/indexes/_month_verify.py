@@ -1,7 +1,7 @@
 """What ``verify`` says about a month index: whether it is used, and whether
 the rows it is trusted for are the files' records.
 
-Apart from opening and lookup (``_month_index``): queries never run these
+Apart from opening and lookup (``_month``): queries never run these
 checks, which read the whole index and, for the second, the files it covers.
 """
 
@@ -13,10 +13,10 @@ import pyarrow as pa
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._files import list_partition_files
-from web_index.storage._month_index import open_month_index
-from web_index.storage._month_index_build import read_records
-from web_index.storage._month_index_format import SCHEMA, VERSION, VERSION_KEY, index_path
 from web_index.storage.backends import Backend
+from web_index.storage.indexes._month import open_month_index
+from web_index.storage.indexes._month_build import read_records
+from web_index.storage.indexes._month_format import SCHEMA, VERSION, VERSION_KEY, index_path
 
 __all__ = ["index_disagreement", "index_note"]
 

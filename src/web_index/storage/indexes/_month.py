@@ -31,8 +31,8 @@ The index is derived data, written by compaction, and never trusted blindly:
 So a stale, missing or deleted index costs speed, never an answer.
 
 This module opens an index and looks keys up in it. The file's columns and
-footer are in ``_month_index_format``, building (and rebuilding) it in
-``_month_index_build``, and what ``verify`` says of it in ``_month_index_verify``.
+footer are in ``_month_format``, building (and rebuilding) it in
+``_month_build``, and what ``verify`` says of it in ``_month_verify``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ import pyarrow.parquet as pq
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._layout import Partition, StoredFile, parse_file_name
-from web_index.storage._month_index_format import (
+from web_index.storage.backends import Backend
+from web_index.storage.indexes._month_format import (
     LOOKUP_COLUMNS,
     STAMP_KEY,
     TALLY_COLUMNS,
@@ -60,7 +61,6 @@ from web_index.storage._month_index_format import (
     read_covers,
     rid_text,
 )
-from web_index.storage.backends import Backend
 
 __all__ = ["IndexHit", "MonthIndex", "open_month_index"]
 

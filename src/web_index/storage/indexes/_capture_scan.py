@@ -1,7 +1,7 @@
 """Finding captures by SURT prefix: what a CDX query reads.
 
 Month by month, one registrable domain's partition gives its lines from its
-capture index (bisected, ``_capture_index``), the lines of the part files that
+capture index (bisected, ``_captures``), the lines of the part files that
 index does not cover and of buffered rows (those of the prefixes only, found by
 key in the buffer, which made them at insert: no body is read), or, with no
 usable index, the lines of all its visible files. The months' sorted streams
@@ -14,14 +14,17 @@ from __future__ import annotations
 import functools
 import heapq
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
 from web_index._retry import retrying
 from web_index.models import RecordType, month_bounds
-from web_index.storage._capture_lines import capture_stamp, file_capture_lines
 from web_index.storage._layout import Partition, compacted_file
-from web_index.storage._store import Store
+from web_index.storage.indexes._capture_lines import capture_stamp, file_capture_lines
+
+if TYPE_CHECKING:  # the store imports this package (its capture indexes): at run time, a cycle
+    from web_index.storage._store import Store
 
 __all__ = ["find_capture_lines"]
 

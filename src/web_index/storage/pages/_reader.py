@@ -35,8 +35,9 @@ import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError
 from web_index.models import payload_sha1
-from web_index.storage._checksum import CHECKSUM_KEY, CheckedFile
-from web_index.storage._page_format import (
+from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
+from web_index.storage.pages._checksum import CHECKSUM_KEY, CheckedFile
+from web_index.storage.pages._format import (
     Reader,
     ThriftError,
     UnsupportedPageError,
@@ -44,7 +45,6 @@ from web_index.storage._page_format import (
     page_locations,
     plain_values,
 )
-from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
 
 __all__ = ["BodyPages", "UnsupportedPageError", "body_pages", "read_group"]
 

@@ -1,6 +1,6 @@
 """What ``verify`` says about a partition's capture index.
 
-Apart from opening and lookup (``_capture_index``): queries never run this
+Apart from opening and lookup (``_captures``): queries never run this
 check, which reads the whole index and the file it covers. An index that is
 missing or unusable costs speed (a note); one that is used and disagrees with
 its file gives wrong CDX answers (a problem).
@@ -9,10 +9,10 @@ its file gives wrong CDX answers (a problem).
 from __future__ import annotations
 
 from web_index.errors import CorruptFileError
-from web_index.storage._capture_index import capture_index_path, index_names, open_capture_index
-from web_index.storage._capture_index_build import file_lines
 from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage.backends import Backend
+from web_index.storage.indexes._captures import capture_index_path, index_names, open_capture_index
+from web_index.storage.indexes._captures_build import file_lines
 
 __all__ = ["capture_index_findings"]
 

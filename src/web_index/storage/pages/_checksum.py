@@ -164,7 +164,7 @@ class CheckedFile(pq.ParquetFile):
 
     def __init__(self, source: Any, *, path: str, **options: Any) -> None:
         self.store_path = path
-        # Kept for positioned reads of single pages (``_pages``): the very
+        # Kept for positioned reads of single pages (``_reader``): the very
         # version whose footer was checked (the same descriptor or mapping on a
         # local disk, the same ETag on S3), never the name opened again.
         self.source: pa.NativeFile | None = source if isinstance(source, pa.NativeFile) else None

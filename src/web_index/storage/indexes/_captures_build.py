@@ -1,4 +1,4 @@
-"""Writing capture indexes: compaction's work, apart from the lookup (``_capture_index``).
+"""Writing capture indexes: compaction's work, apart from the lookup (``_captures``).
 
 An index is made from its compacted file alone, read a row group at a time
 without bodies (a file written before payload digests were stored has them
@@ -16,7 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.models import RecordType
-from web_index.storage._capture_index import (
+from web_index.storage._files import list_partition_files, read_superseded
+from web_index.storage._layout import Partition, StoredFile, compacted_file
+from web_index.storage.backends import Backend, handle_version
+from web_index.storage.indexes._capture_lines import capture_lines, file_capture_lines
+from web_index.storage.indexes._captures import (
     capture_index_folder,
     capture_index_name,
     index_domain,
@@ -24,10 +28,6 @@ from web_index.storage._capture_index import (
     remove_indexes,
     write_capture_index,
 )
-from web_index.storage._capture_lines import capture_lines, file_capture_lines
-from web_index.storage._files import list_partition_files, read_superseded
-from web_index.storage._layout import Partition, StoredFile, compacted_file
-from web_index.storage.backends import Backend, handle_version
 
 __all__ = ["build_capture_index", "ensure_capture_indexes", "file_lines", "table_lines"]
 

@@ -1,0 +1,51 @@
+"""Where a record is found: the month key index (one file per type and month,
+sorted by key hash: ``_month`` opens and looks up, ``_month_format`` is its file,
+``_month_build`` builds it, ``_month_verify`` checks it against the files) and the
+capture indexes (SURT-sorted CDXJ beside each compacted ``get``/``head`` file: its
+lines in ``_capture_lines``, opened and bisected in ``_captures``, written in
+``_captures_build``, checked in ``_captures_verify``, read by SURT prefix with the
+parts and the buffer in ``_capture_scan``). Nothing here is public (``__all__`` is
+empty): the names imported ``as`` themselves are the internal API of the rest of
+storage. ``build_month_index``, ``index_disagreement`` and ``index_note`` are
+imported on first use: they need polars, which a store opened to be read never
+does (27 MiB and ~120 ms of import).
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from web_index.storage.indexes._capture_lines import CaptureFields as CaptureFields
+from web_index.storage.indexes._capture_lines import capture_mime as capture_mime
+from web_index.storage.indexes._capture_lines import parse_capture_line as parse_capture_line
+from web_index.storage.indexes._capture_lines import response_capture_line as response_capture_line
+from web_index.storage.indexes._capture_scan import find_capture_lines as find_capture_lines
+from web_index.storage.indexes._captures import CaptureIndexes as CaptureIndexes
+from web_index.storage.indexes._captures import capture_index_bytes as capture_index_bytes
+from web_index.storage.indexes._captures_build import build_capture_index as build_capture_index
+from web_index.storage.indexes._captures_build import ensure_capture_indexes as ensure_capture_indexes
+from web_index.storage.indexes._captures_build import table_lines as table_lines
+from web_index.storage.indexes._captures_verify import capture_index_findings as capture_index_findings
+from web_index.storage.indexes._month import IndexHit as IndexHit
+from web_index.storage.indexes._month import MonthIndex as MonthIndex
+from web_index.storage.indexes._month import open_month_index as open_month_index
+from web_index.storage.indexes._month_format import index_path as index_path
+from web_index.storage.indexes._month_format import key_hash as key_hash
+
+if TYPE_CHECKING:
+    from web_index.storage.indexes._month_build import build_month_index as build_month_index
+    from web_index.storage.indexes._month_verify import index_disagreement as index_disagreement
+    from web_index.storage.indexes._month_verify import index_note as index_note
+
+__all__: list[str] = []
+
+_ON_FIRST_USE = {
+    "build_month_index": "web_index.storage.indexes._month_build",
+    "index_disagreement": "web_index.storage.indexes._month_verify",
+    "index_note": "web_index.storage.indexes._month_verify",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ON_FIRST_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)

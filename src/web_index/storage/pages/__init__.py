@@ -1,0 +1,21 @@
+"""Where a record is read: a row group of a store file, a big file's bodies by
+their own data page through the Parquet page index (``_reader``, the Thrift and
+PLAIN bytes it decodes in ``_format``), and the checksums every read checks and
+every write seals (``_checksum``: the footer's CRC, the whole file's, the pages'
+CRCs as pyarrow reads them). Nothing here is public (``__all__`` is empty): the
+names imported ``as`` themselves are the internal API of the rest of storage,
+the backends included, so that this package never imports them back.
+"""
+
+from web_index.storage.pages._checksum import CHECKSUM_KEY as CHECKSUM_KEY
+from web_index.storage.pages._checksum import PLACEHOLDER as PLACEHOLDER
+from web_index.storage.pages._checksum import CheckedFile as CheckedFile
+from web_index.storage.pages._checksum import check_bytes as check_bytes
+from web_index.storage.pages._checksum import check_footer as check_footer
+from web_index.storage.pages._checksum import check_whole as check_whole
+from web_index.storage.pages._checksum import pread_exact as pread_exact
+from web_index.storage.pages._checksum import seal_buffer as seal_buffer
+from web_index.storage.pages._checksum import seal_file as seal_file
+from web_index.storage.pages._reader import read_group as read_group
+
+__all__: list[str] = []
