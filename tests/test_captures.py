@@ -596,7 +596,7 @@ def test_a_lookup_reads_no_body_of_the_buffered_records_of_its_domain(
     no buffered row (the blobs hold the bodies) but the ones it returns, and hash no body."""
     from web_index.models import PageKey, SimplePageQuery, TimeAwarePageQuery
     from web_index.storage import _files
-    from web_index.storage.buffer import base, postgres, sqlite
+    from web_index.storage.buffer import _sqlite_reads, base, postgres
     from web_index.storage.indexes import _capture_lines
 
     dsn = request.getfixturevalue("postgres").new_database() if kind == "postgres" else None
@@ -637,7 +637,7 @@ def test_a_lookup_reads_no_body_of_the_buffered_records_of_its_domain(
 
     with (
         patch.object(base, "_decode", decode),
-        patch.object(sqlite, "_decode", decode),
+        patch.object(_sqlite_reads, "_decode", decode),
         patch.object(postgres, "_decode", decode),
         patch.object(_capture_lines, "payload_sha1", sha1),
         patch.object(_files, "payload_digests", digests),
