@@ -1,7 +1,7 @@
 """Batches of simple queries on one store, bodies by page against by row group, alternated.
 
 The same process, the same files: each round asks a fresh sample of URLs from
-the dataset's manifest twice, once with the page path (``storage/_pages.py``)
+the dataset's manifest twice, once with the page path (``storage/pages/_reader.py``)
 and once with it turned off (every body read with its row group, as before),
 in alternating order, each through a fresh ``WebIndex``; wall and CPU time per
 batch. On a machine shared with other work this says more than two runs made
@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from web_index import WebIndex
 from web_index.models import SimplePageQuery
-from web_index.storage import _pages
+from web_index.storage.pages import _reader as _pages
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,7 +1,7 @@
 """One record, one read (issue 38): a body by its page against its row group.
 
 In one run, on the same files: the time to read one record's full row (all
-columns, its body included) through the page path (``storage/_pages.py``)
+columns, its body included) through the page path (``storage/pages/_reader.py``)
 and through the row group (what queries did before), and the size of a
 ``get`` file written with and without the page settings (body pages of the
 default size, the page index), and other page sizes. Then, for one-row-group
@@ -36,8 +36,8 @@ from synth import BodyMaker  # noqa: E402
 from web_index.models import RecordType  # noqa: E402
 from web_index.storage import Partition, WriteOptions  # noqa: E402
 from web_index.storage._files import columns_to_table, write_partition_file  # noqa: E402
-from web_index.storage._pages import body_pages, read_group  # noqa: E402
 from web_index.storage.backends import LocalBackend  # noqa: E402
+from web_index.storage.pages._reader import body_pages, read_group  # noqa: E402
 
 PARTITION = Partition(RecordType.GET, 2024, 8, "example.com")
 # The row-group path of queries before this change: everything off.

@@ -45,8 +45,8 @@ from web_index.ingest import validate_attempt
 from web_index.models import AttemptMetadata, AttemptState, RecordType, Response
 from web_index.storage._files import WriteOptions, rows_to_table, sort_dedupe, write_partition_file
 from web_index.storage._layout import Partition
-from web_index.storage._month_index_format import COVERS_KEY, read_covers
 from web_index.storage.backends import LocalBackend
+from web_index.storage.indexes._month_format import COVERS_KEY, read_covers
 
 # Bump when the generator's output changes, so that stale caches are not reused.
 # 2: files written directly in compacted form (request ids no longer in time order).

@@ -15,6 +15,7 @@ from unittest.mock import patch
 
 import pytest
 import surt
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -24,8 +25,10 @@ from tests.factories import metadata
 from web_index import WebIndex
 from web_index.errors import InvalidRecordError
 from web_index.models import RecordType, Response
-from web_index.storage import MethodPartition
+from web_index.storage import CaptureFields, MethodPartition, parse_capture_line
+from web_index.storage.indexes._capture_lines import line_row
 from web_index.storage.indexes._captures import CaptureIndexes
+from web_index.storage.indexes._captures_format import CaptureIndex, encode_index
 
 # Hosts of one registrable domain (example.com) and of another (example.org).
 URLS = [
@@ -55,6 +58,11 @@ def matches(key: str, query_url: str, match: str) -> bool:
         "host": key.startswith(host + ")"),
         "domain": key.startswith((host + ")", host + ",")),
     }[match]
+
+
+def views(lines: list[str]) -> list[tuple[str, str, CaptureFields]]:
+    """What a capture's line says wherever it was read from (an index's line says more)."""
+    return [parse_capture_line(line) for line in lines]
 
 
 def rows_of(lines: list[str]) -> list[Row]:
@@ -127,18 +135,18 @@ class Captures(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def damage_an_index(self, data: st.DataObject) -> None:
-        indexes = sorted((self.dir / "s" / "_captures").rglob("*.cdxj"))
+        indexes = sorted((self.dir / "s" / "_captures").rglob("*.cdxj.zst"))
         if indexes:
             path = data.draw(st.sampled_from(indexes))
             raw = bytearray(path.read_bytes())
-            raw[-2] ^= 1  # in the last line: its CRC no longer matches
+            raw[-2] ^= 1  # in the last block: the index's CRC no longer matches
             # Replaced, as every store file is written (one mapped already keeps its content).
             path.with_suffix(".tmp").write_bytes(bytes(raw))
             path.with_suffix(".tmp").replace(path)
 
     @rule(data=st.data())
     def lose_an_index(self, data: st.DataObject) -> None:
-        indexes = sorted((self.dir / "s" / "_captures").rglob("*.cdxj"))
+        indexes = sorted((self.dir / "s" / "_captures").rglob("*.cdxj.zst"))
         if indexes:
             data.draw(st.sampled_from(indexes)).unlink()
 
@@ -217,13 +225,19 @@ def _chain_index(tmp_path: Path) -> WebIndex:
 
 def test_compaction_writes_one_index_per_compacted_file(tmp_path: Path) -> None:
     with _chain_index(tmp_path) as index:
-        (path,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
+        (path,) = (tmp_path / "s" / "_captures").rglob("*.cdxj.zst")
         assert path.parent.relative_to(tmp_path / "s") == Path("_captures/get/2024/09")
-        head, *lines = path.read_text().splitlines()
-        assert head.startswith("!meta ") and len(lines) == 300
-        meta = json.loads(head.removeprefix("!meta "))
-        assert meta["covers"] == "example.com.parquet" and meta["lines"] == 300
-        assert len(meta["samples"]) == 5  # every 64th line
+        opened = CaptureIndex(str(path), path.read_bytes())
+        meta = opened.meta
+        assert meta.covers == "example.com.parquet" and meta.lines == 300 and meta.rows == 300
+        assert len(opened._blocks) == 5  # of 64 lines
+        # The file is a zstd stream of the lines (its header a skippable frame).
+        with path.open("rb") as fh:
+            text = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True).read()
+        assert text.splitlines() == list(opened.lines((b"",))) and len(text.splitlines()) == 300
+        # Each row of the file has its line, found by its row.
+        by_row = [opened.row_line(r) or b"" for r in range(300)]
+        assert sorted(by_row) == text.splitlines() and [line_row(line) for line in by_row] == list(range(300))
         # A prefix ending between two sampled lines, and one after the last line.
         found = list(index.captures("https://example.com/p/07", match="prefix"))
         assert [line.split(" ", 1)[0] for line in found] == [f"com,example)/p/{n:03d}" for n in range(70, 80)]
@@ -233,13 +247,13 @@ def test_compaction_writes_one_index_per_compacted_file(tmp_path: Path) -> None:
 
 def test_a_compaction_replaces_the_index_of_the_file_it_rewrites(tmp_path: Path) -> None:
     with _chain_index(tmp_path) as index:
-        (before,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
+        (before,) = (tmp_path / "s" / "_captures").rglob("*.cdxj.zst")
         index.insert(*_one("https://example.com/p/new"))
         index.flush()
         # The new part is read directly, beside the index of the compacted file.
         assert len(list(index.captures("https://example.com/p/", match="prefix"))) == 301
         index.compact()
-        (after,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
+        (after,) = (tmp_path / "s" / "_captures").rglob("*.cdxj.zst")
         assert after != before and not before.exists()
         assert len(list(index.captures("https://example.com/p/", match="prefix"))) == 301
 
@@ -249,7 +263,7 @@ def test_compact_writes_the_indexes_a_store_lacks(tmp_path: Path) -> None:
         shutil.rmtree(tmp_path / "s" / "_captures")
         assert len(list(index.captures("https://example.com/", match="host"))) == 300  # from the file
         index.compact()
-        assert len(list((tmp_path / "s" / "_captures").rglob("*.cdxj"))) == 1
+        assert len(list((tmp_path / "s" / "_captures").rglob("*.cdxj.zst"))) == 1
 
 
 def test_bad_questions_name_their_field(tmp_path: Path) -> None:
@@ -270,41 +284,20 @@ def _one(url: str) -> tuple[str, str, datetime, object, list[Response]]:
 def test_a_damaged_index_is_read_around(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with _chain_index(tmp_path) as index:
         expected = list(index.captures("https://example.com/p/", match="prefix"))
-    (path,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
+    (path,) = (tmp_path / "s" / "_captures").rglob("*.cdxj.zst")
     raw = bytearray(path.read_bytes())
     raw[-2] ^= 1
     path.write_bytes(bytes(raw))
     with WebIndex(tmp_path / "s") as index:
-        assert list(index.captures("https://example.com/p/", match="prefix")) == expected
+        assert views(list(index.captures("https://example.com/p/", match="prefix"))) == views(expected)
     assert "capture index damaged" in caplog.text
 
 
-def _index_bytes(lines: list[bytes], **meta: object) -> bytes:
-    import zlib
-
-    body = b"".join(line + b"\n" for line in lines)
-    samples, offset = [], 0
-    for n, line in enumerate(lines):
-        if n % 64 == 0:
-            samples.append(offset)
-        offset += len(line) + 1
-    head = {
-        "format": 1,
-        "covers": "x.parquet",
-        "size": 1,
-        "version": "v",
-        "superseded": [],
-        "lines": len(lines),
-        "crc32": zlib.crc32(body),
-        "samples": samples,
-    }
-    head.update(meta)
-    return b"!meta " + json.dumps(head).encode() + b"\n" + body
+def _index_bytes(lines: list[bytes], covers: str = "x.parquet", size: int = 1, version: str = "v") -> bytes:
+    return encode_index(covers, size, version, [], lines)
 
 
 def test_lines_of_prefixes_of_any_lengths() -> None:
-    from web_index.storage.indexes._captures import CaptureIndex
-
     lines = sorted(f"{k} 2024{n:010d} {{}}".encode() for k in ("a", "ab", "ac", "b", "x1") for n in range(70))
     index = CaptureIndex("i", _index_bytes(lines))
     for prefixes in [(b"a",), (b"ab",), (b"a", b"ab"), (b"x", b"ab"), (b"ac ", b"b "), (b"c",)]:
@@ -316,41 +309,51 @@ def test_lines_of_prefixes_of_any_lengths() -> None:
     keys=st.lists(st.binary(min_size=1, max_size=6).map(lambda b: b.hex().encode()), max_size=60),
     copies=st.integers(1, 30),
     probes=st.lists(st.binary(max_size=4).map(lambda b: b.hex().encode()), min_size=1, max_size=10),
-    head=st.sampled_from([1, 3, 8, 256]),
+    block=st.sampled_from([1, 3, 8, 64]),
 )
 def test_the_bisection_finds_the_first_line_not_below_a_key(
-    keys: list[bytes], copies: int, probes: list[bytes], head: int
+    keys: list[bytes], copies: int, probes: list[bytes], block: int
 ) -> None:
-    """Lines of any lengths, many sharing a key, over several samples: the first
-    line not below each key, exactly, whether the key is longer than the sampled
-    lines' first bytes held in memory (``head``) or not."""
-    from web_index.storage.indexes import _captures
+    """Lines of any lengths, many sharing a key, over blocks of any size: from the first line
+    not below each key, exactly the lines that start with it, and each row's line by its row."""
+    from web_index.storage.indexes import _captures_format
 
     lines = sorted(f"{k.decode()} 2024{n:010d} {{}}".encode() for n, k in enumerate(keys * copies))
-    data = _index_bytes(lines)
-    start = data.index(b"\n") + 1
-    offsets = [start + sum(len(line) + 1 for line in lines[:i]) for i in range(len(lines) + 1)]
-    with patch.object(_captures, "_HEAD", head):
-        index = _captures.CaptureIndex("i", data)
-        for key in [*probes, *keys[:5]]:
-            first = next((i for i, line in enumerate(lines) if line[: len(key)] >= key), len(lines))
-            assert index._lower_bound(key) == offsets[first]
+    with patch.object(_captures_format, "BLOCK_LINES", block):
+        index = CaptureIndex("i", _index_bytes(lines))
+    for key in [*probes, *keys[:5]]:
+        assert list(index.lines((key,))) == [line for line in lines if line.startswith(key)]
+    rowed = sorted(f'{k.decode()} 2024{n:010d} {{"row":{n}}}'.encode() for n, k in enumerate(keys * copies))
+    with patch.object(_captures_format, "BLOCK_LINES", block):
+        index = CaptureIndex("i", _index_bytes(rowed))
+    by_row = {int(line.rsplit(b":", 1)[1][:-1]): line for line in rowed}
+    assert [index.row_line(r) for r in range(len(rowed) + 1)] == [
+        by_row.get(r) for r in range(len(rowed) + 1)
+    ]
+
+
+def _damaged(data: bytes, at: int) -> bytes:
+    raw = bytearray(data)
+    raw[at] ^= 1
+    return bytes(raw)
+
+
+_GOOD = _index_bytes([b"a 1 {}", b"b 2 {}"])
 
 
 @pytest.mark.parametrize(
     ("data", "problem"),
     [
-        (b"!meta {not json\nx 1 {}\n", "unreadable !meta"),
-        (b"!meta {}\nx 1 {}\n", "unreadable !meta"),
-        (_index_bytes([b"a 1 {}", b"b 2 {}"], samples=[0, 3]), "samples"),
-        (_index_bytes([b"a 1 {}", b"b 2 {}"], samples=[2]), "samples"),
-        (_index_bytes([b"a 1 {}"], crc32=1), "CRC-32"),
-        (b"a 1 {}\n", "no !meta line"),
+        (b"!meta {}\nx 1 {}\n", "no header frame"),
+        (_GOOD[:8] + b"!meta {not json" + _GOOD[8 + 15 :], "unreadable !meta"),
+        (_damaged(_GOOD, len(_GOOD) - 3), "CRC-32"),
+        (_damaged(_GOOD, _GOOD.index(b"!blocks") + 12), "CRC-32"),
+        (_GOOD[:-1], "CRC-32"),
+        (b"a 1 {}\n", "no header frame"),
     ],
 )
 def test_a_damaged_index_is_refused(data: bytes, problem: str) -> None:
     from web_index.errors import CorruptFileError
-    from web_index.storage.indexes._captures import CaptureIndex
 
     with pytest.raises(CorruptFileError, match=problem):
         CaptureIndex("i", data)
@@ -397,13 +400,13 @@ def test_an_index_that_cannot_be_written_fails_no_compaction(
     monkeypatch.undo()
     with WebIndex(tmp_path / "s") as index:
         index.compact()
-    assert len(list((tmp_path / "s" / "_captures").rglob("*.cdxj"))) == 1
+    assert len(list((tmp_path / "s" / "_captures").rglob("*.cdxj.zst"))) == 1
 
 
 def test_an_unusable_index_is_warned_of_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with _chain_index(tmp_path):
         pass
-    (path,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
+    (path,) = (tmp_path / "s" / "_captures").rglob("*.cdxj.zst")
     path.write_bytes(b"!meta {}\n")
     with WebIndex(tmp_path / "s") as index:
         for _ in range(3):
@@ -414,22 +417,21 @@ def test_an_unusable_index_is_warned_of_once(tmp_path: Path, caplog: pytest.LogC
 def test_verify_reports_capture_indexes(tmp_path: Path) -> None:
     with _chain_index(tmp_path) as index:
         assert index.verify().ok and not [n for n in index.verify().notes if "capture" in n.message]
-        (path,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
-        original = path.read_bytes()
+        (path,) = (tmp_path / "s" / "_captures").rglob("*.cdxj.zst")
+        opened = CaptureIndex(str(path), path.read_bytes())
         # An index that parses and checks but lost a line: answers from it would be wrong.
-        head, *lines = original.split(b"\n")[:-1]
-        path.write_bytes(_index_bytes(lines[1:], **_meta_of(head)))
+        lines = list(opened.lines((b"",)))
+        meta = opened.meta
+        path.write_bytes(encode_index(meta.covers, meta.size, meta.version, meta.superseded, lines[1:]))
         report = index.verify()
-        (problem,) = [p for p in report.problems if "capture" in p.message]
-        assert "1 capture(s) missing" in problem.message and "delete" in problem.message
+        lines_problem, rows_problem = sorted(
+            (p for p in report.problems if "capture" in p.message), key=lambda p: "row table" in p.message
+        )
+        assert "1 capture(s) missing" in lines_problem.message and "delete" in lines_problem.message
+        assert "row table" in rows_problem.message and "delete" in rows_problem.message
         path.unlink()
         report = index.verify()
         assert report.ok and any("no capture index" in n.message for n in report.notes)
-
-
-def _meta_of(head: bytes) -> dict[str, object]:
-    meta = json.loads(head.removeprefix(b"!meta "))
-    return {k: meta[k] for k in ("covers", "size", "version", "superseded")}
 
 
 def test_an_index_not_read_for_a_passing_fault_is_tried_again(
@@ -461,11 +463,11 @@ def test_compact_removes_the_index_a_failed_build_left_behind(
     from web_index.storage.indexes import _captures_build
 
     with _chain_index(tmp_path) as index:
-        (first,) = (tmp_path / "s" / "_captures").rglob("*.cdxj")
+        (first,) = (tmp_path / "s" / "_captures").rglob("*.cdxj.zst")
         index.insert(*_one("https://example.org/other"))  # a domain whose index stays right
         index.flush()
         index.compact()
-        (other,) = (tmp_path / "s" / "_captures").rglob("example.org.*.cdxj")
+        (other,) = (tmp_path / "s" / "_captures").rglob("example.org.*.cdxj.zst")
         index.insert(*_one("https://example.com/p/new"))
         index.flush()
 
@@ -479,9 +481,11 @@ def test_compact_removes_the_index_a_failed_build_left_behind(
         assert first.exists()
         assert any("older files" in n.message for n in index.verify().notes)
         index.compact()
-        (now,) = (tmp_path / "s" / "_captures").rglob("example.com.*.cdxj")
+        (now,) = (tmp_path / "s" / "_captures").rglob("example.com.*.cdxj.zst")
         assert now != first and not first.exists() and other.exists()
-        assert list(index.captures("https://example.org/other")) == [other.read_text().splitlines()[1]]
+        assert list(index.captures("https://example.org/other")) == [
+            line.decode() for line in CaptureIndex(str(other), other.read_bytes()).lines((b"",))
+        ]
         assert not [n for n in index.verify().notes if "capture" in n.message]
         assert len(list(index.captures("https://example.com/p/", match="prefix"))) == 301
 
@@ -550,9 +554,10 @@ CHAIN_URLS = st.sampled_from([*URLS, "https://example.com/a?z=1", "http://EXAMPL
 def test_buffered_captures_are_the_lines_of_the_flushed_and_compacted_store(
     attempts: list[tuple[str, list[str], datetime, bytes, dict[str, str], int]],
 ) -> None:
-    """Whole lines (digest, mime, status and where the response is included): what every
-    query finds while its captures are buffered is what it finds once they are flushed,
-    and once compacted (read from the capture index)."""
+    """What every query finds while its captures are buffered (each line's digest, mime,
+    status and which response it is) is what it finds once they are flushed, and once
+    compacted (read from the capture index); and each line's response, read by its place
+    once compacted, is the one the buffer gave."""
     with tempfile.TemporaryDirectory() as tmp, WebIndex(Path(tmp) / "s") as index:
         for n, (method, urls, at, body, headers, status) in enumerate(attempts):
             chain = [
@@ -580,12 +585,26 @@ def test_buffered_captures_are_the_lines_of_the_flushed_and_compacted_store(
                 for reverse in (False, True)
             ]
 
+        def responses(found: list[list[str]]) -> dict[tuple[str, int], Response | None]:
+            kinds = [method for method in ("get", "head") for _ in range(len(found) // 2)]
+            return {
+                (where.request_id, where.position): index.capture_response(line, type=kind)
+                for lines, kind in zip(found, kinds, strict=True)
+                for line in lines
+                for where in [parse_capture_line(line)[2]]
+            }
+
         buffered = answers()
         assert any(buffered)
+        stored = responses(buffered)
         index.flush()
-        assert answers() == buffered
+        assert [views(a) for a in answers()] == [views(a) for a in buffered]
         index.compact()
-        assert answers() == buffered
+        compacted = answers()
+        assert [views(a) for a in compacted] == [views(a) for a in buffered]
+        assert all('"row":' in line for lines in compacted for line in lines)  # from the index
+        with patch.object(index, "query", side_effect=AssertionError("not by its place")):
+            assert responses(compacted) == stored
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])

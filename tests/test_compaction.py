@@ -70,7 +70,7 @@ def _scans(tmp_path: Path, domains: int, monkeypatch: pytest.MonkeyPatch, by: st
                 _on_cluster._opened(str(store), None, False).close()
                 _on_cluster._opened.cache_clear()
         assert all(len(_parquet_names(store, t)) == domains for t in ("get", "get-metadata"))
-        assert len(list((store / "_captures" / "get" / MONTH).glob("*.cdxj"))) == domains
+        assert len(list((store / "_captures" / "get" / MONTH).glob("*.cdxj.zst"))) == domains
         assert not [n for n in index.verify().notes if "capture" in n.message]
     return scans
 

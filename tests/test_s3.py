@@ -178,7 +178,7 @@ def test_captures_from_an_object_store_match_local(
             fill(index, 40)  # over August and September: two indexes
             index.flush()
             index.compact()
-        assert any(f.name.endswith(".cdxj") for f in S3Backend(loc).list_files("_captures/get/2024/08"))
+        assert any(f.name.endswith(".cdxj.zst") for f in S3Backend(loc).list_files("_captures/get/2024/08"))
         for match in ("exact", "prefix", "host", "domain"):
             # The stores' request ids differ: the rest of each line must not.
             found, expected = (

@@ -23,6 +23,7 @@ from web_index.models import (
     Query,
     RecordType,
     Response,
+    from_us,
     to_us,
 )
 from web_index.query import Result, run_queries, time_bound
@@ -34,8 +35,10 @@ from web_index.storage import (
     FlushPolicy,
     MethodPartition,
     WriteOptions,
+    capture_response,
     find_capture_lines,
     open_store,
+    parse_capture_line,
 )
 from web_index.urls import key_and_domain, surt_prefixes
 
@@ -353,6 +356,32 @@ class WebIndex:
             reverse=reverse,
         )
         return (line.decode() for line in lines)
+
+    def capture_response(
+        self, line: str | bytes, *, type: RecordType | str = RecordType.GET
+    ) -> Response | None:
+        """The stored response a line of :meth:`captures` stands for, body
+        included (``None`` only if no such record is stored).
+
+        A line from a capture index holds the response and its body's place
+        (docs/format.md): one positioned read of its data page, checked against
+        the line's digest, and nothing looked up. Any other line (a buffered
+        capture, one of a part file) and a place that no longer holds the body
+        (the file compacted again) load the record by its page key, as
+        :meth:`query` does."""
+        kind = RecordType.parse(type)
+        raw = line.encode() if isinstance(line, str) else line
+        found = capture_response(self._store.backend, kind, raw)
+        if found is not None:
+            return found
+        _key, _stamp, where = parse_capture_line(raw)
+        key = PageKey(
+            url=where.page, timestamp=from_us(where.attempt_us), request_id=where.request_id, type=kind
+        )
+        page = self.query([key])[0]
+        if isinstance(page, Page) and where.position < len(page.responses):
+            return page.responses[where.position]
+        return None
 
     def lookup_digest(self, *digests: str | Digest) -> list[DigestHit]:
         """Every stored GET response whose body has one of these payload digests

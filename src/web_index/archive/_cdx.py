@@ -20,12 +20,12 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from web_index.archive._cdx_query import CDX_FIELDS, CdxQuery
 from web_index.errors import InvalidRecordError, InvalidURLError
 from web_index.index import WebIndex
-from web_index.models import Page, PageKey, Response, from_us
+from web_index.models import Response
 from web_index.storage import CaptureFields, parse_capture_line
 from web_index.urls import surt_prefixes
 
@@ -47,8 +47,10 @@ __all__ = [
 
 PAGE_SIZE = 1000  # captures a page of results (page=, showNumPages)
 _TEXT_FIELDS = CDX_FIELDS[:9]  # the 9-field CDX line, which pywb parses back
+_T = TypeVar("_T")
 
 Capture = tuple[dict[str, str], datetime]  # the fields, and the moment for closest
+_Where = tuple[CaptureFields, str]  # a capture's line, and its fields
 
 
 def capture_moment(timestamp: str) -> datetime:
@@ -99,17 +101,21 @@ def find_captures(index: WebIndex, query: CdxQuery, *, source: str) -> list[Capt
         return list(itertools.islice(near, query.limit))
     found: Iterator[Capture] = (capture for capture, _ in _matching(index, query, source, query.reverse))
     if query.reverse:
-        found = _ties_in_key_order(found)
+        found = _ties_in_key_order(found, lambda c: c)
     if query.collapse is not None:
         found = _collapsed(found, *query.collapse)
     return list(itertools.islice(found, query.limit))
 
 
-def _ties_in_key_order(newest_first: Iterator[Capture]) -> Iterator[Capture]:
-    """Captures in descending line order as ``ordered`` sorts them reversed: stably, so those of
-    one key and second keep their ascending order."""
-    for _, tied in itertools.groupby(newest_first, key=lambda c: (c[0]["urlkey"], c[0]["timestamp"])):
+def _ties_in_key_order(newest_first: Iterator[_T], capture: Callable[[_T], Capture]) -> Iterator[_T]:
+    """Captures (each ``capture(item)``) in descending line order as ``ordered`` sorts them
+    reversed: stably, so those of one key and second keep their ascending order."""
+    for _, tied in itertools.groupby(newest_first, key=lambda item: _key_and_second(capture(item))):
         yield from reversed(list(tied))
+
+
+def _key_and_second(capture: Capture) -> tuple[str, str]:
+    return capture[0]["urlkey"], capture[0]["timestamp"]
 
 
 class Memento(NamedTuple):
@@ -128,14 +134,15 @@ def closest_capture(index: WebIndex, query: CdxQuery, *, source: str) -> Memento
     response; ``None`` if there is none. Of equally close ones, the first in
     ``find_captures``'s order."""
     # Whole seconds, as captures are: the windows round it then bound exactly what they hold.
-    when = query.closest or datetime.now(UTC).replace(microsecond=0)
-    for capture, where in _nearest(index, query, source, when):
-        key = PageKey(
-            url=where.page, timestamp=from_us(where.attempt_us), request_id=where.request_id, type=query.type
-        )
-        page = index.query([key])[0]
-        if isinstance(page, Page) and where.position < len(page.responses):
-            return Memento(page.responses[where.position], capture, where.request_id, where.position)
+    if query.closest is None and query.match_type == "exact":
+        # The latest: one key's captures are in time order, read from the newest month.
+        found = _ties_in_key_order(_matching(index, query, source, reverse=True), lambda f: f[0])
+    else:
+        found = _nearest(index, query, source, query.closest or datetime.now(UTC).replace(microsecond=0))
+    for capture, (where, line) in found:
+        response = index.capture_response(line, type=query.type)
+        if response is not None:
+            return Memento(response, capture, where.request_id, where.position)
     return None
 
 
@@ -168,7 +175,7 @@ def _first_width(target: datetime) -> timedelta:
 
 def _nearest(
     index: WebIndex, query: CdxQuery, source: str, target: datetime
-) -> Iterator[tuple[Capture, CaptureFields]]:
+) -> Iterator[tuple[Capture, _Where]]:
     """The store's captures ``query`` matches, nearest to ``target`` first (as
     ``ordered`` ranks them), read lazily through widening windows round it.
 
@@ -202,7 +209,7 @@ def _matching(
     reverse: bool = False,
     window_start: datetime | None = None,
     window_end: datetime | None = None,
-) -> Iterator[tuple[Capture, CaptureFields]]:
+) -> Iterator[tuple[Capture, _Where]]:
     """The store's captures ``query`` matches (its key, dates and filters), in
     key order (descending if ``reverse``); only those from ``window_start`` to
     ``window_end`` (inclusive), if given."""
@@ -232,7 +239,7 @@ def _matching(
             "source_type": "web-index",
         }
         if wanted_fields(query, fields):
-            yield (fields, capture_moment(stamp)), where
+            yield (fields, capture_moment(stamp)), (where, line)
 
 
 def wanted_fields(query: CdxQuery, fields: dict[str, str]) -> bool:

@@ -48,6 +48,7 @@ class FileRows:
     handle: pq.ParquetFile | None  # None: not opened yet (found through the month index)
     rows: list[int] = field(default_factory=list)
     from_index: bool = False  # the month index said so: check the rows hold the record
+    version: str = ""  # of the file, where the month index knew it (its capture index is named by it)
 
 
 @dataclass(slots=True)
@@ -174,7 +175,7 @@ def _from_month(
                     i,
                     p,
                     Candidate(h.ts_us, h.request_id, h.calibre),
-                    FileRows(h.path, h.size, None, rows, from_index=True),
+                    FileRows(h.path, h.size, None, rows, from_index=True, version=h.version),
                 )
     for members, job in jobs:
         per_key = job.result()

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from web_index.models import AttemptMetadata, Page, RecordType, Response, from_us
-from web_index.query._find import Found
+from web_index.query._find import FileRows, Found
 from web_index.query._plan import Candidate, Plan
 from web_index.query._pool import reader_pool
-from web_index.storage import LocalBackend, Store, read_group, read_small_files
+from web_index.storage import LocalBackend, Store, StoredCapture, read_group, read_small_files
 
 __all__ = ["Result", "build_result", "load_results", "timestamps_as_int"]
 
@@ -53,6 +53,8 @@ def load_results(
     A plan whose rows are gone or changed goes to ``retry`` (and to ``no_index``
     if the month index pointed at them), to be looked up again.
     """
+    placed = _answer_by_place(store, plans, found, answers)
+    found = {i: f for i, f in found.items() if i not in placed}
     from_buffer = {f.candidate.request_id for f in found.values() if f.source is None}
     buffered = store.buffer.load(from_buffer) if from_buffer else {}
     local = store.backend if isinstance(store.backend, LocalBackend) else None
@@ -121,6 +123,59 @@ def load_results(
             answers[i] = build_result(p.type, chain[0], [])
         else:
             answers[i] = build_result(p.type, None, chain)
+
+
+def _answer_by_place(
+    store: Store, plans: list[Plan], found: dict[int, Found], answers: list[Result | bool]
+) -> set[int]:
+    """Answer the plans whose winner the month index found in a compacted file
+    with a capture index: each row's line, and its body by its place, with no
+    row group decoded (``storage.indexes._capture_records``). Return the plans
+    answered; the others (no index, a row it cannot give) are read by row group."""
+    by_file: dict[tuple[str, int, str], list[int]] = defaultdict(list)
+    for i, f in found.items():
+        src = f.source
+        if src is not None and src.from_index and src.version and not plans[i].type.is_metadata:
+            by_file[(src.path, src.size, src.version)].append(i)
+    if not by_file:
+        return set()
+
+    def read(key: tuple[str, int, str], idxs: list[int]) -> dict[int, tuple[StoredCapture, Response]] | None:
+        rows = sorted({r for i in idxs for r in cast(FileRows, found[i].source).rows})
+        return store.rows_by_place(plans[idxs[0]].type, *key, rows)
+
+    if len(by_file) == 1:  # a single query's one file: no hand-off to the pool
+        read_files = {key: read(key, idxs) for key, idxs in by_file.items()}
+    else:
+        pool = reader_pool(store)
+        jobs = {key: pool.submit(read, key, idxs) for key, idxs in by_file.items()}
+        read_files = {key: job.result() for key, job in jobs.items()}
+    done: set[int] = set()
+    for key, idxs in by_file.items():
+        rows_read = read_files[key]
+        if rows_read is None:
+            continue
+        for i in idxs:
+            p, c = plans[i], found[i].candidate
+            chain = [rows_read.get(r) for r in cast(FileRows, found[i].source).rows]
+            if any(
+                got is None
+                or (got[0].request_id, got[0].page, got[0].attempt_us, got[0].position)
+                != (c.request_id, p.url_key, c.ts_us, n)
+                for n, got in enumerate(chain)
+            ):
+                continue  # read the older way, which tells a stale place from a changed file
+            responses = [got[1] for got in chain if got is not None]
+            start = from_us(c.ts_us)
+            answers[i] = Page(
+                type=p.type,
+                url=responses[0].url,
+                timestamp=start,
+                request_id=c.request_id,
+                responses=responses,
+            )
+            done.add(i)
+    return done
 
 
 def _mismatch(row: dict[str, Any], p: Plan, c: Candidate) -> bool:

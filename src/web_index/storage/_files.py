@@ -69,7 +69,7 @@ class WriteOptions:
         compression_level: int = 3,
         group_min_bytes: int = 1 << 20,
         group_max_bytes: int = 64 << 20,
-        body_page_bytes: int = 64 << 10,
+        body_page_bytes: int = 16 << 10,
         paged_min_bytes: int = 256 << 10,
         dictionary_min_rows: int = 1000,
     ) -> None:
@@ -85,14 +85,14 @@ class WriteOptions:
         # while compaction streams). See docs/format.md.
         self.group_min_bytes = group_min_bytes
         self.group_max_bytes = group_max_bytes
-        # Bodies of files with at least paged_min_bytes of them are written in
-        # pages of about body_page_bytes, with the page index, so that a lookup
-        # reads one page (15-40 KB compressed), not the row group's whole body
-        # chunk (storage/pages/_reader.py). Smaller files are read whole or by their
-        # one small row group, and skip the page index's bytes. Each page is a
-        # zstd frame of its own: 16 KiB pages made the body column 31% bigger
-        # than 1 MiB row groups and took the store past its size target; 64 KiB
-        # pages cost 12% (docs/performance.md).
+        # Bodies are written in data pages of about body_page_bytes, so that a
+        # lookup decompresses one page (its place is in the capture index's
+        # line: storage/pages/_places.py), not its row group's body chunk. Each
+        # page is a zstd frame of its own, which cannot draw on the others: the
+        # trade between a lookup's time and the body column's bytes is measured
+        # in docs/performance.md. Files with at least paged_min_bytes of bodies
+        # also carry the Parquet page index, by which a query reads a body's page
+        # without an index line (storage/pages/_reader.py); smaller ones skip its bytes.
         self.body_page_bytes = body_page_bytes
         self.paged_min_bytes = paged_min_bytes
         # A dictionary page costs a page header and footer entries: in the
@@ -127,7 +127,7 @@ class WriteOptions:
 
     def paging(self, type: RecordType, body_bytes: int, rows: int) -> dict[str, Any]:
         """The writer's page options for a file with ``body_bytes`` of bodies in
-        ``rows`` rows (so far): small body pages and the page index, or none.
+        ``rows`` rows (so far): small body pages, and the page index in a big file.
 
         pyarrow checks a page's size only after every ``write_batch_size``
         values (1,024 by default, which would make pages of megabytes): the
@@ -135,11 +135,11 @@ class WriteOptions:
         The page size applies to every column; the small ones compress a
         little worse for it.
         """
-        if type is not RecordType.GET or body_bytes < self.paged_min_bytes or not rows:
+        if type is not RecordType.GET or not rows:
             return {"write_page_index": False}
         mean = max(1, body_bytes // rows)
         return {
-            "write_page_index": True,
+            "write_page_index": body_bytes >= self.paged_min_bytes,
             "data_page_size": self.body_page_bytes,
             "write_batch_size": max(1, min(1024, self.body_page_bytes // (2 * mean))),
         }

@@ -58,6 +58,7 @@ from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SORT_KEYS
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
 from web_index.storage.indexes import capture_index_bytes, table_lines
+from web_index.storage.pages import CheckedFile
 
 __all__ = ["Spill"]
 
@@ -184,8 +185,13 @@ def _write_local(
     try:
         for partition, table in tables:
             data, write_options = partition_file_args(partition, table, options)
-            lines = None if partition.type.is_metadata else table_lines(partition.type, table)
-            spooled.append((partition, backend.spool_parquet(data, **write_options), lines))
+            spool = backend.spool_parquet(data, **write_options)
+            spooled.append((partition, spool, None))
+            if not partition.type.is_metadata:
+                # The lines carry the bodies' places: learnt from the file as written.
+                with pa.memory_map(str(spool)) as source:
+                    written = CheckedFile(source, path=partition.compacted_path)
+                    spooled[-1] = (partition, spool, table_lines(partition.type, table, written))
         if durable:
             backend.sync_all()  # every spooled file's bytes, before any is named
         for mp, group in itertools.groupby(spooled, key=lambda s: _method_partition(s[0])):

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from web_index.errors import StoreError
-from web_index.models import AttemptRows
+from web_index.models import AttemptRows, RecordType, Response
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._compaction import METHODS, Compaction, Listings
 from web_index.storage._crash import crash_point
@@ -24,7 +24,7 @@ from web_index.storage._marker import open_or_create
 from web_index.storage._schema import SORT_KEYS
 from web_index.storage.backends import Backend
 from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
-from web_index.storage.indexes import CaptureIndexes
+from web_index.storage.indexes import CaptureIndexes, StoredCapture, rows_by_place
 
 if TYPE_CHECKING:
     from web_index.storage.backends import S3Backend
@@ -102,6 +102,20 @@ class Store(Compaction):
         self._locks = locks
         self._last_age_check = -float("inf")
         self.capture_indexes = CaptureIndexes(backend)
+
+    def rows_by_place(
+        self, type: RecordType, path: str, size: int, version: str, rows: Iterable[int]
+    ) -> dict[int, tuple[StoredCapture, Response]] | None:
+        """These rows of the compacted file at ``path`` (of that size and
+        version), read through its capture index's lines and their bodies'
+        places; ``None`` if it has no index (a row the index cannot give is
+        left out: see :func:`~web_index.storage.indexes.rows_by_place`)."""
+        _type, year, month, name = path.split("/")
+        partition = Partition(type, int(year), int(month), name.removesuffix(".parquet"))
+        index = self.capture_indexes.get(partition, StoredFile(partition, None, path, size, version))
+        if index is None:
+            return None
+        return rows_by_place(self.backend, index, type, path, rows)
 
     @property
     def remote(self) -> bool:

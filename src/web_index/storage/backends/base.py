@@ -78,6 +78,15 @@ class Backend(Protocol):
         if its footer is damaged (pages are checked as they are read)."""
         ...
 
+    def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:
+        """``length`` bytes of the file at ``path`` from ``start`` (fewer at its
+        end), of whichever version is there: for reads that their caller checks
+        (a body against its digest), not for a file's structure. ``fresh``: not
+        through a descriptor kept from an earlier read (a local store keeps a
+        few open, which may be of a file since replaced). ``FileNotFoundError``
+        if there is no such file."""
+        ...
+
     def check_file(self, path: str) -> bool:
         """Check every byte of a store file against its checksums (``CorruptFileError``
         if damaged); ``False`` if it has none (written before checksums)."""

@@ -245,6 +245,21 @@ class CachingBackend:
 
     # -- objects ---------------------------------------------------------------
 
+    def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:
+        # Cached by place, whatever the object's version: its caller checks what it reads (a
+        # body against its digest) and asks again ``fresh`` when that fails, which replaces it.
+        key = ("P", path, start, length)
+        if self.config.cache_ranges and not fresh:
+            with self._lock:
+                hit = self._lru.get(key, self.clock.monotonic())
+            if hit is not None:
+                return bytes(hit)
+        data = self.inner.read_range(path, start, length, fresh=fresh)
+        if self.config.cache_ranges:
+            with self._lock:
+                self._lru.put(key, data, len(data) + 100, _FOREVER)
+        return data
+
     def open_parquet(self, path: str) -> pq.ParquetFile:
         now = self.clock.monotonic()
         with self._lock:

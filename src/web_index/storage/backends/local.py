@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import io
 import mmap
 import os
 import shutil
 import stat
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ _RACY_NS = 2_000_000_000
 _PATHS_KEPT = 65_536
 _MAP_BYTES = 64 << 20  # files up to this size are memory-mapped for reading
 _FOOTERS_KEPT = 4096  # parsed footers of mapped files kept for reopening (a few KB each)
+_DESCRIPTORS_KEPT = 64  # files kept open for positioned reads (read_range)
 # syncfs(2): Python has os.sync only, which waits for every filesystem of the machine.
 _SYNCFS: Any
 try:
@@ -49,6 +53,7 @@ class LocalBackend:
         self.root = root.resolve()
         self._paths: dict[str, Path] = {}  # checked once: a lookup reaches the same folders again and again
         self._footers: dict[tuple[str, int, int, int, int], pq.FileMetaData] = {}  # see open_parquet
+        self._descriptors = _Descriptors(_DESCRIPTORS_KEPT)
 
     remote = False  # a folder of this machine
 
@@ -142,6 +147,9 @@ class LocalBackend:
                 self._footers.clear()
             self._footers[known] = handle.metadata
         return handle
+
+    def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:
+        return self._descriptors.read(path, self._path(path), start, length, fresh=fresh)
 
     def check_file(self, path: str) -> bool:
         with self._path(path).open("rb") as fh:
@@ -271,3 +279,38 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class _Descriptors:
+    """Files kept open for :meth:`LocalBackend.read_range`, the most recently read last.
+
+    Opening a file costs more than reading a body from it. A descriptor outlives
+    a rename over its file (a compaction), giving the bytes of the file before:
+    a read of a place in the new file then fails its caller's check and is made
+    again ``fresh``. One whose file is gone from every folder (no link left) is
+    let go at its next read, so that it does not keep the space of a replaced
+    file. Files are never closed explicitly: a thread reading one holds it, and
+    it closes when the last holder lets it go (a closed descriptor's number can
+    be another file's a moment later).
+    """
+
+    def __init__(self, kept: int) -> None:
+        self._kept = kept
+        self._open: OrderedDict[str, io.FileIO] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def read(self, key: str, path: Path, start: int, length: int, *, fresh: bool) -> bytes:
+        with self._lock:
+            fh = None if fresh else self._open.get(key)
+            if fh is not None:
+                self._open.move_to_end(key)
+        if fh is not None and os.fstat(fh.fileno()).st_nlink == 0:
+            fh = None
+        if fh is None:
+            fh = io.FileIO(path, "r")
+            with self._lock:
+                self._open[key] = fh
+                self._open.move_to_end(key)
+                while len(self._open) > self._kept:
+                    self._open.popitem(last=False)
+        return os.pread(fh.fileno(), length, start)

@@ -2,7 +2,8 @@
 sorted by key hash: ``_month`` opens and looks up, ``_month_format`` is its file,
 ``_month_build`` builds it, ``_month_verify`` checks it against the files) and the
 capture indexes (SURT-sorted CDXJ beside each compacted ``get``/``head`` file: its
-lines in ``_capture_lines``, opened and bisected in ``_captures``, written in
+lines in ``_capture_lines``, a response loaded from its line and its body's place
+in ``_capture_records``, opened and bisected in ``_captures``, written in
 ``_captures_build``, checked in ``_captures_verify``, read by SURT prefix with the
 parts and the buffer in ``_capture_scan``). Nothing here is public (``__all__`` is
 empty): the names imported ``as`` themselves are the internal API of the rest of
@@ -15,9 +16,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from web_index.storage.indexes._capture_lines import CaptureFields as CaptureFields
+from web_index.storage.indexes._capture_lines import StoredCapture as StoredCapture
 from web_index.storage.indexes._capture_lines import capture_mime as capture_mime
 from web_index.storage.indexes._capture_lines import parse_capture_line as parse_capture_line
 from web_index.storage.indexes._capture_lines import response_capture_line as response_capture_line
+from web_index.storage.indexes._capture_records import capture_response as capture_response
+from web_index.storage.indexes._capture_records import rows_by_place as rows_by_place
 from web_index.storage.indexes._capture_scan import find_capture_lines as find_capture_lines
 from web_index.storage.indexes._captures import CaptureIndexes as CaptureIndexes
 from web_index.storage.indexes._captures import capture_index_bytes as capture_index_bytes

@@ -7,23 +7,34 @@ writes each as a record), so one stored row is one line::
 
 the SURT key, the response's time in 14 digits, and a JSON object: pywb's
 ``url``, ``mime``, ``status`` and ``digest`` (the payload's SHA-1 in base32,
-``-`` for a HEAD response), then where the response is in the store:
-``request_id`` and ``position`` (its place in the chain), ``page`` (the
-attempt's URL key) and ``attempt_us`` (its start), which make the
-:class:`~web_index.models.PageKey` that loads it.
+``-`` for a HEAD response), then which response it is: ``request_id`` and
+``position`` (its place in the chain), ``page`` (the attempt's URL key) and
+``attempt_us`` (its start), which make the :class:`~web_index.models.PageKey`
+that loads it. These are :class:`CaptureFields`, the same whether the capture
+is buffered or in a file.
+
+An index's line (format 2) goes on with the rest of the response, so that a
+lookup needs nothing but the line and its body (:class:`StoredCapture`): its
+``row`` in the file, its time to the microsecond (``at``), ``final``,
+``retry``, the ``fetcher`` (name, version, calibre), the header fields, the
+attempt's URL and the request URL as given when they differ from ``page`` and
+``url``, and the body's place in the file (``body``, ``codec``:
+:class:`~web_index.storage.pages.BodyPlace`). pywb reads such a line as it
+reads any CDXJ line: it skips fields it does not know.
 
 Lines sort as bytes in (key, time) order because neither a SURT key nor a
 timestamp holds a byte at or below the space that separates them (a key is
-made from a target URI, which is printable ASCII without spaces). A line is a
-function of the row alone, so the same capture read twice (from a file and
-from the buffer, during a flush) is the same line, and merging drops it.
+made from a target URI, which is printable ASCII without spaces). One capture
+read twice (from a file and from the buffer, during a flush) has the same
+line up to its ``page`` field (:func:`capture_identity`), which is how a merge
+drops the second.
 """
 
 from __future__ import annotations
 
 import time
 from base64 import b32encode
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -32,17 +43,23 @@ import pyarrow.parquet as pq
 
 from web_index.models import GET_COLUMNS, HEAD_COLUMNS, RecordType, payload_sha1
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
+from web_index.storage.pages import BodyPlace, body_places
 from web_index.urls import surt_key, target_uri
 
 __all__ = [
     "CAPTURE_COLUMNS",
     "CaptureFields",
+    "StoredCapture",
+    "capture_identity",
     "capture_lines",
     "capture_mime",
     "capture_stamp",
     "file_capture_lines",
+    "line_row",
     "parse_capture_line",
+    "parse_stored_capture",
     "response_capture_line",
+    "unique_lines",
 ]
 
 # The columns a line is made of (``get`` tables also give payload_sha1).
@@ -56,12 +73,22 @@ CAPTURE_COLUMNS = [
     "headers",
     "timestamp",
 ]
+# And what an index's line adds: every other column but the body and its SHA-256.
+STORED_COLUMNS = [
+    *CAPTURE_COLUMNS,
+    "url",
+    "retry_attempt",
+    "is_final",
+    "fetcher_name",
+    "fetcher_version",
+    "fetcher_calibre",
+]
 _ENCODE = msgspec.json.Encoder().encode
 _HEADERS = msgspec.json.Decoder(dict[str, str]).decode
 
 
 class CaptureFields(msgspec.Struct, frozen=True):
-    """A capture line's JSON: pywb's fields, and where the response is."""
+    """A capture line's JSON: pywb's fields, and which response it is."""
 
     url: str
     mime: str
@@ -73,7 +100,34 @@ class CaptureFields(msgspec.Struct, frozen=True):
     attempt_us: int
 
 
+class StoredCapture(CaptureFields, frozen=True, omit_defaults=True):
+    """An index's line (format 2): the response whole but for its body, and
+    where the body is. A line without them (``row`` -1: buffered, of a part
+    file, of an index of format 1) is loaded the way records are queried."""
+
+    row: int = -1  # the response's row in the compacted file
+    at: int = 0  # its time, in microseconds
+    final: bool = False
+    retry: int = 0
+    fetcher: tuple[str, str, int] = ("", "", 0)
+    headers: dict[str, str] = {}
+    src: str | None = None  # the attempt's URL as given, if not ``page``
+    req: str | None = None  # the request URL as given, if not ``url``
+    body: tuple[int, int, int, int] | None = None  # BodyPlace's at, size, raw, value
+    codec: str = "zstd"
+
+    @property
+    def place(self) -> BodyPlace | None:
+        return None if self.body is None else BodyPlace(*self.body, self.codec)
+
+
+class _Row(msgspec.Struct):
+    row: int = -1
+
+
 _DECODE = msgspec.json.Decoder(CaptureFields).decode
+_DECODE_STORED = msgspec.json.Decoder(StoredCapture).decode
+_DECODE_ROW = msgspec.json.Decoder(_Row).decode
 
 
 def parse_capture_line(line: str | bytes) -> tuple[str, str, CaptureFields]:
@@ -81,6 +135,23 @@ def parse_capture_line(line: str | bytes) -> tuple[str, str, CaptureFields]:
     text = line if isinstance(line, str) else line.decode()
     key, stamp, rest = text.split(" ", 2)
     return key, stamp, _DECODE(rest)
+
+
+def parse_stored_capture(line: bytes) -> StoredCapture:
+    """A line's fields, with every value an index's line (format 2) carries."""
+    at = line.index(b" ", line.index(b" ") + 1) + 1
+    return _DECODE_STORED(line[at:])
+
+
+def line_row(line: bytes) -> int:
+    """The file row of an index's line (-1 for a line without one)."""
+    return _DECODE_ROW(line[line.index(b" ", line.index(b" ") + 1) + 1 :]).row
+
+
+def capture_identity(line: bytes) -> bytes:
+    """What one capture's lines share wherever it was read from: the line up to ``page``."""
+    at = line.find(b',"page":')
+    return line if at < 0 else line[:at]
 
 
 def capture_stamp(us: int) -> str:
@@ -98,29 +169,50 @@ def capture_mime(headers: Mapping[str, str]) -> str:
     return "unk"
 
 
-def capture_lines(type: RecordType, table: pa.Table) -> list[bytes]:
+def capture_lines(
+    type: RecordType,
+    table: pa.Table,
+    *,
+    first_row: int | None = None,
+    places: Sequence[BodyPlace | None] | None = None,
+) -> list[bytes]:
     """One line for each row of ``table`` (a ``get`` or ``head`` table with
-    :data:`CAPTURE_COLUMNS`, and ``payload_sha1`` for ``get``), in row order."""
+    :data:`CAPTURE_COLUMNS`, and ``payload_sha1`` for ``get``), in row order.
+    With ``first_row`` (the table's first row in its file; the table then has
+    :data:`STORED_COLUMNS`), an index's lines of format 2, with each body's
+    place from ``places`` where given."""
+    names = CAPTURE_COLUMNS if first_row is None else STORED_COLUMNS
     columns: dict[str, list[Any]] = {}
-    for name in CAPTURE_COLUMNS:
+    for name in names:
         column = table.column(name)
         if pa.types.is_timestamp(column.type):
             column = column.cast(pa.int64())
         columns[name] = column.to_pylist()
     sha1s: list[Any] | None = table.column("payload_sha1").to_pylist() if type is RecordType.GET else None
+    c = columns
     return [
         _line(
-            columns["url_key"][i],
-            columns["attempt_timestamp"][i],
-            columns["request_id"][i],
-            columns["chain_index"][i],
-            request_url,
-            columns["status_code"][i],
-            columns["headers"][i],
-            columns["timestamp"][i],
+            c["url_key"][i],
+            c["attempt_timestamp"][i],
+            c["request_id"][i],
+            c["chain_index"][i],
+            c["request_url"][i],
+            c["status_code"][i],
+            c["headers"][i],
+            c["timestamp"][i],
             None if sha1s is None else sha1s[i],
+            None
+            if first_row is None
+            else (
+                first_row + i,
+                c["url"][i],
+                c["retry_attempt"][i],
+                c["is_final"][i],
+                (c["fetcher_name"][i], c["fetcher_version"][i], c["fetcher_calibre"][i]),
+                None if places is None else places[i],
+            ),
         )
-        for i, request_url in enumerate(columns["request_url"])
+        for i in range(table.num_rows)
     ]
 
 
@@ -134,8 +226,9 @@ _BODY_AT = GET_COLUMNS.index(BODY_COLUMN)
 def response_capture_line(row: Sequence[Any]) -> bytes:
     """The line of one response row of values in the order of
     :data:`~web_index.models.GET_COLUMNS` or :data:`~web_index.models.HEAD_COLUMNS`
-    (timestamps in microseconds): the same bytes :func:`capture_lines` makes of
-    the row once stored (a ``get`` row's SHA-1 computed from its body here)."""
+    (timestamps in microseconds): the line :func:`capture_lines` makes of the
+    row once stored, up to its ``page`` field and :class:`CaptureFields`' fields
+    (a ``get`` row's SHA-1 computed from its body here)."""
     sha1 = payload_sha1(row[_BODY_AT] or b"") if len(row) == len(GET_COLUMNS) else None
     at = _AT
     return _line(
@@ -148,6 +241,7 @@ def response_capture_line(row: Sequence[Any]) -> bytes:
         row[at["headers"]],
         row[at["timestamp"]],
         sha1,
+        None,
     )
 
 
@@ -161,31 +255,64 @@ def _line(
     headers: str,
     ts_us: int,
     sha1: bytes | None,
+    stored: tuple[int, str, int, bool, tuple[str, str, int], BodyPlace | None] | None,
 ) -> bytes:
     url = target_uri(request_url)
-    fields = CaptureFields(
-        url=url,
-        mime=capture_mime(_HEADERS(headers)),
-        status=str(status),
-        digest="-" if sha1 is None else b32encode(sha1).decode(),
-        request_id=request_id,
-        position=position,
-        page=page,
-        attempt_us=attempt_us,
-    )
-    return f"{surt_key(url)} {capture_stamp(ts_us)} ".encode() + _ENCODE(fields)
+    fields = _HEADERS(headers)
+    common = (url, capture_mime(fields), str(status), "-" if sha1 is None else b32encode(sha1).decode())
+    if stored is None:
+        record: CaptureFields = CaptureFields(*common, request_id, position, page, attempt_us)
+    else:
+        row, given, retry, final, fetcher, place = stored
+        record = StoredCapture(
+            *common,
+            request_id,
+            position,
+            page,
+            attempt_us,
+            row=row,
+            at=ts_us,
+            final=final,
+            retry=retry,
+            fetcher=fetcher,
+            headers=fields,
+            src=None if given == page else given,
+            req=None if request_url == url else request_url,
+            body=None if place is None else (place.at, place.size, place.raw, place.value),
+            codec="zstd" if place is None else place.codec,
+        )
+    return f"{surt_key(url)} {capture_stamp(ts_us)} ".encode() + _ENCODE(record)
 
 
-def file_capture_lines(type: RecordType, handle: pq.ParquetFile) -> Iterator[list[bytes]]:
+def file_capture_lines(
+    type: RecordType, handle: pq.ParquetFile, *, stored: bool = False
+) -> Iterator[list[bytes]]:
     """The lines of a store file, a row group at a time, bodies unread (a file
-    written before payload digests were stored has its SHA-1s computed from them)."""
+    written before payload digests were stored has its SHA-1s computed from
+    them); with ``stored``, an index's lines of format 2, each with its body's
+    place where the file's pages allow (:func:`~web_index.storage.pages.body_places`)."""
     digests = DIGEST_COLUMNS[0] in handle.schema_arrow.names
-    columns = list(CAPTURE_COLUMNS)
+    columns = list(STORED_COLUMNS if stored else CAPTURE_COLUMNS)
     if type is RecordType.GET:
         columns.append(DIGEST_COLUMNS[0] if digests else BODY_COLUMN)
+    first = 0
     for g in range(handle.metadata.num_row_groups):
         table = handle.read_row_group(g, columns=columns, use_threads=False)
         if type is RecordType.GET and not digests:
             sha1s = [payload_sha1(body or b"") for body in table.column(BODY_COLUMN).to_pylist()]
             table = table.append_column(DIGEST_COLUMNS[0], pa.array(sha1s, type=pa.binary(20)))
-        yield capture_lines(type, table)
+        places = body_places(handle, g) if stored and type is RecordType.GET else None
+        yield capture_lines(type, table, first_row=first if stored else None, places=places)
+        first += table.num_rows
+
+
+def unique_lines(lines: Iterable[bytes]) -> list[bytes]:
+    """``lines`` sorted, each capture once (of two lines of one capture, the first in byte order)."""
+    out: list[bytes] = []
+    last = None
+    for line in sorted(lines):
+        ident = capture_identity(line)
+        if ident != last:
+            out.append(line)
+            last = ident
+    return out

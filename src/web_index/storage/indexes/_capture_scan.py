@@ -21,7 +21,12 @@ import pyarrow.parquet as pq
 from web_index._retry import retrying
 from web_index.models import RecordType, month_bounds
 from web_index.storage._layout import Partition, compacted_file
-from web_index.storage.indexes._capture_lines import capture_stamp, file_capture_lines
+from web_index.storage.indexes._capture_lines import (
+    capture_identity,
+    capture_stamp,
+    file_capture_lines,
+    unique_lines,
+)
 
 if TYPE_CHECKING:  # the store imports this package (its capture indexes): at run time, a cycle
     from web_index.storage._store import Store
@@ -65,8 +70,11 @@ def find_capture_lines(
     streams = [_partition_lines(store, partition, rows, prefixes) for partition, rows in months]
     previous = None
     for line in streams[0] if len(streams) == 1 else heapq.merge(*streams):
-        if line != previous:
-            previous = line
+        # One capture read twice (buffered and flushed meanwhile) gives two lines, next to each
+        # other: of one identity, the index's line sorts first, and it is the one with the place.
+        ident = capture_identity(line)
+        if ident != previous:
+            previous = ident
             if first <= _stamp(line) <= last:
                 yield line
 
@@ -104,8 +112,8 @@ def _newest_first(
             for line in pending:
                 (ready if _stamp(line) >= below else older).append(line)
             pending = older
-            yield from (line for line in sorted(set(ready), reverse=True) if first <= _stamp(line) <= last)
-    yield from (line for line in sorted(set(pending), reverse=True) if first <= _stamp(line) <= last)
+            yield from (line for line in reversed(unique_lines(ready)) if first <= _stamp(line) <= last)
+    yield from (line for line in reversed(unique_lines(pending)) if first <= _stamp(line) <= last)
 
 
 def _partition_lines(

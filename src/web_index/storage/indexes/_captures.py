@@ -1,23 +1,21 @@
-"""The capture index: a partition's captures in SURT order, read by bisection.
+"""The capture index: a partition's captures in SURT order, found by bisection.
 
 A CDX query asks by SURT key (``com,example)/a``), and the store's files are
 sorted by URL key (``https://www.example.com/a``): without an index, a prefix
 query reads the whole partition and sorts what matches. Compaction therefore
-writes, beside each compacted ``get`` and ``head`` file, its captures as a
-sorted CDXJ file (one line a response, ``_capture_lines``)::
+writes, beside each compacted ``get`` and ``head`` file, its captures as
+sorted CDXJ lines (one a response, ``_capture_lines``) in zstd blocks
+(``_captures_format``)::
 
-    _captures/<type>/<yyyy>/<mm>/<domain>.<tag>.cdxj
+    _captures/<type>/<yyyy>/<mm>/<domain>.<tag>.cdxj.zst
 
-``tag`` names the version of the compacted file it was made from, so a reader
-finds the index of the file it listed by name, and a compacted file rewritten
-since has no index until compaction writes it (a stale index is never read).
-The first line, ``!meta {...}``, holds the format, the file covered, the
-parts that file absorbed (the reader reads the partition's other parts
-itself), the CRC-32 of the lines (checked once per process when the index is
-opened) and the offset of every 64th line, which a lookup bisects before it
-walks at most 64 lines: pywb's bisection of a CDXJ file, without its
-``readline`` per step. Lines are mapped from the local file (an object
-store's index is copied to a local cache folder once: it never changes).
+``tag`` names the version of the compacted file it was made from and the
+index's format, so a reader finds the index of the file it listed by name,
+and a compacted file rewritten since has no index until compaction writes it
+(a stale index is never read; one of an older format is stale too). Indexes
+are read from the local file, mapped when large (an object store's index is
+copied to a local cache folder once: it never changes). This module names,
+writes, removes and opens them, and keeps those a store has opened.
 
 Derived data, as the month index: a missing or damaged index costs speed (the
 partition is read instead), never an answer.
@@ -25,23 +23,20 @@ partition is read instead), never an answer.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import logging
 import mmap
 import os
 import re
 import threading
-import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
-
-import msgspec
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._layout import CAPTURES_DIR, Partition, StoredFile
 from web_index.storage.backends import Backend, LocalBackend
+from web_index.storage.indexes._captures_format import FORMAT, CaptureIndex, encode_index
 
 __all__ = [
     "CaptureIndex",
@@ -59,39 +54,24 @@ __all__ = [
 
 log = logging.getLogger("web_index.storage")
 
-FORMAT = 1
-_SAMPLE = 64  # lines between two bisection points
-_META = b"!meta "
-_TAIL = re.compile(r"\.[0-9a-f]{16}\.cdxj")
-_TAIL_LEN = 22
+# An index's name: its partition's domain, the tag, the suffix (an index of format 1 was plain
+# ``.cdxj``: such names are listed too, to be removed as stale).
+_NAME = re.compile(r"(.+)\.[0-9a-f]{16}\.cdxj(?:\.zst)?")
+_SUFFIX = ".cdxj.zst"
 _MAP_MIN = 1 << 20  # an index this large is mapped, a smaller one read
-_HEAD = 256  # bytes of each sampled line kept in memory for the bisection
 _OPEN_MAX = 16_384  # indexes a store keeps open,
 _MAPS_MAX = 256  # of them mapped (each mapping holds a file descriptor),
 _HELD_MAX = 256 << 20  # and bytes of the smaller ones held in memory
 
 
-class _Meta(msgspec.Struct, frozen=True):
-    format: int
-    covers: str  # the compacted file's name
-    size: int
-    version: str
-    superseded: list[str]  # sorted: the same file, the same bytes
-    lines: int
-    crc32: int
-    samples: list[int]  # offsets of every _SAMPLE-th line, from the first line
-
-
-_decode_meta = msgspec.json.Decoder(_Meta).decode
-
-
 def _tag(version: str) -> str:
-    return hashlib.blake2b(version.encode(), digest_size=8).hexdigest()
+    # The format is in the name: an index of another format is a stale index, never opened.
+    return hashlib.blake2b(f"{version}/{FORMAT}".encode(), digest_size=8).hexdigest()
 
 
 def capture_index_name(partition: Partition, covered: StoredFile) -> str:
     """The file name of the capture index of ``covered`` (a compacted file)."""
-    return f"{partition.domain}.{_tag(covered.version)}.cdxj"
+    return f"{partition.domain}.{_tag(covered.version)}{_SUFFIX}"
 
 
 def capture_index_folder(type: RecordType, year: int, month: int) -> str:
@@ -129,25 +109,9 @@ def capture_index_bytes(
     partition: Partition, covered: StoredFile, superseded: frozenset[str], lines: list[bytes]
 ) -> tuple[str, bytes]:
     """The path and bytes of the capture index of ``covered`` made of ``lines``
-    (sorted, unique)."""
-    body = b"".join(line + b"\n" for line in lines)
-    samples: list[int] = []
-    offset = 0
-    for n, line in enumerate(lines):
-        if n % _SAMPLE == 0:
-            samples.append(offset)
-        offset += len(line) + 1
-    meta = _Meta(
-        FORMAT,
-        covered.name,
-        covered.size,
-        covered.version,
-        sorted(superseded),
-        len(lines),
-        zlib.crc32(body),
-        samples,
-    )
-    return capture_index_path(partition, covered), _META + msgspec.json.encode(meta) + b"\n" + body
+    (sorted, unique, an index's lines)."""
+    data = encode_index(covered.name, covered.size, covered.version, sorted(superseded), lines)
+    return capture_index_path(partition, covered), data
 
 
 def remove_indexes(
@@ -164,95 +128,19 @@ def remove_indexes(
 
 def index_domain(name: str) -> str:
     """The partition domain of a capture index's file name (one of :func:`index_names`)."""
-    return name[:-_TAIL_LEN]
+    found = _NAME.fullmatch(name)
+    assert found is not None, name
+    return found[1]
 
 
 def index_names(backend: Backend, folder: str, domain: str | None = None) -> list[str]:
     """The names of the capture indexes in ``folder`` (of one domain's partition, if given)."""
     names = []
     for info in backend.list_files(folder, "" if domain is None else f"{domain}."):
-        cut = len(info.name) - _TAIL_LEN
-        if cut > 0 and _TAIL.fullmatch(info.name, cut) and domain in (None, info.name[:cut]):
+        found = _NAME.fullmatch(info.name)
+        if found is not None and domain in (None, found[1]):
             names.append(info.name)
     return names
-
-
-class CaptureIndex:
-    """An opened capture index: its coverage, and its lines by SURT prefix."""
-
-    def __init__(self, path: str, data: mmap.mmap | bytes) -> None:
-        end = data.find(b"\n")
-        if data[: len(_META)] != _META or end < 0:
-            raise CorruptFileError(path, "not a capture index (no !meta line)")
-        try:
-            meta = _decode_meta(data[len(_META) : end])
-        except msgspec.MsgspecError as exc:  # not JSON, or not the fields it must hold
-            raise CorruptFileError(path, f"unreadable !meta line: {exc}") from None
-        if meta.format != FORMAT:
-            raise CorruptFileError(path, f"capture index format {meta.format}, this version reads {FORMAT}")
-        self._start = end + 1
-        if zlib.crc32(memoryview(data)[self._start :]) != meta.crc32:
-            raise CorruptFileError(path, "capture index damaged (CRC-32 of its lines differs)")
-        # The CRC covers the lines, not the !meta line: samples that do not each
-        # start a line would make the bisection skip lines.
-        body = len(data) - self._start
-        if len(meta.samples) != -(-meta.lines // _SAMPLE) or any(
-            not 0 <= s < body or (s and data[self._start + s - 1] != 10) or s <= before
-            for before, s in zip([-1, *meta.samples], meta.samples, strict=False)
-        ):
-            raise CorruptFileError(path, "capture index damaged (its samples are not line starts)")
-        self.path = path
-        self.meta = meta
-        self.superseded = frozenset(meta.superseded)  # the part ids the covered file absorbed
-        self.held = len(data) if isinstance(data, bytes) else 0
-        self._data = data
-        self._samples = [self._start + s for s in meta.samples]
-        # Each sampled line's first bytes, so that the bisection among samples compares in C: a
-        # key of up to _HEAD bytes orders against them as against the lines (see _lower_bound).
-        self._heads = [bytes(data[at : at + _HEAD]) for at in self._samples]
-
-    def covers(self, file: StoredFile) -> bool:
-        return (file.name, file.size, file.version) == (
-            self.meta.covers,
-            self.meta.size,
-            self.meta.version,
-        )
-
-    def lines(self, prefixes: tuple[bytes, ...]) -> Iterator[bytes]:
-        """The lines starting with one of ``prefixes``, in order."""
-        data = self._data
-        pos = self._lower_bound(min(prefixes))
-        size = len(data)
-        while pos < size:
-            eol = data.find(b"\n", pos)
-            line = data[pos:eol]
-            if line.startswith(prefixes):
-                yield line
-            elif all(line[: len(p)] > p for p in prefixes):  # past every prefix's lines
-                return
-            pos = eol + 1
-
-    def _lower_bound(self, key: bytes) -> int:
-        """The offset of the first line not below ``key``."""
-        data, k = self._data, len(key)
-        # A line shorter than the key compares with its newline, which sorts below every key byte.
-        samples = self._samples
-        # A key is below a line's first _HEAD bytes exactly when it is below its first k <= _HEAD.
-        if k <= _HEAD:
-            i = bisect.bisect_left(self._heads, key)
-        else:
-            i = bisect.bisect_left(samples, key, key=lambda at: data[at : at + k])
-        # Between two samples, bisected by bytes as pywb bisects a CDXJ file: the
-        # line holding the middle byte, then the half the key is in.
-        lo = samples[i - 1] if i else self._start
-        hi = samples[i] if i < len(samples) else len(data)
-        while lo < hi:
-            at = data.rfind(b"\n", lo, (lo + hi) // 2) + 1 or lo
-            if data[at : at + k] < key:
-                lo = data.find(b"\n", at, hi) + 1 or hi
-            else:
-                hi = at
-        return lo
 
 
 class CaptureIndexes:

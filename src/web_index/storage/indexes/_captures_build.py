@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,7 +19,7 @@ from web_index.models import RecordType
 from web_index.storage._files import list_partition_files, read_superseded
 from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage.backends import Backend, handle_version
-from web_index.storage.indexes._capture_lines import capture_lines, file_capture_lines
+from web_index.storage.indexes._capture_lines import capture_lines, file_capture_lines, unique_lines
 from web_index.storage.indexes._captures import (
     capture_index_folder,
     capture_index_name,
@@ -28,6 +28,7 @@ from web_index.storage.indexes._captures import (
     remove_indexes,
     write_capture_index,
 )
+from web_index.storage.pages import BodyPlace, body_places
 
 __all__ = ["build_capture_index", "ensure_capture_indexes", "file_lines", "table_lines"]
 
@@ -90,18 +91,20 @@ def _build(
 
 
 def file_lines(type: RecordType, handle: pq.ParquetFile) -> list[bytes]:
-    """A store file's capture lines as its index holds them: sorted, each once."""
-    return _sorted_unique(line for group in file_capture_lines(type, handle) for line in group)
+    """A store file's capture lines as its index holds them (format 2): sorted, each once."""
+    return unique_lines(line for group in file_capture_lines(type, handle, stored=True) for line in group)
 
 
-def table_lines(type: RecordType, table: pa.Table) -> list[bytes]:
-    """A table's capture lines as an index of a file of it holds them: sorted, each once."""
-    return _sorted_unique(capture_lines(type, table))
-
-
-def _sorted_unique(lines: Iterable[bytes]) -> list[bytes]:
-    ordered = sorted(lines)
-    return [line for n, line in enumerate(ordered) if n == 0 or line != ordered[n - 1]]
+def table_lines(type: RecordType, table: pa.Table, handle: pq.ParquetFile) -> list[bytes]:
+    """The capture lines of ``table`` as the index of the file it was just
+    written to (``handle``, for its bodies' places) holds them: sorted, each once."""
+    places: list[BodyPlace | None] | None = None
+    if type is RecordType.GET:
+        places = []
+        for g in range(handle.metadata.num_row_groups):
+            group = body_places(handle, g)
+            places += group if group is not None else [None] * handle.metadata.row_group(g).num_rows
+    return unique_lines(capture_lines(type, table, first_row=0, places=places))
 
 
 def ensure_capture_indexes(

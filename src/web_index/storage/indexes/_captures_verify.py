@@ -1,9 +1,11 @@
 """What ``verify`` says about a partition's capture index.
 
 Apart from opening and lookup (``_captures``): queries never run this
-check, which reads the whole index and the file it covers. An index that is
-missing or unusable costs speed (a note); one that is used and disagrees with
-its file gives wrong CDX answers (a problem).
+check, which reads the whole index and the file it covers, and compares the
+index's lines with the lines the file makes now: every response's values and
+its body's place (each place learnt anew from the file's pages). An index
+that is missing or unusable costs speed (a note); one that is used and
+disagrees with its file gives wrong CDX answers (a problem).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from web_index.errors import CorruptFileError
 from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage.backends import Backend
+from web_index.storage.indexes._capture_lines import line_row
 from web_index.storage.indexes._captures import capture_index_path, index_names, open_capture_index
 from web_index.storage.indexes._captures_build import file_lines
 
@@ -62,6 +65,17 @@ def capture_index_findings(
         ]
     held = list(index.lines((b"",)))
     expected = file_lines(partition.type, backend.open_parquet(covered.path))
+    astray = sum(line_row(index.row_line(r) or b"- - {}") != r for r in range(index.meta.rows))
+    if astray or index.meta.rows != len(expected):
+        found.append(
+            (
+                True,
+                path,
+                f"capture index's row table disagrees with {covered.path} ({astray} row(s) name another"
+                f" line, {index.meta.rows} rows for {len(expected)} captures): batches read from it"
+                f" fall back, CDX answers are right; {fix}",
+            )
+        )
     if held != expected:
         missing, extra = len(set(expected) - set(held)), len(set(held) - set(expected))
         found.append(

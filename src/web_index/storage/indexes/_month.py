@@ -76,6 +76,7 @@ class IndexHit(msgspec.Struct, frozen=True, gc=False):
     size: int  # of that file
     row: int
     rows: int
+    version: str = ""  # of that file (its capture index is named by it)
 
 
 class MonthIndex:
@@ -239,7 +240,17 @@ class MonthIndex:
         covers, folder, text = self.covers, self.folder, rid_text
         cols = [sub.column(n).to_pylist() for n in LOOKUP_COLUMNS]
         return [
-            IndexHit(keys[h], ts, text(rid), cal, f"{folder}/{covers[fno].name}", covers[fno].size, row, n)
+            IndexHit(
+                keys[h],
+                ts,
+                text(rid),
+                cal,
+                f"{folder}/{covers[fno].name}",
+                covers[fno].size,
+                row,
+                n,
+                covers[fno].version,
+            )
             for h, ts, rid, cal, fno, row, n in zip(*cols, strict=True)
         ]
 

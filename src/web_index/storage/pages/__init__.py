@@ -1,6 +1,8 @@
-"""Where a record is read: a row group of a store file, a big file's bodies by
-their own data page through the Parquet page index (``_reader``, the Thrift and
-PLAIN bytes it decodes in ``_format``), and the checksums every read checks and
+"""Where a record is read: a body from its place, the data page an index line
+names (``_places``: one positioned read, one zstd frame, no footer), a row
+group of a store file, a big file's bodies by their own data page through the
+Parquet page index (``_reader``, the Thrift and PLAIN bytes both decode in
+``_format``), and the checksums every read checks and
 every write seals (``_checksum``: the footer's CRC, the whole file's, the pages'
 CRCs as pyarrow reads them). Nothing here is public (``__all__`` is empty): the
 names imported ``as`` themselves are the internal API of the rest of storage,
@@ -16,6 +18,11 @@ from web_index.storage.pages._checksum import check_whole as check_whole
 from web_index.storage.pages._checksum import pread_exact as pread_exact
 from web_index.storage.pages._checksum import seal_buffer as seal_buffer
 from web_index.storage.pages._checksum import seal_file as seal_file
+from web_index.storage.pages._places import BodyPlace as BodyPlace
+from web_index.storage.pages._places import PlaceError as PlaceError
+from web_index.storage.pages._places import body_places as body_places
+from web_index.storage.pages._places import page_values as page_values
+from web_index.storage.pages._places import value_at as value_at
 from web_index.storage.pages._reader import read_group as read_group
 
 __all__: list[str] = []

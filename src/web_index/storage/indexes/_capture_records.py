@@ -1,0 +1,131 @@
+"""Responses from index lines: the find-then-read path's last step.
+
+An index's line of format 2 (:class:`StoredCapture`) holds every value of the
+response but its body, and the body's place in the compacted file of the
+line's partition; loading it is one positioned read of that place, one zstd
+frame, a slice, and the body's SHA-1 compared with the line's digest. Nothing
+else is looked up: not the month index, not the query engine, not the file's
+footer. A single lookup comes with its line (:func:`capture_response`); a
+batch that found its winners' rows through the month index reads their lines
+by row (:func:`rows_by_place`), each page once however many of its bodies it
+wants.
+
+A line with no values (buffered, of a part file) or a place that no longer
+holds its body (the file compacted again, a byte flipped) gives nothing here:
+the caller loads that record the way it is queried, which finds it wherever it
+is now or fails naming the damaged file. Never a wrong body.
+"""
+
+from __future__ import annotations
+
+import functools
+from base64 import b32decode
+from collections.abc import Callable, Iterable
+
+from web_index.models import RecordType, Response, from_us, payload_sha1
+from web_index.storage._layout import Partition
+from web_index.storage.backends import Backend
+from web_index.storage.indexes._capture_lines import StoredCapture, parse_stored_capture
+from web_index.storage.indexes._captures import CaptureIndex
+from web_index.storage.pages import BodyPlace, PlaceError, page_values, value_at
+from web_index.urls import domain_of
+
+__all__ = ["capture_response", "rows_by_place", "stored_response"]
+
+_Pages = dict[int, bytes]  # a page's offset in its file -> its values, decompressed
+_PAGES_KEPT = 64
+
+
+def capture_response(backend: Backend, type: RecordType, line: bytes) -> Response | None:
+    """The response an index's ``line`` stands for, or ``None`` when the line
+    cannot give it alone (see the module's docstring)."""
+    fields = parse_stored_capture(line)
+    if fields.row < 0:
+        return None
+    data: bytes | None = None
+    if type is RecordType.GET:
+        data = _body(backend, _compacted_path(type, fields), fields, {})
+        if data is None:
+            return None
+    return stored_response(fields, data)
+
+
+def rows_by_place(
+    backend: Backend, index: CaptureIndex, type: RecordType, path: str, rows: Iterable[int]
+) -> dict[int, tuple[StoredCapture, Response]]:
+    """The line and response of each of these rows of the compacted file at
+    ``path``, read through its capture index ``index``; a row it cannot give
+    (no line, or a place that does not hold the body) is left out."""
+    pages: _Pages = {}
+    out: dict[int, tuple[StoredCapture, Response]] = {}
+    for row in rows:
+        line = index.row_line(row)
+        if line is None:
+            continue
+        fields = parse_stored_capture(line)
+        if fields.row != row:
+            continue
+        data = None
+        if type is RecordType.GET:
+            data = _body(backend, path, fields, pages)
+            if data is None:
+                continue
+        out[row] = (fields, stored_response(fields, data))
+    return out
+
+
+def _body(backend: Backend, path: str, fields: StoredCapture, pages: _Pages) -> bytes | None:
+    """The body a line's place holds, if its SHA-1 is the line's digest."""
+    place = fields.place
+    if place is None:
+        return None
+    want = b32decode(fields.digest)
+    for fresh in (False, True):
+        # A descriptor kept open may be of the file before a compaction: once more, anew.
+        read = functools.partial(_read_range, backend, path, fresh=fresh)
+        try:
+            data = value_at(_page(pages, place, read), place)
+        except (PlaceError, FileNotFoundError):
+            return None
+        if payload_sha1(data) == want:
+            return data
+        pages.pop(place.at, None)
+    return None
+
+
+def _read_range(backend: Backend, path: str, at: int, size: int, *, fresh: bool) -> bytes:
+    return backend.read_range(path, at, size, fresh=fresh)
+
+
+def _page(pages: _Pages, place: BodyPlace, read: Callable[[int, int], bytes]) -> bytes:
+    values = pages.get(place.at)
+    if values is None:
+        if len(pages) >= _PAGES_KEPT:  # rows come in file order: a page's bodies are read together
+            pages.clear()
+        values = pages[place.at] = page_values(read, place)
+    return values
+
+
+def _compacted_path(type: RecordType, fields: StoredCapture) -> str:
+    """The compacted file a line's record is in: its attempt's partition's."""
+    start = from_us(fields.attempt_us)
+    return Partition(type, start.year, start.month, domain_of(fields.page)).compacted_path
+
+
+def stored_response(fields: StoredCapture, data: bytes | None) -> Response:
+    """The response of a line of format 2, with its body ``data``."""
+    name, version, calibre = fields.fetcher
+    return Response(
+        url=fields.page if fields.src is None else fields.src,
+        request_url=fields.url if fields.req is None else fields.req,
+        status_code=int(fields.status),
+        headers=fields.headers,
+        timestamp=from_us(fields.at),
+        fetcher_name=name,
+        fetcher_version=version,
+        fetcher_calibre=calibre,
+        data=data,
+        retry_attempt=fields.retry,
+        is_final=fields.final,
+        request_id=fields.request_id,
+    )
