@@ -28,7 +28,7 @@ from web_index.models import RecordType, Response
 from web_index.storage import CaptureFields, MethodPartition, parse_capture_line
 from web_index.storage.indexes._capture_lines import line_row
 from web_index.storage.indexes._captures import CaptureIndexes
-from web_index.storage.indexes._captures_format import CaptureIndex, encode_index
+from web_index.storage.indexes._captures_format import BLOCK_LINES, CaptureIndex, encode_index
 
 # Hosts of one registrable domain (example.com) and of another (example.org).
 URLS = [
@@ -230,7 +230,7 @@ def test_compaction_writes_one_index_per_compacted_file(tmp_path: Path) -> None:
         opened = CaptureIndex(str(path), path.read_bytes())
         meta = opened.meta
         assert meta.covers == "example.com.parquet" and meta.lines == 300 and meta.rows == 300
-        assert len(opened._blocks) == 5  # of 64 lines
+        assert len(opened._blocks) == -(-300 // BLOCK_LINES)
         # The file is a zstd stream of the lines (its header a skippable frame).
         with path.open("rb") as fh:
             text = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True).read()
@@ -322,7 +322,8 @@ def test_the_bisection_finds_the_first_line_not_below_a_key(
     with patch.object(_captures_format, "BLOCK_LINES", block):
         index = CaptureIndex("i", _index_bytes(lines))
     for key in [*probes, *keys[:5]]:
-        assert list(index.lines((key,))) == [line for line in lines if line.startswith(key)]
+        for prefix in (key, key + b" "):  # a prefix, and an exact key (its filter asked first)
+            assert list(index.lines((prefix,))) == [line for line in lines if line.startswith(prefix)]
     rowed = sorted(f'{k.decode()} 2024{n:010d} {{"row":{n}}}'.encode() for n, k in enumerate(keys * copies))
     with patch.object(_captures_format, "BLOCK_LINES", block):
         index = CaptureIndex("i", _index_bytes(rowed))
@@ -330,6 +331,19 @@ def test_the_bisection_finds_the_first_line_not_below_a_key(
     assert [index.row_line(r) for r in range(len(rowed) + 1)] == [
         by_row.get(r) for r in range(len(rowed) + 1)
     ]
+
+
+def test_a_key_an_index_does_not_hold_reads_no_block() -> None:
+    lines = sorted(f"com,example)/p/{n} 2024{n:010d} {{}}".encode() for n in range(0, 4000, 2))
+    index = CaptureIndex("i", _index_bytes(lines))
+    read: list[int] = []
+    real = index._text
+    with patch.object(index, "_text", lambda b: read.append(b) or real(b)):
+        absent = [n for n in range(1, 4000, 2) if not list(index.lines((f"com,example)/p/{n} ".encode(),)))]
+        assert len(absent) == 2000 and len(read) < 0.05 * 2000  # ~1% of them pass the filter
+        read.clear()
+        assert all(list(index.lines((f"com,example)/p/{n} ".encode(),))) for n in range(0, 4000, 2))
+        assert read  # present keys: read, never refused by the filter
 
 
 def _damaged(data: bytes, at: int) -> bytes:

@@ -19,7 +19,6 @@ is now or fails naming the damaged file. Never a wrong body.
 from __future__ import annotations
 
 import functools
-from base64 import b32decode
 from collections.abc import Callable, Iterable
 
 from web_index.models import RecordType, Response, from_us, payload_sha1
@@ -28,7 +27,7 @@ from web_index.storage.backends import Backend
 from web_index.storage.indexes._capture_lines import StoredCapture, parse_stored_capture
 from web_index.storage.indexes._captures import CaptureIndex
 from web_index.storage.pages import BodyPlace, PlaceError, page_values, value_at
-from web_index.urls import domain_of
+from web_index.urls import key_and_domain
 
 __all__ = ["capture_response", "rows_by_place", "stored_response"]
 
@@ -79,7 +78,7 @@ def _body(backend: Backend, path: str, fields: StoredCapture, pages: _Pages) -> 
     place = fields.place
     if place is None:
         return None
-    want = b32decode(fields.digest)
+    want = _sha1_of(fields.digest)
     for fresh in (False, True):
         # A descriptor kept open may be of the file before a compaction: once more, anew.
         read = functools.partial(_read_range, backend, path, fresh=fresh)
@@ -91,6 +90,14 @@ def _body(backend: Backend, path: str, fields: StoredCapture, pages: _Pages) -> 
             return data
         pages.pop(place.at, None)
     return None
+
+
+def _sha1_of(digest: str) -> bytes:
+    """A digest's 20 bytes (the standard library's base32 decoder is 4x slower)."""
+    return int(digest.translate(_BASE32), 32).to_bytes(20, "big")
+
+
+_BASE32 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "0123456789abcdefghijklmnopqrstuv")
 
 
 def _read_range(backend: Backend, path: str, at: int, size: int, *, fresh: bool) -> bytes:
@@ -109,7 +116,7 @@ def _page(pages: _Pages, place: BodyPlace, read: Callable[[int, int], bytes]) ->
 def _compacted_path(type: RecordType, fields: StoredCapture) -> str:
     """The compacted file a line's record is in: its attempt's partition's."""
     start = from_us(fields.attempt_us)
-    return Partition(type, start.year, start.month, domain_of(fields.page)).compacted_path
+    return Partition(type, start.year, start.month, key_and_domain(fields.page)[1]).compacted_path
 
 
 def stored_response(fields: StoredCapture, data: bytes | None) -> Response:

@@ -1,7 +1,7 @@
 """A capture index's bytes: blocks of CDXJ lines, each a zstd frame, behind a header.
 
 The lines (``_capture_lines``: a response each, sorted as bytes) are cut into
-blocks of :data:`BLOCK_LINES`, and each block is one zstd frame with its
+blocks of :data:`BLOCK_LINES` (32), and each block is one zstd frame with its
 content checksum: the file is a zstd stream, and ``zstd -d`` (or ``zstdcat``)
 gives the CDXJ lines whole. They come behind one *skippable* frame (magic
 ``0x184D2A50``: every zstd decoder passes it over) that holds::
@@ -11,9 +11,12 @@ gives the CDXJ lines whole. They come behind one *skippable* frame (magic
                               and its first line's SURT key and time
     <row table>               per row of the covered file, the number of its line
                               (little-endian, 4 bytes each, 8 past 2**32 lines)
+    <key filter>              a Bloom filter of the SURT keys (10 bits a key, 4 hashes
+                              from BLAKE2b-64): a lookup of a URL the partition
+                              does not hold that month reads no block
 
 pywb's ZipNum index is the same idea (gzip blocks of lines and a plain index
-of their first keys); blocks here are small (64 lines: 10-15 us to decompress)
+of their first keys); blocks here are small (32 lines: ~9 us to decompress)
 because a lookup decompresses one of them, and the row table lets a batch that
 found its winners' rows through the month index read their lines by row. Lines
 compress about 4.5 times (docs/performance.md): an index costs ~110 bytes a
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import array
 import bisect
+import hashlib
 import mmap
 import struct
 import sys
@@ -46,12 +50,14 @@ from web_index.storage.indexes._capture_lines import line_row
 __all__ = ["BLOCK_LINES", "FORMAT", "CaptureIndex", "IndexMeta", "encode_index"]
 
 FORMAT = 2
-BLOCK_LINES = 64
+BLOCK_LINES = 32
 _SKIPPABLE = 0x184D2A50
 _META = b"!meta "
 _BLOCKS = b"!blocks "
 _NO_LINE = -1  # a row without a line (never in a store's own file)
 _ZSTD_LEVEL = 3
+_BLOOM_BITS_A_KEY = 10
+_BLOOM_HASHES = 4
 
 
 class IndexMeta(msgspec.Struct, frozen=True):
@@ -64,6 +70,7 @@ class IndexMeta(msgspec.Struct, frozen=True):
     rows: int  # of the covered file: the row table's entries
     row_bytes: int  # 4 or 8
     block_lines: int
+    bloom_bits: int  # of the filter of the SURT keys (a multiple of 8)
     crc32: int  # of every byte after the !meta line
 
 
@@ -94,11 +101,13 @@ def encode_index(covers: str, size: int, version: str, superseded: list[str], li
             table[row] = n
     if sys.byteorder != "little":
         table.byteswap()
-    after = _BLOCKS + msgspec.json.encode(blocks) + b"\n" + table.tobytes()
+    keys = {line[: line.index(b" ")] for line in lines}
+    bloom = _bloom(keys)
+    after = _BLOCKS + msgspec.json.encode(blocks) + b"\n" + table.tobytes() + bloom
     body = b"".join(frames)
     crc = zlib.crc32(body, zlib.crc32(after))
-    rows_n = len(table)
-    meta = IndexMeta(FORMAT, covers, size, version, superseded, len(lines), rows_n, width, BLOCK_LINES, crc)
+    counts = (len(lines), len(table), width, BLOCK_LINES, 8 * len(bloom))
+    meta = IndexMeta(FORMAT, covers, size, version, superseded, *counts, crc)
     header = _META + msgspec.json.encode(meta) + b"\n" + after
     return struct.pack("<II", _SKIPPABLE, len(header)) + header + body
 
@@ -139,8 +148,9 @@ class CaptureIndex:
             if data[meta_end + 1 : meta_end + 1 + len(_BLOCKS)] != _BLOCKS or blocks_end < 0:
                 raise ValueError("no !blocks line")
             blocks = _decode_blocks(data[meta_end + 1 + len(_BLOCKS) : blocks_end])
-            if meta.row_bytes not in _CODE or end - blocks_end - 1 != meta.rows * meta.row_bytes:
-                raise ValueError("a row table of another size")
+            table_end = blocks_end + 1 + meta.rows * meta.row_bytes
+            if meta.row_bytes not in _CODE or meta.bloom_bits % 8 or end - table_end != meta.bloom_bits // 8:
+                raise ValueError("a row table or key filter of another size")
             _check_blocks(blocks, meta.lines, meta.block_lines, len(data) - end)
         except (ValueError, msgspec.MsgspecError) as exc:
             raise CorruptFileError(path, f"capture index damaged ({exc})") from None
@@ -151,13 +161,16 @@ class CaptureIndex:
         self._first = end  # where the blocks start
         self._blocks = [(at, size) for at, size, _head in blocks]
         self._heads = [head.encode() for _at, _size, head in blocks]
-        rows = memoryview(data)[blocks_end + 1 : end]
+        self._bloom = bytes(data[table_end:end])
+        rows = memoryview(data)[blocks_end + 1 : table_end]
         if sys.byteorder != "little":
             swapped = array.array(_CODE[meta.row_bytes], rows)
             swapped.byteswap()
             rows = memoryview(swapped)
         self._rows: memoryview[int] = rows.cast("I" if meta.row_bytes == 4 else "Q")
-        self._last: tuple[int, list[bytes]] = (-1, [])  # the block read last: a lookup's next line is in it
+        # The block read last (a lookup's next line is in it), and split into lines for rows.
+        self._last: tuple[int, bytes] = (-1, b"")
+        self._split: tuple[int, list[bytes]] = (-1, [])
 
     def covers(self, file: StoredFile) -> bool:
         return (file.name, file.size, file.version) == (self.meta.covers, self.meta.size, self.meta.version)
@@ -165,15 +178,25 @@ class CaptureIndex:
     def lines(self, prefixes: tuple[bytes, ...]) -> Iterator[bytes]:
         """The lines starting with one of ``prefixes``, in order."""
         key = min(prefixes)
+        if len(prefixes) == 1 and key.endswith(b" ") and not _may_hold(self._bloom, key[:-1]):
+            return  # a key (an exact match) this index does not hold: no block read
+        heads = self._heads
         # Blocks before this one hold only lines below the key (their successor's head is).
-        first = max(bisect.bisect_left(self._heads, key) - 1, 0)
+        first = max(bisect.bisect_left(heads, key) - 1, 0)
         for b in range(first, len(self._blocks)):
-            block = self._block(b)
-            for line in block[bisect.bisect_left(block, key) if b == first else 0 :]:
+            head = heads[b]
+            if b > first and not head.startswith(prefixes) and all(head[: len(p)] > p for p in prefixes):
+                return  # this block and the rest are past every prefix's lines
+            text = self._text(b)
+            pos = _lower_bound(text, key, prefixes) if b == first else 0
+            while pos < len(text):
+                eol = text.index(b"\n", pos)
+                line = text[pos:eol]
                 if line.startswith(prefixes):
                     yield line
                 elif all(line[: len(p)] > p for p in prefixes):  # past every prefix's lines
                     return
+                pos = eol + 1
 
     def row_line(self, row: int) -> bytes | None:
         """The line of the covered file's row ``row``, if it has one."""
@@ -182,10 +205,14 @@ class CaptureIndex:
         n = self._rows[row]
         if n >= self.meta.lines:  # no line (_NO_LINE), or not one of this index's
             return None
-        line: bytes = self._block(n // self.meta.block_lines)[n % self.meta.block_lines]
-        return line
+        b, nth = divmod(n, self.meta.block_lines)
+        split = self._split
+        if split[0] != b:
+            split = self._split = (b, self._text(b).split(b"\n"))
+        return split[1][nth]
 
-    def _block(self, b: int) -> list[bytes]:
+    def _text(self, b: int) -> bytes:
+        """Block ``b``'s lines, decompressed (each line ending in a newline)."""
         last = self._last
         if last[0] == b:
             return last[1]
@@ -199,14 +226,53 @@ class CaptureIndex:
             text: bytes = dctx.decompress(self._data[start : start + size])
         except zstandard.ZstdError as exc:
             raise CorruptFileError(self.path, f"capture index damaged (block {b}: {exc})") from None
-        lines = text.split(b"\n")[:-1]
         expected = min(self.meta.block_lines, self.meta.lines - b * self.meta.block_lines)
-        if len(lines) != expected or _head(lines[0]) != self._heads[b]:
-            raise CorruptFileError(
-                self.path, f"capture index damaged (block {b} is not what its header says)"
-            )
-        self._last = (b, lines)
-        return lines
+        if text.count(b"\n") != expected or not text.endswith(b"\n") or not text.startswith(self._heads[b]):
+            raise CorruptFileError(self.path, f"capture index damaged (block {b} is not as its header says)")
+        self._last = (b, text)
+        return text
+
+
+def _bloom(keys: set[bytes]) -> bytes:
+    """A Bloom filter of ``keys``: ~10 bits a key, 4 bits set each (~1% false positives)."""
+    bits = max(64, -(-len(keys) * _BLOOM_BITS_A_KEY // 8) * 8)
+    table = bytearray(bits // 8)
+    for key in keys:
+        h1, h2 = _hashes(key)
+        for i in range(_BLOOM_HASHES):
+            bit = (h1 + i * h2) % bits
+            table[bit >> 3] |= 1 << (bit & 7)
+    return bytes(table)
+
+
+def _may_hold(table: bytes, key: bytes) -> bool:
+    bits = 8 * len(table)
+    if not bits:
+        return True
+    h1, h2 = _hashes(key)
+    for i in range(_BLOOM_HASHES):  # a loop, not all(...): a lookup asks this of every month
+        bit = (h1 + i * h2) % bits
+        if not table[bit >> 3] >> (bit & 7) & 1:
+            return False
+    return True
+
+
+def _hashes(key: bytes) -> tuple[int, int]:
+    h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+    return h & 0xFFFFFFFF, (h >> 32) | 1
+
+
+def _lower_bound(text: bytes, key: bytes, prefixes: tuple[bytes, ...]) -> int:
+    """Where in a block's ``text`` to start reading the lines of ``prefixes`` (``key`` the least)."""
+    if len(prefixes) == 1:
+        # The first line that starts with the one prefix, found in C: lines before it that
+        # are not below it do not start with it, so they are past it and nothing is skipped.
+        if text.startswith(key):
+            return 0
+        return text.find(b"\n" + key) + 1 or len(text)
+    lines = text.split(b"\n")
+    n = bisect.bisect_left(lines, key, hi=len(lines) - 1)
+    return sum(len(line) + 1 for line in lines[:n])
 
 
 def _check_blocks(blocks: list[tuple[int, int, str]], lines: int, block_lines: int, room: int) -> None:
