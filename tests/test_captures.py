@@ -360,9 +360,9 @@ _GOOD = _index_bytes([b"a 1 {}", b"b 2 {}"])
     [
         (b"!meta {}\nx 1 {}\n", "no header frame"),
         (_GOOD[:8] + b"!meta {not json" + _GOOD[8 + 15 :], "unreadable !meta"),
-        (_damaged(_GOOD, len(_GOOD) - 3), "CRC-32"),
         (_damaged(_GOOD, _GOOD.index(b"!blocks") + 12), "CRC-32"),
-        (_GOOD[:-1], "CRC-32"),
+        (_damaged(_GOOD, 9), "no !meta line"),
+        (_GOOD[:-1], "do not fill the file"),
         (b"a 1 {}\n", "no header frame"),
     ],
 )
@@ -371,6 +371,20 @@ def test_a_damaged_index_is_refused(data: bytes, problem: str) -> None:
 
     with pytest.raises(CorruptFileError, match=problem):
         CaptureIndex("i", data)
+
+
+def test_a_damaged_block_is_an_error_when_read() -> None:
+    """A block is checked when it is read (its zstd checksum, line count and head), not when
+    the index is opened: a lookup that meets a damaged one fails naming the index (its
+    callers then read the partition instead: test_a_damaged_index_is_read_around)."""
+    from web_index.errors import CorruptFileError
+
+    lines = sorted(f"k{n:03d} 2024{n:010d} {{}}".encode() for n in range(100))
+    data = _index_bytes(lines)
+    index = CaptureIndex("i", _damaged(data, len(data) - 3))  # the last block's frame
+    assert list(index.lines((b"k000",))) == [lines[0]]
+    with pytest.raises(CorruptFileError, match="block"):
+        list(index.lines((b"k099",)))
 
 
 def test_threads_opening_one_index_count_it_once(tmp_path: Path) -> None:

@@ -216,3 +216,35 @@ def test_verify_finds_a_place_that_holds_another_body(tmp_path: Path) -> None:
             assert index.capture_response(line) == response
         # The damaged line as the index now gives it: the body it names is not at its place.
         assert index.capture_response(lines[0]) == expected[original.decode()]
+
+
+def test_a_damaged_index_block_is_read_around_by_lookups_and_batches(tmp_path: Path) -> None:
+    """A block of a capture index is checked when read: a batch whose winners' lines are in it,
+    and a lookup through it, give the right records from the files, and the index is let go."""
+    from web_index.models import SimplePageQuery
+
+    rng = random.Random(4)
+    with WebIndex(tmp_path / "s") as index:
+        _insert(index, rng, [(800, False, 1, False)] * 80, 0)
+        index.flush()
+        index.compact()
+        queries = [SimplePageQuery(url=f"https://www.example.com/q{n}") for n in range(0, 80, 2)]
+        expected = index.query(queries)
+        responses = _responses(index)
+        assert all(expected) and len(responses) == 80
+    for path in (tmp_path / "s" / "_captures").rglob("*.cdxj.zst"):
+        raw = bytearray(path.read_bytes())
+        raw[-3] ^= 0x40  # in the last block's frame
+        path.write_bytes(bytes(raw))
+    with WebIndex(tmp_path / "s") as index:
+        assert index.query(queries) == expected
+        assert _responses(index) == responses
+        assert index.query(queries) == expected  # the index let go: from the files
+
+
+def _responses(index: WebIndex) -> dict[tuple[str, int], Response | None]:
+    out = {}
+    for kind, line in _all_lines(index):
+        where = parse_capture_line(line)[2]
+        out[(where.request_id, where.position)] = index.capture_response(line, type=kind)
+    return out

@@ -144,12 +144,9 @@ def _answer_by_place(
         rows = sorted({r for i in idxs for r in cast(FileRows, found[i].source).rows})
         return store.rows_by_place(plans[idxs[0]].type, *key, rows)
 
-    if len(by_file) == 1:  # a single query's one file: no hand-off to the pool
-        read_files = {key: read(key, idxs) for key, idxs in by_file.items()}
-    else:
-        pool = reader_pool(store)
-        jobs = {key: pool.submit(read, key, idxs) for key, idxs in by_file.items()}
-        read_files = {key: job.result() for key, job in jobs.items()}
+    # In this thread: the reading is Python's work under the GIL, which reader threads only
+    # contend for (10,000 latest lookups of one site: 0.66-0.78 s here, 1.1-1.2 s in the pool).
+    read_files = {key: read(key, idxs) for key, idxs in by_file.items()}
     done: set[int] = set()
     for key, idxs in by_file.items():
         rows_read = read_files[key]

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, cast
 
-from web_index.errors import StoreError
+from web_index.errors import CorruptFileError, StoreError
 from web_index.models import AttemptRows, RecordType, Response
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._compaction import METHODS, Compaction, Listings
@@ -115,7 +115,11 @@ class Store(Compaction):
         index = self.capture_indexes.get(partition, StoredFile(partition, None, path, size, version))
         if index is None:
             return None
-        return rows_by_place(self.backend, index, type, path, rows)
+        try:
+            return rows_by_place(self.backend, index, type, path, rows)
+        except CorruptFileError as exc:  # a damaged block of the index: read the older way
+            self.capture_indexes.refuse(exc, partition)
+            return None
 
     @property
     def remote(self) -> bool:

@@ -55,21 +55,25 @@ def rows_by_place(
     """The line and response of each of these rows of the compacted file at
     ``path``, read through its capture index ``index``; a row it cannot give
     (no line, or a place that does not hold the body) is left out."""
+    numbers = {row: n for row in rows if (n := index.line_number(row)) is not None}
+    fields: dict[int, StoredCapture] = {}
+    # Lines in their order, so that rows whose lines share a block read it once; then bodies in
+    # the rows' order, which is their pages' (a page is decompressed once for its bodies).
+    for row in sorted(numbers, key=numbers.__getitem__):
+        line = index.row_line(row)
+        if line is not None:
+            found = parse_stored_capture(line)
+            if found.row == row:
+                fields[row] = found
     pages: _Pages = {}
     out: dict[int, tuple[StoredCapture, Response]] = {}
-    for row in rows:
-        line = index.row_line(row)
-        if line is None:
-            continue
-        fields = parse_stored_capture(line)
-        if fields.row != row:
-            continue
+    for row in sorted(fields):
         data = None
         if type is RecordType.GET:
-            data = _body(backend, path, fields, pages)
+            data = _body(backend, path, fields[row], pages)
             if data is None:
                 continue
-        out[row] = (fields, stored_response(fields, data))
+        out[row] = (fields[row], stored_response(fields[row], data))
     return out
 
 
@@ -107,7 +111,7 @@ def _read_range(backend: Backend, path: str, at: int, size: int, *, fresh: bool)
 def _page(pages: _Pages, place: BodyPlace, read: Callable[[int, int], bytes]) -> bytes:
     values = pages.get(place.at)
     if values is None:
-        if len(pages) >= _PAGES_KEPT:  # rows come in file order: a page's bodies are read together
+        if len(pages) >= _PAGES_KEPT:
             pages.clear()
         values = pages[place.at] = page_values(read, place)
     return values

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 
 from web_index._retry import retrying
+from web_index.errors import CorruptFileError
 from web_index.models import RecordType, month_bounds
-from web_index.storage._layout import Partition, compacted_file
+from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage.indexes._capture_lines import (
     capture_identity,
     capture_stamp,
@@ -136,7 +137,10 @@ def _partition_lines(
             absorbed = index.superseded
             parts = [f for f in files if f.part is not None and f.part not in absorbed]
             handles = [store.backend.open_parquet(f.path) for f in parts]
-            return index.lines(prefixes), _lines(p.type, handles, prefixes)
+            assert compacted is not None
+            return _guarded(store, partition, index.lines(prefixes), compacted, prefixes), _lines(
+                p.type, handles, prefixes
+            )
         except FileNotFoundError:  # a compaction committed since the listing
             listed[0] = store.partition_files(partition)
             raise
@@ -153,6 +157,26 @@ def _partition_lines(
     extra += buffered  # the buffer's lines of these prefixes (made at insert)
     extra.sort()
     return heapq.merge(indexed, extra) if extra else indexed
+
+
+def _guarded(
+    store: Store,
+    partition: Partition,
+    lines: Iterator[bytes],
+    covered: StoredFile,
+    prefixes: tuple[bytes, ...],
+) -> Iterator[bytes]:
+    """An index's ``lines``; if a block of it turns out damaged (each is checked when read),
+    the rest from the file it covers, and the index is not used again."""
+    last = None
+    try:
+        for line in lines:
+            last = capture_identity(line)
+            yield line
+    except CorruptFileError as exc:
+        store.capture_indexes.refuse(exc, partition)
+        rest = sorted(_lines(partition.type, [store.backend.open_parquet(covered.path)], prefixes))
+        yield from (line for line in rest if last is None or capture_identity(line) > last)
 
 
 def _lines(type: RecordType, handles: Sequence[pq.ParquetFile], prefixes: tuple[bytes, ...]) -> list[bytes]:

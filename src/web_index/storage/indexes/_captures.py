@@ -24,8 +24,8 @@ partition is read instead), never an answer.
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
-import mmap
 import os
 import re
 import threading
@@ -58,9 +58,9 @@ log = logging.getLogger("web_index.storage")
 # ``.cdxj``: such names are listed too, to be removed as stale).
 _NAME = re.compile(r"(.+)\.[0-9a-f]{16}\.cdxj(?:\.zst)?")
 _SUFFIX = ".cdxj.zst"
-_MAP_MIN = 1 << 20  # an index this large is mapped, a smaller one read
+_OPEN_MIN = 1 << 20  # an index this large is kept open and read by block, a smaller one read whole
 _OPEN_MAX = 16_384  # indexes a store keeps open,
-_MAPS_MAX = 256  # of them mapped (each mapping holds a file descriptor),
+_FILES_MAX = 256  # of them kept open (each holds a file descriptor),
 _HELD_MAX = 256 << 20  # and bytes of the smaller ones held in memory
 
 
@@ -151,7 +151,7 @@ class CaptureIndexes:
         self._backend = backend
         self._opened: dict[str, CaptureIndex] = {}
         self._held = 0  # bytes of the small indexes read into memory
-        self._maps = 0  # mapped indexes
+        self._files = 0  # indexes kept open
         self._refused: set[str] = set()  # unusable: not opened again
         self._paths: dict[StoredFile, str] = {}
         self._lock = threading.Lock()
@@ -174,12 +174,7 @@ class CaptureIndexes:
         except FileNotFoundError:
             return None
         except CorruptFileError as exc:
-            # Said once: the partition is read without it until it is deleted
-            # (derived data) and ``compact()`` writes it again.
-            log.warning("capture index %s unusable (%s); reading %s without it", path, exc, partition)
-            with self._lock:
-                if len(self._refused) < _OPEN_MAX:
-                    self._refused.add(path)
+            self.refuse(exc, partition)
             return None
         except OSError as exc:  # a full cache disk, an object store's hiccup: tried again next time
             log.warning("capture index %s not read (%s); reading %s without it", path, exc, partition)
@@ -190,15 +185,27 @@ class CaptureIndexes:
                 return already
             self._opened[path] = found
             self._held += found.held
-            self._maps += not found.held
+            self._files += found.file_backed
             # Oldest opened first out: cheaper than an LRU's bookkeeping on every hit.
             while self._opened and (
-                self._held > _HELD_MAX or self._maps > _MAPS_MAX or len(self._opened) > _OPEN_MAX
+                self._held > _HELD_MAX or self._files > _FILES_MAX or len(self._opened) > _OPEN_MAX
             ):
                 gone = self._opened.pop(next(iter(self._opened)))
                 self._held -= gone.held
-                self._maps -= not gone.held
+                self._files -= gone.file_backed
         return found
+
+    def refuse(self, exc: CorruptFileError, partition: Partition) -> None:
+        """Stop using the damaged index ``exc`` names: its partition is read without it
+        until it is deleted (derived data) and ``compact()`` writes it again. Said once."""
+        log.warning("capture index %s unusable (%s); reading %s without it", exc.path, exc, partition)
+        with self._lock:
+            if len(self._refused) < _OPEN_MAX:
+                self._refused.add(exc.path)
+            gone = self._opened.pop(exc.path, None)
+            if gone is not None:
+                self._held -= gone.held
+                self._files -= gone.file_backed
 
 
 def open_capture_index(backend: Backend, path: str) -> CaptureIndex:
@@ -218,13 +225,18 @@ def open_capture_index(backend: Backend, path: str) -> CaptureIndex:
                 tmp.replace(local)
             finally:
                 tmp.unlink(missing_ok=True)
-    return CaptureIndex(path, _mapped(local))
+    return CaptureIndex(path, _opened(local))
 
 
-def _mapped(local: Path) -> mmap.mmap | bytes:
-    with local.open("rb") as fh:
-        size = fh.seek(0, 2)
-        if size < _MAP_MIN:  # read: a mapping holds a file descriptor, and most indexes are small
-            fh.seek(0)
-            return fh.read()
-        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+def _opened(local: Path) -> bytes | io.FileIO:
+    fh = io.FileIO(local, "r")
+    try:
+        size = os.fstat(fh.fileno()).st_size
+        if size < _OPEN_MIN:  # read whole: an open file holds a descriptor, and most indexes are small
+            data = fh.readall()
+            fh.close()
+            return data
+    except BaseException:
+        fh.close()
+        raise
+    return fh

@@ -22,10 +22,11 @@ found its winners' rows through the month index read their lines by row. Lines
 compress about 4.5 times (docs/performance.md): an index costs ~110 bytes a
 capture where its plain lines cost ~520.
 
-Opening checks the CRC-32 of everything after the ``!meta`` line (once a
+Opening checks the CRC-32 of the header after its ``!meta`` line (once a
 process: a store keeps what it opened) and that blocks and heads are in
-order, reading checks each block's own checksum and line count: a damaged
-index is a :class:`~web_index.errors.CorruptFileError`, never a line skipped.
+order; reading a block checks its own checksum, line count and head: a
+damaged index is a :class:`~web_index.errors.CorruptFileError`, never a line
+skipped (its callers then read the partition's files instead).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from __future__ import annotations
 import array
 import bisect
 import hashlib
-import mmap
+import io
+import os
 import struct
 import sys
 import threading
@@ -71,7 +73,7 @@ class IndexMeta(msgspec.Struct, frozen=True):
     row_bytes: int  # 4 or 8
     block_lines: int
     bloom_bits: int  # of the filter of the SURT keys (a multiple of 8)
-    crc32: int  # of every byte after the !meta line
+    crc32: int  # of the header after the !meta line
 
 
 _decode_meta = msgspec.json.Decoder(IndexMeta).decode
@@ -105,7 +107,7 @@ def encode_index(covers: str, size: int, version: str, superseded: list[str], li
     bloom = _bloom(keys)
     after = _BLOCKS + msgspec.json.encode(blocks) + b"\n" + table.tobytes() + bloom
     body = b"".join(frames)
-    crc = zlib.crc32(body, zlib.crc32(after))
+    crc = zlib.crc32(after)
     counts = (len(lines), len(table), width, BLOCK_LINES, 8 * len(bloom))
     meta = IndexMeta(FORMAT, covers, size, version, superseded, *counts, crc)
     header = _META + msgspec.json.encode(meta) + b"\n" + after
@@ -123,54 +125,72 @@ def _head(line: bytes) -> bytes:
 
 
 class CaptureIndex:
-    """An opened capture index: its coverage, its lines by SURT prefix, and by row."""
+    """An opened capture index: its coverage, its lines by SURT prefix, and by row.
 
-    def __init__(self, path: str, data: mmap.mmap | bytes) -> None:
+    ``data`` is the whole file, or (a large one) the open file, whose blocks are
+    then read with ``pread`` as they are needed: the page cache holds them, not
+    this process (a mapping's pages would count as its memory once touched).
+    """
+
+    def __init__(self, path: str, data: bytes | io.FileIO) -> None:
         self.path = path
-        if len(data) < 8 or struct.unpack_from("<I", data)[0] != _SKIPPABLE:
+        self._data = data
+        size = len(data) if isinstance(data, bytes) else os.fstat(data.fileno()).st_size
+        start = self._read(0, 8)
+        if len(start) < 8 or struct.unpack_from("<I", start)[0] != _SKIPPABLE:
             raise CorruptFileError(path, "not a capture index of this version (no header frame)")
-        (length,) = struct.unpack_from("<I", data, 4)
-        end = 8 + length
-        meta_end = data.find(b"\n", 8, end)
-        if data[8 : 8 + len(_META)] != _META or meta_end < 0:
+        (length,) = struct.unpack_from("<I", start, 4)
+        header = self._read(8, length)
+        meta_end = header.find(b"\n")
+        if header[: len(_META)] != _META or meta_end < 0:
             raise CorruptFileError(path, "not a capture index (no !meta line)")
         try:
-            meta = _decode_meta(data[8 + len(_META) : meta_end])
+            meta = _decode_meta(header[len(_META) : meta_end])
         except msgspec.MsgspecError as exc:  # not JSON, or not the fields it must hold
             raise CorruptFileError(path, f"unreadable !meta line: {exc}") from None
         if meta.format != FORMAT:
             raise CorruptFileError(path, f"capture index format {meta.format}, this version reads {FORMAT}")
-        # Checked once, when opened (a store keeps what it opened): what follows is then as written.
-        if len(data) < end or zlib.crc32(memoryview(data)[meta_end + 1 :]) != meta.crc32:
-            raise CorruptFileError(path, "capture index damaged (CRC-32 of its lines differs)")
-        blocks_end = data.find(b"\n", meta_end + 1, end)
+        # The header is checked once, when opened (a store keeps what it opened); each block is
+        # checked by its own checksum, its line count and its head when it is read.
+        if len(header) != length or zlib.crc32(memoryview(header)[meta_end + 1 :]) != meta.crc32:
+            raise CorruptFileError(path, "capture index damaged (CRC-32 of its header differs)")
+        blocks_end = header.find(b"\n", meta_end + 1)
         try:
-            if data[meta_end + 1 : meta_end + 1 + len(_BLOCKS)] != _BLOCKS or blocks_end < 0:
+            if header[meta_end + 1 : meta_end + 1 + len(_BLOCKS)] != _BLOCKS or blocks_end < 0:
                 raise ValueError("no !blocks line")
-            blocks = _decode_blocks(data[meta_end + 1 + len(_BLOCKS) : blocks_end])
+            blocks = _decode_blocks(header[meta_end + 1 + len(_BLOCKS) : blocks_end])
             table_end = blocks_end + 1 + meta.rows * meta.row_bytes
-            if meta.row_bytes not in _CODE or meta.bloom_bits % 8 or end - table_end != meta.bloom_bits // 8:
+            bloom_bytes = meta.bloom_bits // 8
+            if meta.row_bytes not in _CODE or meta.bloom_bits % 8 or length - table_end != bloom_bytes:
                 raise ValueError("a row table or key filter of another size")
-            _check_blocks(blocks, meta.lines, meta.block_lines, len(data) - end)
+            _check_blocks(blocks, meta.lines, meta.block_lines, size - 8 - length)
         except (ValueError, msgspec.MsgspecError) as exc:
             raise CorruptFileError(path, f"capture index damaged ({exc})") from None
         self.meta = meta
         self.superseded = frozenset(meta.superseded)  # the part ids the covered file absorbed
-        self.held = len(data) if isinstance(data, bytes) else 0
-        self._data = data
-        self._first = end  # where the blocks start
+        self.held = size if isinstance(data, bytes) else length  # bytes this index keeps in memory
+        self._first = 8 + length  # where the blocks start
         self._blocks = [(at, size) for at, size, _head in blocks]
         self._heads = [head.encode() for _at, _size, head in blocks]
-        self._bloom = bytes(data[table_end:end])
-        rows = memoryview(data)[blocks_end + 1 : table_end]
+        self._bloom = header[table_end:]
+        rows = memoryview(header)[blocks_end + 1 : table_end]
         if sys.byteorder != "little":
             swapped = array.array(_CODE[meta.row_bytes], rows)
             swapped.byteswap()
             rows = memoryview(swapped)
         self._rows: memoryview[int] = rows.cast("I" if meta.row_bytes == 4 else "Q")
-        # The block read last (a lookup's next line is in it), and split into lines for rows.
-        self._last: tuple[int, bytes] = (-1, b"")
-        self._split: tuple[int, list[bytes]] = (-1, [])
+        self._last: tuple[int, bytes] = (-1, b"")  # the block read last: a lookup's next line is in it
+
+    @property
+    def file_backed(self) -> bool:
+        """Whether this index holds its file open (a large one), not its bytes."""
+        return not isinstance(self._data, bytes)
+
+    def _read(self, at: int, length: int) -> bytes:
+        data = self._data
+        if isinstance(data, bytes):
+            return data[at : at + length]
+        return os.pread(data.fileno(), length, at)
 
     def covers(self, file: StoredFile) -> bool:
         return (file.name, file.size, file.version) == (self.meta.covers, self.meta.size, self.meta.version)
@@ -200,16 +220,23 @@ class CaptureIndex:
 
     def row_line(self, row: int) -> bytes | None:
         """The line of the covered file's row ``row``, if it has one."""
+        n = self.line_number(row)
+        if n is None:
+            return None
+        b, nth = divmod(n, self.meta.block_lines)
+        text = self._text(b)
+        at = 0
+        for _ in range(nth):  # a block holds a few dozen lines: found in C, not split
+            at = text.index(b"\n", at) + 1
+        return text[at : text.index(b"\n", at)]
+
+    def line_number(self, row: int) -> int | None:
+        """Where the line of the covered file's row ``row`` is among the index's
+        lines (rows in this order share blocks), if it has one."""
         if not 0 <= row < len(self._rows):
             return None
         n = self._rows[row]
-        if n >= self.meta.lines:  # no line (_NO_LINE), or not one of this index's
-            return None
-        b, nth = divmod(n, self.meta.block_lines)
-        split = self._split
-        if split[0] != b:
-            split = self._split = (b, self._text(b).split(b"\n"))
-        return split[1][nth]
+        return n if n < self.meta.lines else None  # _NO_LINE, or not one of this index's
 
     def _text(self, b: int) -> bytes:
         """Block ``b``'s lines, decompressed (each line ending in a newline)."""
@@ -217,13 +244,12 @@ class CaptureIndex:
         if last[0] == b:
             return last[1]
         at, size = self._blocks[b]
-        start = self._first + at
         try:
             dctx = _LOCAL.zstd
         except AttributeError:
             dctx = _LOCAL.zstd = zstandard.ZstdDecompressor()
         try:
-            text: bytes = dctx.decompress(self._data[start : start + size])
+            text: bytes = dctx.decompress(self._read(self._first + at, size))
         except zstandard.ZstdError as exc:
             raise CorruptFileError(self.path, f"capture index damaged (block {b}: {exc})") from None
         expected = min(self.meta.block_lines, self.meta.lines - b * self.meta.block_lines)

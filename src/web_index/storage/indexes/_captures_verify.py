@@ -63,7 +63,13 @@ def capture_index_findings(
             *found,
             (False, path, f"capture index describes another file than {covered.path}: not used; {fix}"),
         ]
-    held = list(index.lines((b"",)))
+    try:
+        held = list(index.lines((b"",)))
+    except CorruptFileError as exc:
+        return [
+            *found,
+            (False, path, f"capture index unusable ({exc}): CDX queries read the partition; {fix}"),
+        ]
     expected = file_lines(partition.type, backend.open_parquet(covered.path))
     astray = sum(line_row(index.row_line(r) or b"- - {}") != r for r in range(index.meta.rows))
     if astray or index.meta.rows != len(expected):
