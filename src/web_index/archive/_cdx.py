@@ -14,6 +14,7 @@ default, HEAD responses with ``type=head``. A capture from the store has no
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import math
@@ -126,6 +127,7 @@ class Memento(NamedTuple):
     capture: Capture
     request_id: str
     position: int
+    sha1: bytes | None = None  # the body's: the store's digest of it, as its capture line says
 
 
 def closest_capture(index: WebIndex, query: CdxQuery, *, source: str) -> Memento | None:
@@ -142,8 +144,13 @@ def closest_capture(index: WebIndex, query: CdxQuery, *, source: str) -> Memento
     for capture, (where, line) in found:
         response = index.capture_response(line, type=query.type)
         if response is not None:
-            return Memento(response, capture, where.request_id, where.position)
+            sha1 = None if response.data is None else _sha1_bytes(where.digest)
+            return Memento(response, capture, where.request_id, where.position, sha1)
     return None
+
+
+def _sha1_bytes(digest: str) -> bytes:
+    return base64.b32decode(digest)
 
 
 def closest_memento(

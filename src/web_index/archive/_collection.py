@@ -68,12 +68,12 @@ class Loaded:
     response: Response
     record: bytes | None = None
     ident: str = ""
+    sha1: bytes | None = None  # the body's, as its store keeps it (its record needs no hashing again)
 
     @classmethod
     def of(cls, memento: Memento) -> Loaded:
-        return cls(
-            memento.capture, memento.response, None, capture_ident(memento.request_id, memento.position)
-        )
+        ident = capture_ident(memento.request_id, memento.position)
+        return cls(memento.capture, memento.response, None, ident, memento.sha1)
 
 
 class _Step:

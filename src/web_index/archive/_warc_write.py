@@ -66,18 +66,21 @@ def response_record(
     warc_record_id: str,
     warcinfo_id: str | None = None,
     written: Mapping[bytes, tuple[str, str]] | None = None,
+    sha1: bytes | None = None,
 ) -> tuple[WarcRecord, bytes | None]:
     """The ``response`` record of ``response``, and its payload's SHA-1 (``None``
     without a body). A body whose payload is in ``written`` (the payloads a
     file holds already, by SHA-1: the target URI and WARC-Date of the record
     holding each) makes it a ``revisit`` record of that one instead, which
-    holds the HTTP head only."""
+    holds the HTTP head only. ``sha1``: the body's SHA-1, when its caller has
+    it checked already (a store's capture read by its place): not hashed again."""
     body = response.data
     headers = wire_headers(response.headers, body)
     head = b"".join(
         [_latin1(status_line(response.status_code)), *(_latin1(f"{n}: {v}") for n, v in headers), b"\r\n"]
     )
-    sha1 = payload_sha1(body) if body is not None else None
+    if sha1 is None and body is not None:
+        sha1 = payload_sha1(body)
     refers_to = written.get(sha1) if written is not None and sha1 is not None and body else None
     record = new_record(WarcRecordType.revisit if refers_to else WarcRecordType.response, warc_record_id)
     record.headers["WARC-Date"] = warc_date(response.timestamp)
@@ -91,17 +94,20 @@ def response_record(
         record.headers["WARC-Profile"] = _REVISIT_PROFILE
         record.headers["WARC-Refers-To-Target-URI"] = refers_to[0]
         record.headers["WARC-Refers-To-Date"] = refers_to[1]
-        block = head
+        set_block(record, head)
     else:
-        block = head + (body or b"")
-    set_block(record, block)
+        set_block(record, head, body or b"")
     return record, sha1
 
 
-def set_block(record: WarcRecord, block: bytes) -> None:
-    """``block`` as the record's content, with its ``WARC-Block-Digest``."""
-    record.headers["WARC-Block-Digest"] = sha1_text(hashlib.sha1(block, usedforsecurity=False).digest())
-    record.set_bytes_content(block)
+def set_block(record: WarcRecord, *parts: bytes) -> None:
+    """``parts``, joined, as the record's content, with its ``WARC-Block-Digest``
+    (hashed part by part: a large body is not copied to be hashed)."""
+    digest = hashlib.sha1(usedforsecurity=False)
+    for part in parts:
+        digest.update(part)
+    record.headers["WARC-Block-Digest"] = sha1_text(digest.digest())
+    record.set_bytes_content(parts[0] if len(parts) == 1 else b"".join(parts))
 
 
 def record_bytes(record: WarcRecord) -> bytes:

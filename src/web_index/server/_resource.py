@@ -120,5 +120,7 @@ async def _answer(
 
 
 def _record(loaded: Loaded) -> bytes:
-    record, _ = response_record(loaded.response, warc_record_id=record_id(loaded.ident, "response"))
+    record, _ = response_record(
+        loaded.response, warc_record_id=record_id(loaded.ident, "response"), sha1=loaded.sha1
+    )
     return record_bytes(record)
