@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,3 +166,75 @@ def test_the_lookup_path_imports_no_dataframe_library(tmp_path: Path) -> None:
         [sys.executable, "-c", _LOOKUP, str(tmp_path / "s")], capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "", done.stdout
+
+
+_SERVE = """
+import sys
+import warnings
+warnings.simplefilter("ignore")
+import web_index.server
+from starlette.testclient import TestClient
+from web_index import WebIndex
+from web_index.archive import closest_capture, find_captures, parse_cdx_query
+from web_index.server import create_app
+from web_index.ui import add_ui
+assert "pyarrow" not in sys.modules, "imported by web_index.server"
+url = "https://example.com/a"
+with WebIndex(sys.argv[1], read_only=True) as index:
+    for kind in ("get", "head"):
+        query = parse_cdx_query({"url": [url], "type": [kind]})
+        assert len(find_captures(index, query, source="s")) == 2
+        found = closest_capture(index, query, source="s")
+        assert found is not None and found.response.status_code == 200
+        lines = list(index.captures(url, type=kind))
+        assert len(lines) == 2
+        for line in lines:
+            response = index.capture_response(line, type=kind)
+            assert response is not None and response.data == (b"<html>ok</html>" if kind == "get" else None)
+    with TestClient(add_ui(create_app(index))) as http:
+        assert len(http.get("/store/cdx", params={"url": url}).text.splitlines()) == 2
+        assert http.get("/store/cdx", params={"url": url, "closest": "2024", "limit": "1"}).status_code == 200
+        for kind in ("get", "head"):
+            resource = http.get("/store/resource", params={"url": url, "type": kind})
+            assert resource.status_code == 200, resource.text
+print(" ".join(sorted(m for m in ("pyarrow", "polars", "pandas", "duckdb") if m in sys.modules)))
+"""
+
+
+def test_a_server_worker_looks_captures_up_without_pyarrow(tmp_path: Path) -> None:
+    """``import web_index.server`` and, on a store whose every partition is compacted
+    (capture indexes written, nothing buffered), the CDX API, the Resource API and
+    ``WebIndex.captures`` + ``capture_response`` of GET and HEAD captures leave pyarrow
+    unimported: a lookup reads the capture index and one data page, and a worker
+    that only looks captures up should not carry pyarrow's ~45 MiB (issue 46)."""
+    from tests.factories import T0, attempt
+    from web_index import WebIndex
+
+    with WebIndex(tmp_path / "s") as index:
+        for method in ("get", "head"):
+            for days in (0, 45):  # two months
+                index.insert(*attempt("https://example.com/a", T0 + timedelta(days=days), method=method))
+        index.flush()
+        index.compact()
+    done = subprocess.run([sys.executable, "-c", _SERVE, str(tmp_path / "s")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", done.stdout
+
+
+def test_the_names_kept_without_pyarrow_are_the_schemas_own() -> None:
+    """The column names that lookups and queries use without building a schema (so
+    without importing pyarrow) are those of the schemas built on first use, and the
+    names kept importable (``SCHEMAS``, ``RESULT_SCHEMA``, ``SCHEMA``) are those schemas."""
+    from web_index import models
+    from web_index.models import _io
+    from web_index.storage import _schema
+    from web_index.storage.indexes import _month_format
+
+    assert tuple(_io.query_schema().names) == _io._QUERY_COLUMNS
+    assert _io.QUERY_SCHEMA is _io.query_schema()
+    assert models.RESULT_SCHEMA is _io.RESULT_SCHEMA is _io.result_schema()
+    assert _month_format.schema().names[:7] == _month_format.LOOKUP_COLUMNS
+    assert _month_format.SCHEMA is _month_format.schema()
+    assert _schema.SCHEMAS is _schema.schemas()
+    for type, schema in _schema.SCHEMAS.items():
+        assert set(_schema.KEY_COLUMNS[type]) | set(_schema.SORT_KEYS[type]) <= set(schema.names)

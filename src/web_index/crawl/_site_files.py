@@ -14,18 +14,20 @@ number, so that a reader sees a complete database or none.
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from web_index.crawl._messages import MessageError
 from web_index.search import PageText
 from web_index.storage import Backend
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["GRACE", "SiteFiles", "check_site"]
 
@@ -36,15 +38,22 @@ GRACE = timedelta(minutes=2)
 _SITE = re.compile(r"(?:[a-z0-9_](?:[a-z0-9._-]{0,251}[a-z0-9_])?|\[[0-9a-f:.]{2,45}\])(?::[0-9]{1,5})?")
 _PACK = re.compile(r"(\d{8})\.sqlite\.zst")
 _STAMP = "%Y%m%dT%H%M%S%f"
-_TEXT_FIELDS: list[pa.Field[Any]] = [
-    pa.field("url", pa.string()),
-    pa.field("title", pa.string()),
-    pa.field("text", pa.large_string()),
-    pa.field("lang", pa.string()),
-    pa.field("fetched", pa.timestamp("us", tz="UTC")),
-    pa.field("deleted", pa.bool_()),
-]
-_TEXT_SCHEMA = pa.schema(_TEXT_FIELDS)
+
+
+@functools.cache
+def _text_schema() -> pa.Schema:
+    """A text file's columns, built (and pyarrow imported) when a text is first written."""
+    import pyarrow as pa
+
+    fields: list[pa.Field[Any]] = [
+        pa.field("url", pa.string()),
+        pa.field("title", pa.string()),
+        pa.field("text", pa.large_string()),
+        pa.field("lang", pa.string()),
+        pa.field("fetched", pa.timestamp("us", tz="UTC")),
+        pa.field("deleted", pa.bool_()),
+    ]
+    return pa.schema(fields)
 
 
 def check_site(site: str) -> str:
@@ -65,6 +74,8 @@ class SiteFiles:
     # --- texts ----------------------------------------------------------------
     def write_texts(self, site: str, texts: Sequence[PageText], *, now: datetime | None = None) -> str:
         """Write one batch of ``site``'s texts; return the file's name."""
+        import pyarrow as pa
+
         stamp = (now or datetime.now(UTC)).strftime(_STAMP)
         name = f"{stamp}-{uuid.uuid4().hex[:12]}.parquet"
         table = pa.table(
@@ -76,7 +87,7 @@ class SiteFiles:
                 "fetched": [t.fetched for t in texts],
                 "deleted": [t.deleted for t in texts],
             },
-            schema=_TEXT_SCHEMA,
+            schema=_text_schema(),
         )
         self.backend.write_parquet(f"{TEXT_DIR}/{check_site(site)}/{name}", table, compression="zstd")
         return name

@@ -7,7 +7,11 @@ Every model converts to and from the standard's flat serialised form with
 
 ``__all__`` is the public API; names imported ``as`` themselves are the
 internal one, for the other packages of web_index (never from a private module).
+``RESULT_SCHEMA`` is built on first use: it needs pyarrow, which looking a
+capture up never imports.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from web_index.models._digest import Digest, DigestHit
 from web_index.models._digest import payload_digests as payload_digests
@@ -15,7 +19,7 @@ from web_index.models._digest import payload_sha1 as payload_sha1
 from web_index.models._digest import sha1_text as sha1_text
 from web_index.models._digest import sha256_text as sha256_text
 from web_index.models._enums import AttemptState, Calibre, RecordType
-from web_index.models._io import RESULT_SCHEMA, iter_queries, read_queries, write_queries, write_results
+from web_index.models._io import iter_queries, read_queries, write_queries, write_results
 from web_index.models._io import queries_of as queries_of
 from web_index.models._io import query_table as query_table
 from web_index.models._io import result_table as result_table
@@ -45,6 +49,9 @@ from web_index.models._time import parse_ts as parse_ts
 from web_index.models._time import parse_when as parse_when
 from web_index.models._time import to_us as to_us
 
+if TYPE_CHECKING:
+    from web_index.models._io import RESULT_SCHEMA
+
 __all__ = [
     "RESULT_SCHEMA",
     "AttemptMetadata",
@@ -67,3 +74,11 @@ __all__ = [
     "write_queries",
     "write_results",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RESULT_SCHEMA":
+        from web_index.models._io import result_schema
+
+        return result_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

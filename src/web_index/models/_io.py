@@ -1,47 +1,72 @@
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Iterator
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from web_index.models._queries import KIND_OF, Query, query_from_dict
 from web_index.models._records import AttemptMetadata, Page
 from web_index.models._time import clamp_us, from_us
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "QUERY_SCHEMA",
     "RESULT_SCHEMA",
     "iter_queries",
     "queries_of",
+    "query_schema",
     "query_table",
     "read_queries",
+    "result_schema",
     "result_table",
     "write_queries",
     "write_results",
 ]
 
-_TS = pa.timestamp("us", tz="UTC")
-_FIELDS: list[pa.Field[Any]] = [
-    pa.field("kind", pa.string(), nullable=False),
-    pa.field("type", pa.string(), nullable=False),
-    pa.field("url", pa.string(), nullable=False),
-    pa.field("timestamp", _TS),
-    pa.field("request_id", pa.string()),
-    pa.field("not_before", _TS),
-    pa.field("not_after", _TS),
-    pa.field("calibre", pa.uint8()),
-    pa.field("calibre_strict", pa.bool_()),
-]
-QUERY_SCHEMA = pa.schema(_FIELDS)
+
+# The schemas are built on first use (``QUERY_SCHEMA`` and ``RESULT_SCHEMA`` too, through
+# ``__getattr__``): reading a capture imports no pyarrow (~45 MiB of a server worker).
+@functools.cache
+def query_schema() -> pa.Schema:
+    """The columns of a Parquet file of queries (:data:`QUERY_SCHEMA`)."""
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    fields: list[pa.Field[Any]] = [
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("type", pa.string(), nullable=False),
+        pa.field("url", pa.string(), nullable=False),
+        pa.field("timestamp", ts),
+        pa.field("request_id", pa.string()),
+        pa.field("not_before", ts),
+        pa.field("not_after", ts),
+        pa.field("calibre", pa.uint8()),
+        pa.field("calibre_strict", pa.bool_()),
+    ]
+    return pa.schema(fields)
+
+
+# query_schema()'s names, which a query's row needs without pyarrow.
+_QUERY_COLUMNS = (
+    "kind",
+    "type",
+    "url",
+    "timestamp",
+    "request_id",
+    "not_before",
+    "not_after",
+    "calibre",
+    "calibre_strict",
+)
 
 
 def _row(query: Query) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(QUERY_SCHEMA.names)
+    row: dict[str, Any] = dict.fromkeys(_QUERY_COLUMNS)
     row["kind"] = KIND_OF[type(query)]
-    for name in QUERY_SCHEMA.names[1:]:
+    for name in _QUERY_COLUMNS[1:]:
         if hasattr(query, name):
             row[name] = getattr(query, name)
     row["type"] = query.type.value
@@ -54,13 +79,16 @@ def write_queries(path: str | os.PathLike[str], queries: Iterable[Query], *, bat
     Streams in batches, so a generator of millions of queries never sits in
     memory at once.
     """
-    return _write_rows(path, QUERY_SCHEMA, map(_row, queries), batch_size)
+    return _write_rows(path, query_schema(), map(_row, queries), batch_size)
 
 
 def _write_rows(
     path: str | os.PathLike[str], schema: pa.Schema, rows: Iterable[dict[str, Any]], batch_size: int
 ) -> int:
     """Stream rows into a Parquet file ``batch_size`` at a time; return how many."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     count = 0
     with pq.ParquetWriter(os.fspath(path), schema, compression="zstd") as writer:
         batch: list[dict[str, Any]] = []
@@ -82,6 +110,8 @@ def iter_queries(path: str | os.PathLike[str], *, batch_size: int = 65_536) -> I
     Also reads files whose timestamps are ISO 8601 strings (the standard's
     serialised form) and files without a ``kind`` column.
     """
+    import pyarrow.parquet as pq
+
     file = pq.ParquetFile(os.fspath(path))
     for batch in file.iter_batches(batch_size=batch_size):
         yield from queries_of(batch, path)
@@ -93,6 +123,8 @@ _TIME_FIELDS = ("timestamp", "not_before", "not_after")
 def queries_of(rows: pa.RecordBatch | pa.Table, source: object = "queries") -> list[Query]:
     """The queries of a table of query rows (the columns of :data:`QUERY_SCHEMA`, or
     any subset :func:`iter_queries` reads); ``source`` names it in errors."""
+    import pyarrow as pa
+
     # Timestamp columns come out as microseconds: pyarrow makes a zone-aware
     # datetime several times slower than from_us does (0.8 of 2.1 s a 100,000 queries).
     table: pa.Table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
@@ -118,7 +150,9 @@ def queries_of(rows: pa.RecordBatch | pa.Table, source: object = "queries") -> l
 
 def query_table(queries: Iterable[Query]) -> pa.Table:
     """Queries as a :data:`QUERY_SCHEMA` table (what :func:`write_queries` writes)."""
-    return pa.Table.from_pylist([_row(q) for q in queries], schema=QUERY_SCHEMA)
+    import pyarrow as pa
+
+    return pa.Table.from_pylist([_row(q) for q in queries], schema=query_schema())
 
 
 def read_queries(path: str | os.PathLike[str]) -> list[Query]:
@@ -126,38 +160,57 @@ def read_queries(path: str | os.PathLike[str]) -> list[Query]:
     return list(iter_queries(path))
 
 
-_RESPONSE = pa.struct(
-    [
-        pa.field("url", pa.string()),
-        pa.field("request_url", pa.string()),
-        pa.field("status_code", pa.int16()),
-        pa.field("headers", pa.map_(pa.string(), pa.string())),
-        pa.field("timestamp", _TS),
-        pa.field("data", pa.large_binary()),
-        pa.field("retry_attempt", pa.uint8()),
-        pa.field("is_final", pa.bool_()),
+@functools.cache
+def result_schema() -> pa.Schema:
+    """The columns of a Parquet file of results (:data:`RESULT_SCHEMA`)."""
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    response = pa.struct(
+        [
+            pa.field("url", pa.string()),
+            pa.field("request_url", pa.string()),
+            pa.field("status_code", pa.int16()),
+            pa.field("headers", pa.map_(pa.string(), pa.string())),
+            pa.field("timestamp", ts),
+            pa.field("data", pa.large_binary()),
+            pa.field("retry_attempt", pa.uint8()),
+            pa.field("is_final", pa.bool_()),
+        ]
+    )
+    fields: list[pa.Field[Any]] = [
+        pa.field("query", pa.int64(), nullable=False),
+        pa.field("type", pa.string(), nullable=False),
+        pa.field("url", pa.string(), nullable=False),
+        pa.field("found", pa.bool_(), nullable=False),
+        pa.field("request_id", pa.string()),
+        pa.field("timestamp", ts),
+        pa.field("fetcher_name", pa.string()),
+        pa.field("fetcher_version", pa.string()),
+        pa.field("fetcher_calibre", pa.uint8()),
+        pa.field("responses", pa.list_(response)),
+        pa.field("state", pa.string()),
+        pa.field("logs", pa.large_string()),
+        pa.field("traceback", pa.large_string()),
+        pa.field("run_time", pa.float64()),
     ]
-)
-_RESULT_FIELDS: list[pa.Field[Any]] = [
-    pa.field("query", pa.int64(), nullable=False),
-    pa.field("type", pa.string(), nullable=False),
-    pa.field("url", pa.string(), nullable=False),
-    pa.field("found", pa.bool_(), nullable=False),
-    pa.field("request_id", pa.string()),
-    pa.field("timestamp", _TS),
-    pa.field("fetcher_name", pa.string()),
-    pa.field("fetcher_version", pa.string()),
-    pa.field("fetcher_calibre", pa.uint8()),
-    pa.field("responses", pa.list_(_RESPONSE)),
-    pa.field("state", pa.string()),
-    pa.field("logs", pa.large_string()),
-    pa.field("traceback", pa.large_string()),
-    pa.field("run_time", pa.float64()),
-]
-RESULT_SCHEMA = pa.schema(_RESULT_FIELDS)
-"""One row per query: ``query`` is its position in the input; ``found`` false
-leaves the rest null. Pages fill ``responses`` (chain order), metadata fills
-``state``/``logs``/``traceback``/``run_time``."""
+    return pa.schema(fields)
+
+
+if TYPE_CHECKING:
+    QUERY_SCHEMA: pa.Schema
+    RESULT_SCHEMA: pa.Schema
+    """One row per query: ``query`` is its position in the input; ``found`` false
+    leaves the rest null. Pages fill ``responses`` (chain order), metadata fills
+    ``state``/``logs``/``traceback``/``run_time``."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "QUERY_SCHEMA":
+        return query_schema()
+    if name == "RESULT_SCHEMA":
+        return result_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _result_row(position: int, query: Query, result: Page | AttemptMetadata | None) -> dict[str, Any]:
@@ -212,9 +265,11 @@ def write_results(
     Rows are numbered in input order; return how many were written.
     """
     rows = (_result_row(n, query, result) for n, (query, result) in enumerate(results))
-    return _write_rows(path, RESULT_SCHEMA, rows, batch_size)
+    return _write_rows(path, result_schema(), rows, batch_size)
 
 
 def result_table(results: Iterable[tuple[int, Query, Page | AttemptMetadata | None]]) -> pa.Table:
     """``(position, query, result)`` triples as a :data:`RESULT_SCHEMA` table, in the order given."""
-    return pa.Table.from_pylist([_result_row(n, q, r) for n, q, r in results], schema=RESULT_SCHEMA)
+    import pyarrow as pa
+
+    return pa.Table.from_pylist([_result_row(n, q, r) for n, q, r in results], schema=result_schema())

@@ -23,16 +23,16 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any, cast
 
 from web_index.errors import InvalidURLError
-from web_index.models import RESULT_SCHEMA, Query, queries_of, query_table, result_table
+from web_index.models import Query, queries_of, query_table, result_table
 from web_index.query._results import Result
 from web_index.urls import key_and_domain
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["answer_to_file"]
 
@@ -66,7 +66,7 @@ def answer_to_file(
     return _write_windows(source, destination, batch_size, window, each)
 
 
-_WindowWriter = Callable[[pa.Table, int, pq.ParquetWriter, Path], None]
+_WindowWriter = Callable[["pa.Table", int, "pq.ParquetWriter", Path], None]
 
 
 def _write_windows(
@@ -80,6 +80,10 @@ def _write_windows(
     start, writer, work)``, which writes its result rows in input order; into a file
     beside ``destination`` renamed onto it when complete, so that it appears whole or
     not at all (``work``: a scratch folder beside it for spools, removed after)."""
+    import pyarrow.parquet as pq
+
+    from web_index.models import RESULT_SCHEMA
+
     if batch_size < 1 or window < 1:
         raise ValueError("batch_size and window must be positive")
     dest = Path(destination)
@@ -105,6 +109,9 @@ _READ_ROWS = 65_536
 def _windows(source: str | os.PathLike[str] | Iterable[Query], window: int) -> Iterator[pa.Table]:
     """The source's query rows, ``window`` at a time, as tables: a query takes ~150
     bytes as a row and ~750 as a Python object, so a window waits as rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     if isinstance(source, str | os.PathLike):
         batches = pq.ParquetFile(os.fspath(source)).iter_batches(batch_size=min(window, _READ_ROWS))
         pending: list[pa.RecordBatch] = []
@@ -138,6 +145,9 @@ def _partition_order(rows: pa.Table) -> pa.Array[Any]:
     Built a slice at a time and sorted by Arrow: a million URLs as Python
     strings, or a million sort-key tuples, would cost more memory than the window.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     n = rows.num_rows
     names = rows.column_names
     domains: list[str] = []
@@ -167,6 +177,10 @@ def _answer_window(
     on_progress: Callable[[int], None] | None,
 ) -> None:
     """Answer one window in partition order, spool, and merge it into ``writer`` in input order."""
+    import pyarrow.parquet as pq
+
+    from web_index.models import RESULT_SCHEMA
+
     batches = _batches(rows, batch_size)
     name = _source_name(source)
     if len(batches) == 1:  # nothing to gain from spooling
@@ -189,6 +203,8 @@ def _answer_window(
 def _batches(rows: pa.Table, batch_size: int) -> list[pa.Array[Any]]:
     """A window's row numbers cut into batches of ``batch_size`` in partition order,
     each batch's numbers ascending (so that its results come out in input order)."""
+    import pyarrow.compute as pc
+
     order = _partition_order(rows)
     slices = [order.slice(i, batch_size) for i in range(0, len(order), batch_size)]
     return [part.take(pc.array_sort_indices(part)) for part in slices]
@@ -262,6 +278,9 @@ def _merge(
     spool: pq.ParquetFile, sizes: Sequence[int], start: int, count: int, writer: pq.ParquetWriter
 ) -> None:
     """Write the window's rows (positions ``start .. start+count-1``, each once) in position order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     meta = spool.metadata
     cursors: list[_Cursor] = []
     g = 0

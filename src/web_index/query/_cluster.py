@@ -25,15 +25,11 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar, cast
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from web_index._extras import import_extra
 from web_index.errors import ClusterError, InvalidRecordError
-from web_index.models import RESULT_SCHEMA, Query
+from web_index.models import Query
 from web_index.query._bulk import (
     _OUTPUT_ROWS,
     _answered,
@@ -45,6 +41,10 @@ from web_index.query._bulk import (
     _write_windows,
 )
 from web_index.query._results import Result
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["answer_on_cluster", "map_on_cluster"]
 
@@ -165,6 +165,11 @@ def _window_on_cluster(
     on_progress: Callable[[int], None] | None,
 ) -> None:
     """One window: its batches answered on the cluster, spooled as they come, merged in input order."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from web_index.models import RESULT_SCHEMA
+
     batches = _batches(rows, batch_size)
     name = _source_name(source)
     # A batch travels as its query rows and output row numbers, taken when submitted.

@@ -14,11 +14,7 @@ import bisect
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import cast
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, cast
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType, month_bounds
@@ -33,6 +29,9 @@ from web_index.storage import (
     StoredFile,
     open_month_index,
 )
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 __all__ = ["FileRows", "Found", "find_in_buffer", "find_in_files"]
 
@@ -214,6 +213,9 @@ def _scan_keys(
     handle: pq.ParquetFile, type: RecordType, keys: list[str], ts_col: str
 ) -> list[tuple[str, int, str, int, int]]:
     """``(url_key, ts_us, request_id, calibre, row)`` of rows whose key is asked for."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     meta = handle.metadata
     key_idx = meta.schema.names.index("url_key")
     groups: list[int] = []

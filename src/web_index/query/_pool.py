@@ -13,8 +13,6 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import pyarrow as pa
-
 from web_index.storage import LocalBackend, Store
 
 __all__ = ["answering", "reader_pool", "release_memory"]
@@ -79,6 +77,8 @@ def release_memory() -> None:
     is using what it holds) is given up, and so is a release asked for while
     another is under way.
     """
+    import pyarrow as pa
+
     pool = pa.default_memory_pool()
     pool.release_unused()
     if not _RELEASING.acquire(blocking=False):

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from typing import Any, cast
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any, cast
 
 from web_index.models import AttemptMetadata, Page, RecordType, Response, from_us
 from web_index.query._find import FileRows, Found
 from web_index.query._plan import Candidate, Plan
 from web_index.query._pool import reader_pool
 from web_index.storage import LocalBackend, Store, StoredCapture, read_group, read_small_files
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["Result", "build_result", "load_results", "timestamps_as_int"]
 
@@ -230,6 +231,8 @@ def _read_file_rows(
 
 def _read_rows(handle: pq.ParquetFile, rows: list[int]) -> dict[int, dict[str, Any]]:
     """Full rows (bodies included) at these positions, reading only their row groups."""
+    import pyarrow as pa
+
     meta = handle.metadata
     starts: list[int] = []
     offset = 0
@@ -289,6 +292,8 @@ def _runs(rows: list[int]) -> list[tuple[int, list[int]]]:
 
 
 def timestamps_as_int(table: pa.Table) -> pa.Table:
+    import pyarrow as pa
+
     for idx, fld in enumerate(table.schema):
         if pa.types.is_timestamp(fld.type):
             table = table.set_column(idx, fld.name, table.column(idx).cast(pa.int64()))

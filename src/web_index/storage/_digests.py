@@ -16,11 +16,7 @@ month; it is not built yet.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from web_index._retry import retrying
 from web_index.models import Digest, DigestHit, RecordType, from_us, payload_digests, sha1_text, sha256_text
@@ -29,6 +25,10 @@ from web_index.storage._layout import Partition, StoredFile
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
 from web_index.storage._store import Store
 from web_index.storage.backends import LocalBackend
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["find_payloads"]
 
@@ -102,6 +102,8 @@ def _small_file_hits(
 
 class _Wanted:
     def __init__(self, digests: Iterable[Digest]) -> None:
+        import pyarrow as pa
+
         self.sha1 = {d.raw for d in digests if d.algorithm == "sha1"}
         self.sha256 = {d.raw for d in digests if d.algorithm == "sha256"}
         self._arrays = (
@@ -110,6 +112,8 @@ class _Wanted:
         )
 
     def mask(self, table: pa.Table) -> pa.BooleanArray:
+        import pyarrow.compute as pc
+
         sha1, sha256 = (
             pc.is_in(table.column(name), value_set=values)
             for name, values in zip(DIGEST_COLUMNS, self._arrays, strict=True)
@@ -149,6 +153,8 @@ def _file_hits(path: str, handle: pq.ParquetFile, wanted: _Wanted) -> list[Diges
 
 
 def _hits(found: pa.Table, paths: list[str]) -> list[DigestHit]:
+    import pyarrow as pa
+
     # As microseconds, so that a hit's time is the same object from a file as from the buffer.
     ts = found.column_names.index(_COLUMNS[1])
     found = found.set_column(ts, _COLUMNS[1], found.column(ts).cast(pa.int64()))

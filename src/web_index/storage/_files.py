@@ -15,10 +15,6 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType, payload_digests
 from web_index.storage._layout import Partition, StoredFile, parse_file_name
@@ -26,13 +22,16 @@ from web_index.storage._schema import (
     BODY_COLUMN,
     DIGEST_COLUMNS,
     FORMAT_VERSION,
-    SCHEMAS,
     SORT_KEYS,
+    schemas,
 )
-from web_index.storage.pages import CheckedFile, check_bytes
+from web_index.storage.pages import check_bytes
 
-if TYPE_CHECKING:  # polars is imported where it is used: the lookup path never needs it
+if TYPE_CHECKING:  # polars and pyarrow are imported where used: the lookup path needs neither
     import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
 from web_index.storage.backends import Backend, LocalBackend
 
 __all__ = [
@@ -118,7 +117,7 @@ class WriteOptions:
         the bytes, so they keep zstd's ratio; the rest compress ~4% worse.
         Measured in docs/performance.md.
         """
-        codecs = {name: ("zstd" if name == BODY_COLUMN else "lz4") for name in SCHEMAS[type].names}
+        codecs = {name: ("zstd" if name == BODY_COLUMN else "lz4") for name in schemas()[type].names}
         return codecs, {BODY_COLUMN: self.compression_level} if BODY_COLUMN in codecs else {}
 
     def dictionary(self, rows: int) -> list[str]:
@@ -168,7 +167,7 @@ def outdated(meta: pq.FileMetaData, type: RecordType, options: WriteOptions) -> 
 
 def rows_to_table(type: RecordType, rows: Sequence[dict[str, Any]]) -> pa.Table:
     """Rows (as validation builds them: no digests) as a table of the type's schema."""
-    names = [f.name for f in SCHEMAS[type] if f.name not in DIGEST_COLUMNS]
+    names = [f.name for f in schemas()[type] if f.name not in DIGEST_COLUMNS]
     return columns_to_table(type, {name: [row.get(name) for row in rows] for name in names})
 
 
@@ -176,7 +175,9 @@ def columns_to_table(type: RecordType, columns: Mapping[str, Sequence[Any]]) -> 
     """Columns of Python values (timestamps as microseconds) as a table of the
     type's schema; a column not given is null, and payload digests not given are
     computed (see :func:`conform`)."""
-    schema = SCHEMAS[type]
+    import pyarrow as pa
+
+    schema = schemas()[type]
     n = len(next(iter(columns.values()))) if columns else 0
     arrays = []
     names = []
@@ -199,13 +200,15 @@ def conform(type: RecordType, table: pa.Table) -> pa.Table:
     table that has none (rows from the buffer, a file written before digests
     were stored) computed from its bodies, and every column cast (files read
     back ``binary``/``string`` where the schema says ``large_*``)."""
+    import pyarrow as pa
+
     if type is RecordType.GET and DIGEST_COLUMNS[0] not in table.column_names:
         # Never null: a get row has a body (b"" at least).
         pairs = [payload_digests(body or b"") for body in table.column(BODY_COLUMN).to_pylist()]
         table = table.append_column(
             DIGEST_COLUMNS[0], pa.array([p[0] for p in pairs], type=pa.binary(20))
         ).append_column(DIGEST_COLUMNS[1], pa.array([p[1] for p in pairs], type=pa.binary(32)))
-    return table.select(SCHEMAS[type].names).cast(SCHEMAS[type])
+    return table.select(schemas()[type].names).cast(schemas()[type])
 
 
 def sort_dedupe(type: RecordType, table: pa.Table) -> pa.Table:
@@ -224,6 +227,9 @@ def sort_dedupe(type: RecordType, table: pa.Table) -> pa.Table:
 def sorted_unique(table: pa.Table, keys: Sequence[str], identity: Sequence[str]) -> pa.Table:
     """``table`` sorted by ``keys``, keeping the first of each run of rows with
     equal ``identity`` columns (never null), in one take of every column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     order = pc.sort_indices(table.select(keys), sort_keys=[(k, "ascending") for k in keys])
     ids = table.select(identity).take(order)
     n = len(order)
@@ -273,10 +279,13 @@ def partition_file_args(
     options), wherever it goes. A file that absorbed no parts carries no
     superseded list, so a part file and a compacted file that absorbed nothing
     are written alike: a bulk load writes one first and names it either way after."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     meta = {FORMAT_KEY: FORMAT_VERSION.encode()}
     if superseded:  # absent means none (read_superseded): ~35 bytes a file saved
         meta[SUPERSEDED_KEY] = json.dumps(sorted(superseded)).encode()
-    schema = SCHEMAS[partition.type].with_metadata(meta)
+    schema = schemas()[partition.type].with_metadata(meta)
     data: pa.Table | pa.RecordBatchReader
     if isinstance(table, pa.Table):
         data = table.replace_schema_metadata(meta)
@@ -346,14 +355,18 @@ def read_table(type: RecordType, handle: pq.ParquetFile) -> pa.Table:
 def schema_matches(type: RecordType, schema: pa.Schema) -> bool:
     """Whether a file's Arrow schema is the type's, up to large/small variants
     (a ``get`` file written before payload digests were stored matches too)."""
+    import pyarrow as pa
+
     found = _normalised(schema.remove_metadata())
-    expected = SCHEMAS[type]
+    expected = schemas()[type]
     if type is RecordType.GET and DIGEST_COLUMNS[0] not in schema.names:
         expected = pa.schema([f for f in expected if f.name not in DIGEST_COLUMNS])
     return found.equals(_normalised(expected))
 
 
 def _normalised(schema: pa.Schema) -> pa.Schema:
+    import pyarrow as pa
+
     fields: list[pa.Field[Any]] = []
     for f in schema:
         if pa.types.is_large_binary(f.type):
@@ -431,6 +444,9 @@ def read_small_files(
     one is damaged.
     """
     import polars as pl  # 27 MiB and ~120 ms of import that lookups do not need
+    import pyarrow as pa
+
+    from web_index.storage.pages import CheckedFile
 
     sources: list[bytes] = []
     rows: list[int] = []

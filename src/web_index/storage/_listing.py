@@ -3,7 +3,7 @@ a partition's visible files, opened."""
 
 from __future__ import annotations
 
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from web_index._retry import retrying
 from web_index.models import STORED_END, STORED_START, RecordType
@@ -11,10 +11,13 @@ from web_index.storage._files import list_partition_files, visible_files
 from web_index.storage._layout import Partition, StoredFile
 from web_index.storage.backends import Backend
 
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
 __all__ = ["Listing"]
 
 # A partition as listed, its visible files opened, its superseded files.
-_Visible = tuple[list[StoredFile], list[tuple[StoredFile, pq.ParquetFile]], list[StoredFile]]
+_Visible = tuple[list[StoredFile], list[tuple[StoredFile, "pq.ParquetFile"]], list[StoredFile]]
 _OPEN_TRIES = 8
 
 

@@ -31,9 +31,7 @@ import operator
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from web_index.errors import ConflictError
 from web_index.models import (
@@ -58,7 +56,9 @@ from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SORT_KEYS
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
 from web_index.storage.indexes import capture_index_bytes, table_lines
-from web_index.storage.pages import CheckedFile
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["Spill"]
 
@@ -68,7 +68,6 @@ _COLUMNS = {
     RecordType.GET_METADATA: METADATA_COLUMNS,
     RecordType.HEAD_METADATA: METADATA_COLUMNS,
 }
-_IPC = pa.ipc.IpcWriteOptions(compression=None)
 
 
 class Spill:
@@ -84,6 +83,8 @@ class Spill:
 
     def add(self, attempts: Sequence[AttemptRows]) -> None:
         """Spill one chunk: a file per record type, a record batch per partition."""
+        import pyarrow as pa
+
         start = len(self._files)
         try:
             for _, tables in itertools.groupby(_partition_tables(attempts), key=lambda pt: pt[0].type):
@@ -93,7 +94,8 @@ class Spill:
                     writer = None
                     for n, (partition, table) in enumerate(tables):
                         if writer is None:
-                            writer = pa.ipc.new_file(sink, table.schema, options=_IPC)
+                            options = pa.ipc.IpcWriteOptions(compression=None)
+                            writer = pa.ipc.new_file(sink, table.schema, options=options)
                         writer.write_batch(table.combine_chunks().to_batches()[0])
                         self._where.setdefault(partition, []).append((len(self._files) - 1, n))
                     if writer is not None:
@@ -140,6 +142,8 @@ class Spill:
             self.discard()
 
     def _table(self, partition: Partition) -> pa.Table:
+        import pyarrow as pa
+
         batches = []
         for f, b in self._where[partition]:
             reader = self._files[f][1]
@@ -179,6 +183,10 @@ def _write_local(
     *,
     durable: bool,
 ) -> set[MethodPartition]:
+    import pyarrow as pa
+
+    from web_index.storage.pages import CheckedFile
+
     spooled: list[tuple[Partition, Path, list[bytes] | None]] = []
     parted: set[MethodPartition] = set()
     indexes: list[tuple[Path, str]] = []

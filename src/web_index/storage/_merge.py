@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from web_index.models import RecordType
 from web_index.storage._files import conform
 from web_index.storage._schema import SORT_KEYS, TS_COLUMN
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["merge_sorted", "sort_keys"]
 
@@ -66,6 +67,8 @@ class _Input:
 
 def sort_keys(type: RecordType, table: pa.Table) -> list[Key]:
     """Each row's sort key as a tuple (times as microseconds)."""
+    import pyarrow as pa
+
     columns = [table.column(k) for k in SORT_KEYS[type]]
     ts = SORT_KEYS[type].index(TS_COLUMN[type])
     columns[ts] = columns[ts].cast(pa.int64())
@@ -79,6 +82,8 @@ def merge_sorted(
     each of ``group_rows(rows held, bytes held)`` rows (the last one shorter).
     Each input is a sequence of tables (its row groups) already sorted by the
     type's sort key."""
+    import pyarrow as pa
+
     sources = [_Input(iter(chunks), type) for chunks in inputs]
     identity = slice(2, None)  # request id (and chain index) within the sort key
     last: Key | None = None  # identity of the last row written

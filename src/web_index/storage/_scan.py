@@ -18,11 +18,7 @@ import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from web_index.errors import StoreError
 from web_index.models import RecordType, month_bounds
@@ -32,6 +28,10 @@ from web_index.storage._merge import merge_sorted, sort_keys
 from web_index.storage._schema import TS_COLUMN
 from web_index.storage._store import Store
 from web_index.storage.buffer import BufferedAttempt, MethodPartition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["ScanFilter", "scan"]
 
@@ -52,6 +52,9 @@ class ScanFilter:
         return (self.start_us is None or hi > self.start_us) and (self.end_us is None or lo <= self.end_us)
 
     def rows(self, type: RecordType, table: pa.Table) -> pa.Table:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         mask: Any = None
         if self.url_key_prefix is not None:
             mask = pc.starts_with(table.column("url_key"), self.url_key_prefix)

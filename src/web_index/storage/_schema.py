@@ -1,12 +1,19 @@
-"""The Arrow/Parquet schemas of the four record types, and how to sort them."""
+"""The Arrow/Parquet schemas of the four record types, and how to sort them.
+
+The schemas are built on first use (``schemas()``; ``SCHEMAS`` is the same
+dict): the column names and sort keys need no pyarrow, which a store opened
+only to look captures up never imports (~45 MiB of a server worker).
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pyarrow as pa
+import functools
+from typing import TYPE_CHECKING, Any
 
 from web_index.models import RecordType
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "BODY_COLUMN",
@@ -16,6 +23,7 @@ __all__ = [
     "SCHEMAS",
     "SORT_KEYS",
     "TS_COLUMN",
+    "schemas",
 ]
 
 # 2: every file carries web_index.checksum; 3: ``get`` files carry payload
@@ -24,20 +32,22 @@ FORMAT_VERSION = "3"
 BODY_COLUMN = "data"  # the only column of page bodies (``get`` files)
 # The SHA-1 and SHA-256 of each body, raw (``get`` files only).
 DIGEST_COLUMNS = ("payload_sha1", "payload_sha256")
-_TS = pa.timestamp("us", tz="UTC")
 
 
 def _data_schema(with_body: bool) -> pa.Schema:
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
     fields: list[pa.Field[Any]] = [
         pa.field("url_key", pa.string(), nullable=False),
         pa.field("url", pa.string(), nullable=False),
-        pa.field("attempt_timestamp", _TS, nullable=False),
+        pa.field("attempt_timestamp", ts, nullable=False),
         pa.field("request_id", pa.string(), nullable=False),
         pa.field("chain_index", pa.uint16(), nullable=False),
         pa.field("request_url", pa.string(), nullable=False),
         pa.field("status_code", pa.int16(), nullable=False),
         pa.field("headers", pa.string(), nullable=False),
-        pa.field("timestamp", _TS, nullable=False),
+        pa.field("timestamp", ts, nullable=False),
         pa.field("retry_attempt", pa.uint8(), nullable=False),
         pa.field("is_final", pa.bool_(), nullable=False),
         pa.field("fetcher_name", pa.string(), nullable=False),
@@ -51,27 +61,47 @@ def _data_schema(with_body: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-_METADATA_FIELDS: list[pa.Field[Any]] = [
-    pa.field("url_key", pa.string(), nullable=False),
-    pa.field("url", pa.string(), nullable=False),
-    pa.field("timestamp", _TS, nullable=False),
-    pa.field("request_id", pa.string(), nullable=False),
-    pa.field("state", pa.string(), nullable=False),
-    pa.field("logs", pa.large_string()),
-    pa.field("traceback", pa.large_string()),
-    pa.field("run_time", pa.float64()),
-    pa.field("fetcher_name", pa.string(), nullable=False),
-    pa.field("fetcher_version", pa.string(), nullable=False),
-    pa.field("fetcher_calibre", pa.uint8(), nullable=False),
-]
-_METADATA = pa.schema(_METADATA_FIELDS)
+def _metadata_schema() -> pa.Schema:
+    import pyarrow as pa
 
-SCHEMAS: dict[RecordType, pa.Schema] = {
-    RecordType.GET: _data_schema(with_body=True),
-    RecordType.HEAD: _data_schema(with_body=False),
-    RecordType.GET_METADATA: _METADATA,
-    RecordType.HEAD_METADATA: _METADATA,
-}
+    ts = pa.timestamp("us", tz="UTC")
+    fields: list[pa.Field[Any]] = [
+        pa.field("url_key", pa.string(), nullable=False),
+        pa.field("url", pa.string(), nullable=False),
+        pa.field("timestamp", ts, nullable=False),
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),
+        pa.field("logs", pa.large_string()),
+        pa.field("traceback", pa.large_string()),
+        pa.field("run_time", pa.float64()),
+        pa.field("fetcher_name", pa.string(), nullable=False),
+        pa.field("fetcher_version", pa.string(), nullable=False),
+        pa.field("fetcher_calibre", pa.uint8(), nullable=False),
+    ]
+    return pa.schema(fields)
+
+
+@functools.cache
+def schemas() -> dict[RecordType, pa.Schema]:
+    """Each record type's Arrow schema (built, and pyarrow imported, on the first call)."""
+    metadata = _metadata_schema()
+    return {
+        RecordType.GET: _data_schema(with_body=True),
+        RecordType.HEAD: _data_schema(with_body=False),
+        RecordType.GET_METADATA: metadata,
+        RecordType.HEAD_METADATA: metadata,
+    }
+
+
+if TYPE_CHECKING:
+    SCHEMAS: dict[RecordType, pa.Schema]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SCHEMAS":
+        return schemas()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # The column holding the attempt's start time, which every query matches on.
 TS_COLUMN: dict[RecordType, str] = {

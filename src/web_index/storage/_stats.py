@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from web_index.errors import StoreError
 from web_index.models import RecordType
@@ -18,6 +17,9 @@ from web_index.storage._layout import Partition, StoredFile
 from web_index.storage._store import Store
 from web_index.storage.backends import CacheStats
 from web_index.storage.indexes import MonthIndex, open_month_index
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 __all__ = ["AttemptCount", "PartitionStats", "StoreStats", "attempt_counts", "stats"]
 

@@ -6,19 +6,21 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from web_index.errors import CorruptFileError, InvalidRecordError, StoreError
 from web_index.models import RecordType, month_bounds, payload_digests
 from web_index.storage._files import FORMAT_KEY, outdated, schema_matches, visible_files
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
-from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SCHEMAS, SORT_KEYS, TS_COLUMN
+from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SORT_KEYS, TS_COLUMN, schemas
 from web_index.storage._store import Store
 from web_index.storage.buffer import MethodPartition
 from web_index.storage.indexes import capture_index_findings, index_path
 from web_index.urls import domain_of, url_key
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["Finding", "VerifyReport", "verify"]
 
@@ -141,6 +143,8 @@ def _verify_partition(
     meta_all: dict[MethodPartition, set[str]],
     data_ids: dict[MethodPartition, set[str]],
 ) -> None:
+    import pyarrow as pa
+
     type = partition.type
     mp = MethodPartition(type.method, partition.year, partition.month, partition.domain)
     try:
@@ -157,7 +161,7 @@ def _verify_partition(
         )
     lo, hi = month_bounds(partition.year, partition.month)
     seen: dict[tuple[str, int], str] = {}
-    schema = SCHEMAS[type]
+    schema = schemas()[type]
     for stored, handle in opened:
         report.files += 1
         where = stored.path

@@ -9,13 +9,12 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from web_index.storage.backends.base import FileInfo
-from web_index.storage.pages import CheckedFile, check_footer
+from web_index.storage.pages import check_footer
 
 if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
     from web_index.storage.backends.s3 import S3Backend
 
 __all__ = ["ObjectFile", "ObjectInfo", "RequestCounter", "file_info", "handle_version"]
@@ -90,6 +89,10 @@ class ObjectFile(io.RawIOBase):
     def parquet(self, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
         """The object as a Parquet file; ``metadata`` from a cache skips reading
         (and checking: it was checked when first read) the footer."""
+        import pyarrow as pa
+
+        from web_index.storage.pages import CheckedFile
+
         if metadata is None:
             check_footer(self.path, self.read_at, self._size)
         handle = CheckedFile(pa.PythonFile(self, mode="r"), path=self.path, metadata=metadata)

@@ -9,13 +9,14 @@ import os
 import posixpath
 import uuid
 from pathlib import Path
-from typing import NamedTuple, Protocol
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from web_index.errors import StoreError
 from web_index.storage.pages import CHECKSUM_KEY, PLACEHOLDER, seal_buffer, seal_file
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = [
     "Backend",
@@ -168,6 +169,9 @@ def write_table(
     """Write a store file, unsealed: ``pq.write_table`` with page CRCs, the
     checksum placeholder (see ``_checksum``), and the table's key-value
     metadata kept even with ``store_schema=False`` (which would drop it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     row_group_size = options.pop("row_group_size", None)
     metadata = dict(table.schema.metadata or {})
     if metadata.pop(CHECKSUM_KEY, None) is not None and isinstance(table, pa.Table):
@@ -186,6 +190,8 @@ def write_table(
 
 def sealed_bytes(table: pa.Table, **options: object) -> bytearray:
     """A store file in memory, with its checksum."""
+    import pyarrow as pa
+
     sink = pa.BufferOutputStream()
     write_table(table, sink, **options)
     data = bytearray(sink.getvalue())

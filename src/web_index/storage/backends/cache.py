@@ -33,15 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from web_index.models import RecordType
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage.backends._object_file import ObjectFile, ObjectInfo, file_info
 from web_index.storage.backends.base import FileInfo, listed_file
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from web_index.storage.backends.s3 import S3Backend
 
 __all__ = ["CacheConfig", "CacheStats", "CachingBackend"]

@@ -15,10 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from web_index.storage._layout import TMP_DIR
 from web_index.storage.backends.base import (
@@ -29,7 +26,11 @@ from web_index.storage.backends.base import (
     write_sealed,
     write_table,
 )
-from web_index.storage.pages import CheckedFile, check_footer, check_whole, pread_exact, seal_file
+from web_index.storage.pages import check_footer, check_whole, pread_exact, seal_file
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["LocalBackend"]
 
@@ -115,6 +116,10 @@ class LocalBackend:
             return []
 
     def open_parquet(self, path: str) -> pq.ParquetFile:
+        import pyarrow as pa
+
+        from web_index.storage.pages import CheckedFile
+
         # Read through the descriptor whose footer was checked: opening by name
         # again could read a file renamed into place in between.
         fh = self._path(path).open("rb")

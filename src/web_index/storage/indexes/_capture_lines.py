@@ -35,16 +35,18 @@ from __future__ import annotations
 import time
 from base64 import b32encode
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from web_index.models import GET_COLUMNS, HEAD_COLUMNS, RecordType, payload_sha1
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
 from web_index.storage.pages import BodyPlace, body_places
 from web_index.urls import surt_key, target_uri
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = [
     "CAPTURE_COLUMNS",
@@ -181,6 +183,8 @@ def capture_lines(
     With ``first_row`` (the table's first row in its file; the table then has
     :data:`STORED_COLUMNS`), an index's lines of format 2, with each body's
     place from ``places`` where given."""
+    import pyarrow as pa
+
     names = CAPTURE_COLUMNS if first_row is None else STORED_COLUMNS
     columns: dict[str, list[Any]] = {}
     for name in names:
@@ -291,6 +295,8 @@ def file_capture_lines(
     written before payload digests were stored has its SHA-1s computed from
     them); with ``stored``, an index's lines of format 2, each with its body's
     place where the file's pages allow (:func:`~web_index.storage.pages.body_places`)."""
+    import pyarrow as pa
+
     digests = DIGEST_COLUMNS[0] in handle.schema_arrow.names
     columns = list(STORED_COLUMNS if stored else CAPTURE_COLUMNS)
     if type is RecordType.GET:

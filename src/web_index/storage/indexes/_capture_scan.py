@@ -16,8 +16,6 @@ import heapq
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-import pyarrow.parquet as pq
-
 from web_index._retry import retrying
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType, month_bounds
@@ -29,7 +27,9 @@ from web_index.storage.indexes._capture_lines import (
     unique_lines,
 )
 
-if TYPE_CHECKING:  # the store imports this package (its capture indexes): at run time, a cycle
+if TYPE_CHECKING:  # Store: the store imports this package (its capture indexes), at run time a cycle
+    import pyarrow.parquet as pq
+
     from web_index.storage._store import Store
 
 __all__ = ["find_capture_lines"]

@@ -11,9 +11,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Collection, Mapping
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from web_index.models import RecordType
 from web_index.storage._files import list_partition_files, read_superseded
@@ -29,6 +27,10 @@ from web_index.storage.indexes._captures import (
     write_capture_index,
 )
 from web_index.storage.pages import BodyPlace, body_places
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["build_capture_index", "ensure_capture_indexes", "file_lines", "table_lines"]
 

@@ -40,12 +40,9 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
@@ -61,6 +58,10 @@ from web_index.storage.indexes._month_format import (
     read_covers,
     rid_text,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["IndexHit", "MonthIndex", "open_month_index"]
 
@@ -164,6 +165,9 @@ class MonthIndex:
 
     def lookup(self, by_hash: Mapping[bytes, str]) -> list[IndexHit]:
         """Every indexed record of these URL keys (given by :func:`key_hash`)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         hashes = sorted(by_hash)
         groups = []
         for g, (lo, hi) in enumerate(self._groups):
@@ -217,6 +221,8 @@ class MonthIndex:
     def _keep(self, table: pa.Table) -> bool:
         """Keep the whole index in memory if the budget allows; return whether kept."""
         global _TABLE_BYTES
+        import pyarrow.compute as pc
+
         if not self._fits(table):  # before copying it whole below
             return self._table is not None
         table = table.combine_chunks()  # one chunk: its key hashes are one buffer to bisect
@@ -348,6 +354,8 @@ _ROWS_A_STEP = 64
 
 def open_month_index(backend: Backend, type: RecordType, year: int, month: int) -> MonthIndex | None:
     """The month's index, or ``None`` if there is none (or it is unreadable)."""
+    import pyarrow as pa
+
     path = index_path(type, year, month)
     folder, name = path.rsplit("/", 1)
     info = next((i for i in backend.list_files(folder, name) if i.name == name), None)

@@ -9,18 +9,21 @@ change here is a change of format, and then ``VERSION`` changes too.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import zlib
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._layout import INDEX_DIR
 from web_index.storage.backends import Backend
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = [
     "COVERS_KEY",
@@ -39,6 +42,7 @@ __all__ = [
     "key_hash",
     "read_covers",
     "rid_text",
+    "schema",
     "write_index",
 ]
 
@@ -61,20 +65,39 @@ def folder_stamp(version: object | None) -> str | None:
     return None if version is None else repr(version)
 
 
-_FIELDS: list[pa.Field[Any]] = [
-    pa.field("key_hash", pa.binary(16), nullable=False),
-    pa.field("ts_us", pa.int64(), nullable=False),
-    pa.field("request_id", pa.binary(16), nullable=False),
-    pa.field("calibre", pa.uint8(), nullable=False),
-    pa.field("file_no", pa.uint32(), nullable=False),
-    pa.field("row", pa.uint32(), nullable=False),
-    pa.field("rows", pa.uint32(), nullable=False),
-    # Metadata types only (null in the others): what an overview counts.
-    pa.field("state", pa.string()),
-    pa.field("fetcher", pa.string()),
-]
-SCHEMA = pa.schema(_FIELDS)
-LOOKUP_COLUMNS = SCHEMA.names[:7]
+@functools.cache
+def schema() -> pa.Schema:
+    """The index file's columns (``SCHEMA``, built and pyarrow imported on first use:
+    looking a capture up reads no month index)."""
+    import pyarrow as pa
+
+    fields: list[pa.Field[Any]] = [
+        pa.field("key_hash", pa.binary(16), nullable=False),
+        pa.field("ts_us", pa.int64(), nullable=False),
+        pa.field("request_id", pa.binary(16), nullable=False),
+        pa.field("calibre", pa.uint8(), nullable=False),
+        pa.field("file_no", pa.uint32(), nullable=False),
+        pa.field("row", pa.uint32(), nullable=False),
+        pa.field("rows", pa.uint32(), nullable=False),
+        # Metadata types only (null in the others): what an overview counts.
+        pa.field("state", pa.string()),
+        pa.field("fetcher", pa.string()),
+    ]
+    return pa.schema(fields)
+
+
+if TYPE_CHECKING:
+    SCHEMA: pa.Schema
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SCHEMA":
+        return schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# schema()'s first 7 columns
+LOOKUP_COLUMNS = ["key_hash", "ts_us", "request_id", "calibre", "file_no", "row", "rows"]
 TALLY_COLUMNS = ["file_no", "state", "calibre", "fetcher"]
 
 
@@ -135,7 +158,7 @@ def write_index(
         meta[STAMP_KEY] = stamp.encode()
     backend.write_parquet(
         index_path(type, year, month),
-        table.cast(SCHEMA).replace_schema_metadata(meta),
+        table.cast(schema()).replace_schema_metadata(meta),
         # LZ4, not zstd: a batch of thousands of queries reads whole indexes,
         # and LZ4 decodes them in half the time for ~1.15x the bytes (hashes
         # and request ids are random: neither codec shrinks them much).

@@ -7,11 +7,15 @@ every write seals (``_checksum``: the footer's CRC, the whole file's, the pages'
 CRCs as pyarrow reads them). Nothing here is public (``__all__`` is empty): the
 names imported ``as`` themselves are the internal API of the rest of storage,
 the backends included, so that this package never imports them back.
+``CheckedFile`` (``_checked_file``, a pyarrow ``ParquetFile``) is imported on
+first use, when a store file is opened: reading a body by its place needs no
+pyarrow, which a server worker that only looks captures up never imports.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from web_index.storage.pages._checksum import CHECKSUM_KEY as CHECKSUM_KEY
 from web_index.storage.pages._checksum import PLACEHOLDER as PLACEHOLDER
-from web_index.storage.pages._checksum import CheckedFile as CheckedFile
 from web_index.storage.pages._checksum import check_bytes as check_bytes
 from web_index.storage.pages._checksum import check_footer as check_footer
 from web_index.storage.pages._checksum import check_whole as check_whole
@@ -25,4 +29,15 @@ from web_index.storage.pages._places import page_values as page_values
 from web_index.storage.pages._places import value_at as value_at
 from web_index.storage.pages._reader import read_group as read_group
 
+if TYPE_CHECKING:
+    from web_index.storage.pages._checked_file import CheckedFile as CheckedFile
+
 __all__: list[str] = []
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CheckedFile":
+        from web_index.storage.pages._checked_file import CheckedFile
+
+        return CheckedFile
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

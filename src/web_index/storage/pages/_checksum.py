@@ -11,21 +11,22 @@ patched in place once the file is written: a value inside the footer cannot
 be known before the footer is.
 
 Readers check the footer's CRC on every open (a few KB); whole-file reads
-(small files, ``verify``) check both.
+(small files, ``verify``) check both. The checks need no pyarrow; the file
+that checks its pages as pyarrow reads them, :class:`CheckedFile`, is in
+``_checked_file``, imported when a store file is first opened.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import zlib
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from web_index.errors import CorruptFileError
 
-from web_index.errors import CorruptFileError, StoreError
+if TYPE_CHECKING:
+    from web_index.storage.pages._checked_file import CheckedFile as CheckedFile
 
 __all__ = [
     "CHECKSUM_KEY",
@@ -154,57 +155,14 @@ def check_whole(path: str, read_at: Callable[[int, int], bytes], size: int) -> b
     return True
 
 
-class CheckedFile(pq.ParquetFile):
-    """A store file whose pages are checked against their CRCs as they are read,
-    and whose reading errors name the file (:class:`CorruptFileError`).
-
-    A file that went away (``FileNotFoundError``) is not damage: a reader lists
-    again; it passes through, as do the store's own errors.
-    """
-
-    def __init__(self, source: Any, *, path: str, **options: Any) -> None:
-        self.store_path = path
-        # Kept for positioned reads of single pages (``_reader``): the very
-        # version whose footer was checked (the same descriptor or mapping on a
-        # local disk, the same ETag on S3), never the name opened again.
-        self.source: pa.NativeFile | None = source if isinstance(source, pa.NativeFile) else None
-        with _named(path):
-            super().__init__(source, page_checksum_verification=True, **options)
-
-    def read(self, *args: Any, **kwargs: Any) -> pa.Table:
-        with _named(self.store_path):
-            return super().read(*args, **kwargs)
-
-    def read_at(self, offset: int, length: int) -> bytes:
-        """``length`` bytes of the file from ``offset`` (fewer at its end)."""
-        if self.source is None:
-            raise OSError("no positioned reads: opened from a path")
-        with _named(self.store_path):
-            return bytes(self.source.read_at(length, offset))  # type: ignore[call-arg]  # the stub lacks its arguments
-
-    def read_row_group(self, *args: Any, **kwargs: Any) -> pa.Table:
-        with _named(self.store_path):
-            return super().read_row_group(*args, **kwargs)
-
-    def read_row_groups(self, *args: Any, **kwargs: Any) -> pa.Table:
-        with _named(self.store_path):
-            return super().read_row_groups(*args, **kwargs)
-
-    def iter_batches(self, *args: Any, **kwargs: Any) -> Iterator[pa.RecordBatch]:
-        with _named(self.store_path):
-            yield from super().iter_batches(*args, **kwargs)
-
-
-@contextlib.contextmanager
-def _named(path: str) -> Iterator[None]:
-    try:
-        yield
-    except (FileNotFoundError, StoreError):
-        raise
-    except (pa.ArrowException, OSError) as exc:
-        raise CorruptFileError(path, f"unreadable ({type(exc).__name__}: {exc})") from None
-
-
 def check_bytes(path: str, data: bytes) -> bool:
     """:func:`check_whole` of a file read into memory."""
     return check_whole(path, lambda start, end: data[start:end], len(data))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CheckedFile":  # where it was, for the code that imports it from here
+        from web_index.storage.pages._checked_file import CheckedFile
+
+        return CheckedFile
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,15 +24,16 @@ from __future__ import annotations
 import threading
 import zlib
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import pyarrow.parquet as pq
 import zstandard
 
 from web_index.errors import CorruptFileError
 from web_index.storage._schema import BODY_COLUMN
-from web_index.storage.pages._checksum import CheckedFile
 from web_index.storage.pages._format import Reader, ThriftError, level_bits
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 __all__ = ["BodyPlace", "PlaceError", "body_places", "page_values", "value_at"]
 
@@ -63,6 +64,8 @@ def body_places(handle: pq.ParquetFile, group: int) -> list[BodyPlace | None] | 
     for a null one), or ``None`` when its pages are of a kind this module does
     not read (or ``handle`` reads no byte ranges). Raises
     :class:`~web_index.errors.CorruptFileError` for a page that is damaged."""
+    from web_index.storage.pages._checked_file import CheckedFile  # ``handle`` is open: pyarrow is
+
     schema = handle.schema
     column = next((i for i in range(len(schema)) if schema.column(i).path == BODY_COLUMN), None)
     if column is None or not isinstance(handle, CheckedFile) or handle.source is None:

@@ -28,15 +28,12 @@ import weakref
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from web_index.errors import CorruptFileError
 from web_index.models import payload_sha1
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
-from web_index.storage.pages._checksum import CHECKSUM_KEY, CheckedFile
+from web_index.storage.pages._checksum import CHECKSUM_KEY
 from web_index.storage.pages._format import (
     Reader,
     ThriftError,
@@ -45,6 +42,12 @@ from web_index.storage.pages._format import (
     page_locations,
     plain_values,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from web_index.storage.pages._checked_file import CheckedFile
 
 __all__ = ["BodyPages", "UnsupportedPageError", "body_pages", "read_group"]
 
@@ -65,6 +68,8 @@ class BodyPages:
     """The body column of one open file, page by page."""
 
     def __init__(self, handle: CheckedFile, column: int, codec: str, *, optional: bool, crcs: bool) -> None:
+        import pyarrow as pa
+
         # Weakly: this reader is the value of _READERS, keyed weakly by the handle,
         # and a strong reference back would keep every paged file ever read open
         # (and its mapped pages in the process's memory) for good.
@@ -205,6 +210,8 @@ class BodyPages:
     # -- one page -------------------------------------------------------------------
 
     def _page(self, page: _Page, count: int, what: Callable[[], str]) -> list[bytes | None]:
+        import pyarrow as pa
+
         data = self._read(page.offset, page.size)
         try:
             reader = Reader(data)
@@ -338,6 +345,8 @@ def body_pages(handle: pq.ParquetFile) -> BodyPages | None:
     """The page reader of ``handle``'s body column, or ``None`` when its row
     groups must be read whole: no body column, no page index for it, a
     dictionary-encoded or nested one, a codec this module does not decode."""
+    from web_index.storage.pages._checked_file import CheckedFile  # ``handle`` is open: pyarrow is
+
     if handle in _READERS:
         return _READERS[handle]
     reader = _make(handle) if isinstance(handle, CheckedFile) else None
