@@ -11,7 +11,8 @@ sample of URLs, one lookup at a time, ``--rounds`` rounds (the median round's me
 then the store is flushed and compacted, and the same lookups are timed again, and their answers
 compared with the buffered ones (they must be equal). Kinds:
 
-- ``captures``: ``WebIndex.captures(url)`` read whole (an exact match: one line);
+- ``captures``: ``WebIndex.captures(url)`` read whole (an exact match: one line), compared by the
+  CDX fields of each line (a compacted file's line also holds its place, a buffered one not);
 - ``cdx-latest``: ``find_captures`` of ``?url=U&sort=reverse&limit=1`` (what a CDX server does);
 - ``cdx-closest``: ``find_captures`` of ``?url=U&closest=TS&limit=1``;
 - ``resource``: ``closest_capture`` (the capture, then its record by ``PageKey``, body included:
@@ -43,7 +44,7 @@ from _results import save
 from web_index import WebIndex, __version__
 from web_index.archive import closest_capture, find_captures, parse_cdx_query
 from web_index.models import AttemptMetadata, Page, PageKey, Response, SimplePageQuery, TimeAwarePageQuery
-from web_index.storage import FlushPolicy
+from web_index.storage import FlushPolicy, parse_capture_line
 
 HERE = Path(__file__).resolve().parent
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
@@ -89,6 +90,11 @@ def lookups(index: WebIndex) -> dict[str, Callable[[str, datetime, PageKey], Any
         found = find_captures(index, parse_cdx_query({k: [v] for k, v in params.items()}), source="store")
         return [(fields["timestamp"], fields["url"], fields["digest"]) for fields, _ in found]
 
+    def cdx_view(line: str) -> Any:
+        # A compacted file's line also holds its record's place (format 2), a buffered one not.
+        key, stamp, fields = parse_capture_line(line)
+        return (key, stamp, fields.url, fields.mime, fields.status, fields.digest)
+
     def page(result: Any) -> Any:
         if not isinstance(result, Page):
             return None
@@ -107,7 +113,7 @@ def lookups(index: WebIndex) -> dict[str, Callable[[str, datetime, PageKey], Any
         return None if memento is None else (memento.request_id, len(memento.response.data or b""))
 
     return {
-        "captures": lambda url, when, key: list(index.captures(url)),
+        "captures": lambda url, when, key: [cdx_view(line) for line in index.captures(url)],
         "cdx-latest": lambda url, when, key: cdx({"url": url, "sort": "reverse", "limit": "1"}),
         "cdx-closest": lambda url, when, key: cdx({"url": url, "closest": stamp(when), "limit": "1"}),
         "resource": resource,

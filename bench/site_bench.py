@@ -30,7 +30,10 @@ of its own, alone on the machine (the bench drives the CLI and HTTP only, import
   the same, by slower paths (with the store of b80ae2c its CDX fell to ~200 req/s, from ~2,000 on
   its own store), which is not what the old code did. ``--against-shared-compact`` serves ``compacted``
   instead. Each server prints the ``web_index.__file__`` it imported; the run fails unless
-  ``baseline-code``'s is under ``SRC``.
+  the baseline sides' are under ``SRC``.
+- ``baseline-buffered`` (with ``--against SRC``): the code in ``SRC`` serving the ``buffered``
+  store itself (the same insert buffer, read-only): whether the buffered side is as fast as before
+  (issue 46: "the buffered side no slower than today's"), measured in the same run.
 
 Workloads (collection ``store``): ``resource`` (``/store/resource?url=U&closest=TS``), ``id_``
 (``/store/TSid_/U``) and ``cdx`` (``/store/cdx?url=U&closest=TS&limit=1``), U among the site's
@@ -69,7 +72,14 @@ from _results import save
 HERE = Path(__file__).resolve().parent
 RUST_BOOKS = sorted(Path.home().glob(".rustup/toolchains/*/share/doc/rust/html/book"))
 ISSUE = {"pages": 113, "requisites": 62, "attempts": 281, "html_urls": 114}
-TARGETS = {"compacted ÷ buffered": 1.0, "compacted ÷ baseline-code": 3.0, "resource ÷ cdx": 0.6}
+TARGETS = {
+    "compacted ÷ buffered": 1.0,
+    "compacted ÷ baseline-code": 3.0,
+    "buffered ÷ baseline-buffered": 1.0,
+    "resource ÷ cdx": 0.6,
+}
+SIDES = ("buffered", "compacted", "baseline-code", "baseline-buffered")
+OLD_CODE = ("baseline-code", "baseline-buffered")
 
 
 def git(path: Path) -> dict[str, Any]:
@@ -106,7 +116,7 @@ def prepare(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Path]]:
     if info["stats"]["files"] or not info["stats"]["buffered_attempts"]:
         raise SystemExit(f"the crawl flushed: stats {info['stats']}; --fresh to crawl again")
     info["compact_s"] = _site.compacted_copy(buffered, work / "compacted")
-    stores = {"buffered": buffered, "compacted": work / "compacted"}
+    stores = {"buffered": buffered, "compacted": work / "compacted", "baseline-buffered": buffered}
     if "baseline-code" in args.sides:
         stores["baseline-code"] = work / "compacted"
         if not args.against_shared_compact:
@@ -125,7 +135,7 @@ def main() -> None:
     ap.add_argument(
         "--against-shared-compact", action="store_true", help="baseline-code serves compacted's store"
     )
-    ap.add_argument("--sides", help="a subset of buffered,compacted,baseline-code (default: all given)")
+    ap.add_argument("--sides", help=f"a subset of {','.join(SIDES)} (default: all given)")
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--rounds", type=int, default=2, help="each side served this many times, alternated")
@@ -145,15 +155,15 @@ def main() -> None:
         args.against = args.against.resolve()
         if not (args.against / "web_index" / "__init__.py").is_file():
             raise SystemExit(f"--against {args.against}: no web_index package there (give a checkout's src/)")
-    default = ["buffered", "compacted"] + (["baseline-code"] if args.against else [])
+    default = ["buffered", "compacted", *(OLD_CODE if args.against else ())]
     args.sides = args.sides.split(",") if args.sides else default
-    if unknown := set(args.sides) - {"buffered", "compacted", "baseline-code"}:
+    if unknown := set(args.sides) - set(SIDES):
         ap.error(f"unknown sides {sorted(unknown)}")
-    if "baseline-code" in args.sides and args.against is None:
-        ap.error("the baseline-code side needs --against SRC")
+    if set(OLD_CODE) & set(args.sides) and args.against is None:
+        ap.error("the baseline sides need --against SRC")
     code = git(HERE.parent / "src")  # checked again at the end: others may commit meanwhile
     info, stores = prepare(args)
-    paths = {s: str(args.against) if s == "baseline-code" else None for s in args.sides}
+    paths = {s: str(args.against) if s in OLD_CODE else None for s in args.sides}
     logs = args.workdir / "logs"
     logs.mkdir(exist_ok=True)
     load_before = os.getloadavg()
@@ -167,7 +177,7 @@ def main() -> None:
         proc, base, module = _site.serve(stores[side], logs / f"{side}.log", paths[side])
         imported[side] = module
         ours = Path(module).resolve().is_relative_to(args.against) if args.against else False
-        if ours != (side == "baseline-code"):
+        if ours != (side in OLD_CODE):
             stop([proc])
             raise SystemExit(f"{side} imported {module}")
         got: dict[str, list[Any]] = {"listing": _site.listing(base, info["prefix"])}
@@ -247,13 +257,14 @@ def main() -> None:
 
 
 def ratios(best: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
-    """req/s ratios the issue's targets read: compacted ÷ buffered and ÷ baseline-code a workload,
-    resource ÷ cdx on each side."""
+    """req/s ratios the issue's targets read: compacted ÷ buffered and ÷ baseline-code, buffered ÷
+    baseline-buffered a workload, resource ÷ cdx on each side."""
     out: dict[str, dict[str, float]] = {}
-    for other in ("buffered", "baseline-code"):
-        if "compacted" in best and other in best:
-            out[f"compacted ÷ {other}"] = {
-                w: round(best["compacted"][w]["req_per_s"] / best[other][w]["req_per_s"], 2)
+    pairs = [("compacted", "buffered"), ("compacted", "baseline-code"), ("buffered", "baseline-buffered")]
+    for mine, other in pairs:
+        if mine in best and other in best:
+            out[f"{mine} ÷ {other}"] = {
+                w: round(best[mine][w]["req_per_s"] / best[other][w]["req_per_s"], 2)
                 for w in ("resource", "id_", "cdx")
             }
     out["resource ÷ cdx"] = {
