@@ -87,6 +87,10 @@ def _store_with_one(tmp_path: Path) -> str:
         (["--not-before", "202408011201"], False),
         (["--not-before", "7d"], False),  # T0 is long ago
         (["--not-before", "99999d"], True),
+        (["--not-before", "7d ago"], False),  # as the README and -h write an age
+        (["--not-before", "99999d ago"], True),
+        (["--at", "2024-08-01T12:00:00"], True),  # no zone: UTC, as every other form
+        (["--not-after", "2024-08-01T11:59:59"], False),
     ],
 )
 def test_archive_time_forms(tmp_path: Path, args: list[str], found: bool) -> None:
@@ -95,11 +99,35 @@ def test_archive_time_forms(tmp_path: Path, args: list[str], found: bool) -> Non
     assert (json.loads(out)["result"] is not None) is found
 
 
-def test_a_time_of_day_without_a_zone_is_refused(tmp_path: Path) -> None:
+def test_a_time_that_is_none_of_the_forms_is_refused_naming_the_option(tmp_path: Path) -> None:
     code, _, err = run(
-        "query", "--store", _store_with_one(tmp_path), "--at", "2024-08-01T12:00", "https://x.org/"
+        "query", "--store", _store_with_one(tmp_path), "--at", "last tuesday", "https://x.org/"
     )
-    assert code == 2 and "--at: naive datetime" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and err.startswith("error: --at: ") and "7d ago" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["--from", "7d ago"], 1),  # nothing that recent: exit 1, no error about the time
+        (["--from", "2024-08-01", "--to", "2024-08-01"], 0),  # the whole day
+        (["--from", "2024-08-01T12:00:00", "--to", "20240801120000"], 0),
+        (["--to", "2024-08-01T11:59:59"], 1),
+    ],
+)
+def test_export_takes_the_same_times(tmp_path: Path, args: list[str], code: int) -> None:
+    got, _, err = run("export-warc", "--store", _store_with_one(tmp_path), *args, str(tmp_path / "out"))
+    assert got == code, err
+    assert "not an ISO" not in err
+
+
+@pytest.mark.parametrize("option", ["--from", "--to"])
+def test_a_bad_export_time_names_the_option(tmp_path: Path, option: str) -> None:
+    out = tmp_path / "out"
+    code, _, err = run("export-warc", "--store", _store_with_one(tmp_path), option, "soon", str(out))
+    assert code == 2 and err.startswith(f"error: {option}: "), err
+    assert not out.exists()  # refused before anything was written
 
 
 def test_query_from_a_file_of_urls(tmp_path: Path) -> None:

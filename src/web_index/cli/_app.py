@@ -6,6 +6,7 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -158,6 +159,24 @@ def os_problem(exc: OSError) -> str:
     if exc.strerror and exc.filename is not None:
         return f"{exc.filename}: {exc.strerror}"
     return exc.strerror or str(exc) or type(exc).__name__
+
+
+# What every time option's help says it takes: the forms of models.parse_when.
+TIMES = "UTC: 2024-08-01, 20240801120000 (4-14 digits), 7d/12h ago, or ISO 8601 (a zone optional)"
+
+
+def time_option(value: str | None, option: str, *, end: bool = False) -> datetime | None:
+    """The time a time option (``--at``, ``--from``, ...) names, by the one parser
+    of times (ages counted back from now); one it cannot read is a usage error
+    naming ``option``. With ``end``, a date or short timestamp reaches its last moment."""
+    if value is None:
+        return None
+    from web_index.models import parse_when
+
+    try:
+        return parse_when(value, option, end=end, now=datetime.now(UTC))
+    except InvalidRecordError as exc:
+        raise fail(EXIT_USAGE, str(exc)) from None
 
 
 AllowLoopback = Annotated[bool, typer.Option(help="Allow 127.0.0.0/8 and ::1.")]

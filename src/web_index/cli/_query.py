@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,6 +13,7 @@ import typer
 from web_index.cli._app import (
     EXIT_FOUND_NOTHING,
     EXIT_USAGE,
+    TIMES,
     BufferOption,
     SchedulerOption,
     StoreOption,
@@ -25,6 +25,7 @@ from web_index.cli._app import (
     progress_bar,
     say,
     store_location,
+    time_option,
 )
 from web_index.errors import InvalidRecordError
 from web_index.models import (
@@ -39,14 +40,6 @@ from web_index.models import (
 )
 
 
-def _parse_time(value: str | None, name: str) -> datetime | None:
-    if value is None:
-        return None
-    from web_index.models import parse_when
-
-    return parse_when(value, name, end=name == "--not-after", now=datetime.now(UTC))
-
-
 def _collect_queries(
     urls: list[str],
     source: Path | None,
@@ -59,8 +52,8 @@ def _collect_queries(
     request_id: str | None,
 ) -> Iterator[Query]:
     record_type = RecordType.parse(type)
-    when = _parse_time(at, "--at")
-    start, stop = _parse_time(not_before, "--not-before"), _parse_time(not_after, "--not-after")
+    when = time_option(at, "--at")
+    start, stop = time_option(not_before, "--not-before"), time_option(not_after, "--not-after", end=True)
     if request_id is not None and when is None:
         raise InvalidRecordError("--at", "a --request-id query needs --at (the attempt's timestamp)")
 
@@ -116,9 +109,8 @@ def _file_queries(source: Path, for_url: Callable[[str], Query]) -> Iterator[Que
 QueryType = Annotated[str, typer.Option("--type", "-t", help="get, head, get-metadata or head-metadata.")]
 Calibre = Annotated[int | None, typer.Option(help="Only records of this calibre or higher.")]
 Strict = Annotated[bool, typer.Option("--strict", help="Only records of exactly --calibre.")]
-_TIMES = "UTC: 2024-08-01, 20240801120000 (4-14 digits), 7d/12h ago, or ISO 8601 with a zone"
-At = Annotated[str | None, typer.Option(help=f"Nearest to this time (time-aware query). {_TIMES}.")]
-NotBefore = Annotated[str | None, typer.Option(help=f"Window start, inclusive. {_TIMES}.")]
+At = Annotated[str | None, typer.Option(help=f"Nearest to this time (time-aware query). {TIMES}.")]
+NotBefore = Annotated[str | None, typer.Option(help=f"Window start, inclusive. {TIMES}.")]
 NotAfter = Annotated[
     str | None, typer.Option(help="Window end, inclusive: a date or short timestamp counts whole.")
 ]
