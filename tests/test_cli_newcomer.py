@@ -43,6 +43,10 @@ def test_version_and_short_help() -> None:
         ["stats"],
         ["query", "https://a.example.com/"],
         ["presence", "https://x.org/"],
+        ["lookup", "--digest", "sha1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"],
+        ["export-warc", "warcs-out"],
+        ["search", "example.com", "words"],
+        ["serve", "--port", "1"],
     ],
 )
 def test_only_writers_create_a_store(tmp_path: Path, command: list[str]) -> None:
@@ -56,6 +60,59 @@ def test_only_writers_create_a_store(tmp_path: Path, command: list[str]) -> None
     code, _, err = run(*command, "--store", str(folder))
     assert code == 4 and "is not a web-index store" in err, err
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    code, _, err = run(*command, "--store", str(folder / "notes.txt"))
+    assert code == 4 and "is a file, not a store folder" in err and "does not exist" not in err, err
+
+
+def _one_request(tmp_path: Path) -> str:
+    line = tmp_path / "one.jsonl"
+    method, url, ts, meta, _ = attempt("https://a.example.com/x", T0, state="timeout")
+    request = {"type": method, "url": url, "timestamp": ts.isoformat(), "metadata": meta.to_dict()}
+    line.write_text(json.dumps(request) + "\n")
+    return str(line)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["init"],
+        ["insert", "ONE"],
+        ["import-warc", "EMPTY.warc"],
+        ["fetch", "http://127.0.0.1:9/"],
+        ["crawl", "http://127.0.0.1:9/", "--timeout", "5"],
+    ],
+)
+def test_a_store_is_never_made_in_a_folder_that_holds_something_else(
+    tmp_path: Path, command: list[str]
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<h1>mine</h1>")
+    (tmp_path / "EMPTY.warc").write_bytes(b"")
+    args = [
+        _one_request(tmp_path) if a == "ONE" else str(tmp_path / a) if a.endswith(".warc") else a
+        for a in command
+    ]
+    code, _, err = run(*args, "--store", str(site))
+    assert code == 4 and "not a web-index store" in err and "index.html" in err, err
+    assert sorted(p.name for p in site.iterdir()) == ["index.html"]  # left as it was
+    code, _, err = run(*args, "--store", str(tmp_path / "site" / "index.html"))
+    assert code == 4 and "is a file, not a store folder" in err, err
+
+
+def test_import_warc_makes_a_new_store(tmp_path: Path) -> None:
+    (tmp_path / "EMPTY.warc").write_bytes(b"")
+    run("import-warc", str(tmp_path / "EMPTY.warc"), "--store", str(tmp_path / "new"))
+    assert (tmp_path / "new" / "_web-index.json").is_file()
+
+
+def test_init_takes_one_location(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    code, _, err = run("init", str(a), "--store", str(b))
+    assert code == 2 and str(a) in err and str(b) in err and "--store" in err, err
+    assert not a.exists() and not b.exists()
+    code, _, err = run("init", str(a), env={"WEB_INDEX_STORE": str(b)})  # the argument wins over the env
+    assert code == 0 and a.is_dir() and not b.exists(), err
 
 
 def test_init_and_insert_create_one(tmp_path: Path) -> None:

@@ -119,8 +119,9 @@ def open_index(
     location: str, buffer: str | None, *, read_only: bool = False, create: bool = False, durable: bool = True
 ) -> WebIndex:
     """The store at ``location``. Only the commands that fill a store (init,
-    insert, fetch) create one; the others fail (exit 4) on a location that
-    is not a store, instead of answering from nothing."""
+    insert, fetch, import-warc, crawl, worker, demo) create one, and only where
+    there is nothing; the others fail (exit 4) on a location that is not a
+    store, instead of answering from nothing (docs/cli.md)."""
     return WebIndex(location, read_only=read_only, buffer=buffer or None, create=create, durable=durable)
 
 

@@ -12,12 +12,14 @@ from rich.table import Table
 
 from web_index.cli._app import (
     EXIT_PROBLEMS,
+    EXIT_USAGE,
     BufferOption,
     SchedulerOption,
     StoreOption,
     app,
     cli_errors,
     err,
+    fail,
     open_index,
     out,
     progress_bar,
@@ -28,6 +30,7 @@ from web_index.cli._app import (
 
 @app.command()
 def init(
+    ctx: typer.Context,
     location: Annotated[
         str | None,
         typer.Argument(help="Folder or s3:// URL [default: --store, WEB_INDEX_STORE, per-user folder]."),
@@ -35,6 +38,12 @@ def init(
     store: StoreOption = "",
 ) -> None:
     """Create an empty store (a store that exists already is left as it is)."""
+    # Typer carries its own click: its ParameterSource is known by name. WEB_INDEX_STORE may stand.
+    given = getattr(ctx.get_parameter_source("store"), "name", None) == "COMMANDLINE"
+    if location and store and given:
+        raise fail(
+            EXIT_USAGE, f"init {location} --store {store}: give the store once, as LOCATION or --store"
+        )
     where = location or store_location(store)
     with cli_errors(where), open_index(where, None, create=True) as index:
         say("", f"a web-index store at {index.location}")
