@@ -276,3 +276,14 @@ def test_durability_has_a_flag_and_an_env_var(
     code, _, err = run("insert", "--store", str(tmp_path / "s"), *args, str(line), env=env)
     assert code == 0, err
     assert opened == [durable]
+
+
+def test_a_fetch_table_never_cuts_its_why(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    code, out, _ = run("fetch", "--json", "--store", store, "http://127.0.0.1:9/")
+    why = json.loads(out)["why"]
+    assert code == 1 and len(why) > 80 and "--allow-loopback" in why  # a reason longer than a column
+    piped = subprocess.run(
+        [*CLI, "fetch", "--store", store, "http://127.0.0.1:9/"], capture_output=True, text=True
+    )
+    assert why in piped.stdout and "…" not in piped.stdout, piped.stdout

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from web_index.errors import ClusterError, InvalidRecordError, WebIndexError
 from web_index.index import WebIndex
@@ -65,6 +66,17 @@ def _console(*, stderr: bool) -> Console:
 # Messages and progress go to stderr; data and tables go to stdout.
 err = _console(stderr=True)
 out = _console(stderr=False)
+
+
+def new_table(*columns: str, title: str | None = None, right: tuple[str, ...] = ()) -> Table:
+    """A table for ``out`` whose cells are folded onto more lines, never cut short
+    (off a terminal the console is wide enough that nothing folds); the columns
+    in ``right`` are right-aligned (numbers)."""
+    made = Table(title=title)
+    for column in columns:
+        made.add_column(column, justify="right" if column in right else "left", overflow="fold")
+    return made
+
 
 StoreOption = Annotated[
     str,

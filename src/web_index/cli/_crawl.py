@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from web_index.cli._app import (
     EXIT_FOUND_NOTHING,
@@ -26,6 +25,7 @@ from web_index.cli._app import (
     cli_errors,
     err,
     fail,
+    new_table,
     open_index,
     out,
     say,
@@ -228,7 +228,9 @@ def search(
             row = {"url": hit.url, "title": hit.title, "snippet": hit.snippet, "score": score}
             print(json.dumps(row), flush=True)
     else:
-        table = Table("#", "url", "title", "snippet", "score", title=f"{page.total} pages match")
+        table = new_table(
+            "#", "url", "title", "snippet", "score", title=f"{page.total} pages match", right=("#",)
+        )
         for n, hit in enumerate(page.hits, start=offset + 1):
             snippet = escape(hit.snippet).replace("<mark>", "[bold]").replace("</mark>", "[/bold]")
             table.add_row(str(n), hit.url, escape(hit.title), snippet, f"{hit.score:.3g}")

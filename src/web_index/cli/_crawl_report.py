@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from web_index.cli._app import err, out, say
+from web_index.cli._app import err, new_table, out, say
 
 if TYPE_CHECKING:
     from web_index.crawl import CrawlProgress, CrawlResult
@@ -23,11 +21,10 @@ def report_crawl(result: CrawlResult, *, as_json: bool, requisites: bool) -> Non
     if as_json:
         print(json.dumps(result.to_dict()), flush=True)
     else:
-        table = Table(
-            "site", "generation", "pages", "fetched", "errors", "dead letters", "seconds", "pages/s"
-        )
+        numbers = ("generation", "pages", "fetched", "errors", "dead letters", "seconds", "pages/s")
+        summary = new_table("site", *numbers, right=numbers)
         rate = result.fetched / result.seconds if result.seconds else 0.0
-        table.add_row(
+        summary.add_row(
             result.site,
             str(result.generation),
             str(result.pages),
@@ -37,7 +34,7 @@ def report_crawl(result: CrawlResult, *, as_json: bool, requisites: bool) -> Non
             f"{result.seconds:.1f}",
             f"{rate:.1f}",
         )
-        out.print(table)
+        out.print(summary)
         if requisites:
             say("", f"requisites: {result.requisites} fetched, {result.requisite_errors} failed")
     _say_what_went_wrong(result)

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from web_index.cli._app import (
     EXIT_PROBLEMS,
@@ -20,6 +19,7 @@ from web_index.cli._app import (
     cli_errors,
     err,
     fail,
+    new_table,
     open_index,
     out,
     progress_bar,
@@ -144,9 +144,8 @@ def stats(
         sys.stdout.write(json.dumps(payload) + "\n")
         return
     out.print(f"web-index store {escape(index.location)}", soft_wrap=True)  # not a title: never wrapped
-    table = Table()
-    for col in ("type", "month", "domain", "records", "bytes", "part files", "compacted"):
-        table.add_column(col, justify="right" if col in ("records", "bytes", "part files") else "left")
+    numbers = ("records", "bytes", "part files")
+    table = new_table("type", "month", "domain", *numbers, "compacted", right=numbers)
     for p in result.partitions:
         table.add_row(
             p.type,
