@@ -287,3 +287,19 @@ def test_a_fetch_table_never_cuts_its_why(tmp_path: Path) -> None:
         [*CLI, "fetch", "--store", store, "http://127.0.0.1:9/"], capture_output=True, text=True
     )
     assert why in piped.stdout and "…" not in piped.stdout, piped.stdout
+
+
+def test_serve_on_a_port_in_use_says_so_before_serving(tmp_path: Path) -> None:
+    import socket
+
+    store = _store_with_one(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [*CLI, "serve", "--store", store, "--port", str(port)], capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: 127.0.0.1:{port} ") and "in use" in done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "serving" not in done.stderr + done.stdout

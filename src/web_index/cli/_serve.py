@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import ipaddress
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -153,6 +155,7 @@ def serve(
         # before any worker starts; each worker then opens the store and builds its own.
         application, index = build()
         with index:
+            _check_port(host, port)
             names = ", ".join(f"/{name}/" for name in sorted({"store", *application.state.collections}))
             via = f" (searches via {queue})" if queue else ""
             writes = ", POST /api/insert open to the write token" if token else ""
@@ -167,6 +170,24 @@ def serve(
         if workers > 1:
             run(functools.partial(_worker_app, build), host=host, port=port, workers=workers)
     raise typer.Exit(EXIT_OK)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse a port another process listens on before saying "serving": bound as
+    uvicorn binds it (SO_REUSEADDR, so a port left in TIME_WAIT is free), then let go."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+            why = (
+                "is in use (another server?); give --port N"
+                if exc.errno == errno.EADDRINUSE
+                else f"cannot be used: {os_problem(exc)}"
+            )
+            raise fail(EXIT_USAGE, f"{where} {why}") from None
 
 
 def _app(
