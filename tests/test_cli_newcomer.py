@@ -303,3 +303,17 @@ def test_serve_on_a_port_in_use_says_so_before_serving(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"error: 127.0.0.1:{port} ") and "in use" in done.stderr
     assert len(done.stderr.splitlines()) == 1 and "serving" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(
+    "given", ["http://127.0.0.1:8522/", "HTTP://127.0.0.1:8522/docs/?q=1", "127.0.0.1:8522"]
+)
+def test_search_takes_a_site_or_any_url_of_it(tmp_path: Path, given: str) -> None:
+    code, _, err = run("search", "--store", _store_with_one(tmp_path), given, "words")
+    assert code == 2 and "127.0.0.1:8522" in err and "lower-case" not in err, err
+    assert "'127.0.0.1:8522'" in err or "127.0.0.1:8522 " in err  # the site, not the URL given
+
+
+def test_a_site_that_is_neither_says_what_to_give(tmp_path: Path) -> None:
+    code, _, err = run("search", "--store", _store_with_one(tmp_path), "my site", "words")
+    assert code == 2 and "host[:port]" in err and "URL" in err, err

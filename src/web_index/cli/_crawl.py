@@ -183,7 +183,12 @@ def _fetching(
 
 @app.command("search")
 def search(
-    site: Annotated[str, typer.Argument(help="The site (as `crawl` printed it).", show_default=False)],
+    site: Annotated[
+        str,
+        typer.Argument(
+            help="The site: host[:port] as `crawl` printed it, or a URL of it.", show_default=False
+        ),
+    ],
     query: Annotated[
         str, typer.Argument(help='Words to find; "a phrase", pre*, a OR b.', show_default=False)
     ],
@@ -207,12 +212,13 @@ def search(
     Exits 0 with results, 1 with none, 2 for a site with no database, 5 when
     no searcher answered a routed search in time.
     """
-    from web_index.crawl import MessageError, search_site
+    from web_index.crawl import MessageError, search_site, site_asked
     from web_index.errors import SearchError, SearchUnavailableError
 
     location = store_location(store)
     with cli_errors(location):
         try:
+            site = site_asked(site)
             if queue is not None:
                 page = _routed(queue, site, query, limit, offset, timeout)
             else:

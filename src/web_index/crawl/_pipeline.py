@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from web_index.crawl._failures import FailureGroup
 from web_index.crawl._indexer import Indexer
 from web_index.crawl._local_packs import LocalPacks
-from web_index.crawl._messages import CrawlSpec, IndexCrawl, Scope, encode
+from web_index.crawl._messages import CrawlSpec, IndexCrawl, MessageError, Scope, encode
 from web_index.crawl._orchestrator import Orchestrator
 from web_index.crawl._pages import normalise, scope_prefix
 from web_index.crawl._roles import Crawler, Packer, Timer
@@ -196,6 +196,21 @@ def search_site(index: WebIndex, site: str, query: str, *, limit: int = 10, offs
         return packs.search(site, query, limit=limit, offset=offset)
     finally:
         packs.close()
+
+
+def site_asked(text: str) -> str:
+    """The site a person names to search: ``host[:port]`` as ``crawl`` printed it,
+    or any URL of it (its host and port, as :func:`site_for` takes them from a
+    seed); else a :class:`MessageError` that says which to give."""
+    given = text.strip()
+    try:
+        if "://" in given:
+            return site_for(given, "host")
+        return check_site(given.lower())
+    except (MessageError, InvalidURLError, ValueError):  # ValueError: a port that is no number
+        raise MessageError(
+            f"site {text!r}: give it as host[:port] (as crawl printed it) or a URL of it"
+        ) from None
 
 
 def site_for(seed: str, scope: Scope) -> str:
