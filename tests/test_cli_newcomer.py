@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -317,3 +318,23 @@ def test_search_takes_a_site_or_any_url_of_it(tmp_path: Path, given: str) -> Non
 def test_a_site_that_is_neither_says_what_to_give(tmp_path: Path) -> None:
     code, _, err = run("search", "--store", _store_with_one(tmp_path), "my site", "words")
     assert code == 2 and "host[:port]" in err and "URL" in err, err
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "says"),
+    [
+        ("attempts.jsonl", b'{"type": "get"}\n', "not a WARC file"),
+        ("crawl.warc.gz", gzip.compress(b'{"type": "get"}\n'), "not a WARC file"),
+        ("crawl.arc", b"<html>not an arc</html>\n", "not an ARC file"),
+        ("site.wacz", b"PK\x03\x04" + bytes(40), "a zip file"),
+    ],
+)
+def test_import_of_a_file_that_is_no_archive_says_so(
+    tmp_path: Path, name: str, content: bytes, says: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, _, err = run("import-warc", "--store", str(tmp_path / "s"), str(path))
+    assert code == 2 and err.startswith(f"error: {path}") and says in err and "Content-Length" not in err, err
+    code, _, err = run("import-warc", "--store", str(tmp_path / "s"), "--skip-invalid", str(path))
+    assert code == 0 and says in err, err
