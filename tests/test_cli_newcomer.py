@@ -338,3 +338,37 @@ def test_import_of_a_file_that_is_no_archive_says_so(
     assert code == 2 and err.startswith(f"error: {path}") and says in err and "Content-Length" not in err, err
     code, _, err = run("import-warc", "--store", str(tmp_path / "s"), "--skip-invalid", str(path))
     assert code == 0 and says in err, err
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (["fetch", "--from"], "--from"),
+        (["query", "--from"], "--from"),
+        (["presence", "--from"], "--from"),
+        (["serve", "--config"], "--config"),
+        (["serve", "--write-token-file"], "--write-token-file"),
+        (["insert"], None),
+    ],
+)
+def test_an_input_file_that_cannot_be_read_is_said_one_way(
+    tmp_path: Path, command: list[str], option: str | None
+) -> None:
+    store = _store_with_one(tmp_path)
+    (tmp_path / "folder").mkdir()
+    for name, why in (("nofile.txt", "No such file or directory"), ("folder", "Is a directory")):
+        path = tmp_path / name
+        code, _, err = run(*command, str(path), "--store", store)
+        said = f"cannot read {path}: {why}"
+        assert code == 2 and err == (f"error: {option}: {said}\n" if option else f"error: {said}\n"), err
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [(["fetch", "--from"], "--from"), (["serve", "--write-token-file"], "--write-token-file")],
+)
+def test_an_input_that_is_not_text_says_so(tmp_path: Path, command: list[str], option: str) -> None:
+    path = tmp_path / "bin.txt"
+    path.write_bytes(b"\xff\xfe")
+    code, _, err = run(*command, str(path), "--store", _store_with_one(tmp_path))
+    assert code == 2 and err == f"error: {option} {path}: not UTF-8 text\n", err

@@ -7,7 +7,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, BinaryIO
 
 import typer
 from rich.console import Console
@@ -172,6 +173,41 @@ def os_problem(exc: OSError) -> str:
     if exc.strerror and exc.filename is not None:
         return f"{exc.filename}: {exc.strerror}"
     return exc.strerror or str(exc) or type(exc).__name__
+
+
+def cannot_read(exc: OSError, option: str | None = None) -> str:
+    """The one message for an input file that cannot be read: ``--from: cannot
+    read x.txt: No such file or directory``, named by the option that gave it
+    (an argument's file by itself)."""
+    return (f"{option}: " if option else "") + f"cannot read {os_problem(exc)}"
+
+
+def open_input(source: str | Path, option: str | None = None) -> BinaryIO:
+    """An input file open to read (``-``: stdin); one that cannot be opened is
+    exit 2 with :func:`cannot_read`'s message."""
+    if str(source) == "-":
+        return sys.stdin.buffer
+    try:
+        return open(source, "rb")
+    except OSError as exc:
+        raise fail(EXIT_USAGE, cannot_read(exc, option)) from None
+
+
+def read_text_input(source: str | Path, option: str | None = None) -> str:
+    """The whole text of an input file (``-``: stdin), UTF-8; else exit 2, saying
+    it cannot be read or is not UTF-8 text."""
+    handle = open_input(source, option)
+    try:
+        data = handle.read()
+    except OSError as exc:
+        raise fail(EXIT_USAGE, cannot_read(exc, option)) from None
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise fail(EXIT_USAGE, f"{option + ' ' if option else ''}{source}: not UTF-8 text") from None
 
 
 # What every time option's help says it takes: the forms of models.parse_when.

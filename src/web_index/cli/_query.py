@@ -18,10 +18,10 @@ from web_index.cli._app import (
     SchedulerOption,
     StoreOption,
     app,
+    cannot_read,
     cli_errors,
     fail,
     open_index,
-    os_problem,
     progress_bar,
     say,
     store_location,
@@ -101,7 +101,7 @@ def _file_queries(source: Path, for_url: Callable[[str], Query]) -> Iterator[Que
     except InvalidRecordError:
         raise
     except OSError as exc:
-        raise InvalidRecordError("--from", f"cannot read {os_problem(exc)}") from None
+        raise fail(EXIT_USAGE, cannot_read(exc, "--from")) from None
     except ValueError as exc:  # pyarrow's ArrowInvalid: not a Parquet file of queries
         raise InvalidRecordError(f"--from {source}", str(exc)) from None
 

@@ -24,7 +24,9 @@ from web_index.cli._app import (
     cli_errors,
     fail,
     open_index,
+    open_input,
     os_problem,
+    read_text_input,
     say,
     store_location,
 )
@@ -49,12 +51,7 @@ def _write_token(path: Path | None) -> str | None:
         if value and not value.strip():
             raise fail(EXIT_USAGE, f"{_ENV} is blank")
         return value.strip() or None  # empty: unset, as for the options' own variables
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise fail(EXIT_USAGE, f"--write-token-file: cannot read {os_problem(exc)}") from None
-    except UnicodeDecodeError:
-        raise fail(EXIT_USAGE, f"--write-token-file {path}: not UTF-8 text") from None
+    token = read_text_input(path, "--write-token-file").strip()
     if not token:
         raise fail(EXIT_USAGE, f"--write-token-file {path}: empty")
     return token
@@ -66,6 +63,7 @@ def _collections(
     """The collections of ``config``, open (a mistake in it is invalid input, exit 2)."""
     if config is None:
         return {}
+    open_input(config, "--config").close()  # said as every unreadable input is; load_collections reads it
     from web_index.archive import load_collections, open_collections
     from web_index.fetch import AddressPolicy
 
