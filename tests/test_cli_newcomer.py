@@ -372,3 +372,17 @@ def test_an_input_that_is_not_text_says_so(tmp_path: Path, command: list[str], o
     path.write_bytes(b"\xff\xfe")
     code, _, err = run(*command, str(path), "--store", _store_with_one(tmp_path))
     assert code == 2 and err == f"error: {option} {path}: not UTF-8 text\n", err
+
+
+def test_a_closed_port_leads_with_why(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/"
+    code, out, _ = run("fetch", "--json", "--allow-loopback", "--store", str(tmp_path / "s"), url)
+    row = json.loads(out)
+    assert code == 1 and row["state"] == "unreachable"
+    assert row["why"].startswith("not fetched: could not connect"), row["why"]
+    assert "robots.txt" in row["why"]  # said second: why this URL was not tried itself
