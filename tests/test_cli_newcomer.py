@@ -386,3 +386,38 @@ def test_a_closed_port_leads_with_why(tmp_path: Path) -> None:
     assert code == 1 and row["state"] == "unreachable"
     assert row["why"].startswith("not fetched: could not connect"), row["why"]
     assert "robots.txt" in row["why"]  # said second: why this URL was not tried itself
+
+
+def _help(*args: str) -> str:
+    done = subprocess.run(
+        [*CLI, *args, "-h"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"}
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_help_groups_the_commands_in_the_order_a_newcomer_meets_them() -> None:
+    import typer.main
+
+    text = _help()
+    panels = [
+        "Make and fill a store",
+        "Ask the store",
+        "Fetch and crawl",
+        "Look after a store",
+        "Serve and export",
+    ]
+    at = [text.find(f"─ {panel} ─") for panel in panels]
+    assert -1 not in at and at == sorted(at), text
+    assert "─ Commands ─" not in text  # every command is in a group
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        for paragraph in (command.help or "").strip().split("\n\n"):
+            assert "\n" not in paragraph.strip(), f"{name}: a line broken by hand: {paragraph!r}"
+
+
+@pytest.mark.parametrize("command", ["stats", "query", "crawl", "serve", "worker", "fetch"])
+def test_help_loses_no_words_to_markup(command: str) -> None:
+    text = " ".join(_help(command).split())
+    assert " . " not in text and " .[" not in text, text
+    assert "default: the per-user store" in text

@@ -85,7 +85,7 @@ StoreOption = Annotated[
         "--store",
         "-s",
         envvar="WEB_INDEX_STORE",
-        help="Store folder or s3:// URL [default: the per-user store, ~/.local/share/web-index/store].",
+        help="Store folder or s3:// URL (default: the per-user store, ~/.local/share/web-index/store).",
         show_default=False,
     ),
 ]
@@ -96,7 +96,7 @@ BufferOption = Annotated[
     typer.Option(
         "--buffer",
         envvar="WEB_INDEX_BUFFER",
-        help="A shared PostgreSQL insert buffer (postgresql://...) [default: SQLite beside the store].",
+        help="A shared PostgreSQL insert buffer (postgresql://...) (default: SQLite beside the store).",
         show_default=False,
     ),
 ]

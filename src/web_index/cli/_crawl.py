@@ -46,7 +46,7 @@ QueueOption = Annotated[
     typer.Option(
         "--queue",
         envvar="WEB_INDEX_QUEUE",
-        help="Broker: sqlite:///PATH or redis://HOST:PORT/DB [default: a SQLite file beside the store].",
+        help="Broker: sqlite:///PATH or redis://HOST:PORT/DB (default: a SQLite file beside the store).",
         show_default=False,
     ),
 ]
@@ -284,11 +284,11 @@ def worker(
         Path | None, typer.Option(help="Where packers build databases and searchers keep theirs.")
     ] = None,
     searcher_id: Annotated[
-        str | None, typer.Option(help="A searcher's name on the queue [default: a new random one].")
+        str | None, typer.Option(help="A searcher's name on the queue (default: a new random one).")
     ] = None,
     capacity_mb: Annotated[
         int | None,
-        typer.Option(min=0, help="MB a searcher may fill with databases [default: its disk's free space]."),
+        typer.Option(min=0, help="MB a searcher may fill with databases (default: its disk's free space)."),
     ] = None,
     heartbeat: Annotated[
         float, typer.Option(min=0.1, help="Seconds between a searcher's heartbeats (silent for 3: gone).")
@@ -299,7 +299,7 @@ def worker(
     lease: Annotated[
         float | None,
         typer.Option(
-            min=1, help="Seconds a message is held before another worker may take it [default: per role]."
+            min=1, help="Seconds a message is held before another worker may take it (default: per role)."
         ),
     ] = None,
 ) -> None:

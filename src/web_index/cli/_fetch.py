@@ -243,7 +243,7 @@ def demo(
             "--store",
             "-s",
             envvar="WEB_INDEX_STORE",
-            help="Store to fetch into [default: a new temporary folder].",
+            help="Store to fetch into (default: a new temporary folder).",
         ),
     ] = None,
     chromium: Annotated[Path, typer.Option(help="The Chromium executable.")] = Path("/usr/bin/chromium"),

@@ -297,9 +297,9 @@ def lookup(
     buffer: BufferOption = None,
     fail_missing: Annotated[bool, typer.Option(help="Exit 1 if a digest matched nothing.")] = False,
 ) -> None:
-    """Find every capture whose body has a payload digest: one JSON line per
-    response found (URL, attempt time, request id, status, the file holding it),
-    oldest first."""
+    """Find every capture whose body has a payload digest, oldest first.
+
+    One JSON line per response found: URL, attempt time, request id, status, the file holding it."""
     from web_index.models import Digest
 
     try:

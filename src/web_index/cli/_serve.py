@@ -83,7 +83,7 @@ def serve(
         str | None,
         typer.Option(
             help="Route searches through this broker's orchestrator to its searchers"
-            " [default: answer from the store's published databases].",
+            " (default: answer from the store's published databases).",
             show_default=False,
         ),
     ] = None,
@@ -98,7 +98,7 @@ def serve(
         Path | None,
         typer.Option(
             help="A file holding the token POST /api/insert requires (Authorization: Bearer); or put"
-            f" the token itself in {_ENV} [default: no /api/insert, the store opened read-only].",
+            f" the token itself in {_ENV} (default: no /api/insert, the store opened read-only).",
             show_default=False,
         ),
     ] = None,
@@ -106,7 +106,7 @@ def serve(
         Path | None,
         typer.Option(
             help="A collections.yaml: more collections (stores, CDXJ + WARC folders, cdx+ and memento+"
-            " archives, $live) served beside the store's [default: the store alone, as 'store'].",
+            " archives, $live) served beside the store's (default: the store alone, as 'store').",
             show_default=False,
         ),
     ] = None,

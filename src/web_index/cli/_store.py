@@ -33,7 +33,7 @@ def init(
     ctx: typer.Context,
     location: Annotated[
         str | None,
-        typer.Argument(help="Folder or s3:// URL [default: --store, WEB_INDEX_STORE, per-user folder]."),
+        typer.Argument(help="Folder or s3:// URL (default: --store, WEB_INDEX_STORE, per-user folder)."),
     ] = None,
     store: StoreOption = "",
 ) -> None:
@@ -71,8 +71,9 @@ def compact(
     ] = 1,
     scheduler: SchedulerOption = None,
 ) -> None:
-    """Roll each partition's part files into one <domain>.parquet (safe while others write),
-    then bring the month key indexes up to date and write the capture index of every compacted
+    """Roll each partition's part files into one <domain>.parquet (safe while others write).
+
+    Then bring the month key indexes up to date and write the capture index of every compacted
     file that has none. With --scheduler, one task a partition on that Dask cluster."""
     location = store_location(store)
     with cli_errors(location), open_index(location, buffer) as index:
