@@ -421,3 +421,24 @@ def test_help_loses_no_words_to_markup(command: str) -> None:
     text = " ".join(_help(command).split())
     assert " . " not in text and " .[" not in text, text
     assert "default: the per-user store" in text
+
+
+def test_counts_agree_with_their_nouns(tmp_path: Path) -> None:
+    from web_index.cli._app import plural
+
+    assert [plural(n, "attempt") for n in (0, 1, 2, 1000)] == [
+        "0 attempts",
+        "1 attempt",
+        "2 attempts",
+        "1,000 attempts",
+    ]
+    assert (plural(1, "query"), plural(3, "query"), plural(2, "day")) == ("1 query", "3 queries", "2 days")
+    store = str(tmp_path / "s")
+    code, _, err = run("insert", "--store", store, _one_request(tmp_path))
+    assert code == 0 and err.strip() == "stored 1 attempt", err
+    code, _, err = run("flush", "--store", store)
+    assert code == 0 and err.strip() == "flushed 1 attempt", err
+    code, _, err = run("query", "--store", store, "--fail-missing", "https://b.example.com/")
+    assert code == 1 and "1 of 1 query matched nothing" in err, err
+    code, _, err = run("export-warc", "--store", _store_with_one(tmp_path), str(tmp_path / "out"))
+    assert code == 0 and "1 attempt: 1 response, 0 revisits in 1 file (" in err, err

@@ -151,6 +151,16 @@ def progress_bar() -> Progress:
     )
 
 
+def plural(n: int, noun: str) -> str:
+    """``n`` and its noun agreeing, the one way the CLI counts: "1 attempt",
+    "2 attempts", "3 queries", "1,000 files"."""
+    if n == 1:
+        return f"{n:,} {noun}"
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return f"{n:,} {noun[:-1]}ies"
+    return f"{n:,} {noun}{'es' if noun.endswith(('s', 'x', 'ch', 'sh')) else 's'}"
+
+
 def say(label: str, message: object) -> None:
     """One line on stderr: ``label`` (markup, may be empty) then ``message`` (plain text).
 

@@ -28,6 +28,7 @@ from web_index.cli._app import (
     err,
     fail,
     open_index,
+    plural,
     say,
     store_location,
     time_option,
@@ -116,7 +117,7 @@ def import_warc(
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items()))
     say(
         "",
-        f"{report.files} files, {report.records} records in {elapsed:.1f} s "
+        f"{plural(report.files, 'file')}, {plural(report.records, 'record')} in {elapsed:.1f} s "
         f"({report.bytes / max(elapsed, 1e-9) / 1e6:.1f} MB/s): stored {report.stored}, "
         f"already stored {report.already_stored}"
         + (f", not stored: {skipped}" if skipped else "")
@@ -186,8 +187,9 @@ def export_warc(
     elapsed = time.monotonic() - started
     say(
         "",
-        f"{report.attempts} attempts: {report.responses} responses, {report.revisits} revisits in "
-        f"{len(report.files)} files ({report.bytes / 1e6:.1f} MB, {elapsed:.1f} s); index {report.cdxj}",
+        f"{plural(report.attempts, 'attempt')}: {plural(report.responses, 'response')}, "
+        f"{plural(report.revisits, 'revisit')} in {plural(len(report.files), 'file')} "
+        f"({report.bytes / 1e6:.1f} MB, {elapsed:.1f} s); index {report.cdxj}",
     )
     if not report.attempts:
         raise typer.Exit(EXIT_FOUND_NOTHING)

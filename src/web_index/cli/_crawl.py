@@ -28,6 +28,7 @@ from web_index.cli._app import (
     new_table,
     open_index,
     out,
+    plural,
     say,
     store_location,
 )
@@ -235,7 +236,7 @@ def search(
             print(json.dumps(row), flush=True)
     else:
         table = new_table(
-            "#", "url", "title", "snippet", "score", title=f"{page.total} pages match", right=("#",)
+            "#", "url", "title", "snippet", "score", title=f"{_matching(page.total)}", right=("#", "score")
         )
         for n, hit in enumerate(page.hits, start=offset + 1):
             snippet = escape(hit.snippet).replace("<mark>", "[bold]").replace("</mark>", "[/bold]")
@@ -243,9 +244,13 @@ def search(
         out.print(table)
     if not page.hits:
         where = f" past the first {offset}" if offset else ""
-        say("[bold red]error:[/]", f"no hit{where}: {page.total} page(s) of {site} match {query!r}")
+        say("[bold red]error:[/]", f"no hit{where}: {_matching(page.total, f' of {site}')} {query!r}")
         raise typer.Exit(EXIT_FOUND_NOTHING)
     raise typer.Exit(EXIT_OK)
+
+
+def _matching(total: int, of: str = "") -> str:
+    return f"{plural(total, 'page')}{of} match{'es' if total == 1 else ''}"
 
 
 def _routed(queue: str, site: str, query: str, limit: int, offset: int, timeout: float) -> SearchPage:

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
-from web_index.cli._app import new_table
+from web_index.cli._app import new_table, plural
 from web_index.cli._report import outcome_table, run_fetch, state_counts_table
 from web_index.cli._sample_site import LocalServer, sample_routes, sample_urls
 from web_index.fetch import (
@@ -117,7 +117,8 @@ def run_demo(
     names = (str(f.relative_to(root)) for f in root.rglob("*.parquet"))
     files = sorted(n for n in names if not n.startswith("_"))  # _index/...: derived, private
     console.print(
-        f"[bold]The store[/] {root}: {stats.records} records in {stats.files} Parquet files, "
+        f"[bold]The store[/] {root}: {plural(stats.records, 'record')} in "
+        f"{plural(stats.files, 'Parquet file')}, "
         f"laid out type/year/month/domain.parquet:",
         soft_wrap=True,
     )

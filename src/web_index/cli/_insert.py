@@ -19,6 +19,7 @@ from web_index.cli._app import (
     fail,
     open_index,
     open_input,
+    plural,
     progress_bar,
     say,
     store_location,
@@ -101,11 +102,11 @@ def insert(
         if source != "-":
             handle.close()
     skipped = f", skipped {inserter.skipped} invalid" if inserter.skipped else ""
-    err.print(f"stored {inserter.stored} attempts{skipped}", highlight=False)
+    err.print(f"stored {plural(inserter.stored, 'attempt')}{skipped}", highlight=False)
 
 
 def _stored(count: int) -> str:
-    return f"stored {count} request{'' if count == 1 else 's'}"
+    return f"stored {plural(count, 'request')}"
 
 
 def _batches(lines: Iterable[Line], size: int, *, stop_at_error: bool) -> Iterator[list[Line]]:

@@ -22,6 +22,7 @@ from web_index.cli._app import (
     cli_errors,
     fail,
     open_index,
+    plural,
     progress_bar,
     say,
     store_location,
@@ -172,7 +173,7 @@ def _run(
         out.write(json.dumps(line, ensure_ascii=False) + "\n")
     if fail_missing and missing:
         what = "matched nothing" if kind == "query" else "is absent"
-        say("[bold red]error:[/]", f"{missing} of {len(queries)} queries {what} (--fail-missing)")
+        say("[bold red]error:[/]", f"{missing} of {plural(len(queries), 'query')} {what} (--fail-missing)")
         raise typer.Exit(EXIT_FOUND_NOTHING)
 
 
@@ -196,7 +197,7 @@ def _run_to_parquet(
             on_progress=lambda n: progress.update(task, completed=n),
             scheduler=scheduler,
         )
-    say("", f"{count} results written to {output}")
+    say("", f"{plural(count, 'result')} written to {output}")
 
 
 _BULK_BATCH = 20_000

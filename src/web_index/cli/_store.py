@@ -22,6 +22,7 @@ from web_index.cli._app import (
     new_table,
     open_index,
     out,
+    plural,
     progress_bar,
     say,
     store_location,
@@ -55,7 +56,7 @@ def flush(store: StoreOption = "", buffer: BufferOption = None) -> None:
     location = store_location(store)
     with cli_errors(location), open_index(location, buffer) as index:
         moved = index.flush()
-    err.print(f"flushed {moved} attempts")
+    err.print(f"flushed {plural(moved, 'attempt')}")
 
 
 @app.command()
@@ -85,7 +86,7 @@ def compact(
                 progress.update(task, completed=done, total=total)
 
             done = index.compact(min_parts=min_parts, scheduler=scheduler, on_progress=advance)
-    err.print(f"compacted {done} partitions")
+    err.print(f"compacted {plural(done, 'partition')}")
 
 
 @app.command()
@@ -113,9 +114,9 @@ def verify(store: StoreOption = "", buffer: BufferOption = None) -> None:
     for problem in report.problems:
         say("[red]problem[/]", problem)
     err.print(
-        f"checked {report.files} files, {report.records} records, "
-        f"{report.buffered_attempts} buffered attempts: "
-        + ("[green]clean[/]" if report.ok else f"[red]{len(report.problems)} problems[/]")
+        f"checked {plural(report.files, 'file')}, {plural(report.records, 'record')}, "
+        f"{plural(report.buffered_attempts, 'buffered attempt')}: "
+        + ("[green]clean[/]" if report.ok else f"[red]{plural(len(report.problems), 'problem')}[/]")
     )
     if not report.ok:
         raise typer.Exit(EXIT_PROBLEMS)
@@ -159,6 +160,6 @@ def stats(
         )
     out.print(table)
     out.print(
-        f"{result.records:,} records in {result.files} files ({result.bytes:,} bytes); "
-        f"{result.buffered_attempts:,} attempts buffered"
+        f"{plural(result.records, 'record')} in {plural(result.files, 'file')} "
+        f"({plural(result.bytes, 'byte')}); {plural(result.buffered_attempts, 'attempt')} buffered"
     )
