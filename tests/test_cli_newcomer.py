@@ -442,3 +442,38 @@ def test_counts_agree_with_their_nouns(tmp_path: Path) -> None:
     assert code == 1 and "1 of 1 query matched nothing" in err, err
     code, _, err = run("export-warc", "--store", _store_with_one(tmp_path), str(tmp_path / "out"))
     assert code == 0 and "1 attempt: 1 response, 0 revisits in 1 file (" in err, err
+
+
+def test_a_crawl_with_nothing_left_to_fetch_does_not_wait_out_settle(tmp_path: Path) -> None:
+    import functools
+    import threading
+    import time
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text(
+        "<html><title>One</title><body><p>" + "Some words. " * 60 + "</p></body></html>"
+    )
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(site))
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        began = time.monotonic()
+        # --settle 60: the default's point made plain; --timeout 30: exit 5 had it waited
+        code, out, err = run(
+            "crawl",
+            url,
+            "--store",
+            str(tmp_path / "s"),
+            "--allow-loopback",
+            "--settle",
+            "60",
+            "--timeout",
+            "30",
+            "--json",
+        )
+        took = time.monotonic() - began
+        server.shutdown()
+    assert code == 0, err
+    assert json.loads(out)["pages"] == 1 and took < 30

@@ -90,7 +90,12 @@ def crawl(
         int, typer.Option(min=1, help="Requisites to fetch at most, apart from --max-pages.")
     ] = 10_000,
     settle: Annotated[
-        float, typer.Option(min=0.1, help="Seconds without a new page before the site is packed.")
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds without a new page before the site is packed, while other workers on the"
+            " broker may still bring pages; with nothing left queued, it is packed at once.",
+        ),
     ] = 10.0,
     calibre: Calibre = "http",
     max_calibre: MaxCalibre = "http",
@@ -109,8 +114,9 @@ def crawl(
     """Crawl a site into the store and publish its search database.
 
     Every attempt is recorded in the store like any fetch; the text of each
-    page is packed into a full-text database once the site has settled
-    (--settle seconds without a new page). Exits 0 when the database holds at
+    page is packed into a full-text database once the site has settled: at once
+    when nothing is left to fetch, else after --settle seconds without a new page.
+    Exits 0 when the database holds at
     least one page, 1 when it holds none, 5 when --timeout ran out first.
     """
     from web_index.crawl import MessageError, crawl_site
