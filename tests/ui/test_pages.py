@@ -8,7 +8,6 @@ every page. Screenshots for docs/ui.md are written here."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from tests.archive.pywb import running_pywb_remote
-from tests.ui.conftest import HOSTILE_TEXT, MANY, SITE, Archive
+from tests.ui.conftest import HOSTILE_TEXT, MANY, SITE, Archive, accessible
 
 pytestmark = pytest.mark.browser
 
@@ -34,30 +33,11 @@ SHOTS = (
 )  # what docs/ui.md shows, each taken below
 
 
-@pytest.fixture
-def tab(browser: Any, ui: httpx.Client) -> Iterator[Any]:
-    context = browser.new_context(base_url=str(ui.base_url), viewport={"width": 1200, "height": 900})
-    page = context.new_page()
-    dialogs: list[str] = []
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    page.dialogs = dialogs
-    yield page
-    context.close()
-
-
 def shoot(page: Any, name: str) -> None:
     """The page as docs/ui.md shows it."""
     assert name in SHOTS
     DOCS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(DOCS / f"{name}.png"), full_page=False)
-
-
-def accessible(page: Any) -> None:
-    from axe_playwright_python.sync_playwright import Axe
-
-    results = Axe().run(page)
-    serious = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
-    assert serious == [], [(v["id"], v["help"], [n["html"] for n in v["nodes"]][:3]) for v in serious]
 
 
 def test_a_lookup_shows_every_attempt_failures_included(tab: Any, archive: Archive) -> None:
