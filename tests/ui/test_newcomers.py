@@ -4,12 +4,13 @@ In Debian's Chromium through Playwright, on the store of ``conftest.py``."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
-from tests.ui.conftest import ESCALATED, HOSTILE_TEXT, SITE, WHY, accessible
+from tests.ui.conftest import ESCALATED, HOSTILE_TEXT, SITE, WHY, Archive, accessible
 
 pytestmark = pytest.mark.browser
 
@@ -43,3 +44,48 @@ def test_a_domains_failures_say_why(tab: Any) -> None:
     why = tab.locator("tr.state-row-error").first.locator("td.why-cell")
     assert why.inner_text().strip() == WHY["error"]
     accessible(tab)
+
+
+def test_counts_read_as_people_read_them_and_the_chart_has_an_axis(tab: Any, archive: Archive) -> None:
+    tab.goto("/ui/store/")
+    summary = tab.locator("main > p").first.inner_text()
+    assert re.match(r"[\d,]+ records and \d{1,3}(,\d{3})+ bytes in [\d,]+ files", summary), summary
+    axis = tab.locator("figure.chart svg g.axis text").all_text_contents()
+    assert (
+        len(axis) >= 3
+        and axis[0] == "0"
+        and [int(t.replace(",", "")) for t in axis] == sorted(int(t.replace(",", "")) for t in axis)
+    )
+    label = tab.locator("figure.chart svg > text").first.bounding_box()
+    assert label is not None and label["height"] >= 12  # drawn, at the page's size, no smaller than 12 px
+    tab.goto(f"/ui/search?site={archive.crawled}&q=spade")
+    assert tab.locator("h2").first.inner_text() == f"1 page of {archive.crawled} matches “spade”"
+    for path in ("/ui/store/", f"/ui/store/history?url={quote(ESCALATED)}", "/lookup?url=other.site.test"):
+        tab.goto(path)
+        text = tab.locator("main").inner_text()
+        assert not re.search(r"\b1 (pages|files|captures|attempts|URLs|records|lines|bytes)\b", text), path
+
+
+def test_dates_are_readable_the_lookup_box_keeps_what_was_asked_and_there_is_an_icon(
+    tab: Any, archive: Archive
+) -> None:
+    first, second = (f"{t:%Y%m%d%H%M%S}" for t in archive.home_captures[:2])
+    tab.goto(f"/ui/store/{first}/{SITE}/")
+    shown = tab.locator("p.when time")
+    assert shown.inner_text() == f"{archive.home_captures[0]:%Y-%m-%d %H:%M:%S} UTC"
+    assert shown.get_attribute("title") == first
+    assert shown.get_attribute("datetime") == f"{archive.home_captures[0]:%Y-%m-%dT%H:%M:%S}Z"
+    assert tab.input_value("#top-url") == f"{SITE}/"
+    tab.goto(f"/ui/store/compare?url={quote(SITE + '/')}&a={first}&b={second}")
+    assert not re.search(r"\d{14}", tab.locator("main").inner_text())
+    assert tab.locator("main time").count() == 4 and tab.locator(f"main time[title='{second}']").count() == 2
+    tab.goto(f"/ui/store/history?url={quote(SITE + '/')}&year=2024")
+    assert (
+        tab.locator("#cmp-a option").first.inner_text() == f"{archive.home_captures[0]:%Y-%m-%d %H:%M:%S} UTC"
+    )
+    assert tab.input_value("#top-url") == f"{SITE}/"
+    tab.goto("/lookup?url=site.test/blog/*")
+    assert tab.input_value("#top-url") == "site.test/blog/*"
+    icon = "async () => { const i = new Image(); i.src = '/favicon.ico'; await i.decode(); return i.width; }"
+    width = tab.evaluate(icon)
+    assert width == 32

@@ -75,11 +75,12 @@ def _store_of(request: Request) -> tuple[str, WebIndex]:
 
 def _months_chart(tally: Tally) -> dict[str, object]:
     months = sorted(tally.by_month)
-    columns, step = stacks([(m, tally.by_month[m]) for m in months])
+    columns, step, scale = stacks([(m, tally.by_month[m]) for m in months])
     states = sorted({s for c in tally.by_month.values() for s in c}, key=lambda s: (s != "success", s))
     return {
         "columns": columns,
         "step": step,
+        "ticks": scale,
         "states": states,
         "colours": STATE_COLOURS,
         "rows": [
@@ -116,6 +117,7 @@ async def overview(request: Request) -> Response:
         files=files,
         records=stats.records,
         bytes=stats.bytes,
+        file_count=stats.files,
         buffered=stats.buffered_attempts,
         attempts=tally.attempts,
         months=_months_chart(tally),
