@@ -10,7 +10,9 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.server.serving import serving
 from tests.ui.conftest import ESCALATED, HOSTILE_TEXT, SITE, WHY, Archive, accessible
+from web_index import WebIndex
 
 pytestmark = pytest.mark.browser
 
@@ -89,3 +91,18 @@ def test_dates_are_readable_the_lookup_box_keeps_what_was_asked_and_there_is_an_
     icon = "async () => { const i = new Image(); i.src = '/favicon.ico'; await i.decode(); return i.width; }"
     width = tab.evaluate(icon)
     assert width == 32
+
+
+def test_the_sites_pages_and_build_time_show_before_any_search(browser: Any, archive: Archive) -> None:
+    """On a server just started, as after a crawl (issue 47): not "—" until a search."""
+    with WebIndex(archive.store, read_only=True) as index, serving(index, ui=True) as fresh:
+        context = browser.new_context(base_url=str(fresh.base_url))
+        try:
+            tab = context.new_page()
+            tab.goto("/ui/search")
+            row = tab.locator("table.sites tbody tr", has_text=archive.crawled).locator("td")
+            site, generation, pages, built, size = row.all_inner_texts()
+            assert (site, pages) == (archive.crawled, "3") and int(generation) >= 1
+            assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", built) and int(size.replace(",", "")) > 0
+        finally:
+            context.close()
