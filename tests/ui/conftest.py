@@ -31,6 +31,7 @@ SITE = "http://site.test"
 HOSTILE_TEXT = '<script>alert(1)</script> "><img src=x onerror=alert(2)> {{7*7}}'
 MANY = 250  # attempts at one URL: three pages of the attempts table
 ESCALATED = "http://escalated.test/"
+REFUSED = "http://refused.test/"
 # Each failure's logs, as the fetchers write them: the verdict last.
 WHY = {
     "timeout": "timeout: Page.goto: Timeout 1500ms exceeded.",
@@ -157,6 +158,7 @@ def _requests(live: str) -> tuple[list[dict[str, Any]], list[datetime], list[tup
     out.append(page(ESCALATED, t0 + timedelta(seconds=2), "<p>Rendered</p>"))
     for part in (out[-1]["metadata"], *out[-1]["data"]):
         part |= {"fetcher_name": "test-browser", "fetcher_calibre": 20}
+    out.append(request(REFUSED, t0 + timedelta(days=3), "error", [], logs=WHY["error"]))  # never captured
     css = (
         "body { background-color: rgb(1, 2, 3); color: rgb(250, 250, 250); } h1 { background: url(img.png); }"
     )

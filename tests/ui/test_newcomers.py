@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.server.serving import serving
-from tests.ui.conftest import ESCALATED, HOSTILE_TEXT, SITE, WHY, Archive, accessible
+from tests.ui.conftest import ESCALATED, HOSTILE_TEXT, MANY, SITE, WHY, Archive, accessible
 from web_index import WebIndex
 
 pytestmark = pytest.mark.browser
@@ -106,3 +106,43 @@ def test_the_sites_pages_and_build_time_show_before_any_search(browser: Any, arc
             assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", built) and int(size.replace(",", "")) > 0
         finally:
             context.close()
+
+
+def test_the_home_page_shows_what_the_store_holds_and_one_lookup_field(tab: Any, archive: Archive) -> None:
+    tab.goto("/")
+    assert tab.locator("form[action='/lookup']").count() == 1 and tab.locator("#top-url").count() == 0
+    rows = {
+        r.locator("td").first.inner_text(): r.locator("td").all_inner_texts()[1:]
+        for r in tab.locator("table.held tbody tr").all()
+    }
+    held = tab.locator("table.held tbody tr td:first-child").all_inner_texts()
+    assert held[0] == "127.0.0.1"  # crawled today: the most recent
+    assert set(held) == {"127.0.0.1", "site.test", "other.site.test", "escalated.test", "refused.test"}
+    _, captures, attempts, failed = rows["site.test"]
+    # /: 3 captures, 2 failures; its stylesheet, image, /old, /about, /hostile; /many; 3 posts
+    assert (int(attempts), int(failed)) == (5 + 5 + MANY + 3, 2 + MANY // 5)
+    assert int(captures) == 3 + 2 + 2 + 1 + 1 + (MANY - MANY // 5) + 3  # /old: two responses
+    assert rows["refused.test"][1:] == ["0", "1", "1"]
+    recent = tab.locator("ol.recent li time").evaluate_all("ts => ts.map(t => t.getAttribute('title'))")
+    assert recent and recent == sorted(recent, reverse=True) and recent[0] > "2025"  # the crawl's, today
+    assert tab.locator("ol.recent a").first.inner_text().startswith(f"http://{archive.crawled}/")
+    accessible(tab)
+    tab.locator("ol.recent a").first.click()  # to the capture that attempt stored
+    assert tab.locator("iframe.replay").count() == 1 and tab.locator("h1").inner_text().startswith("http://")
+    tab.goto("/")
+    tab.locator("table.held a", has_text="refused.test").click()  # its URLs: attempted, never captured
+    row = tab.locator("table.urls tbody tr").first.locator("td").all_inner_texts()
+    assert row == ["http://refused.test/", "0", "1", "1"]
+    tab.locator("table.urls a").first.click()
+    assert tab.locator("tr.state-row-error td.why-cell").inner_text().strip() == WHY["error"]
+
+
+def test_a_host_lookup_counts_every_attempt_failures_included(tab: Any, archive: Archive) -> None:
+    tab.goto(f"/lookup?url={archive.crawled}")  # as the README's first hour does
+    assert "attempts" in tab.locator("table.urls thead").inner_text().lower()
+    assert tab.locator("table.urls tbody tr").count() >= 3
+    tab.goto("/lookup?url=site.test")
+    many = tab.locator("table.urls tbody tr", has_text=f"{SITE}/many").locator("td").all_inner_texts()
+    assert many[1:] == ["200", "250", "50"]
+    said = tab.locator("main > p").first.inner_text()
+    assert f"{5 + 5 + MANY + 3} attempts, {2 + MANY // 5} failed," in said

@@ -6,10 +6,8 @@ by month and its failing URLs). Charts as SVG, the numbers in tables beside."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,12 +15,20 @@ from starlette.responses import Response
 from web_index.index import WebIndex
 from web_index.models import AttemptMetadata, RecordType
 from web_index.ui._charts import STATE_COLOURS, bars, stacks
-from web_index.ui._render import UI_PREFIX, UiError, history_path, one_page, page, page_number, store_of
+from web_index.ui._render import (
+    UiError,
+    domain_path,
+    history_path,
+    kept,
+    one_page,
+    page,
+    page_number,
+    store_of,
+)
 from web_index.urls import domain_of
 
 __all__ = ["domain", "overview"]
 
-FRESH_FOR = 60.0  # seconds an overview's counts are kept before the store is read again
 FAILING_DOMAINS = 20
 URLS_A_PAGE = 100
 _TYPES = (RecordType.GET_METADATA, RecordType.HEAD_METADATA)
@@ -52,16 +58,6 @@ def _store_tally(index: WebIndex) -> Tally:
     for c in index.attempt_counts():
         month = f"{c.year:04d}-{c.month:02d}"
         tally.count(month, c.state, str(c.calibre), c.fetcher, c.domain, c.attempts)
-    return tally
-
-
-async def _cached_tally(request: Request, name: str, index: WebIndex) -> Tally:
-    kept: dict[str, tuple[float, Tally]] = request.app.state.__dict__.setdefault("ui_tallies", {})
-    hit = kept.get(name)
-    if hit is not None and time.monotonic() - hit[0] < FRESH_FOR:
-        return hit[1]
-    tally = await asyncio.to_thread(_store_tally, index)
-    kept[name] = (time.monotonic(), tally)
     return tally
 
 
@@ -104,9 +100,9 @@ async def overview(request: Request) -> Response:
         {"type": t, "month": f"{y:04d}-{m:02d}", "records": r, "bytes": b, "files": f, "domains": d}
         for (t, y, m), (r, b, f, d) in sorted(months.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0]))
     ]
-    tally = await _cached_tally(request, name, index)
+    tally = await kept(request, f"tally {name}", lambda: _store_tally(index))
     failing = [
-        (d, n, f"{UI_PREFIX}/{name}/domain?{urlencode({'d': d})}")
+        (d, n, domain_path(name, d))
         for d, n in sorted(tally.failing.items(), key=lambda kv: (-kv[1], kv[0]))[:FAILING_DOMAINS]
     ]
     return page(

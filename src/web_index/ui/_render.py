@@ -10,7 +10,9 @@ archived content reaches a browser only through the replay route
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -33,7 +35,9 @@ __all__ = [
     "capture_path",
     "compare_path",
     "counted",
+    "domain_path",
     "history_path",
+    "kept",
     "number",
     "one_page",
     "page",
@@ -122,6 +126,21 @@ def when(stamp: str) -> Markup:
     return Markup('<time datetime="{}" title="{}">{}</time>').format(iso, stamp, shown)
 
 
+FRESH_FOR = 60.0  # seconds a store's counts are kept before the store is read again
+
+
+async def kept(request: Request, key: str, compute: Callable[[], _T]) -> _T:
+    """``compute()`` (run off the event loop), or what it gave for ``key`` less
+    than :data:`FRESH_FOR` seconds ago: the pages' counts of a whole store."""
+    cache: dict[str, tuple[float, Any]] = request.app.state.__dict__.setdefault("ui_kept", {})
+    hit = cache.get(key)
+    if hit is not None and time.monotonic() - hit[0] < FRESH_FOR:
+        return hit[1]  # type: ignore[no-any-return]
+    value = await asyncio.to_thread(compute)
+    cache[key] = (time.monotonic(), value)
+    return value
+
+
 def served(request: Request) -> Served:
     state = request.app.state
     return Served(state.collections, state.store_collection, state.index)
@@ -185,6 +204,11 @@ def capture_path(coll: str, fields: Mapping[str, Any]) -> str:
 
 def compare_path(coll: str, url: str, a: str, b: str) -> str:
     return f"{UI_PREFIX}/{coll}/compare?{urlencode({'url': url, 'a': a, 'b': b})}"
+
+
+def domain_path(coll: str, domain: str) -> str:
+    """A registrable domain's page: its attempts' states and its failures."""
+    return f"{UI_PREFIX}/{coll}/domain?{urlencode({'d': domain})}"
 
 
 def history_path(coll: str, url: str, **more: object) -> str:
