@@ -8,10 +8,12 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 
 from tests.server.serving import serving
 from tests.ui.conftest import ESCALATED, HOSTILE_TEXT, MANY, SITE, WHY, Archive, accessible
+from tests.ui.test_pages import shoot
 from web_index import WebIndex
 
 pytestmark = pytest.mark.browser
@@ -146,3 +148,39 @@ def test_a_host_lookup_counts_every_attempt_failures_included(tab: Any, archive:
     assert many[1:] == ["200", "250", "50"]
     said = tab.locator("main > p").first.inner_text()
     assert f"{5 + 5 + MANY + 3} attempts, {2 + MANY // 5} failed," in said
+
+
+def test_every_page_fits_a_phones_width(browser: Any, ui: httpx.Client, archive: Archive) -> None:
+    first, second = (f"{t:%Y%m%d%H%M%S}" for t in archive.home_captures[:2])
+    pages = [
+        "/",
+        "/lookup?url=site.test",
+        f"/ui/store/history?url={quote(SITE + '/')}&year=2024",
+        f"/ui/store/history?url={quote(SITE + '/many')}",
+        f"/ui/store/{first}/{SITE}/",
+        f"/ui/store/20240301/{SITE}/old",
+        f"/ui/store/20240301/{SITE}/hostile",
+        f"/ui/store/compare?url={quote(SITE + '/')}&a={first}&b={second}",
+        f"/ui/search?site={archive.crawled}&q=garden",
+        "/ui/store/",
+        "/ui/store/domain?d=site.test",
+        "/ui/store/history?url=http://never.test/x",
+    ]
+    context = browser.new_context(base_url=str(ui.base_url), viewport={"width": 390, "height": 844})
+    try:
+        phone = context.new_page()
+        wide = {}
+        for path in pages:
+            phone.goto(path)
+            width = phone.evaluate("document.scrollingElement.scrollWidth")
+            if width > 390:
+                wide[path] = width
+        assert wide == {}
+        phone.goto(f"/ui/store/history?url={quote(SITE + '/')}")
+        top = phone.locator("h2", has_text="Attempts").bounding_box()
+        assert top is not None
+        phone.mouse.wheel(0, top["y"] - 8)
+        phone.wait_for_timeout(200)
+        shoot(phone, "history-phone")
+    finally:
+        context.close()

@@ -30,6 +30,7 @@ SHOTS = (
     "search",
     "overview",
     "domain",
+    "history-phone",
 )  # what docs/ui.md shows, each taken below
 
 
