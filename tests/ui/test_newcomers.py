@@ -47,6 +47,7 @@ def test_a_domains_failures_say_why(tab: Any) -> None:
     tab.goto("/ui/store/domain?d=site.test")
     why = tab.locator("tr.state-row-error").first.locator("td.why-cell")
     assert why.inner_text().strip() == WHY["error"]
+    assert tab.input_value("#top-url") == "*.site.test"
     accessible(tab)
 
 

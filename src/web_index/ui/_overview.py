@@ -157,6 +157,7 @@ async def domain(request: Request) -> Response:
         title=f"{registrable} · web-index",
         coll=name,
         domain=registrable,
+        looked_up=f"*.{registrable}",
         attempts=tally.attempts,
         months=_months_chart(tally),
         failures=[(m, history_path(name, m.url)) for m in shown],
