@@ -171,7 +171,7 @@ def fetch(
                 "status_code": final.status_code,
                 "calibre": final.fetcher_calibre,
                 "fetcher": final.fetcher_name,
-                "why": final.logs[-1] if final.logs else None,
+                "why": final.why,
                 "attempts": [
                     {"fetcher": a.fetcher_name, "state": str(a.state), "run_time": a.run_time}
                     for a in outcome.attempts
@@ -232,7 +232,7 @@ def fetch_config(
 
 def _first_reason(outcomes: Sequence[FetchOutcome]) -> str:
     final = outcomes[0].final
-    return final.logs[-1] if final.logs else str(final.state)
+    return final.why or str(final.state)
 
 
 @app.command("demo")

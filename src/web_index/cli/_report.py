@@ -128,7 +128,7 @@ def outcome_table(outcomes: Sequence[FetchOutcome], *, base: str = "") -> Table:
         final = outcome.final
         path = " → ".join(f"{a.fetcher_name}: {a.state}" for a in outcome.attempts)
         status = "" if final.status_code is None else str(final.status_code)
-        why = final.logs[-1] if final.logs else ""
+        why = final.why or ""
         table.add_row(
             outcome.url.removeprefix(base) if base else outcome.url,
             _styled(final.state),
