@@ -120,7 +120,10 @@ async def measure(store: Path, url: str, repeat: int) -> dict[str, dict[str, flo
             "lookup-domain": "/lookup?url=" + quote("*." + domain_of(url)),
             "domain page (its states by month, its failing URLs)": "/ui/store/domain?d=" + domain_of(url),
         }
-        once = {"overview (cold: counts every attempt; kept 60 s)": "/ui/store/"}
+        once = {
+            "overview (cold: counts every attempt; kept 60 s)": "/ui/store/",
+            "home (cold: every domain's captures and attempts; kept 60 s)": "/",
+        }
         times: dict[str, list[float]] = {name: [] for name in pages}
         sizes: dict[str, int] = {}
         async with httpx.AsyncClient(

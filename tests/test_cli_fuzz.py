@@ -322,6 +322,7 @@ def test_any_query_arguments_get_a_documented_answer(
         if result.exit_code == 1:  # --fail-missing says on stderr what was missing
             missing = sum(1 for a in answers if a.get("result", a.get("present")) in (None, False))
             what = "matched nothing" if kind == "query" else "is absent"
-            assert err == [f"error: {missing} of {len(answers)} queries {what} (--fail-missing)"]
+            queries = "query" if len(answers) == 1 else "queries"
+            assert err == [f"error: {missing} of {len(answers)} {queries} {what} (--fail-missing)"]
         else:
             assert err == []

@@ -173,7 +173,7 @@ def test_insert_stores_every_valid_line_and_reports_every_invalid_one(
             assert [r.split(":")[0:2] for r in reports] == [["skipped " + name, str(n)] for n in invalid]
             for report, n in zip(reports, invalid, strict=True):
                 assert KINDS[kinds[n - 1]][2] in report  # names the field (or the problem)
-            tail = f"stored {len(expected)} attempts" + (
+            tail = f"stored {len(expected)} attempt{'' if len(expected) == 1 else 's'}" + (
                 f", skipped {len(invalid)} invalid" if invalid else ""
             )
             assert err[-1] == tail

@@ -236,3 +236,14 @@ def test_a_missing_required_field_of_a_record_is_named() -> None:
     with pytest.raises(InvalidRecordError) as info:
         AttemptMetadata.from_dict({"url": "https://x.com/", "state": "success"})
     assert info.value.field == "metadata.fetcher_calibre"  # the first missing one, by name
+
+
+def test_an_attempt_says_why_in_its_last_log_line_stored_or_not() -> None:
+    from web_index.fetch import Attempt
+
+    logs = ["301 -> https://example.com/b", "1 response(s); bot protection (cf-mitigated: challenge)", ""]
+    assert metadata("https://example.com/", logs="\n".join(logs)).why == logs[1]
+    fresh = Attempt("https://example.com/", "get", AttemptState.BLOCKED, T0, "httpx", "1", 10, logs=logs)
+    assert fresh.why == logs[1] and fresh.metadata().why == fresh.why
+    assert metadata("https://example.com/").why is None
+    assert metadata("https://example.com/", logs=" \n").why is None

@@ -39,10 +39,19 @@ def test_an_age_counts_back_from_now(n: int, unit: str) -> None:
     assert parse_when(f"{n}{unit}", "--not-before", now=now) == now - timedelta(seconds=n * seconds)
 
 
-def test_zoned_iso_passes_and_a_bare_time_of_day_is_refused() -> None:
+@given(n=st.integers(0, 10_000), unit=st.sampled_from(["s", "m", "h", "d", "w"]))
+def test_an_age_may_say_ago(n: int, unit: str) -> None:
+    now = datetime(2026, 11, 25, 12, tzinfo=UTC)
+    for text in (f"{n}{unit} ago", f"{n} {unit} ago", f" {n}{unit}  AGO "):
+        assert parse_when(text, "--at", now=now) == parse_when(f"{n}{unit}", "--at", now=now)
+
+
+def test_iso_is_utc_unless_it_says_otherwise() -> None:
     assert parse_when("2024-08-01T12:00:00+02:00", "--at") == datetime(2024, 8, 1, 10, tzinfo=UTC)
-    with pytest.raises(InvalidRecordError, match=r"--at: naive datetime .*give ISO 8601 with a zone"):
-        parse_when("2024-08-01T12:00:00", "--at")
+    assert parse_when("2024-08-01T12:00:00", "--at") == datetime(2024, 8, 1, 12, tzinfo=UTC)
+    assert parse_when("2024-08-01 12:00", "--at") == datetime(2024, 8, 1, 12, tzinfo=UTC)
+    with pytest.raises(InvalidRecordError, match=r"^--at: .*7d ago"):
+        parse_when("yesterday", "--at", now=datetime(2026, 11, 25, tzinfo=UTC))
     with pytest.raises(InvalidRecordError, match="not a time"):
         parse_when("20241301", "--at")  # month 13
     with pytest.raises(InvalidRecordError):

@@ -89,7 +89,7 @@ def test_a_crawl_with_errors_counts_them_by_state_and_reason(tmp_path: Path) -> 
         assert set(server_error["urls"]) < {site.url(p) for p in broken}
         # The same on stderr, one line a group, most frequent first.
         lines = done.stderr.strip().splitlines()
-        assert lines[0] == f"warning: {len(broken) + 1} page(s) gave no text:"
+        assert lines[0] == f"warning: {len(broken) + 1} pages gave no text:"
         assert lines[1].startswith(f"  {len(broken)} x {server_error['state']}: {server_error['reason']}: ")
         assert lines[1].endswith(", ...")
         assert lines[2] == f"  1 x success: not HTML (application/octet-stream): {site.url('/data.bin')}"
@@ -125,7 +125,7 @@ def test_a_crawl_that_stops_at_its_seed_for_want_of_scope_warns(tmp_path: Path) 
         assert done.exit_code == 0, done.output
         assert json.loads(done.stdout)["out_of_scope"] == 2
         assert done.stderr.strip().splitlines()[-1] == (
-            f"warning: the crawl ended after its seed: its 2 link(s) are outside the scope (URLs under"
+            f"warning: the crawl ended after its seed: its 2 links are outside the scope (URLs under"
             f" {site.url('/std/')}); widen it with --scope host, domain or allow --allow URL-PREFIX"
         )
         host = crawl(runner, tmp_path, site.url("/std/"), "--allow-loopback", "--json")
@@ -166,6 +166,4 @@ def test_a_crawl_of_a_gone_seed_says_so(tmp_path: Path) -> None:
     with LocalServer(gone) as site:
         done = crawl(CliRunner(), tmp_path, site.url("/"), "--allow-loopback")
     assert done.exit_code == 1
-    assert done.stderr.strip().splitlines() == [
-        "error: nothing was crawled: no page with text in 1 attempt(s)"
-    ]
+    assert done.stderr.strip().splitlines() == ["error: nothing was crawled: no page with text in 1 attempt"]

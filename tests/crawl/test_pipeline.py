@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -198,18 +200,17 @@ def test_crawl_and_search_commands_exit_codes(tmp_path: Path) -> None:
     ]
     bad_role = runner.invoke(app, ["worker", "--role", "seacher", "--store", store])
     assert bad_role.exit_code == 2 and "--role 'seacher'" in bad_role.stderr
-    with LocalServer(crawl_site_routes(10)) as site:
-        args = [
-            "crawl",
-            site.url("/p/0"),
-            "--store",
-            store,
-            "--allow-loopback",
-            "--settle",
-            "60",
-            "--timeout",
-            "2",
-        ]
+
+    def slowly(handler: Callable[[BaseHTTPRequestHandler], None]) -> Callable[[BaseHTTPRequestHandler], None]:
+        def slow(request: BaseHTTPRequestHandler) -> None:
+            time.sleep(3)  # past --timeout: a crawl with nothing queued no longer waits out --settle
+            handler(request)
+
+        return slow
+
+    routes = {path: slowly(h) if path.startswith("/p/") else h for path, h in crawl_site_routes(10).items()}
+    with LocalServer(routes) as site:
+        args = ["crawl", site.url("/p/0"), "--store", store, "--allow-loopback", "--timeout", "2"]
         late = runner.invoke(app, args)
     assert late.exit_code == 5
     assert late.stderr.strip().splitlines()[-1] == (

@@ -30,6 +30,16 @@ CHROMIUM = "/usr/bin/chromium"
 SITE = "http://site.test"
 HOSTILE_TEXT = '<script>alert(1)</script> "><img src=x onerror=alert(2)> {{7*7}}'
 MANY = 250  # attempts at one URL: three pages of the attempts table
+ESCALATED = "http://escalated.test/"
+REFUSED = "http://refused.test/"
+# Each failure's logs, as the fetchers write them: the verdict last.
+WHY = {
+    "timeout": "timeout: Page.goto: Timeout 1500ms exceeded.",
+    "blocked": f"403 {SITE}/\n1 response(s); bot protection (cf-mitigated: challenge) {HOSTILE_TEXT}",
+    "low-quality": "1 response(s); low quality: 2 words of text",
+    "error": "not fetched: address policy refuses 127.0.0.1 (loopback)",
+}
+TRACEBACK = 'Traceback (most recent call last):\n  File "fetch.py", line 1\nRuntimeError: challenged'
 GARDEN_CSS = "body { background-color: rgb(4, 5, 6); color: rgb(240, 240, 240); }"
 
 
@@ -68,7 +78,7 @@ def hop(
 
 
 def request(
-    url: str, ts: datetime, state: str, hops: list[dict[str, Any]], calibre: int = 10
+    url: str, ts: datetime, state: str, hops: list[dict[str, Any]], calibre: int = 10, **more: Any
 ) -> dict[str, Any]:
     return {
         "type": "get",
@@ -80,6 +90,7 @@ def request(
             "fetcher_name": "test-fetcher" if calibre == 10 else "test-browser",
             "fetcher_version": "1.0",
             "fetcher_calibre": calibre,
+            **more,
         },
         "data": hops,
     }
@@ -138,7 +149,16 @@ def _requests(live: str) -> tuple[list[dict[str, Any]], list[datetime], list[tup
     captures = [t0, t0 + timedelta(days=4), t0 + timedelta(days=315)]
     failures = [(t0 + timedelta(days=1), "timeout"), (t0 + timedelta(days=92), "blocked")]
     out = [page(f"{SITE}/", ts, home_html.replace("Hello", f"Hello {i}")) for i, ts in enumerate(captures)]
-    out += [request(f"{SITE}/", ts, state, [], calibre=20) for ts, state in failures]
+    out += [
+        request(f"{SITE}/", ts, state, [], calibre=20, logs=WHY[state], traceback=TRACEBACK if i else None)
+        for i, (ts, state) in enumerate(failures)
+    ]
+    # One fetch escalated: the HTTP fetcher's page had too little text, the browser's did not.
+    out.append(request(ESCALATED, t0, "low-quality", [], logs=WHY["low-quality"], run_time=0.5))
+    out.append(page(ESCALATED, t0 + timedelta(seconds=2), "<p>Rendered</p>"))
+    for part in (out[-1]["metadata"], *out[-1]["data"]):
+        part |= {"fetcher_name": "test-browser", "fetcher_calibre": 20}
+    out.append(request(REFUSED, t0 + timedelta(days=3), "error", [], logs=WHY["error"]))  # never captured
     css = (
         "body { background-color: rgb(1, 2, 3); color: rgb(250, 250, 250); } h1 { background: url(img.png); }"
     )
@@ -157,7 +177,7 @@ def _requests(live: str) -> tuple[list[dict[str, Any]], list[datetime], list[tup
     for i in range(MANY):
         ts = t0 + timedelta(hours=i)
         if i % 5 == 0:
-            out.append(request(f"{SITE}/many", ts, "error", []))
+            out.append(request(f"{SITE}/many", ts, "error", [], logs=WHY["error"]))
         else:
             out.append(page(f"{SITE}/many", ts, f"<html><body><p>version {i}</p></body></html>"))
     hostile = (
@@ -231,3 +251,23 @@ def browser(ui: httpx.Client) -> Iterator[Any]:
         launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield launched
         launched.close()
+
+
+@pytest.fixture
+def tab(browser: Any, ui: httpx.Client) -> Iterator[Any]:
+    """A page at a desktop's width, its dialogs kept (none may open)."""
+    context = browser.new_context(base_url=str(ui.base_url), viewport={"width": 1200, "height": 900})
+    page = context.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.dialogs = dialogs
+    yield page
+    context.close()
+
+
+def accessible(page: Any) -> None:
+    from axe_playwright_python.sync_playwright import Axe
+
+    results = Axe().run(page)
+    serious = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
+    assert serious == [], [(v["id"], v["help"], [n["html"] for n in v["nodes"]][:3]) for v in serious]

@@ -17,7 +17,7 @@ from pathlib import Path
 from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
-from web_index.archive._warc_read import WarcRecord, checked_date, tail_problem
+from web_index.archive._warc_read import WarcRecord, checked_date, not_this_kind, tail_problem
 from web_index.errors import WarcError
 
 __all__ = ["read_arc"]
@@ -29,6 +29,9 @@ def read_arc(path: Path, name: str | None = None) -> Iterator[WarcRecord | WarcE
     """Each record of an ARC file (``.arc``, ``.arc.gz``) as a WARC record, or
     the problem where one is not whole."""
     name = name or str(path)
+    if (wrong := not_this_kind(path, name, "ARC")) is not None:
+        yield wrong
+        return
     last = -1
     held: WarcRecord | None = None  # given out once its gzip member is known to be whole
     with path.open("rb") as fh:

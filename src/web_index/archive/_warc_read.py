@@ -23,7 +23,15 @@ from fastwarc.warc import ArchiveIterator, WarcRecordType
 from web_index.errors import InvalidRecordError, WarcError
 from web_index.models import parse_ts
 
-__all__ = ["WARC_SUFFIXES", "WarcRecord", "checked_date", "read_warc", "tail_problem", "warc_files"]
+__all__ = [
+    "WARC_SUFFIXES",
+    "WarcRecord",
+    "checked_date",
+    "not_this_kind",
+    "read_warc",
+    "tail_problem",
+    "warc_files",
+]
 
 WARC_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz")  # what warc_files finds in folders
 _LOOK_AHEAD = 64 << 20  # bytes read to check the members after a record
@@ -66,6 +74,9 @@ def read_warc(path: Path, name: str | None = None) -> Iterator[WarcRecord | Warc
     it cut. An unreadable file raises ``OSError``.
     """
     name = name or str(path)  # what messages call the file
+    if (wrong := not_this_kind(path, name, "WARC")) is not None:
+        yield wrong
+        return
     last_offset = -1
     per_record_gzip = True
     with path.open("rb") as fh:
@@ -135,6 +146,31 @@ def _checked(record: object, name: str, offset: int) -> WarcRecord | WarcError:
     if isinstance(date, WarcError):
         return date
     return WarcRecord(name, offset, kind, headers, date, block)
+
+
+# How each kind of file begins: its first record's first line.
+_MAGIC = {"WARC": b"WARC/", "ARC": b"filedesc:"}
+
+
+def not_this_kind(path: Path, name: str, kind: str) -> WarcError | None:
+    """The problem of a file that does not begin as a ``kind`` ("WARC", "ARC")
+    file does (inside its gzip when gzipped): any other file given by name (a
+    JSONL file, a .wacz) is said to be that, not a record of a wrong length."""
+    with path.open("rb") as fh:
+        head = fh.read(512)
+    if head[:2] == b"\x1f\x8b":
+        try:
+            head = zlib.decompressobj(31).decompress(head, 64)
+        except zlib.error:
+            return None  # damage the reader names, with its offset
+    magic = _MAGIC[kind]
+    if head.startswith(magic) or magic.startswith(head):  # an empty file holds no record: not wrong
+        return None
+    article = "an" if kind[0] in "AEIOU" else "a"
+    zipped = (
+        " (a zip file, such as a .wacz: import the WARC files inside it)" if head[:4] == b"PK\x03\x04" else ""
+    )
+    return WarcError(name, 0, f"not {article} {kind} file: it does not begin with {magic.decode()}{zipped}")
 
 
 def checked_date(headers: dict[str, str], name: str, offset: int) -> datetime | WarcError:

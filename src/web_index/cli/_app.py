@@ -6,12 +6,15 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, BinaryIO
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from web_index.errors import ClusterError, InvalidRecordError, WebIndexError
 from web_index.index import WebIndex
@@ -65,13 +68,24 @@ def _console(*, stderr: bool) -> Console:
 err = _console(stderr=True)
 out = _console(stderr=False)
 
+
+def new_table(*columns: str, title: str | None = None, right: tuple[str, ...] = ()) -> Table:
+    """A table for ``out`` whose cells are folded onto more lines, never cut short
+    (off a terminal the console is wide enough that nothing folds); the columns
+    in ``right`` are right-aligned (numbers)."""
+    made = Table(title=title)
+    for column in columns:
+        made.add_column(column, justify="right" if column in right else "left", overflow="fold")
+    return made
+
+
 StoreOption = Annotated[
     str,
     typer.Option(
         "--store",
         "-s",
         envvar="WEB_INDEX_STORE",
-        help="Store folder or s3:// URL [default: the per-user store, ~/.local/share/web-index/store].",
+        help="Store folder or s3:// URL (default: the per-user store, ~/.local/share/web-index/store).",
         show_default=False,
     ),
 ]
@@ -82,7 +96,7 @@ BufferOption = Annotated[
     typer.Option(
         "--buffer",
         envvar="WEB_INDEX_BUFFER",
-        help="A shared PostgreSQL insert buffer (postgresql://...) [default: SQLite beside the store].",
+        help="A shared PostgreSQL insert buffer (postgresql://...) (default: SQLite beside the store).",
         show_default=False,
     ),
 ]
@@ -118,8 +132,9 @@ def open_index(
     location: str, buffer: str | None, *, read_only: bool = False, create: bool = False, durable: bool = True
 ) -> WebIndex:
     """The store at ``location``. Only the commands that fill a store (init,
-    insert, fetch) create one; the others fail (exit 4) on a location that
-    is not a store, instead of answering from nothing."""
+    insert, fetch, import-warc, crawl, worker, demo) create one, and only where
+    there is nothing; the others fail (exit 4) on a location that is not a
+    store, instead of answering from nothing (docs/cli.md)."""
     return WebIndex(location, read_only=read_only, buffer=buffer or None, create=create, durable=durable)
 
 
@@ -134,6 +149,16 @@ def progress_bar() -> Progress:
         transient=False,
         disable=not err.is_terminal,
     )
+
+
+def plural(n: int, noun: str) -> str:
+    """``n`` and its noun agreeing, the one way the CLI counts: "1 attempt",
+    "2 attempts", "3 queries", "1,000 files"."""
+    if n == 1:
+        return f"{n:,} {noun}"
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return f"{n:,} {noun[:-1]}ies"
+    return f"{n:,} {noun}{'es' if noun.endswith(('s', 'x', 'ch', 'sh')) else 's'}"
 
 
 def say(label: str, message: object) -> None:
@@ -158,6 +183,59 @@ def os_problem(exc: OSError) -> str:
     if exc.strerror and exc.filename is not None:
         return f"{exc.filename}: {exc.strerror}"
     return exc.strerror or str(exc) or type(exc).__name__
+
+
+def cannot_read(exc: OSError, option: str | None = None) -> str:
+    """The one message for an input file that cannot be read: ``--from: cannot
+    read x.txt: No such file or directory``, named by the option that gave it
+    (an argument's file by itself)."""
+    return (f"{option}: " if option else "") + f"cannot read {os_problem(exc)}"
+
+
+def open_input(source: str | Path, option: str | None = None) -> BinaryIO:
+    """An input file open to read (``-``: stdin); one that cannot be opened is
+    exit 2 with :func:`cannot_read`'s message."""
+    if str(source) == "-":
+        return sys.stdin.buffer
+    try:
+        return open(source, "rb")
+    except OSError as exc:
+        raise fail(EXIT_USAGE, cannot_read(exc, option)) from None
+
+
+def read_text_input(source: str | Path, option: str | None = None) -> str:
+    """The whole text of an input file (``-``: stdin), UTF-8; else exit 2, saying
+    it cannot be read or is not UTF-8 text."""
+    handle = open_input(source, option)
+    try:
+        data = handle.read()
+    except OSError as exc:
+        raise fail(EXIT_USAGE, cannot_read(exc, option)) from None
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise fail(EXIT_USAGE, f"{option + ' ' if option else ''}{source}: not UTF-8 text") from None
+
+
+# What every time option's help says it takes: the forms of models.parse_when.
+TIMES = "UTC: 2024-08-01, 20240801120000 (4-14 digits), 7d/12h ago, or ISO 8601 (a zone optional)"
+
+
+def time_option(value: str | None, option: str, *, end: bool = False) -> datetime | None:
+    """The time a time option (``--at``, ``--from``, ...) names, by the one parser
+    of times (ages counted back from now); one it cannot read is a usage error
+    naming ``option``. With ``end``, a date or short timestamp reaches its last moment."""
+    if value is None:
+        return None
+    from web_index.models import parse_when
+
+    try:
+        return parse_when(value, option, end=end, now=datetime.now(UTC))
+    except InvalidRecordError as exc:
+        raise fail(EXIT_USAGE, str(exc)) from None
 
 
 AllowLoopback = Annotated[bool, typer.Option(help="Allow 127.0.0.0/8 and ::1.")]

@@ -19,6 +19,7 @@ from rich.progress import (
 from web_index.cli._app import (
     EXIT_FOUND_NOTHING,
     EXIT_USAGE,
+    TIMES,
     BufferOption,
     DurableOption,
     StoreOption,
@@ -27,8 +28,10 @@ from web_index.cli._app import (
     err,
     fail,
     open_index,
+    plural,
     say,
     store_location,
+    time_option,
 )
 from web_index.errors import MissingExtraError
 
@@ -114,7 +117,7 @@ def import_warc(
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items()))
     say(
         "",
-        f"{report.files} files, {report.records} records in {elapsed:.1f} s "
+        f"{plural(report.files, 'file')}, {plural(report.records, 'record')} in {elapsed:.1f} s "
         f"({report.bytes / max(elapsed, 1e-9) / 1e6:.1f} MB/s): stored {report.stored}, "
         f"already stored {report.already_stored}"
         + (f", not stored: {skipped}" if skipped else "")
@@ -130,19 +133,26 @@ def export_warc(
     type: Annotated[str, typer.Option("--type", "-t", help="get or head.")] = "get",
     domain: Annotated[str | None, typer.Option(help="Only this registrable domain (all its hosts).")] = None,
     url_prefix: Annotated[str | None, typer.Option(help="Only URLs starting with this (normalised).")] = None,
-    start: Annotated[str | None, typer.Option("--from", help="Attempts begun at or after this time.")] = None,
-    end: Annotated[str | None, typer.Option("--to", help="Attempts begun at or before this time.")] = None,
+    start: Annotated[
+        str | None, typer.Option("--from", help=f"Attempts begun at or after this time. {TIMES}.")
+    ] = None,
+    end: Annotated[
+        str | None,
+        typer.Option(
+            "--to", help="Attempts begun at or before this time: a date or short timestamp counts whole."
+        ),
+    ] = None,
     name: Annotated[str, typer.Option(help="File name stem: NAME-00000.warc.gz, NAME.cdxj.")] = "web-index",
     max_file_mb: Annotated[int, typer.Option(min=1, help="Start a new WARC file past this size.")] = 1024,
 ) -> None:
     """Write stored captures as WARC/1.1 files (.warc.gz, a gzip member per record) and a sorted CDXJ index.
 
     Each response of a chain becomes a request and a response record; a payload
-    written already becomes a revisit. Times: a date, a 4-14 digit timestamp or
-    ISO 8601 with a zone (UTC unless it says). Exit 1 if nothing matched.
+    written already becomes a revisit. Exit 1 if nothing matched.
     """
     from web_index.archive import export_warcs
 
+    since, until = time_option(start, "--from"), time_option(end, "--to", end=True)
     if not name or "/" in name or name.startswith("."):
         raise fail(EXIT_USAGE, f"--name {name!r}: a plain file name stem")
     location = store_location(store)
@@ -166,8 +176,8 @@ def export_warc(
                 type=type,
                 domain=domain,
                 url_prefix=url_prefix,
-                start=start,
-                end=end,
+                start=since,
+                end=until,
                 name=name,
                 max_file_bytes=max_file_mb << 20,
                 on_progress=lambda r: progress.update(task, attempts=r.attempts, mb=r.bytes / 1e6),
@@ -177,8 +187,9 @@ def export_warc(
     elapsed = time.monotonic() - started
     say(
         "",
-        f"{report.attempts} attempts: {report.responses} responses, {report.revisits} revisits in "
-        f"{len(report.files)} files ({report.bytes / 1e6:.1f} MB, {elapsed:.1f} s); index {report.cdxj}",
+        f"{plural(report.attempts, 'attempt')}: {plural(report.responses, 'response')}, "
+        f"{plural(report.revisits, 'revisit')} in {plural(len(report.files), 'file')} "
+        f"({report.bytes / 1e6:.1f} MB, {elapsed:.1f} s); index {report.cdxj}",
     )
     if not report.attempts:
         raise typer.Exit(EXIT_FOUND_NOTHING)

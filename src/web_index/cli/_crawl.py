@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from web_index.cli._app import (
     EXIT_FOUND_NOTHING,
@@ -26,8 +25,10 @@ from web_index.cli._app import (
     cli_errors,
     err,
     fail,
+    new_table,
     open_index,
     out,
+    plural,
     say,
     store_location,
 )
@@ -46,7 +47,7 @@ QueueOption = Annotated[
     typer.Option(
         "--queue",
         envvar="WEB_INDEX_QUEUE",
-        help="Broker: sqlite:///PATH or redis://HOST:PORT/DB [default: a SQLite file beside the store].",
+        help="Broker: sqlite:///PATH or redis://HOST:PORT/DB (default: a SQLite file beside the store).",
         show_default=False,
     ),
 ]
@@ -89,7 +90,12 @@ def crawl(
         int, typer.Option(min=1, help="Requisites to fetch at most, apart from --max-pages.")
     ] = 10_000,
     settle: Annotated[
-        float, typer.Option(min=0.1, help="Seconds without a new page before the site is packed.")
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds without a new page before the site is packed, while other workers on the"
+            " broker may still bring pages; with nothing left queued, it is packed at once.",
+        ),
     ] = 10.0,
     calibre: Calibre = "http",
     max_calibre: MaxCalibre = "http",
@@ -108,8 +114,9 @@ def crawl(
     """Crawl a site into the store and publish its search database.
 
     Every attempt is recorded in the store like any fetch; the text of each
-    page is packed into a full-text database once the site has settled
-    (--settle seconds without a new page). Exits 0 when the database holds at
+    page is packed into a full-text database once the site has settled: at once
+    when nothing is left to fetch, else after --settle seconds without a new page.
+    Exits 0 when the database holds at
     least one page, 1 when it holds none, 5 when --timeout ran out first.
     """
     from web_index.crawl import MessageError, crawl_site
@@ -183,7 +190,12 @@ def _fetching(
 
 @app.command("search")
 def search(
-    site: Annotated[str, typer.Argument(help="The site (as `crawl` printed it).", show_default=False)],
+    site: Annotated[
+        str,
+        typer.Argument(
+            help="The site: host[:port] as `crawl` printed it, or a URL of it.", show_default=False
+        ),
+    ],
     query: Annotated[
         str, typer.Argument(help='Words to find; "a phrase", pre*, a OR b.', show_default=False)
     ],
@@ -207,12 +219,13 @@ def search(
     Exits 0 with results, 1 with none, 2 for a site with no database, 5 when
     no searcher answered a routed search in time.
     """
-    from web_index.crawl import MessageError, search_site
+    from web_index.crawl import MessageError, search_site, site_asked
     from web_index.errors import SearchError, SearchUnavailableError
 
     location = store_location(store)
     with cli_errors(location):
         try:
+            site = site_asked(site)
             if queue is not None:
                 page = _routed(queue, site, query, limit, offset, timeout)
             else:
@@ -228,16 +241,22 @@ def search(
             row = {"url": hit.url, "title": hit.title, "snippet": hit.snippet, "score": score}
             print(json.dumps(row), flush=True)
     else:
-        table = Table("#", "url", "title", "snippet", "score", title=f"{page.total} pages match")
+        table = new_table(
+            "#", "url", "title", "snippet", "score", title=f"{_matching(page.total)}", right=("#", "score")
+        )
         for n, hit in enumerate(page.hits, start=offset + 1):
             snippet = escape(hit.snippet).replace("<mark>", "[bold]").replace("</mark>", "[/bold]")
             table.add_row(str(n), hit.url, escape(hit.title), snippet, f"{hit.score:.3g}")
         out.print(table)
     if not page.hits:
         where = f" past the first {offset}" if offset else ""
-        say("[bold red]error:[/]", f"no hit{where}: {page.total} page(s) of {site} match {query!r}")
+        say("[bold red]error:[/]", f"no hit{where}: {_matching(page.total, f' of {site}')} {query!r}")
         raise typer.Exit(EXIT_FOUND_NOTHING)
     raise typer.Exit(EXIT_OK)
+
+
+def _matching(total: int, of: str = "") -> str:
+    return f"{plural(total, 'page')}{of} match{'es' if total == 1 else ''}"
 
 
 def _routed(queue: str, site: str, query: str, limit: int, offset: int, timeout: float) -> SearchPage:
@@ -276,11 +295,11 @@ def worker(
         Path | None, typer.Option(help="Where packers build databases and searchers keep theirs.")
     ] = None,
     searcher_id: Annotated[
-        str | None, typer.Option(help="A searcher's name on the queue [default: a new random one].")
+        str | None, typer.Option(help="A searcher's name on the queue (default: a new random one).")
     ] = None,
     capacity_mb: Annotated[
         int | None,
-        typer.Option(min=0, help="MB a searcher may fill with databases [default: its disk's free space]."),
+        typer.Option(min=0, help="MB a searcher may fill with databases (default: its disk's free space)."),
     ] = None,
     heartbeat: Annotated[
         float, typer.Option(min=0.1, help="Seconds between a searcher's heartbeats (silent for 3: gone).")
@@ -291,7 +310,7 @@ def worker(
     lease: Annotated[
         float | None,
         typer.Option(
-            min=1, help="Seconds a message is held before another worker may take it [default: per role]."
+            min=1, help="Seconds a message is held before another worker may take it (default: per role)."
         ),
     ] = None,
 ) -> None:

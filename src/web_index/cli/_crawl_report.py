@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from web_index.cli._app import err, out, say
+from web_index.cli._app import err, new_table, out, plural, say
 
 if TYPE_CHECKING:
     from web_index.crawl import CrawlProgress, CrawlResult
@@ -23,11 +21,10 @@ def report_crawl(result: CrawlResult, *, as_json: bool, requisites: bool) -> Non
     if as_json:
         print(json.dumps(result.to_dict()), flush=True)
     else:
-        table = Table(
-            "site", "generation", "pages", "fetched", "errors", "dead letters", "seconds", "pages/s"
-        )
+        numbers = ("generation", "pages", "fetched", "errors", "dead letters", "seconds", "pages/s")
+        summary = new_table("site", *numbers, right=numbers)
         rate = result.fetched / result.seconds if result.seconds else 0.0
-        table.add_row(
+        summary.add_row(
             result.site,
             str(result.generation),
             str(result.pages),
@@ -37,7 +34,7 @@ def report_crawl(result: CrawlResult, *, as_json: bool, requisites: bool) -> Non
             f"{result.seconds:.1f}",
             f"{rate:.1f}",
         )
-        out.print(table)
+        out.print(summary)
         if requisites:
             say("", f"requisites: {result.requisites} fetched, {result.requisite_errors} failed")
     _say_what_went_wrong(result)
@@ -54,9 +51,12 @@ def _say_what_went_wrong(result: CrawlResult) -> None:
         first = groups[0]
         say("[bold red]error:[/]", f"nothing was crawled: {first.urls[0]} ({first.state}): {first.reason}")
     elif not result.pages:  # no failure either: every page was gone (404, 410) or empty
-        say("[bold red]error:[/]", f"nothing was crawled: no page with text in {result.fetched} attempt(s)")
+        say(
+            "[bold red]error:[/]",
+            f"nothing was crawled: no page with text in {plural(result.fetched, 'attempt')}",
+        )
     elif result.errors:
-        say("[yellow]warning:[/]", f"{result.errors} page(s) gave no text:")
+        say("[yellow]warning:[/]", f"{plural(result.errors, 'page')} gave no text:")
     if groups and (result.pages or len(groups) > 1 or first.count > 1):
         for group in groups:
             shown = ", ".join(group.urls) + (", ..." if group.count > len(group.urls) else "")
@@ -64,7 +64,8 @@ def _say_what_went_wrong(result: CrawlResult) -> None:
     if result.stopped_at_seed:
         say(
             "[yellow]warning:[/]",
-            f"the crawl ended after its seed: its {result.out_of_scope} link(s) are outside the scope"
+            f"the crawl ended after its seed: its {plural(result.out_of_scope, 'link')}"
+            f" {'is' if result.out_of_scope == 1 else 'are'} outside the scope"
             f"{f' (URLs under {result.scope_prefix})' if result.scope_prefix else ''};"
             " widen it with --scope host, domain or allow --allow URL-PREFIX",
         )

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
+from web_index.cli._app import new_table, plural
 from web_index.cli._report import outcome_table, run_fetch, state_counts_table
 from web_index.cli._sample_site import LocalServer, sample_routes, sample_urls
 from web_index.fetch import (
@@ -98,9 +98,16 @@ def run_demo(
         for row in rows:
             sys.stdout.write(json.dumps(row) + "\n")
     else:
-        table = Table(title="Answered from the store")
-        for column in ("url", "latest attempt", "page", "status", "calibre", "hops", "title"):
-            table.add_column(column, overflow="fold")
+        table = new_table(
+            "url",
+            "latest attempt",
+            "page",
+            "status",
+            "calibre",
+            "hops",
+            "title",
+            title="Answered from the store",
+        )
         for row in rows:
             cells = [row["url"].removeprefix(site.base_url), row["state"], "yes" if row["page"] else "no"]
             more = (row["status_code"], row["calibre"], row["hops"], row["title"])
@@ -110,7 +117,8 @@ def run_demo(
     names = (str(f.relative_to(root)) for f in root.rglob("*.parquet"))
     files = sorted(n for n in names if not n.startswith("_"))  # _index/...: derived, private
     console.print(
-        f"[bold]The store[/] {root}: {stats.records} records in {stats.files} Parquet files, "
+        f"[bold]The store[/] {root}: {plural(stats.records, 'record')} in "
+        f"{plural(stats.files, 'Parquet file')}, "
         f"laid out type/year/month/domain.parquet:",
         soft_wrap=True,
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import json
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from web_index.cli._app import (
     fail,
     open_index,
     out,
+    read_text_input,
     say,
     store_location,
 )
@@ -64,8 +64,7 @@ def parse_calibre(value: str) -> int:
 def _read_urls(urls: list[str], source: Path | None) -> list[str]:
     found = list(urls)
     if source is not None:
-        text = sys.stdin.read() if str(source) == "-" else source.read_text(encoding="utf-8")
-        for line in text.splitlines():
+        for line in read_text_input(source, "--from").splitlines():
             line = line.strip()
             if line and not line.startswith("#"):
                 found.append(line)
@@ -121,9 +120,9 @@ def fetch(
         raise fail(EXIT_USAGE, f"--method must be get or head, not {method!r}")
     try:
         low, high = parse_calibre(calibre), parse_calibre(max_calibre)
-        todo = _read_urls(urls or [], source)
-    except (typer.BadParameter, OSError, ValueError) as exc:  # ValueError: a --from file not UTF-8
+    except typer.BadParameter as exc:
         raise fail(EXIT_USAGE, str(exc)) from None
+    todo = _read_urls(urls or [], source)
     if not todo:
         raise fail(EXIT_USAGE, "no URLs: give URLs or --from FILE")
     if low > high:
@@ -172,7 +171,7 @@ def fetch(
                 "status_code": final.status_code,
                 "calibre": final.fetcher_calibre,
                 "fetcher": final.fetcher_name,
-                "why": final.logs[-1] if final.logs else None,
+                "why": final.why,
                 "attempts": [
                     {"fetcher": a.fetcher_name, "state": str(a.state), "run_time": a.run_time}
                     for a in outcome.attempts
@@ -233,7 +232,7 @@ def fetch_config(
 
 def _first_reason(outcomes: Sequence[FetchOutcome]) -> str:
     final = outcomes[0].final
-    return final.logs[-1] if final.logs else str(final.state)
+    return final.why or str(final.state)
 
 
 @app.command("demo")
@@ -244,7 +243,7 @@ def demo(
             "--store",
             "-s",
             envvar="WEB_INDEX_STORE",
-            help="Store to fetch into [default: a new temporary folder].",
+            help="Store to fetch into (default: a new temporary folder).",
         ),
     ] = None,
     chromium: Annotated[Path, typer.Option(help="The Chromium executable.")] = Path("/usr/bin/chromium"),

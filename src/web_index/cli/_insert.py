@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated, BinaryIO
 
@@ -19,7 +18,8 @@ from web_index.cli._app import (
     err,
     fail,
     open_index,
-    os_problem,
+    open_input,
+    plural,
     progress_bar,
     say,
     store_location,
@@ -42,7 +42,7 @@ def _read(handle: BinaryIO, name: str) -> Iterator[bytes]:
     try:
         yield from handle
     except OSError as exc:
-        raise _UnreadableInputError(f"cannot read {name}: {os_problem(exc)}") from None
+        raise _UnreadableInputError(f"cannot read {name}: {exc.strerror or exc}") from None
 
 
 @app.command()
@@ -73,12 +73,7 @@ def insert(
     location = store_location(store)
     name = "<stdin>" if source == "-" else source
     # Bytes, not text: lines split on "\n" only, and one that is not UTF-8 is refused alone.
-    handle: BinaryIO = sys.stdin.buffer
-    if source != "-":
-        try:
-            handle = open(source, "rb")  # noqa: SIM115 - closed below, after the store
-        except OSError as exc:
-            raise fail(EXIT_USAGE, f"cannot read {name}: {exc.strerror or exc}") from None
+    handle = open_input(source)  # closed below, after the store
     try:
         with (
             cli_errors(location),
@@ -107,11 +102,11 @@ def insert(
         if source != "-":
             handle.close()
     skipped = f", skipped {inserter.skipped} invalid" if inserter.skipped else ""
-    err.print(f"stored {inserter.stored} attempts{skipped}", highlight=False)
+    err.print(f"stored {plural(inserter.stored, 'attempt')}{skipped}", highlight=False)
 
 
 def _stored(count: int) -> str:
-    return f"stored {count} request{'' if count == 1 else 's'}"
+    return f"stored {plural(count, 'request')}"
 
 
 def _batches(lines: Iterable[Line], size: int, *, stop_at_error: bool) -> Iterator[list[Line]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,17 +13,20 @@ import typer
 from web_index.cli._app import (
     EXIT_FOUND_NOTHING,
     EXIT_USAGE,
+    TIMES,
     BufferOption,
     SchedulerOption,
     StoreOption,
     app,
+    cannot_read,
     cli_errors,
     fail,
     open_index,
-    os_problem,
+    plural,
     progress_bar,
     say,
     store_location,
+    time_option,
 )
 from web_index.errors import InvalidRecordError
 from web_index.models import (
@@ -39,14 +41,6 @@ from web_index.models import (
 )
 
 
-def _parse_time(value: str | None, name: str) -> datetime | None:
-    if value is None:
-        return None
-    from web_index.models import parse_when
-
-    return parse_when(value, name, end=name == "--not-after", now=datetime.now(UTC))
-
-
 def _collect_queries(
     urls: list[str],
     source: Path | None,
@@ -59,8 +53,8 @@ def _collect_queries(
     request_id: str | None,
 ) -> Iterator[Query]:
     record_type = RecordType.parse(type)
-    when = _parse_time(at, "--at")
-    start, stop = _parse_time(not_before, "--not-before"), _parse_time(not_after, "--not-after")
+    when = time_option(at, "--at")
+    start, stop = time_option(not_before, "--not-before"), time_option(not_after, "--not-after", end=True)
     if request_id is not None and when is None:
         raise InvalidRecordError("--at", "a --request-id query needs --at (the attempt's timestamp)")
 
@@ -108,7 +102,7 @@ def _file_queries(source: Path, for_url: Callable[[str], Query]) -> Iterator[Que
     except InvalidRecordError:
         raise
     except OSError as exc:
-        raise InvalidRecordError("--from", f"cannot read {os_problem(exc)}") from None
+        raise fail(EXIT_USAGE, cannot_read(exc, "--from")) from None
     except ValueError as exc:  # pyarrow's ArrowInvalid: not a Parquet file of queries
         raise InvalidRecordError(f"--from {source}", str(exc)) from None
 
@@ -116,9 +110,8 @@ def _file_queries(source: Path, for_url: Callable[[str], Query]) -> Iterator[Que
 QueryType = Annotated[str, typer.Option("--type", "-t", help="get, head, get-metadata or head-metadata.")]
 Calibre = Annotated[int | None, typer.Option(help="Only records of this calibre or higher.")]
 Strict = Annotated[bool, typer.Option("--strict", help="Only records of exactly --calibre.")]
-_TIMES = "UTC: 2024-08-01, 20240801120000 (4-14 digits), 7d/12h ago, or ISO 8601 with a zone"
-At = Annotated[str | None, typer.Option(help=f"Nearest to this time (time-aware query). {_TIMES}.")]
-NotBefore = Annotated[str | None, typer.Option(help=f"Window start, inclusive. {_TIMES}.")]
+At = Annotated[str | None, typer.Option(help=f"Nearest to this time (time-aware query). {TIMES}.")]
+NotBefore = Annotated[str | None, typer.Option(help=f"Window start, inclusive. {TIMES}.")]
 NotAfter = Annotated[
     str | None, typer.Option(help="Window end, inclusive: a date or short timestamp counts whole.")
 ]
@@ -180,7 +173,7 @@ def _run(
         out.write(json.dumps(line, ensure_ascii=False) + "\n")
     if fail_missing and missing:
         what = "matched nothing" if kind == "query" else "is absent"
-        say("[bold red]error:[/]", f"{missing} of {len(queries)} queries {what} (--fail-missing)")
+        say("[bold red]error:[/]", f"{missing} of {plural(len(queries), 'query')} {what} (--fail-missing)")
         raise typer.Exit(EXIT_FOUND_NOTHING)
 
 
@@ -204,7 +197,7 @@ def _run_to_parquet(
             on_progress=lambda n: progress.update(task, completed=n),
             scheduler=scheduler,
         )
-    say("", f"{count} results written to {output}")
+    say("", f"{plural(count, 'result')} written to {output}")
 
 
 _BULK_BATCH = 20_000
@@ -305,9 +298,9 @@ def lookup(
     buffer: BufferOption = None,
     fail_missing: Annotated[bool, typer.Option(help="Exit 1 if a digest matched nothing.")] = False,
 ) -> None:
-    """Find every capture whose body has a payload digest: one JSON line per
-    response found (URL, attempt time, request id, status, the file holding it),
-    oldest first."""
+    """Find every capture whose body has a payload digest, oldest first.
+
+    One JSON line per response found: URL, attempt time, request id, status, the file holding it."""
     from web_index.models import Digest
 
     try:

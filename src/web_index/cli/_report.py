@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from web_index.cli._app import new_table
 from web_index.fetch import Attempt, Decision, FetchConfig, FetchOutcome, FetchRunner, Method
 from web_index.models import AttemptState
 
@@ -119,25 +120,22 @@ def outcome_table(outcomes: Sequence[FetchOutcome], *, base: str = "") -> Table:
 
     ``base`` is stripped from the front of each URL to keep the table narrow.
     """
-    table = Table(title="Fetch outcomes", show_lines=False)
-    table.add_column("url", overflow="fold")
-    table.add_column("state")
-    table.add_column("status", justify="right")
-    table.add_column("calibre", justify="right")
-    table.add_column("attempts (fetcher: state)", overflow="fold")
-    table.add_column("why", overflow="fold")
+    table = new_table(
+        "url", "state", "status", "calibre", "attempts (fetcher: state)", "why",
+        title="Fetch outcomes", right=("status", "calibre"),
+    )  # fmt: skip
     for outcome in outcomes:
         final = outcome.final
         path = " → ".join(f"{a.fetcher_name}: {a.state}" for a in outcome.attempts)
         status = "" if final.status_code is None else str(final.status_code)
-        why = final.logs[-1] if final.logs else ""
+        why = final.why or ""
         table.add_row(
             outcome.url.removeprefix(base) if base else outcome.url,
             _styled(final.state),
             status,
             str(final.fetcher_calibre),
             path,
-            why[:80],
+            why,
         )
     return table
 
@@ -146,10 +144,7 @@ def state_counts_table(outcomes: Sequence[FetchOutcome]) -> Table:
     """How many URLs ended in each state, and how many attempts did."""
     finals = Counter(o.state for o in outcomes)
     every = Counter(a.state for o in outcomes for a in o.attempts)
-    table = Table(title="States")
-    table.add_column("state")
-    table.add_column("urls (final)", justify="right")
-    table.add_column("attempts", justify="right")
+    table = new_table("state", "urls (final)", "attempts", title="States", right=("urls (final)", "attempts"))
     for state in AttemptState:
         if every[state] or finals[state]:
             table.add_row(_styled(state), str(finals[state]), str(every[state]))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import ipaddress
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -22,7 +24,9 @@ from web_index.cli._app import (
     cli_errors,
     fail,
     open_index,
+    open_input,
     os_problem,
+    read_text_input,
     say,
     store_location,
 )
@@ -47,12 +51,7 @@ def _write_token(path: Path | None) -> str | None:
         if value and not value.strip():
             raise fail(EXIT_USAGE, f"{_ENV} is blank")
         return value.strip() or None  # empty: unset, as for the options' own variables
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise fail(EXIT_USAGE, f"--write-token-file: cannot read {os_problem(exc)}") from None
-    except UnicodeDecodeError:
-        raise fail(EXIT_USAGE, f"--write-token-file {path}: not UTF-8 text") from None
+    token = read_text_input(path, "--write-token-file").strip()
     if not token:
         raise fail(EXIT_USAGE, f"--write-token-file {path}: empty")
     return token
@@ -64,6 +63,7 @@ def _collections(
     """The collections of ``config``, open (a mistake in it is invalid input, exit 2)."""
     if config is None:
         return {}
+    open_input(config, "--config").close()  # said as every unreadable input is; load_collections reads it
     from web_index.archive import load_collections, open_collections
     from web_index.fetch import AddressPolicy
 
@@ -83,7 +83,7 @@ def serve(
         str | None,
         typer.Option(
             help="Route searches through this broker's orchestrator to its searchers"
-            " [default: answer from the store's published databases].",
+            " (default: answer from the store's published databases).",
             show_default=False,
         ),
     ] = None,
@@ -98,7 +98,7 @@ def serve(
         Path | None,
         typer.Option(
             help="A file holding the token POST /api/insert requires (Authorization: Bearer); or put"
-            f" the token itself in {_ENV} [default: no /api/insert, the store opened read-only].",
+            f" the token itself in {_ENV} (default: no /api/insert, the store opened read-only).",
             show_default=False,
         ),
     ] = None,
@@ -106,7 +106,7 @@ def serve(
         Path | None,
         typer.Option(
             help="A collections.yaml: more collections (stores, CDXJ + WARC folders, cdx+ and memento+"
-            " archives, $live) served beside the store's [default: the store alone, as 'store'].",
+            " archives, $live) served beside the store's (default: the store alone, as 'store').",
             show_default=False,
         ),
     ] = None,
@@ -153,6 +153,7 @@ def serve(
         # before any worker starts; each worker then opens the store and builds its own.
         application, index = build()
         with index:
+            _check_port(host, port)
             names = ", ".join(f"/{name}/" for name in sorted({"store", *application.state.collections}))
             via = f" (searches via {queue})" if queue else ""
             writes = ", POST /api/insert open to the write token" if token else ""
@@ -167,6 +168,24 @@ def serve(
         if workers > 1:
             run(functools.partial(_worker_app, build), host=host, port=port, workers=workers)
     raise typer.Exit(EXIT_OK)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse a port another process listens on before saying "serving": bound as
+    uvicorn binds it (SO_REUSEADDR, so a port left in TIME_WAIT is free), then let go."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+            why = (
+                "is in use (another server?); give --port N"
+                if exc.errno == errno.EADDRINUSE
+                else f"cannot be used: {os_problem(exc)}"
+            )
+            raise fail(EXIT_USAGE, f"{where} {why}") from None
 
 
 def _app(

@@ -8,18 +8,21 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from web_index.cli._app import (
     EXIT_PROBLEMS,
+    EXIT_USAGE,
     BufferOption,
     SchedulerOption,
     StoreOption,
     app,
     cli_errors,
     err,
+    fail,
+    new_table,
     open_index,
     out,
+    plural,
     progress_bar,
     say,
     store_location,
@@ -28,13 +31,20 @@ from web_index.cli._app import (
 
 @app.command()
 def init(
+    ctx: typer.Context,
     location: Annotated[
         str | None,
-        typer.Argument(help="Folder or s3:// URL [default: --store, WEB_INDEX_STORE, per-user folder]."),
+        typer.Argument(help="Folder or s3:// URL (default: --store, WEB_INDEX_STORE, per-user folder)."),
     ] = None,
     store: StoreOption = "",
 ) -> None:
     """Create an empty store (a store that exists already is left as it is)."""
+    # Typer carries its own click: its ParameterSource is known by name. WEB_INDEX_STORE may stand.
+    given = getattr(ctx.get_parameter_source("store"), "name", None) == "COMMANDLINE"
+    if location and store and given:
+        raise fail(
+            EXIT_USAGE, f"init {location} --store {store}: give the store once, as LOCATION or --store"
+        )
     where = location or store_location(store)
     with cli_errors(where), open_index(where, None, create=True) as index:
         say("", f"a web-index store at {index.location}")
@@ -46,7 +56,7 @@ def flush(store: StoreOption = "", buffer: BufferOption = None) -> None:
     location = store_location(store)
     with cli_errors(location), open_index(location, buffer) as index:
         moved = index.flush()
-    err.print(f"flushed {moved} attempts")
+    err.print(f"flushed {plural(moved, 'attempt')}")
 
 
 @app.command()
@@ -62,8 +72,9 @@ def compact(
     ] = 1,
     scheduler: SchedulerOption = None,
 ) -> None:
-    """Roll each partition's part files into one <domain>.parquet (safe while others write),
-    then bring the month key indexes up to date and write the capture index of every compacted
+    """Roll each partition's part files into one <domain>.parquet (safe while others write).
+
+    Then bring the month key indexes up to date and write the capture index of every compacted
     file that has none. With --scheduler, one task a partition on that Dask cluster."""
     location = store_location(store)
     with cli_errors(location), open_index(location, buffer) as index:
@@ -75,7 +86,7 @@ def compact(
                 progress.update(task, completed=done, total=total)
 
             done = index.compact(min_parts=min_parts, scheduler=scheduler, on_progress=advance)
-    err.print(f"compacted {done} partitions")
+    err.print(f"compacted {plural(done, 'partition')}")
 
 
 @app.command()
@@ -103,9 +114,9 @@ def verify(store: StoreOption = "", buffer: BufferOption = None) -> None:
     for problem in report.problems:
         say("[red]problem[/]", problem)
     err.print(
-        f"checked {report.files} files, {report.records} records, "
-        f"{report.buffered_attempts} buffered attempts: "
-        + ("[green]clean[/]" if report.ok else f"[red]{len(report.problems)} problems[/]")
+        f"checked {plural(report.files, 'file')}, {plural(report.records, 'record')}, "
+        f"{plural(report.buffered_attempts, 'buffered attempt')}: "
+        + ("[green]clean[/]" if report.ok else f"[red]{plural(len(report.problems), 'problem')}[/]")
     )
     if not report.ok:
         raise typer.Exit(EXIT_PROBLEMS)
@@ -135,9 +146,8 @@ def stats(
         sys.stdout.write(json.dumps(payload) + "\n")
         return
     out.print(f"web-index store {escape(index.location)}", soft_wrap=True)  # not a title: never wrapped
-    table = Table()
-    for col in ("type", "month", "domain", "records", "bytes", "part files", "compacted"):
-        table.add_column(col, justify="right" if col in ("records", "bytes", "part files") else "left")
+    numbers = ("records", "bytes", "part files")
+    table = new_table("type", "month", "domain", *numbers, "compacted", right=numbers)
     for p in result.partitions:
         table.add_row(
             p.type,
@@ -150,6 +160,6 @@ def stats(
         )
     out.print(table)
     out.print(
-        f"{result.records:,} records in {result.files} files ({result.bytes:,} bytes); "
-        f"{result.buffered_attempts:,} attempts buffered"
+        f"{plural(result.records, 'record')} in {plural(result.files, 'file')} "
+        f"({plural(result.bytes, 'byte')}); {plural(result.buffered_attempts, 'attempt')} buffered"
     )

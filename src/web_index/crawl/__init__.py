@@ -40,6 +40,7 @@ from web_index.crawl._pipeline import (
     default_broker,
     run_worker,
     search_site,
+    site_asked,
     site_files,
     store_packs,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "scope_prefix",
     "search_site",
     "searcher_queue",
+    "site_asked",
     "site_files",
     "store_packs",
 ]

@@ -288,6 +288,10 @@ class Indexer:
         else:
             self._owed[site] = settle
 
+    def owes_reset(self, site: str) -> bool:
+        """Whether a page of ``site`` indexed here has yet to push its timer back."""
+        return site in self._owed
+
     async def tick(self) -> None:
         for site, settle in list(self._owed.items()):
             if time.monotonic() - self._reset_at.get(site, float("-inf")) >= min(1.0, settle / 4):

@@ -2,8 +2,9 @@
 
 Every role on one worker, against the embedded broker (a SQLite file in the
 store's private folder) unless another is given. The crawl ends when its
-site has settled: nothing of it is queued or leased, its timer has fired,
-and the packer has published the database that followed.
+site has settled: nothing of it is queued or leased, its timer has fired (at
+once when nothing at all is left on the broker), and the packer has published
+the database that followed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from urllib.parse import urlsplit
 from web_index.crawl._failures import FailureGroup
 from web_index.crawl._indexer import Indexer
 from web_index.crawl._local_packs import LocalPacks
-from web_index.crawl._messages import CrawlSpec, IndexCrawl, Scope, encode
+from web_index.crawl._messages import CrawlSpec, FullEnd, IndexCrawl, MessageError, Scope, encode
 from web_index.crawl._orchestrator import Orchestrator
 from web_index.crawl._pages import normalise, scope_prefix
 from web_index.crawl._roles import Crawler, Packer, Timer
@@ -49,6 +50,7 @@ __all__ = [
 ]
 
 _QUEUES = ("index", "crawl", "timer", "pack")
+_AT_ONCE = 0.001  # seconds: a timer that is due on the timer role's next tick
 ROLES = ("indexer", "crawler", "timer", "packer", "orchestrator", "searcher")
 
 
@@ -198,6 +200,21 @@ def search_site(index: WebIndex, site: str, query: str, *, limit: int = 10, offs
         packs.close()
 
 
+def site_asked(text: str) -> str:
+    """The site a person names to search: ``host[:port]`` as ``crawl`` printed it,
+    or any URL of it (its host and port, as :func:`site_for` takes them from a
+    seed); else a :class:`MessageError` that says which to give."""
+    given = text.strip()
+    try:
+        if "://" in given:
+            return site_for(given, "host")
+        return check_site(given.lower())
+    except (MessageError, InvalidURLError, ValueError):  # ValueError: a port that is no number
+        raise MessageError(
+            f"site {text!r}: give it as host[:port] (as crawl printed it) or a URL of it"
+        ) from None
+
+
 def site_for(seed: str, scope: Scope) -> str:
     """The site a crawl's pages are packed and searched under: the seed's host
     (registrable domain for a ``domain`` crawl), with its port if not the default."""
@@ -260,6 +277,8 @@ async def crawl_site(
     began = time.monotonic()
     await asyncio.to_thread(brk.send, "index", [encode(IndexCrawl(site=site, spec=spec))])
     running = asyncio.create_task(worker.run())
+    indexer = next(role for role in roles if isinstance(role, Indexer))
+    idle = 0  # polls in a row with nothing queued or leased on the broker
     try:
         while True:
             await asyncio.sleep(0.25)
@@ -272,6 +291,14 @@ async def crawl_site(
                 on_progress(
                     CrawlProgress(stats.queued, stats.fetched, stats.indexed, stats.errors, pending, elapsed)
                 )
+            idle = idle + 1 if pending == 0 and not indexer.owes_reset(site) else 0
+            if idle >= 2 and site in timers:
+                # Nothing is queued or leased anywhere on the broker, and every page
+                # indexed here has pushed the timer back: no page of the site can come
+                # now. Settle waits for pages other workers may still bring; with none
+                # left, the site is packed at once, not --settle seconds later.
+                callback = encode(FullEnd(site=site, crawl=spec.id))
+                await asyncio.to_thread(brk.start_timer, site, _AT_ONCE, "pack", callback)
             if pending == 0 and site not in timers:
                 if stats.published.get(site, 0) > (before or 0):
                     break

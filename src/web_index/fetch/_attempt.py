@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal, Protocol, runtime_checkable
 
-from web_index.models import AttemptMetadata, AttemptState, Response
+from web_index.models import AttemptMetadata, AttemptState, Response, last_reason
 
 __all__ = [
     "Attempt",
@@ -88,6 +88,11 @@ class Attempt:
     @property
     def final(self) -> Response | None:
         return self.responses[-1] if self.responses else None
+
+    @property
+    def why(self) -> str | None:
+        """Why it ended as it did, in one line: :attr:`AttemptMetadata.why` of it stored."""
+        return last_reason(self.logs)
 
     def log(self, message: str) -> None:
         self.logs.append(message)

@@ -125,6 +125,7 @@ class RobotsCache:
         server_error = status is not None or attempt.state.is_success
         state = AttemptState.RETRYABLE_ERROR if server_error else attempt.state
         why = "; ".join(attempt.logs) or str(attempt.state)
+        # The cause first: a closed port is what the user must fix, robots.txt only how it showed.
         return _Entry(None, expires), RobotsDecision(
-            False, state, f"robots.txt at {origin} could not be fetched ({why}): assuming disallow"
+            False, state, f"{why} (robots.txt at {origin} could not be fetched: assuming disallow)"
         )

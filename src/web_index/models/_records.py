@@ -3,7 +3,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Self
 
@@ -17,7 +17,7 @@ from web_index.models._fields import field_names, required_names
 from web_index.models._queries import PageKey
 from web_index.models._time import format_ts, parse_ts
 
-__all__ = ["AttemptMetadata", "Page", "Response", "result_json"]
+__all__ = ["AttemptMetadata", "Page", "Response", "last_reason", "result_json"]
 
 _U8 = 255
 _MAX_STATUS = 999
@@ -141,6 +141,16 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
         return result
 
 
+def last_reason(logs: str | Sequence[str] | None) -> str | None:
+    """Why an attempt ended as it did, in one line: the last line of its logs
+    (a fetcher logs its verdict last; ``logs`` as a fetcher keeps them, a list,
+    or as stored, one line each), ``None`` without logs."""
+    if logs is None:
+        return None
+    lines = logs.splitlines() if isinstance(logs, str) else [ln for e in logs for ln in e.splitlines()]
+    return next((line.strip() for line in reversed(lines) if line.strip()), None)
+
+
 class AttemptMetadata(msgspec.Struct, frozen=True, kw_only=True):
     """The metadata record of one fetch attempt, successful or not.
 
@@ -177,6 +187,11 @@ class AttemptMetadata(msgspec.Struct, frozen=True, kw_only=True):
             if not self.run_time >= 0:
                 raise InvalidRecordError("run_time", f"must be >= 0, got {self.run_time!r}")
             force_setattr(self, "run_time", float(self.run_time))
+
+    @property
+    def why(self) -> str | None:
+        """The attempt's reason in one line: :func:`last_reason` of its logs."""
+        return last_reason(self.logs)
 
     def to_dict(self) -> dict[str, Any]:
         """The flat form: ISO 8601 timestamp, state as its string."""

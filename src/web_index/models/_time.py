@@ -122,35 +122,38 @@ def _days_from_civil(year: int, month: int) -> int:
 
 _CDX = re.compile(r"\d{4}(?:\d{2}){0,5}")  # yyyy[mm[dd[hh[mm[ss]]]]]
 _DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-_AGE = re.compile(r"(\d+)([smhdw])")
+_AGE = re.compile(r"(\d+) ?([smhdw])(?: +ago)?", re.I)
 _STEPS = (timedelta(days=1), timedelta(hours=1), timedelta(minutes=1), timedelta(seconds=1))
 _UNIT = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-_FORMS = "ISO 8601 with a zone, a date (2024-08-01), a 4-14 digit timestamp (20240801120000)"
+_FORMS = "a date (2024-08-01), a 4-14 digit timestamp (20240801120000), ISO 8601 (UTC unless it has a zone)"
 
 
 def parse_when(value: str, field: str, *, end: bool = False, now: datetime | None = None) -> datetime:
-    """A time as web archives write them, every form UTC unless it says otherwise.
+    """A time as people and web archives write them, every form UTC unless it
+    says otherwise: the one parser of the times a user types.
 
-    ISO 8601 with a zone; a date (``2024-08-01``); a CDX timestamp of 4 to 14
-    digits (``2024``, ``20240801``, ``20240801120000``). A date or a short
-    timestamp names a span: its first microsecond, or with ``end`` its last
-    (so ``--not-after 2024`` includes December 31st). With ``now``, also an age
-    before it: ``90s``, ``30m``, ``12h``, ``7d``, ``2w``. A time of day without
-    a zone is refused, as by :func:`parse_ts`.
+    A date (``2024-08-01``); a CDX timestamp of 4 to 14 digits (``2024``,
+    ``20240801``, ``20240801120000``); ISO 8601, with a zone or without one
+    (then UTC, as every other form: unlike a stored record's time, a time asked
+    about is no guess kept forever). A date or a short timestamp names a span:
+    its first microsecond, or with ``end`` its last (so ``--not-after 2024``
+    includes December 31st). With ``now``, also an age before it: ``90s``,
+    ``30m``, ``12h``, ``7d``, ``2w``, each also as ``7d ago``.
     """
-    text = value.strip()
+    text = " ".join(value.split())
     if _CDX.fullmatch(text) or _DATE.fullmatch(text):
         return _span(text.replace("-", ""), field, value, end)
     if now is not None and (age := _AGE.fullmatch(text)):
         try:
-            return now.astimezone(UTC) - timedelta(**{_UNIT[age[2]]: int(age[1])})
+            return now.astimezone(UTC) - timedelta(**{_UNIT[age[2].lower()]: int(age[1])})
         except OverflowError:
             return _MIN
-    forms = _FORMS + (", or an age (7d, 12h)" if now is not None else "")
+    forms = _FORMS + (", or an age (7d ago, 12h ago)" if now is not None else "")
     try:
-        return parse_ts(text, field, clamp=True)
-    except InvalidRecordError as exc:
-        raise InvalidRecordError(field, f"{exc.problem}; give {forms}") from None
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidRecordError(field, f"{value!r} is not a time; give {forms}") from None
+    return parse_ts(when if when.tzinfo else when.replace(tzinfo=UTC), field, clamp=True)
 
 
 def _span(digits: str, field: str, value: str, end: bool) -> datetime:

@@ -13,7 +13,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from web_index.crawl import LocalPacks, MessageError, SearchRouter, check_site, open_broker, store_packs
+from web_index.crawl import LocalPacks, MessageError, SearchRouter, open_broker, site_asked, store_packs
 from web_index.errors import SearchQueryError, SearchUnavailableError, SiteNotFoundError
 from web_index.index import WebIndex
 from web_index.search import MAX_LIMIT, MAX_OFFSET, SearchPage
@@ -78,7 +78,7 @@ async def search(request: Request) -> Response:
     limit = _int(request, "limit", 10, 1, MAX_LIMIT)
     offset = _int(request, "offset", 0, 0, MAX_OFFSET)
     try:
-        site = check_site(site)
+        site = site_asked(site)
     except MessageError as exc:
         raise bad_parameter("site", str(exc)) from None
     backend: SearchBackend = request.app.state.searches

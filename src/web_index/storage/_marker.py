@@ -23,16 +23,28 @@ _MARKER = json.dumps(
 
 
 def open_or_create(backend: Backend, *, create: bool) -> None:
-    """Check that ``backend`` holds a store; with ``create``, make it one
-    (or mark one made before the marker). Else a :class:`StoreError` that says
-    whether the location is missing or holds something else."""
+    """Check that ``backend`` holds a store; with ``create``, make it one where
+    there is nothing (or mark one made before the marker). Else a
+    :class:`StoreError` that says whether the location is missing or holds
+    something else: a store is never made among other files (a site's
+    folder given as ``--store``), whose owner meant something else."""
     if backend.list_files("", STORE_MARKER):
         return
-    made_before_marker = bool(STORE_ENTRIES.intersection(backend.list_folders("")))
-    if not (made_before_marker or create):
-        what = f"is not a web-index store (no {STORE_MARKER})" if backend.exists() else "does not exist"
+    folders = backend.list_folders("")
+    made_before_marker = bool(STORE_ENTRIES.intersection(folders))
+    if not made_before_marker and backend.exists():
+        held = sorted([*(f.name for f in backend.list_files("")), *(f"{f}/" for f in folders)])
+        if held or not create:
+            shown = ", ".join(held[:3]) + (", …" if len(held) > 3 else "")
+            holds = f": it holds {shown}" if held else ""
+            raise StoreError(
+                f"no store at {backend.url}: it is not a web-index store (no {STORE_MARKER}){holds};"
+                " give an empty or new folder, or a store's"
+            )
+    elif not (made_before_marker or create):
         raise StoreError(
-            f"no store at {backend.url}: it {what}; create one with `web-index init`, or by inserting into it"
+            f"no store at {backend.url}: it does not exist; create one with `web-index init`,"
+            " or by inserting into it"
         )
     if create:
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import resources
+
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -24,6 +26,7 @@ def add_ui(app: Starlette) -> Starlette:
     routes = [
         Route("/", _home.home, methods=["GET"]),
         Route("/lookup", _home.lookup, methods=["GET"]),
+        Route("/favicon.ico", _favicon, methods=["GET"]),
         Route(f"{UI_PREFIX}/search", _search.search, methods=["GET"]),
         Route(f"{UI_PREFIX}/states.css", _states_css, methods=["GET"]),
         Mount(f"{UI_PREFIX}/static", StaticFiles(packages=[("web_index.ui", "static")]), name="static"),
@@ -37,6 +40,12 @@ def add_ui(app: Starlette) -> Starlette:
     app.router.routes[0:0] = routes
     app.add_exception_handler(UiError, page_error)
     return app
+
+
+async def _favicon(request: Request) -> Response:
+    # The icon every browser asks for at this address: the pages' own, an SVG (browsers take one here).
+    icon = resources.files("web_index.ui").joinpath("static/icon.svg").read_bytes()
+    return Response(icon, media_type="image/svg+xml", headers={"cache-control": "max-age=86400"})
 
 
 async def _states_css(request: Request) -> Response:

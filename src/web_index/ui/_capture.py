@@ -82,7 +82,7 @@ async def capture(request: Request) -> Response:
         title=f"{title or fields['url']} · {moment(fields):%Y-%m-%d %H:%M:%S} · web-index",
         coll=name,
         fields=fields,
-        moment=moment(fields),
+        looked_up=fields["url"],
         page_title=title,
         text=text[:TEXT_SHOWN],
         text_cut=len(text) > TEXT_SHOWN,

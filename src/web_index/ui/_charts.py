@@ -4,10 +4,11 @@ templates'), so the chart adds a picture, not information only it holds."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["STATE_COLOURS", "Bar", "Stack", "bars", "stacks", "states_css"]
+__all__ = ["STATE_COLOURS", "Bar", "Stack", "Tick", "bars", "stacks", "states_css"]
 
 # The standard's states, coloured as the pages' state labels are.
 STATE_COLOURS = {
@@ -43,6 +44,15 @@ class Stack:
     x: float
     rects: tuple[Rect, ...]
     total: int
+    labelled: bool = True  # whether its label is drawn: not where labels would overlap
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A value on a chart's axis and where it is drawn."""
+
+    value: int
+    y: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,17 +65,30 @@ class Bar:
     share: float
 
 
+def ticks(top: int, most: int = 4) -> list[int]:
+    """Round values from 0 to at least ``top`` for an axis: at most ``most``
+    steps of 1, 2 or 5 times a power of ten."""
+    raw = max(top, 1) / most
+    power = 10 ** math.floor(math.log10(raw))
+    step = max(1, int(next(m * power for m in (1, 2, 5, 10) if m * power >= raw)))
+    return [i * step for i in range(math.ceil(max(top, 1) / step) + 1)]
+
+
 def stacks(
     columns: Sequence[tuple[str, Mapping[str, int]]],
     *,
     height: float = 160.0,
-    width: float = 640.0,
+    width: float = 600.0,
+    label_width: float = 60.0,
     colours: Mapping[str, str] = STATE_COLOURS,
-) -> tuple[list[Stack], float]:
+) -> tuple[list[Stack], float, list[Tick]]:
     """The columns (a label and its counts by category) as stacked bars that
-    share one scale; and the width of a column."""
-    top = max((sum(counts.values()) for _, counts in columns), default=0) or 1
+    share one scale, every column's label drawn that has ``label_width`` free;
+    the width of a column; and the scale's ticks."""
+    scale = ticks(max((sum(counts.values()) for _, counts in columns), default=0))
+    top = scale[-1]
     step = width / max(len(columns), 1)
+    every = math.ceil(label_width / step)
     out = []
     for i, (label, counts) in enumerate(columns):
         y = height
@@ -76,8 +99,8 @@ def stacks(
             rects.append(
                 Rect(i * step, y, step * 0.8, h, colours.get(name, _OTHER), f"{name}: {counts[name]}")
             )
-        out.append(Stack(label, i * step, tuple(rects), sum(counts.values())))
-    return out, step
+        out.append(Stack(label, i * step, tuple(rects), sum(counts.values()), i % every == 0))
+    return out, step, [Tick(v, height - height * v / top) for v in scale]
 
 
 def bars(counts: Mapping[str, int], *, width: float = 320.0, most: int = 12) -> list[Bar]:

@@ -26,6 +26,10 @@ __all__ = ["Attempt", "attempts_of", "history"]
 
 ATTEMPTS_A_PAGE = 100
 COMPARE_CHOICES = 500  # captures of the year shown offered for comparing
+# Stored attempts do not name the fetch they belong to: an attempt that began
+# within this many seconds of the end of a failed one at the same URL is taken
+# for its retry or escalation (the policy's longest backoff is 60 s).
+CHAIN_GAP = 90.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,7 @@ class Attempt:
     metadata: AttemptMetadata
     status: str | None
     capture: str | None
+    chain: str | None = None  # "fetcher: state → ..." on the last attempt of a retried or escalated fetch
 
 
 def attempts_of(index: WebIndex, url: str) -> list[AttemptMetadata]:
@@ -48,6 +53,33 @@ def attempts_of(index: WebIndex, url: str) -> list[AttemptMetadata]:
     ]
     found.sort(key=lambda m: (m.timestamp is not None, m.timestamp, m.request_id or ""), reverse=True)
     return found
+
+
+def fetch_chains(newest_first: list[AttemptMetadata]) -> dict[int, str]:
+    """The fetcher chain ("httpx: low-quality → chromium: success") of each
+    fetch that took more than one attempt, by the position of its last attempt."""
+    chains: dict[int, str] = {}
+    run: list[int] = []
+    for i in range(len(newest_first) - 1, -1, -1):  # oldest first
+        m = newest_first[i]
+        if run and not _follows(newest_first[run[-1]], m):
+            _close(newest_first, run, chains)
+            run = []
+        run.append(i)
+    _close(newest_first, run, chains)
+    return chains
+
+
+def _follows(before: AttemptMetadata, after: AttemptMetadata) -> bool:
+    if before.state == "success" or before.timestamp is None or after.timestamp is None:
+        return False
+    gap = (after.timestamp - before.timestamp).total_seconds() - (before.run_time or 0.0)
+    return gap <= CHAIN_GAP
+
+
+def _close(newest_first: list[AttemptMetadata], run: list[int], chains: dict[int, str]) -> None:
+    if len(run) > 1:
+        chains[run[-1]] = " → ".join(f"{newest_first[i].fetcher_name}: {newest_first[i].state}" for i in run)
 
 
 def _calendar(captures: list[dict[str, Any]], year: int) -> list[dict[str, object]]:
@@ -89,14 +121,16 @@ async def history(request: Request) -> Response:
     metadata = await asyncio.to_thread(attempts_of, index, url) if index is not None else []
     by_request = {fields.get("request_id"): fields for fields in captures if fields.get("request_id")}
     shown, paging = one_page(request, number, metadata, ATTEMPTS_A_PAGE)
+    chains = fetch_chains(metadata)
     rows = []
-    for m in shown:
+    for i, m in enumerate(shown, start=number * ATTEMPTS_A_PAGE):
         fields = by_request.get(m.request_id)
         rows.append(
             Attempt(
                 metadata=m,
                 status=fields.get("status") if fields else None,
                 capture=capture_path(name, fields) if fields else None,
+                chain=chains.get(i),
             )
         )
     states = Counter(str(m.state) for m in metadata)

@@ -2,24 +2,70 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from web_index.archive import CdxQuery, parse_cdx_query
 from web_index.errors import InvalidRecordError
-from web_index.ui._render import UiError, history_path, one_page, page, page_number, store_of
+from web_index.models import AttemptMetadata
+from web_index.ui._browse import attempts_under, holdings, recent_captures
+from web_index.ui._render import (
+    UiError,
+    capture_path,
+    domain_path,
+    history_path,
+    kept,
+    one_page,
+    page,
+    page_number,
+    store_of,
+)
 
 __all__ = ["home", "lookup"]
 
 URLS_A_PAGE = 100
+DOMAINS_A_PAGE = 50
 # A prefix, host or domain lookup lists the URLs of at most this many captures.
 LOOKUP_CAPTURES = 100_000
 
 
 async def home(request: Request) -> Response:
-    return page(request, "home.html", title="web-index")
+    """The lookup form, what the server's own store holds (its domains, the most
+    recently fetched first, paged, and its newest captures), the collections."""
+    name = request.app.state.store_collection
+    _, index = store_of(request, name)
+    number = page_number(request)
+    held = await kept(request, f"holdings {name}", lambda: holdings(index)) if index is not None else []
+    shown, paging = one_page(request, number, held, DOMAINS_A_PAGE)
+    recent = await asyncio.to_thread(recent_captures, index, held) if index is not None and not number else []
+    return page(
+        request,
+        "home.html",
+        title="web-index",
+        held=[(h, _urls_of(name, h.domain), domain_path(name, h.domain)) for h in shown],
+        domains=len(held),
+        recent=[(m, _capture_of(name, m)) for m in recent] if number == 0 else [],
+        pager=paging,
+    )
+
+
+def _urls_of(coll: str, domain: str) -> str:
+    """Where a registrable domain's URLs are listed: a lookup of ``*.domain``;
+    for an address, whose hosts have ports a domain lookup does not match (as
+    pywb's), its page."""
+    if domain.replace(".", "").isdigit() or ":" in domain:
+        return domain_path(coll, domain)
+    return f"/lookup?{urlencode({'url': f'*.{domain}'})}"
+
+
+def _capture_of(coll: str, m: AttemptMetadata) -> str:
+    """The capture a successful attempt stored: the one nearest its start (the page redirects there)."""
+    assert m.timestamp is not None
+    return capture_path(coll, {"timestamp": f"{m.timestamp:%Y%m%d%H%M%S}", "url": m.url})
 
 
 async def lookup(request: Request) -> Response:
@@ -42,7 +88,9 @@ async def lookup(request: Request) -> Response:
     number = page_number(request)
     captures = await coll.find(CdxQuery(url=query.url, match_type=query.match_type, limit=LOOKUP_CAPTURES))
     counts = Counter(fields["url"] for fields, _ in captures)
-    urls = sorted(counts)
+    index = coll.store
+    tried = await asyncio.to_thread(attempts_under, index, query.url, query.match_type) if index else {}
+    urls = sorted(counts.keys() | tried.keys())
     shown, paging = one_page(request, number, urls, URLS_A_PAGE)
     return page(
         request,
@@ -51,9 +99,12 @@ async def lookup(request: Request) -> Response:
         asked=asked,
         coll=coll_name,
         match=query.match_type,
-        rows=[(u, counts[u], history_path(coll_name, u)) for u in shown],
+        rows=[(u, counts[u], tried.get(u), history_path(coll_name, u)) for u in shown],
         total=len(urls),
         captures=len(captures),
+        attempts=sum(n for n, _ in tried.values()),
+        failed=sum(f for _, f in tried.values()),
+        from_store=index is not None,
         cut=len(captures) >= LOOKUP_CAPTURES,
         pager=paging,
     )

@@ -6,10 +6,8 @@ by month and its failing URLs). Charts as SVG, the numbers in tables beside."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,12 +15,20 @@ from starlette.responses import Response
 from web_index.index import WebIndex
 from web_index.models import AttemptMetadata, RecordType
 from web_index.ui._charts import STATE_COLOURS, bars, stacks
-from web_index.ui._render import UI_PREFIX, UiError, history_path, one_page, page, page_number, store_of
+from web_index.ui._render import (
+    UiError,
+    domain_path,
+    history_path,
+    kept,
+    one_page,
+    page,
+    page_number,
+    store_of,
+)
 from web_index.urls import domain_of
 
 __all__ = ["domain", "overview"]
 
-FRESH_FOR = 60.0  # seconds an overview's counts are kept before the store is read again
 FAILING_DOMAINS = 20
 URLS_A_PAGE = 100
 _TYPES = (RecordType.GET_METADATA, RecordType.HEAD_METADATA)
@@ -55,16 +61,6 @@ def _store_tally(index: WebIndex) -> Tally:
     return tally
 
 
-async def _cached_tally(request: Request, name: str, index: WebIndex) -> Tally:
-    kept: dict[str, tuple[float, Tally]] = request.app.state.__dict__.setdefault("ui_tallies", {})
-    hit = kept.get(name)
-    if hit is not None and time.monotonic() - hit[0] < FRESH_FOR:
-        return hit[1]
-    tally = await asyncio.to_thread(_store_tally, index)
-    kept[name] = (time.monotonic(), tally)
-    return tally
-
-
 def _store_of(request: Request) -> tuple[str, WebIndex]:
     name = request.path_params["coll"]
     _, index = store_of(request, name)
@@ -75,11 +71,12 @@ def _store_of(request: Request) -> tuple[str, WebIndex]:
 
 def _months_chart(tally: Tally) -> dict[str, object]:
     months = sorted(tally.by_month)
-    columns, step = stacks([(m, tally.by_month[m]) for m in months])
+    columns, step, scale = stacks([(m, tally.by_month[m]) for m in months])
     states = sorted({s for c in tally.by_month.values() for s in c}, key=lambda s: (s != "success", s))
     return {
         "columns": columns,
         "step": step,
+        "ticks": scale,
         "states": states,
         "colours": STATE_COLOURS,
         "rows": [
@@ -103,9 +100,9 @@ async def overview(request: Request) -> Response:
         {"type": t, "month": f"{y:04d}-{m:02d}", "records": r, "bytes": b, "files": f, "domains": d}
         for (t, y, m), (r, b, f, d) in sorted(months.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0]))
     ]
-    tally = await _cached_tally(request, name, index)
+    tally = await kept(request, f"tally {name}", lambda: _store_tally(index))
     failing = [
-        (d, n, f"{UI_PREFIX}/{name}/domain?{urlencode({'d': d})}")
+        (d, n, domain_path(name, d))
         for d, n in sorted(tally.failing.items(), key=lambda kv: (-kv[1], kv[0]))[:FAILING_DOMAINS]
     ]
     return page(
@@ -116,6 +113,7 @@ async def overview(request: Request) -> Response:
         files=files,
         records=stats.records,
         bytes=stats.bytes,
+        file_count=stats.files,
         buffered=stats.buffered_attempts,
         attempts=tally.attempts,
         months=_months_chart(tally),
@@ -159,6 +157,7 @@ async def domain(request: Request) -> Response:
         title=f"{registrable} · web-index",
         coll=name,
         domain=registrable,
+        looked_up=f"*.{registrable}",
         attempts=tally.attempts,
         months=_months_chart(tally),
         failures=[(m, history_path(name, m.url)) for m in shown],

@@ -10,13 +10,17 @@ archived content reaches a browser only through the replay route
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 import jinja2
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
@@ -30,15 +34,21 @@ __all__ = [
     "UiError",
     "capture_path",
     "compare_path",
+    "counted",
+    "domain_path",
     "history_path",
+    "kept",
+    "number",
     "one_page",
     "page",
     "page_error",
     "page_number",
     "pager",
+    "readable",
     "served",
     "store_of",
     "target_url",
+    "when",
 ]
 
 UI_PREFIX = "/ui"
@@ -77,7 +87,58 @@ def _templates() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.globals["ui"] = UI_PREFIX
+    env.globals["counted"] = counted
+    env.filters["n"] = number
+    env.filters["readable"] = readable
+    env.filters["when"] = when
     return env
+
+
+def number(n: int) -> str:
+    """A count as ``web-index stats`` prints one: thousands separated (``8,955``)."""
+    return f"{n:,}"
+
+
+def counted(n: int, one: str, many: str | None = None, *, word_only: bool = False) -> str:
+    """``n`` and the word for ``n`` of a thing (``1 page``, ``8,955 bytes``, ``2 pages``);
+    ``many`` where it is not ``one`` + s; ``word_only``: the word alone (``1 page matches``)."""
+    word = one if n == 1 else (many or f"{one}s")
+    return word if word_only else f"{number(n)} {word}"
+
+
+def readable(stamp: str) -> str:
+    """A capture's 14-digit timestamp as people read a date (``2024-03-01
+    12:00:00 UTC``); anything else as it is."""
+    try:
+        at = datetime.strptime(stamp, "%Y%m%d%H%M%S") if len(stamp) == 14 and stamp.isdigit() else None
+    except ValueError:
+        at = None
+    return stamp if at is None else f"{at:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def when(stamp: str) -> Markup:
+    """A CDX timestamp as a readable ``<time>``, its 14 digits in its title and
+    ``datetime`` kept for machines (and for reading off an address)."""
+    shown = readable(stamp)
+    if shown == stamp:
+        return Markup("{}").format(stamp)
+    iso = shown.removesuffix(" UTC").replace(" ", "T") + "Z"
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(iso, stamp, shown)
+
+
+FRESH_FOR = 60.0  # seconds a store's counts are kept before the store is read again
+
+
+async def kept(request: Request, key: str, compute: Callable[[], _T]) -> _T:
+    """``compute()`` (run off the event loop), or what it gave for ``key`` less
+    than :data:`FRESH_FOR` seconds ago: the pages' counts of a whole store."""
+    cache: dict[str, tuple[float, Any]] = request.app.state.__dict__.setdefault("ui_kept", {})
+    hit = cache.get(key)
+    if hit is not None and time.monotonic() - hit[0] < FRESH_FOR:
+        return hit[1]  # type: ignore[no-any-return]
+    value = await asyncio.to_thread(compute)
+    cache[key] = (time.monotonic(), value)
+    return value
 
 
 def served(request: Request) -> Served:
@@ -107,7 +168,7 @@ def page(request: Request, template: str, status: int = 200, **context: Any) -> 
             store=got.store,
             stores={name for name, coll in got.collections.items() if coll.store is not None},
             path=request.url.path,
-            **context,
+            **({"looked_up": request.query_params.get("url", "")} | context),
         )
     )
     return HTMLResponse(html, status_code=status, headers=_page_headers())
@@ -143,6 +204,11 @@ def capture_path(coll: str, fields: Mapping[str, Any]) -> str:
 
 def compare_path(coll: str, url: str, a: str, b: str) -> str:
     return f"{UI_PREFIX}/{coll}/compare?{urlencode({'url': url, 'a': a, 'b': b})}"
+
+
+def domain_path(coll: str, domain: str) -> str:
+    """A registrable domain's page: its attempts' states and its failures."""
+    return f"{UI_PREFIX}/{coll}/domain?{urlencode({'d': domain})}"
 
 
 def history_path(coll: str, url: str, **more: object) -> str:

@@ -21,6 +21,9 @@ from web_index.ui._render import UiError, history_path, page, page_number, pager
 __all__ = ["search"]
 
 HITS_A_PAGE = 20
+# Sites whose newest database is fetched to show its pages and build time
+# before anyone searches it; a store with more lists the rest's sizes only.
+SITES_DESCRIBED = 50
 _MARK = re.compile(r"(<mark>.*?</mark>)", re.S)
 _QUEUES = ("index", "crawl", "timer", "pack")
 
@@ -40,11 +43,16 @@ def snippet_parts(snippet: str) -> list[tuple[bool, str]]:
 
 def _status(request: Request) -> list[dict[str, Any]]:
     """Each site with a published database: its generation and size, and the
-    pages in it and when it was built, once this server holds a copy."""
+    pages in it and when it was built, from this server's copy of its newest
+    (fetched here for the first :data:`SITES_DESCRIBED` sites, as a search would)."""
     files = site_files(served(request).index)
-    packs = request.app.state.searches.packs  # None when searches go to a pipeline's searchers
+    backend = request.app.state.searches
+    packs = backend.packs  # None when searches go to a pipeline's searchers
     out = []
-    for site in files.sites():
+    for n, site in enumerate(files.sites()):
+        if packs is not None and n < SITES_DESCRIBED:
+            with contextlib.suppress(SearchError, MessageError):
+                packs.ensure(site, max_age=backend.refresh)
         generation = files.latest(site)
         if generation is None:
             continue
@@ -68,7 +76,7 @@ def _queued(broker: Broker) -> dict[str, int]:
 async def search(request: Request) -> Response:
     backend = request.app.state.searches
     site = request.query_params.get("site", "").strip()
-    if backend.packs is not None and site:  # the copy searched below, so that its status shows
+    if backend.packs is not None and site:  # the copy searched below, however far down the list
         with contextlib.suppress(SearchError, MessageError):
             await asyncio.to_thread(backend.packs.ensure, site, max_age=backend.refresh)
     sites = await asyncio.to_thread(_status, request)

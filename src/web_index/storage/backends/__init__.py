@@ -70,11 +70,18 @@ def open_backend(location: str | os.PathLike[str]) -> Backend:
         parts = urlsplit(text)
         if parts.netloc not in ("", "localhost"):
             raise StoreError(f"file:// URLs must be local, got host {parts.netloc!r}")
-        return LocalBackend(Path(unquote(parts.path)))
+        return _local(Path(unquote(parts.path)))
     if "://" in text:
         scheme = text.split("://", 1)[0]
         raise StoreError(f"unsupported store location scheme {scheme!r} in {text!r}")
-    return LocalBackend(Path(text).expanduser())
+    return _local(Path(text).expanduser())
+
+
+def _local(path: Path) -> LocalBackend:
+    # Said here, for every opening: a file given as a store would otherwise "not exist".
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"no store at {path.resolve().as_uri()}: it is a file, not a store folder")
+    return LocalBackend(path)
 
 
 __getattr__ = lazy_names(__name__, {"S3Backend": ("web_index.storage.backends.s3", "s3")})
