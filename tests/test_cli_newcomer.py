@@ -477,3 +477,16 @@ def test_a_crawl_with_nothing_left_to_fetch_does_not_wait_out_settle(tmp_path: P
         server.shutdown()
     assert code == 0, err
     assert json.loads(out)["pages"] == 1 and took < 30
+
+
+def test_an_empty_folder_is_no_store_yet_and_a_hidden_file_is_nobodys_data(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run("stats", "--store", str(empty))
+    assert code == 4 and "is empty; create one with `web-index init`" in err, err
+    assert list(empty.iterdir()) == []
+    (empty / ".DS_Store").write_bytes(b"\0")
+    (empty / "lost+found").mkdir()
+    code, _, err = run("init", str(empty))
+    assert code == 0, err
+    assert run("stats", "--store", str(empty))[0] == 0

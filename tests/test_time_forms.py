@@ -56,3 +56,9 @@ def test_iso_is_utc_unless_it_says_otherwise() -> None:
         parse_when("20241301", "--at")  # month 13
     with pytest.raises(InvalidRecordError):
         parse_when("7d", "--at")  # an age only where there is a now
+
+
+@pytest.mark.parametrize("text", ["6M", "6M ago", "2D ago", "1H"])
+def test_an_age_unit_is_lower_case_as_m_could_be_months(text: str) -> None:
+    with pytest.raises(InvalidRecordError, match=r"^--at: "):
+        parse_when(text, "--at", now=datetime(2026, 11, 25, tzinfo=UTC))

@@ -158,9 +158,10 @@ def serve(
             via = f" (searches via {queue})" if queue else ""
             writes = ", POST /api/insert open to the write token" if token else ""
             each = f", {workers} workers" if workers > 1 else ""
-            say("", f"serving {location} on http://{host}:{port}{via}{writes}{each}; collections {names}")
+            url = f"http://{_host_port(host, port)}"
+            say("", f"serving {location} on {url}{via}{writes}{each}; collections {names}")
             if ui:
-                say("", f"open http://{host}:{port}/ in a browser to look around")
+                say("", f"open {url}/ in a browser to look around")
             if workers == 1:
                 run(application, host=host, port=port)
             else:  # its collections and searches closed as its own stop would close them
@@ -174,18 +175,23 @@ def _check_port(host: str, port: int) -> None:
     """Refuse a port another process listens on before saying "serving": bound as
     uvicorn binds it (SO_REUSEADDR, so a port left in TIME_WAIT is free), then let go."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
+    try:
+        # In the try: a host without IPv6 refuses the socket itself, a --host problem too.
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((host, port))
-        except OSError as exc:
-            where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
-            why = (
-                "is in use (another server?); give --port N"
-                if exc.errno == errno.EADDRINUSE
-                else f"cannot be used: {os_problem(exc)}"
-            )
-            raise fail(EXIT_USAGE, f"{where} {why}") from None
+    except OSError as exc:
+        why = (
+            "is in use (another server?); give --port N"
+            if exc.errno == errno.EADDRINUSE
+            else f"cannot be used: {os_problem(exc)}"
+        )
+        raise fail(EXIT_USAGE, f"{_host_port(host, port)} {why}") from None
+
+
+def _host_port(host: str, port: int) -> str:
+    """``host:port`` as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _app(

@@ -258,7 +258,7 @@ class Indexer:
         if not attempt.state.is_success or not responses:
             if status in (404, 410):
                 return gone, False, ""
-            return None, False, attempt.logs[-1] if attempt.logs else str(attempt.state)
+            return None, False, attempt.why or str(attempt.state)
         final = responses[-1]
         if final.status_code in (404, 410):  # gone (the fetchers count it a success): packs drop it
             return gone, False, ""
@@ -266,8 +266,8 @@ class Indexer:
         ctype = final.headers.get("content-type")
         if final.status_code != 200:
             # A redirect the crawl did not follow says where it led and why not.
-            redirect = 300 <= final.status_code < 400 and attempt.logs
-            return None, False, attempt.logs[-1] if redirect else f"HTTP status {final.status_code}"
+            why = attempt.why if 300 <= final.status_code < 400 else None
+            return None, False, why or f"HTTP status {final.status_code}"
         if not is_html(ctype, body):
             return None, False, f"not HTML ({ctype or 'no content-type'})"
         got = await asyncio.to_thread(extract, body, ctype, final.request_url)

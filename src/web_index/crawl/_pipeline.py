@@ -279,6 +279,11 @@ async def crawl_site(
     running = asyncio.create_task(worker.run())
     indexer = next(role for role in roles if isinstance(role, Indexer))
     idle = 0  # polls in a row with nothing queued or leased on the broker
+    # The queues are counted one after another: a message handed from one queue to
+    # another between two counts is missed. A poll is idle only if this worker's own
+    # tallies did not move since the one before either.
+    tallies: tuple[int, ...] = ()
+    packed_early = False
     try:
         while True:
             await asyncio.sleep(0.25)
@@ -291,14 +296,17 @@ async def crawl_site(
                 on_progress(
                     CrawlProgress(stats.queued, stats.fetched, stats.indexed, stats.errors, pending, elapsed)
                 )
-            idle = idle + 1 if pending == 0 and not indexer.owes_reset(site) else 0
-            if idle >= 2 and site in timers:
+            now = (stats.queued, stats.fetched, stats.indexed, stats.errors)
+            quiet = pending == 0 and now == tallies and not indexer.owes_reset(site)
+            idle, tallies = (idle + 1 if quiet else 0), now
+            if idle >= 2 and site in timers and not packed_early:
                 # Nothing is queued or leased anywhere on the broker, and every page
                 # indexed here has pushed the timer back: no page of the site can come
                 # now. Settle waits for pages other workers may still bring; with none
                 # left, the site is packed at once, not --settle seconds later.
                 callback = encode(FullEnd(site=site, crawl=spec.id))
                 await asyncio.to_thread(brk.start_timer, site, _AT_ONCE, "pack", callback)
+                packed_early = True  # once: a timer that fired meanwhile is not started again
             if pending == 0 and site not in timers:
                 if stats.published.get(site, 0) > (before or 0):
                     break

@@ -122,7 +122,8 @@ def _days_from_civil(year: int, month: int) -> int:
 
 _CDX = re.compile(r"\d{4}(?:\d{2}){0,5}")  # yyyy[mm[dd[hh[mm[ss]]]]]
 _DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-_AGE = re.compile(r"(\d+) ?([smhdw])(?: +ago)?", re.I)
+# The unit is lower case only: "6M" could as well be months as minutes.
+_AGE = re.compile(r"(\d+) ?([smhdw])(?: +(?i:ago))?")
 _STEPS = (timedelta(days=1), timedelta(hours=1), timedelta(minutes=1), timedelta(seconds=1))
 _UNIT = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 _FORMS = "a date (2024-08-01), a 4-14 digit timestamp (20240801120000), ISO 8601 (UTC unless it has a zone)"

@@ -33,13 +33,19 @@ def open_or_create(backend: Backend, *, create: bool) -> None:
     folders = backend.list_folders("")
     made_before_marker = bool(STORE_ENTRIES.intersection(folders))
     if not made_before_marker and backend.exists():
-        held = sorted([*(f.name for f in backend.list_files("")), *(f"{f}/" for f in folders)])
-        if held or not create:
+        names = [*(f.name for f in backend.list_files("")), *(f"{f}/" for f in folders)]
+        # What a file manager or a fresh file system leaves is no one's data.
+        held = sorted(n for n in names if not n.startswith(".") and n != "lost+found/")
+        if held:
             shown = ", ".join(held[:3]) + (", …" if len(held) > 3 else "")
-            holds = f": it holds {shown}" if held else ""
             raise StoreError(
-                f"no store at {backend.url}: it is not a web-index store (no {STORE_MARKER}){holds};"
-                " give an empty or new folder, or a store's"
+                f"no store at {backend.url}: it is not a web-index store (no {STORE_MARKER}):"
+                f" it holds {shown}; give an empty or new folder, or a store's"
+            )
+        if not create:
+            raise StoreError(
+                f"no store at {backend.url}: it is empty; create one with `web-index init`,"
+                " or by inserting into it"
             )
     elif not (made_before_marker or create):
         raise StoreError(
