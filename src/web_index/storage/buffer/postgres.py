@@ -30,6 +30,7 @@ from web_index.errors import StoreError
 from web_index.models import AttemptRows, RecordType
 from web_index.storage._clock import SYSTEM_CLOCK, Clock, now_us
 from web_index.storage.buffer._pg_locks import LOCK_SPACE, PgAdvisoryLocks
+from web_index.storage.buffer._pg_schema import INSERT_LINE, SCHEMA, add_lines, bump, schema_in_place
 from web_index.storage.buffer.base import (
     BufferedAttempt,
     BufferedKey,
@@ -45,83 +46,6 @@ from web_index.storage.buffer.base import (
 )
 
 __all__ = ["PostgresBuffer"]
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS web_index_attempts (
-    seq        BIGSERIAL PRIMARY KEY,
-    method     TEXT     NOT NULL,
-    year       SMALLINT NOT NULL,
-    month      SMALLINT NOT NULL,
-    domain     TEXT     NOT NULL,
-    url_key    TEXT     NOT NULL,
-    ts_us      BIGINT   NOT NULL,
-    request_id TEXT     NOT NULL UNIQUE,
-    calibre    SMALLINT NOT NULL,
-    success    BOOLEAN  NOT NULL,
-    nbytes     BIGINT   NOT NULL,
-    added_us   BIGINT   NOT NULL,
-    flush_id   TEXT,
-    metadata   BYTEA    NOT NULL,
-    responses  BYTEA    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS web_index_attempts_lookup
-    ON web_index_attempts (method, url_key) INCLUDE (ts_us, request_id, calibre, success);
-CREATE INDEX IF NOT EXISTS web_index_attempts_partition
-    ON web_index_attempts (method, year, month, domain, flush_id);
-CREATE INDEX IF NOT EXISTS web_index_attempts_flush ON web_index_attempts (flush_id);
--- Running totals per partition (as in SQLite), so that the size check after
--- every insert is one primary-key read, not a count over the partition's rows.
-CREATE TABLE IF NOT EXISTS web_index_totals (
-    method TEXT NOT NULL, year SMALLINT NOT NULL, month SMALLINT NOT NULL, domain TEXT NOT NULL,
-    rows BIGINT NOT NULL, nbytes BIGINT NOT NULL,
-    PRIMARY KEY (method, year, month, domain)
-);
-CREATE OR REPLACE FUNCTION web_index_totals_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO web_index_totals VALUES (NEW.method, NEW.year, NEW.month, NEW.domain, 1, NEW.nbytes)
-    ON CONFLICT (method, year, month, domain) DO UPDATE
-    SET rows = web_index_totals.rows + 1, nbytes = web_index_totals.nbytes + EXCLUDED.nbytes;
-    RETURN NULL;
-END $$;
-CREATE OR REPLACE FUNCTION web_index_totals_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE web_index_totals SET rows = rows - 1, nbytes = nbytes - OLD.nbytes
-    WHERE method = OLD.method AND year = OLD.year AND month = OLD.month AND domain = OLD.domain;
-    RETURN NULL;
-END $$;
-CREATE OR REPLACE TRIGGER web_index_totals_insert AFTER INSERT ON web_index_attempts
-    FOR EACH ROW EXECUTE FUNCTION web_index_totals_insert();
-CREATE OR REPLACE TRIGGER web_index_totals_delete AFTER DELETE ON web_index_attempts
-    FOR EACH ROW EXECUTE FUNCTION web_index_totals_delete();
-CREATE TABLE IF NOT EXISTS web_index_generations (
-    method TEXT NOT NULL, year SMALLINT NOT NULL, month SMALLINT NOT NULL, gen BIGINT NOT NULL,
-    PRIMARY KEY (method, year, month)
-);
--- The capture line (web_index.storage.indexes._capture_lines) of each buffered response,
--- made at insert: a CDX lookup reads its key's lines through web_index_lines_key,
--- never a body or another URL's rows. Deleted with their attempt (a flush).
--- Rows inserted by a version before these (lined false) get theirs when a
--- writer opens the buffer, and are made on the spot by lookups until then.
-ALTER TABLE web_index_attempts ADD COLUMN IF NOT EXISTS lined BOOLEAN NOT NULL DEFAULT false;
-CREATE INDEX IF NOT EXISTS web_index_attempts_unlined
-    ON web_index_attempts (method, domain) WHERE NOT lined;
-CREATE TABLE IF NOT EXISTS web_index_lines (
-    request_id TEXT     NOT NULL REFERENCES web_index_attempts (request_id) ON DELETE CASCADE,
-    position   INTEGER  NOT NULL,
-    method     TEXT     NOT NULL,
-    year       SMALLINT NOT NULL,
-    month      SMALLINT NOT NULL,
-    domain     TEXT     NOT NULL,
-    key        BYTEA    NOT NULL,  -- the line up to its JSON: SURT key, space, 14-digit time
-    line       BYTEA    NOT NULL,
-    PRIMARY KEY (request_id, position)
-);
-CREATE INDEX IF NOT EXISTS web_index_lines_key ON web_index_lines (method, domain, key);
-"""
-_INSERT_LINE = (
-    "INSERT INTO web_index_lines (request_id, position, method, year, month, domain, key, line)"
-    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING"
-)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -169,19 +93,19 @@ class PostgresBuffer:
                 # Not again once in place: its DDL locks web_index_attempts (the trigger,
                 # the column), and another writer's transaction on it would deadlock
                 # against this one's lock upgrade.
-                if not _schema_in_place(conn):
-                    conn.execute(_SCHEMA)
-                _add_lines(conn)
+                if not schema_in_place(conn):
+                    conn.execute(SCHEMA)
+                add_lines(conn)
         self._schema_ready = True
 
     def __repr__(self) -> str:
-        return f"PostgresBuffer({_safe_dsn(self.dsn)!r})"
+        return f"PostgresBuffer({mask_dsn(self.dsn)!r})"
 
     def _open(self) -> psycopg.Connection[Any]:
         try:
             return psycopg.connect(self.dsn, autocommit=True, connect_timeout=int(self._connect_timeout))
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to the insert buffer {_safe_dsn(self.dsn)}: {exc}") from None
+            raise StoreError(f"cannot connect to the insert buffer {mask_dsn(self.dsn)}: {exc}") from None
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:
@@ -201,7 +125,7 @@ class PostgresBuffer:
             except psycopg.OperationalError as exc:
                 if conn.broken or conn.closed:
                     self._conn = None
-                raise _DroppedError(f"insert buffer {_safe_dsn(self.dsn)}: {exc}") from None
+                raise _DroppedError(f"insert buffer {mask_dsn(self.dsn)}: {exc}") from None
 
     def close(self) -> None:
         with self._lock:
@@ -236,7 +160,7 @@ class PostgresBuffer:
                     rows,
                 )
                 if lines:
-                    cur.executemany(_INSERT_LINE, lines)
+                    cur.executemany(INSERT_LINE, lines)
         except psycopg.errors.UniqueViolation:
             # As the SQLite buffer says it: a request id is one attempt, stored once.
             raise StoreError(
@@ -330,7 +254,7 @@ class PostgresBuffer:
             )
             months = {(m, y, mo) for m, y, mo in cur.fetchall()}
             for m, y, mo in months:
-                _bump(cur, m, y, mo)
+                bump(cur, m, y, mo)
 
     # -- reading ---------------------------------------------------------------
 
@@ -484,55 +408,3 @@ class PostgresBuffer:
             return
         with self._lock_conns_lock:
             self._lock_conns.append(conn)
-
-
-def _schema_in_place(conn: psycopg.Connection[Any]) -> bool:
-    """Whether _SCHEMA has run to its end: its last index exists (a change to
-    _SCHEMA must add an object this checks for)."""
-    (found,) = conn.execute("SELECT to_regclass('web_index_lines_key') IS NOT NULL").fetchone() or (False,)
-    return bool(found)
-
-
-def _add_lines(conn: psycopg.Connection[Any]) -> None:
-    """Make the capture lines of the attempts that have none (buffered by a version
-    before web_index_lines): once, by a writer opening the buffer."""
-    while True:
-        rows = conn.execute(
-            "SELECT request_id, method, year, month, domain, responses FROM web_index_attempts"
-            " WHERE NOT lined LIMIT 500"
-        ).fetchall()
-        if not rows:
-            return
-        lines = [
-            (rid, position, m, y, mo, d, line_key(line), line)
-            for rid, m, y, mo, d, responses in rows
-            for position, line in _lines_of(_decode(responses))
-        ]
-        with conn.cursor() as cur:
-            if lines:
-                cur.executemany(_INSERT_LINE, lines)
-            cur.execute(
-                "UPDATE web_index_attempts SET lined = true WHERE request_id = ANY(%s)",
-                ([r[0] for r in rows],),
-            )
-
-
-def _bump(cur: psycopg.Cursor[Any], method: str, year: int, month: int) -> None:
-    cur.execute(
-        "INSERT INTO web_index_generations VALUES (%s, %s, %s, 1)"
-        " ON CONFLICT (method, year, month) DO UPDATE SET gen = web_index_generations.gen + 1"
-        " RETURNING gen",
-        (method, year, month),
-    )
-    row = cur.fetchone()
-    if row is not None and row[0] == 1:  # a month's first flush: the list of months changed
-        cur.execute(
-            "INSERT INTO web_index_generations VALUES (%s, 0, 0, 1)"
-            " ON CONFLICT (method, year, month) DO UPDATE SET gen = web_index_generations.gen + 1",
-            (method,),
-        )
-
-
-def _safe_dsn(dsn: str) -> str:
-    """The DSN without its password, for messages."""
-    return mask_dsn(dsn)
