@@ -41,14 +41,18 @@ async def home(request: Request) -> Response:
     number = page_number(request)
     held = await kept(request, f"holdings {name}", lambda: holdings(index)) if index is not None else []
     shown, paging = one_page(request, number, held, DOMAINS_A_PAGE)
-    recent = await asyncio.to_thread(recent_captures, index, held) if index is not None and not number else []
+    # Its newest captures are read from the domains' files: kept as long as the holdings.
+    recent = []
+    if index is not None and number == 0:
+        store = index
+        recent = await kept(request, f"recent {name}", lambda: recent_captures(store, held))
     return page(
         request,
         "home.html",
         title="web-index",
         held=[(h, _urls_of(name, h.domain), domain_path(name, h.domain)) for h in shown],
         domains=len(held),
-        recent=[(m, _capture_of(name, m)) for m in recent] if number == 0 else [],
+        recent=[(m, _capture_of(name, m)) for m in recent],
         pager=paging,
     )
 
