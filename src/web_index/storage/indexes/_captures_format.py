@@ -252,8 +252,11 @@ class CaptureIndex:
             text: bytes = dctx.decompress(self._read(self._first + at, size))
         except zstandard.ZstdError as exc:
             raise CorruptFileError(self.path, f"capture index damaged (block {b}: {exc})") from None
-        expected = min(self.meta.block_lines, self.meta.lines - b * self.meta.block_lines)
-        if text.count(b"\n") != expected or not text.endswith(b"\n") or not text.startswith(self._heads[b]):
+        # Its bytes are checked by the frame's checksum (zstd verifies it as it decodes) and
+        # its place among the blocks by its head; its lines are not counted (5 us a block,
+        # a tenth of a winner's cost in a batch): only a writer's bug could miscount them,
+        # and ``verify`` compares every line and row with the file's.
+        if not text.endswith(b"\n") or not text.startswith(self._heads[b]):
             raise CorruptFileError(self.path, f"capture index damaged (block {b} is not as its header says)")
         self._last = (b, text)
         return text
