@@ -38,17 +38,19 @@ footer are in ``_month_format``, building (and rebuilding) it in
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
-from web_index.storage._layout import Partition, StoredFile, parse_file_name
+from web_index.storage._layout import StoredFile
 from web_index.storage.backends import Backend
 from web_index.storage.indexes._month_format import (
+    KEYS_KEY,
     LOOKUP_COLUMNS,
     STAMP_KEY,
     TALLY_COLUMNS,
@@ -58,12 +60,16 @@ from web_index.storage.indexes._month_format import (
     read_covers,
     rid_text,
 )
+from web_index.storage.indexes._month_keys import KeysFile, Row, open_keys
+from web_index.storage.indexes._month_listing import CoveredListing, spans
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
 __all__ = ["IndexHit", "MonthIndex", "open_month_index"]
+
+log = logging.getLogger("web_index.storage")
 
 
 class IndexHit(msgspec.Struct, frozen=True, gc=False):
@@ -92,15 +98,18 @@ class MonthIndex:
         covers: list[Covered],
         file: tuple[int, str],
         stamp: str | None,
+        keys: KeysFile | None = None,
     ) -> None:
         self.type, self.year, self.month = type, year, month
+        # Its lookup columns searched in place (``_month_keys``), where the build wrote them.
+        self.keys = keys
         self.folder = f"{type.value}/{year:04d}/{month:02d}"
         self.handle = handle
         self.covers = covers
         self.file = file  # (size, version) of the index file itself
         self.stamp = stamp  # the month folder's version when it was listed for this index
-        self._listing: _CoveredListing | None = None
-        self._spans = _spans(covers)
+        self._listing: CoveredListing | None = None
+        self.spans = spans(covers)  # each domain's file numbers
         self._table: pa.Table | None = None  # the whole index, once kept (see lookup)
         self._keys: _Hashes | None = None  # its key_hash column, to bisect, once kept and if sorted
         self._point_reads = 0
@@ -124,7 +133,7 @@ class MonthIndex:
 
     def covered(self, domain: str) -> Sequence[int]:
         """The file numbers (positions in ``covers``) of ``domain``'s files."""
-        return self._spans.get(domain, ())
+        return self.spans.get(domain, ())
 
     def current_listing(self, backend: Backend) -> Mapping[str, list[StoredFile]] | None:
         """The month folder's files by domain, if the folder is unchanged since
@@ -136,12 +145,12 @@ class MonthIndex:
         if self.stamp is None or folder_stamp(backend.folder_version(self.folder)) != self.stamp:
             return None
         if self._listing is None:
-            self._listing = _CoveredListing(self)
+            self._listing = CoveredListing(self)
         return self._listing
 
     def authoritative(self, domain: str, files: Iterable[StoredFile]) -> bool:
         """Whether the index holds exactly what ``domain``'s listed files hold."""
-        span = self._spans.get(domain)
+        span = self.spans.get(domain)
         if span is None:
             return False
         covers = self.covers
@@ -168,6 +177,14 @@ class MonthIndex:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        keys = self.keys
+        if keys is not None:
+            try:
+                return self._hits_of(keys.lookup(list(by_hash)), by_hash)
+            except CorruptFileError as exc:  # derived data: the Parquet index answers instead
+                parquet = index_path(self.type, self.year, self.month)
+                log.warning("%s: %s; reading %s instead", exc.path, exc.problem, parquet)
+                self.keys = None
         hashes = sorted(by_hash)
         groups = []
         for g, (lo, hi) in enumerate(self._groups):
@@ -176,7 +193,7 @@ class MonthIndex:
                 groups.append(g)
         if not groups:
             return []
-        kept, keys = self._table, self._keys  # once: an index replaced meanwhile drops both
+        kept, held = self._table, self._keys  # once: an index replaced meanwhile drops both
         if kept is None:
             wanted = pa.array(hashes, type=pa.binary(16))
             self._point_reads += 1
@@ -200,12 +217,12 @@ class MonthIndex:
             table = self.handle.read_row_groups(groups, columns=LOOKUP_COLUMNS, use_threads=False)
             return self._hits(table.filter(mask), by_hash)
         table = kept
-        if keys is not None and len(hashes) * len(keys).bit_length() * _ROWS_A_STEP <= len(keys):
+        if held is not None and len(hashes) * len(held).bit_length() * _ROWS_A_STEP <= len(held):
             # A few keys: bisected (~20 steps of ~0.5 us each), where a filter hashes every row.
             pieces = []
             for h in hashes:
-                first = bisect.bisect_left(keys, h)
-                end = bisect.bisect_right(keys, h, first)
+                first = bisect.bisect_left(held, h)
+                end = bisect.bisect_right(held, h, first)
                 if first < end:
                     pieces.append(table.slice(first, end - first))
             if not pieces:
@@ -243,8 +260,11 @@ class MonthIndex:
             return self._table is None and _TABLE_BYTES + table.nbytes <= _TABLE_BUDGET
 
     def _hits(self, sub: pa.Table, keys: Mapping[bytes, str]) -> list[IndexHit]:
-        covers, folder, text = self.covers, self.folder, rid_text
         cols = [sub.column(n).to_pylist() for n in LOOKUP_COLUMNS]
+        return self._hits_of(zip(*cols, strict=True), keys)
+
+    def _hits_of(self, rows: Iterable[Row], keys: Mapping[bytes, str]) -> list[IndexHit]:
+        covers, folder, text = self.covers, self.folder, rid_text
         return [
             IndexHit(
                 keys[h],
@@ -257,7 +277,7 @@ class MonthIndex:
                 n,
                 covers[fno].version,
             )
-            for h, ts, rid, cal, fno, row, n in zip(*cols, strict=True)
+            for h, ts, rid, cal, fno, row, n in rows
         ]
 
 
@@ -277,62 +297,6 @@ class _Hashes:
     def __getitem__(self, i: int) -> bytes:
         at = self._first + 16 * i
         return bytes(self._data[at : at + 16])
-
-
-def _spans(covers: list[Covered]) -> dict[str, Sequence[int]]:
-    """Each domain's file numbers: one run of the covers list, which a build
-    writes sorted by domain (a hand-made index may not: then lists)."""
-    spans: dict[str, Sequence[int]] = {}
-    start, current = 0, None
-    for n, c in enumerate(covers):
-        if c.domain != current:
-            if current is not None:
-                spans[current] = range(start, n)
-            if c.domain in spans:  # not sorted by domain
-                lists: dict[str, list[int]] = {}
-                for m, d in enumerate(covers):
-                    lists.setdefault(d.domain, []).append(m)
-                return dict(lists)
-            start, current = n, c.domain
-    if current is not None:
-        spans[current] = range(start, len(covers))
-    return spans
-
-
-class _CoveredListing(Mapping[str, list[StoredFile]]):
-    """A month folder's files by domain, as the index covers them, each
-    domain's list built when first asked for: a batch asks for a few thousand
-    of a month's domains, and building all of them cost more than its lookups."""
-
-    def __init__(self, index: MonthIndex) -> None:
-        self._index = index
-        self._built: dict[str, list[StoredFile]] = {}
-
-    def __getitem__(self, domain: str) -> list[StoredFile]:
-        files = self._built.get(domain)
-        if files is None:
-            ix = self._index
-            partition = Partition(ix.type, ix.year, ix.month, domain)
-            files = []
-            for n in ix._spans[domain]:  # KeyError: not a domain of this month
-                c = ix.covers[n]
-                parsed = parse_file_name(c.name)
-                # A name that is not a store file's (only a hand-made index has
-                # one) is left out, as a listing of the folder leaves it out.
-                if parsed is not None:
-                    path = f"{ix.folder}/{c.name}"
-                    files.append(StoredFile(partition, parsed[1], path, c.size, c.version))
-            self._built[domain] = files
-        return files
-
-    def __contains__(self, domain: object) -> bool:
-        return domain in self._index._spans
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._index._spans)
-
-    def __len__(self) -> int:
-        return len(self._index._spans)
 
 
 # Opened indexes by (store URL, path): a footer parsed once per process, reopened
@@ -375,9 +339,18 @@ def open_month_index(backend: Backend, type: RecordType, year: int, month: int) 
         return None
     except (pa.ArrowException, OSError, CorruptFileError):
         return None  # a damaged index only costs speed: read the partitions instead
-    raw_stamp = (handle.metadata.metadata or {}).get(STAMP_KEY)
+    footer = handle.metadata.metadata or {}
+    raw_stamp = footer.get(STAMP_KEY)
     stamp = raw_stamp.decode(errors="replace") if raw_stamp else None
-    opened = MonthIndex(type, year, month, handle, covers, (info.size, info.version), stamp)
+    keys = None
+    token = footer.get(KEYS_KEY)
+    if token:
+        try:
+            rows = handle.metadata.num_rows
+            keys = open_keys(backend, type, year, month, token.decode(errors="replace"), rows)
+        except CorruptFileError as exc:
+            log.warning("%s: %s; reading %s instead", exc.path, exc.problem, path)
+    opened = MonthIndex(type, year, month, handle, covers, (info.size, info.version), stamp, keys)
     with _OPEN_LOCK:
         _forget(_OPEN.get(key))
         _OPEN[key] = opened

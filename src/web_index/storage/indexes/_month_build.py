@@ -29,6 +29,7 @@ from web_index.storage.indexes._month_format import (
     Covered,
     folder_stamp,
     key_hash,
+    wants_keys,
     write_index,
 )
 
@@ -55,12 +56,17 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     same_files = previous is not None and [c[:4] for c in previous.covers] == [
         (f.name, f.size, domain, f.version) for domain, f in files
     ]
-    if previous is not None and same_files and (stamp is None or stamp == previous.stamp):
+    # An index of a local store without its keys file whole (written before there were any,
+    # or damaged) is written again, its rows as they are.
+    keyed = previous is not None and (
+        not wants_keys(backend) or (previous.keys is not None and previous.keys.intact())
+    )
+    if previous is not None and same_files and keyed and (stamp is None or stamp == previous.stamp):
         return False
     old_rows = _rows_of(previous)  # None if absent or damaged: then rebuilt from the files
     if previous is not None and old_rows is not None and same_files:
         # Same files, but now the folder can be stamped (it was written to
-        # just before the last build): the same rows, a new stamp.
+        # just before the last build), or its keys file is missing: the same rows.
         write_index(backend, type, year, month, old_rows, previous.covers, stamp)
         return True
     file_no = {f.name: n for n, (_, f) in enumerate(files)}

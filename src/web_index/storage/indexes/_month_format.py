@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import os
 import zlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -19,7 +20,8 @@ import msgspec
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._layout import INDEX_DIR
-from web_index.storage.backends import Backend
+from web_index.storage.backends import Backend, LocalBackend
+from web_index.storage.indexes._month_keys import encode_keys, keys_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COVERS_KEY",
     "INDEX_ROW_GROUP",
+    "KEYS_KEY",
     "LOOKUP_COLUMNS",
     "SCHEMA",
     "STAMP_KEY",
@@ -43,6 +46,7 @@ __all__ = [
     "read_covers",
     "rid_text",
     "schema",
+    "wants_keys",
     "write_index",
 ]
 
@@ -58,6 +62,8 @@ VERSION = b"6"
 # The month folder's version (Backend.folder_version) when the index listed it,
 # if it had one; absent on object stores and for a folder changed just before.
 STAMP_KEY = b"web_index.index.listed"
+# The token of the keys file written with the index (``_month_keys``), if one was.
+KEYS_KEY = b"web_index.index.keys"
 
 
 def folder_stamp(version: object | None) -> str | None:
@@ -139,6 +145,12 @@ def read_covers(handle: pq.ParquetFile) -> list[Covered]:
         raise CorruptFileError("index", f"unreadable covers list: {exc}") from None
 
 
+def wants_keys(backend: Backend) -> bool:
+    """Whether the month indexes of ``backend`` get keys files: those of a local store (a
+    file mapped in place); an object store's would be read whole, as its Parquet index is."""
+    return isinstance(backend, LocalBackend)
+
+
 def write_index(
     backend: Backend,
     type: RecordType,
@@ -156,9 +168,15 @@ def write_index(
     }
     if stamp is not None:
         meta[STAMP_KEY] = stamp.encode()
+    table = table.cast(schema())
+    if wants_keys(backend):
+        # Written first: the footer that names it is written only once it is complete.
+        token = os.urandom(8).hex()
+        backend.write_bytes(keys_path(type, year, month), encode_keys(table, token))
+        meta[KEYS_KEY] = token.encode()
     backend.write_parquet(
         index_path(type, year, month),
-        table.cast(schema()).replace_schema_metadata(meta),
+        table.replace_schema_metadata(meta),
         # LZ4, not zstd: a batch of thousands of queries reads whole indexes,
         # and LZ4 decodes them in half the time for ~1.15x the bytes (hashes
         # and request ids are random: neither codec shrinks them much).

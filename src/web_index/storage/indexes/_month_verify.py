@@ -16,7 +16,15 @@ from web_index.storage._files import list_partition_files
 from web_index.storage.backends import Backend
 from web_index.storage.indexes._month import open_month_index
 from web_index.storage.indexes._month_build import read_records
-from web_index.storage.indexes._month_format import SCHEMA, VERSION, VERSION_KEY, index_path
+from web_index.storage.indexes._month_format import (
+    LOOKUP_COLUMNS,
+    SCHEMA,
+    VERSION,
+    VERSION_KEY,
+    index_path,
+    wants_keys,
+)
+from web_index.storage.indexes._month_keys import encode_keys, keys_path
 
 __all__ = ["index_disagreement", "index_note"]
 
@@ -45,6 +53,11 @@ def index_note(backend: Backend, type: RecordType, year: int, month: int) -> str
         return (
             f"month index does not cover {stale} partition(s) changed since; `web-index compact` refreshes it"
         )
+    if index.keys is None and wants_keys(backend):
+        return (
+            f"no usable {keys_path(type, year, month)} (missing, damaged or of another build): batches"
+            " read the Parquet index whole instead; `web-index compact` writes it again"
+        )
     return None
 
 
@@ -58,6 +71,15 @@ def index_disagreement(backend: Backend, type: RecordType, year: int, month: int
     index = open_month_index(backend, type, year, month)
     if index is None:
         return None
+    if index.keys is not None:
+        # Searched in place, trusted chunk by chunk: the file must be what the Parquet rows make.
+        lookup = index.handle.read(columns=LOOKUP_COLUMNS)
+        if encode_keys(lookup, index.keys.token) != index.keys.content():
+            return (
+                f"{keys_path(type, year, month)} is not what {index_path(type, year, month)} makes"
+                " (damaged, or written wrongly): batches fall back where a chunk fails its check and are"
+                " wrong where none does; delete it (derived data) and run `web-index compact`"
+            )
     listing = list_partition_files(backend, index.folder, type, year, month)
     trusted = {d: files for d, files in listing.items() if index.authoritative(d, files)}
     if not trusted:
