@@ -40,17 +40,13 @@ from typing import Any
 import _pywb
 from _results import save
 from _timed_lookups import cdx_params, peak_rss_mib, rss_mib, timed_lookups
-from server_bench import (
-    HERE,
-    MainParams,
-    PrefixParams,
-    _git_head,
-    ensure_dataset,
-    sample_queries,
-)
 from web_index import WebIndex, __version__
 from web_index.archive import closest_capture, find_captures, parse_cdx_query
 from web_index.models import Page, Query, SimplePageQuery, TimeAwarePageQuery
+
+# server_bench (datasets, queries) is imported by the parent alone: it imports pyarrow and numpy,
+# which a side's process must not carry into its peak RSS unless the side itself needs them.
+HERE = Path(__file__).resolve().parent
 
 
 def web_index_side(job: dict[str, Any]) -> dict[str, Any]:
@@ -184,6 +180,8 @@ def main() -> None:
         json.dump(web_index_side(json.load(sys.stdin)), sys.stdout)
         return
     pywb_version = _pywb.check_venv()
+    from server_bench import MainParams, PrefixParams, _git_head, ensure_dataset, sample_queries
+
     params = {"main": MainParams(100_000, 1_000, 1), "prefix-1m": PrefixParams(1_000_000, 50, 1)}
     res: dict[str, Any] = {
         "benchmark": "lookup",

@@ -238,3 +238,40 @@ def test_the_names_kept_without_pyarrow_are_the_schemas_own() -> None:
     assert _schema.SCHEMAS is _schema.schemas()
     for type, schema in _schema.SCHEMAS.items():
         assert set(_schema.KEY_COLUMNS[type]) | set(_schema.SORT_KEYS[type]) <= set(schema.names)
+
+
+_BATCH = """
+import sys
+from datetime import datetime, timezone
+from web_index import WebIndex
+from web_index.models import Page, PageKey, SimplePageQuery, TimeAwarePageQuery
+url = "https://example.com/a"
+with WebIndex(sys.argv[1], read_only=True) as index:
+    latest = index.query([SimplePageQuery(url=url), SimplePageQuery(url=url, type="head")])
+    assert all(isinstance(r, Page) for r in latest), latest
+    at = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    closest = index.query([TimeAwarePageQuery(url=url, timestamp=at)])[0]
+    assert isinstance(closest, Page)
+    again = index.query([PageKey(url=url, timestamp=closest.timestamp, request_id=closest.request_id)])[0]
+    assert isinstance(again, Page) and again.responses[0].data == b"<html>ok</html>"
+    assert index.query([SimplePageQuery(url="https://example.com/none")]) == [None]
+print(" ".join(sorted(m for m in ("pyarrow", "polars", "pandas", "duckdb") if m in sys.modules)))
+"""
+
+
+def test_a_batch_on_an_indexed_store_reads_without_pyarrow(tmp_path: Path) -> None:
+    """The standard's queries on a local store whose every partition is compacted and indexed
+    find their winners in the month indexes' keys files and read them by place: no Parquet
+    file is opened, and pyarrow's ~45 MiB stay out of the batch's memory (issue 46)."""
+    from tests.factories import T0, attempt
+    from web_index import WebIndex
+
+    with WebIndex(tmp_path / "s") as index:
+        for method in ("get", "head"):
+            for days in (0, 45):  # two months
+                index.insert(*attempt("https://example.com/a", T0 + timedelta(days=days), method=method))
+        index.flush()
+        index.compact()
+    done = subprocess.run([sys.executable, "-c", _BATCH, str(tmp_path / "s")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", done.stdout

@@ -74,7 +74,7 @@ def test_a_lookup_finds_exactly_the_rows_of_its_keys(
 ) -> None:
     rows, asked = drawn
     monkeypatch.setattr(_month_keys, "CHUNK_ROWS", chunk_rows)
-    keys = _opened(tmp_path, encode_keys(_table(rows), "t"))
+    keys = _opened(tmp_path, encode_keys(_table(rows), (1, "v"), "", None))
     assert sorted(keys.lookup(asked)) == _reference(rows, asked)
 
 
@@ -90,7 +90,7 @@ def test_a_flipped_bit_is_an_error_or_nothing_never_a_wrong_answer(
 ) -> None:
     rows, asked = drawn
     monkeypatch.setattr(_month_keys, "CHUNK_ROWS", chunk_rows)
-    data = bytearray(encode_keys(_table(rows), "t"))
+    data = bytearray(encode_keys(_table(rows), (1, "v"), "", None))
     at = min(int(where * len(data)), len(data) - 1)
     data[at] ^= 1 << bit
     try:
@@ -102,7 +102,7 @@ def test_a_flipped_bit_is_an_error_or_nothing_never_a_wrong_answer(
 
 
 def test_a_truncated_or_foreign_file_is_refused_when_opened(tmp_path: Path) -> None:
-    data = encode_keys(_table([(b"k" * 16, 1, b"r" * 16, 10, 0, 0, 1)]), "t")
+    data = encode_keys(_table([(b"k" * 16, 1, b"r" * 16, 10, 0, 0, 1)]), (1, "v"), "", None)
     for bad in (data[:-1], data + b"\0", b"PAR1" + data[4:]):
         with pytest.raises(CorruptFileError):
             _opened(tmp_path, bad)
@@ -145,7 +145,7 @@ def test_a_damaged_stale_or_missing_keys_file_costs_speed_not_answers(
             path.write_bytes(bytes(data))
         elif damage == "another build":
             table = pa.parquet.read_table(path.with_suffix(".parquet"), columns=_month_format.LOOKUP_COLUMNS)
-            path.write_bytes(encode_keys(table, "not-this-build"))
+            path.write_bytes(encode_keys(table, (1, "not-this-build"), "", None))
         else:
             path.unlink()
     monkeypatch.setattr(_index, "_OPEN", {})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -75,10 +76,11 @@ def release_memory() -> None:
     held together by a barrier so that no thread takes two. A barrier not met
     within ``_BARRIER_S`` (a thread busy with a batch started meanwhile, which
     is using what it holds) is given up, and so is a release asked for while
-    another is under way.
+    another is under way. Nothing to do if the batches read no Arrow data (pyarrow never imported).
     """
-    import pyarrow as pa
-
+    pa = sys.modules.get("pyarrow")
+    if pa is None:
+        return
     pool = pa.default_memory_pool()
     pool.release_unused()
     if not _RELEASING.acquire(blocking=False):

@@ -40,7 +40,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -50,17 +50,17 @@ from web_index.models import RecordType
 from web_index.storage._layout import StoredFile
 from web_index.storage.backends import Backend
 from web_index.storage.indexes._month_format import (
-    KEYS_KEY,
     LOOKUP_COLUMNS,
     STAMP_KEY,
     TALLY_COLUMNS,
     Covered,
+    covers_from,
     folder_stamp,
     index_path,
     read_covers,
     rid_text,
 )
-from web_index.storage.indexes._month_keys import KeysFile, Row, open_keys
+from web_index.storage.indexes._month_keys import KeysFile, Row, keys_path, open_keys
 from web_index.storage.indexes._month_listing import CoveredListing, spans
 
 if TYPE_CHECKING:
@@ -94,17 +94,19 @@ class MonthIndex:
         type: RecordType,
         year: int,
         month: int,
-        handle: pq.ParquetFile,
+        open_handle: Callable[[], pq.ParquetFile],
         covers: list[Covered],
         file: tuple[int, str],
         stamp: str | None,
         keys: KeysFile | None = None,
     ) -> None:
         self.type, self.year, self.month = type, year, month
-        # Its lookup columns searched in place (``_month_keys``), where the build wrote them.
+        # Its lookup columns searched in place (``_month_keys``), where the build wrote them:
+        # then the Parquet file is opened only if something else is asked of it.
         self.keys = keys
         self.folder = f"{type.value}/{year:04d}/{month:02d}"
-        self.handle = handle
+        self._open_handle = open_handle
+        self._handle: pq.ParquetFile | None = None
         self.covers = covers
         self.file = file  # (size, version) of the index file itself
         self.stamp = stamp  # the month folder's version when it was listed for this index
@@ -115,21 +117,50 @@ class MonthIndex:
         self._point_reads = 0
         self._denied = False  # the memory budget could not take this index
         self._tally: pa.Table | None = None
-        meta = handle.metadata
-        self._groups: list[tuple[bytes, bytes]] = []  # key_hash range of each row group
-        self._starts: list[int] = []  # first row of each row group
-        start = 0
-        for g in range(meta.num_row_groups):
-            rg = meta.row_group(g)
-            stats = rg.column(0).statistics
-            lo, hi = (stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None)
-            if isinstance(lo, bytes) and isinstance(hi, bytes):
-                self._groups.append((lo, hi))
-            else:
-                self._groups.append((b"", b"\xff" * 17))
-            self._starts.append(start)
-            start += rg.num_rows
-        self._starts.append(start)
+        self._row_groups: tuple[list[tuple[bytes, bytes]], list[int]] | None = None
+
+    @property
+    def handle(self) -> pq.ParquetFile:
+        """The Parquet index, opened when first needed (a lookup through the keys file never does)."""
+        if self._handle is None:
+            import pyarrow as pa
+
+            try:
+                self._handle = self._open_handle()
+            except (pa.ArrowException, OSError) as exc:  # gone or damaged since its keys file was read
+                path = index_path(self.type, self.year, self.month)
+                raise CorruptFileError(path, f"month index unreadable ({exc})") from None
+        return self._handle
+
+    @property
+    def _groups(self) -> list[tuple[bytes, bytes]]:
+        """The key_hash range of each row group."""
+        return self._group_stats()[0]
+
+    @property
+    def _starts(self) -> list[int]:
+        """The first row of each row group, and the row count last."""
+        return self._group_stats()[1]
+
+    def _group_stats(self) -> tuple[list[tuple[bytes, bytes]], list[int]]:
+        if self._row_groups is None:
+            meta = self.handle.metadata
+            groups: list[tuple[bytes, bytes]] = []
+            starts: list[int] = []
+            start = 0
+            for g in range(meta.num_row_groups):
+                rg = meta.row_group(g)
+                stats = rg.column(0).statistics
+                lo, hi = (stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None)
+                if isinstance(lo, bytes) and isinstance(hi, bytes):
+                    groups.append((lo, hi))
+                else:
+                    groups.append((b"", b"\xff" * 17))
+                starts.append(start)
+                start += rg.num_rows
+            starts.append(start)
+            self._row_groups = (groups, starts)
+        return self._row_groups
 
     def covered(self, domain: str) -> Sequence[int]:
         """The file numbers (positions in ``covers``) of ``domain``'s files."""
@@ -174,9 +205,6 @@ class MonthIndex:
 
     def lookup(self, by_hash: Mapping[bytes, str]) -> list[IndexHit]:
         """Every indexed record of these URL keys (given by :func:`key_hash`)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         keys = self.keys
         if keys is not None:
             try:
@@ -185,6 +213,9 @@ class MonthIndex:
                 parquet = index_path(self.type, self.year, self.month)
                 log.warning("%s: %s; reading %s instead", exc.path, exc.problem, parquet)
                 self.keys = None
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         hashes = sorted(by_hash)
         groups = []
         for g, (lo, hi) in enumerate(self._groups):
@@ -318,11 +349,10 @@ _ROWS_A_STEP = 64
 
 def open_month_index(backend: Backend, type: RecordType, year: int, month: int) -> MonthIndex | None:
     """The month's index, or ``None`` if there is none (or it is unreadable)."""
-    import pyarrow as pa
-
     path = index_path(type, year, month)
     folder, name = path.rsplit("/", 1)
-    info = next((i for i in backend.list_files(folder, name) if i.name == name), None)
+    listed = {i.name: i for i in backend.list_files(folder, f"{month:02d}.")}
+    info = listed.get(name)
     key = (backend.url, path)
     if info is None:
         with _OPEN_LOCK:
@@ -332,6 +362,42 @@ def open_month_index(backend: Backend, type: RecordType, year: int, month: int) 
         cached = _OPEN.get(key)
     if cached is not None and cached.file == (info.size, info.version):
         return cached
+    file = (info.size, info.version)
+    opened = None
+    if keys_path(type, year, month).rsplit("/", 1)[1] in listed:
+        opened = _from_keys(backend, type, year, month, file)
+    if opened is None:
+        opened = _from_parquet(backend, type, year, month, file)
+    if opened is None:
+        return None
+    with _OPEN_LOCK:
+        _forget(_OPEN.get(key))
+        _OPEN[key] = opened
+    return opened
+
+
+def _from_keys(
+    backend: Backend, type: RecordType, year: int, month: int, file: tuple[int, str]
+) -> MonthIndex | None:
+    """The index opened from its keys file alone, if that file is whole and names this version of it."""
+    try:
+        keys = open_keys(backend, type, year, month)
+        if keys is None or tuple(keys.index) != file:
+            return None
+        covers = covers_from(keys.covers)
+    except CorruptFileError as exc:
+        log.warning("%s: %s; reading %s instead", exc.path, exc.problem, index_path(type, year, month))
+        return None
+    path = index_path(type, year, month)
+    return MonthIndex(type, year, month, lambda: backend.open_parquet(path), covers, file, keys.stamp, keys)
+
+
+def _from_parquet(
+    backend: Backend, type: RecordType, year: int, month: int, file: tuple[int, str]
+) -> MonthIndex | None:
+    import pyarrow as pa
+
+    path = index_path(type, year, month)
     try:
         handle = backend.open_parquet(path)
         covers = read_covers(handle)
@@ -339,22 +405,9 @@ def open_month_index(backend: Backend, type: RecordType, year: int, month: int) 
         return None
     except (pa.ArrowException, OSError, CorruptFileError):
         return None  # a damaged index only costs speed: read the partitions instead
-    footer = handle.metadata.metadata or {}
-    raw_stamp = footer.get(STAMP_KEY)
+    raw_stamp = (handle.metadata.metadata or {}).get(STAMP_KEY)
     stamp = raw_stamp.decode(errors="replace") if raw_stamp else None
-    keys = None
-    token = footer.get(KEYS_KEY)
-    if token:
-        try:
-            rows = handle.metadata.num_rows
-            keys = open_keys(backend, type, year, month, token.decode(errors="replace"), rows)
-        except CorruptFileError as exc:
-            log.warning("%s: %s; reading %s instead", exc.path, exc.problem, path)
-    opened = MonthIndex(type, year, month, handle, covers, (info.size, info.version), stamp, keys)
-    with _OPEN_LOCK:
-        _forget(_OPEN.get(key))
-        _OPEN[key] = opened
-    return opened
+    return MonthIndex(type, year, month, lambda: handle, covers, file, stamp)
 
 
 def _forget(index: MonthIndex | None) -> None:

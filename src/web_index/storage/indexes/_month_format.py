@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import os
 import zlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = [
     "COVERS_KEY",
     "INDEX_ROW_GROUP",
-    "KEYS_KEY",
     "LOOKUP_COLUMNS",
     "SCHEMA",
     "STAMP_KEY",
@@ -38,6 +36,7 @@ __all__ = [
     "VERSION",
     "VERSION_KEY",
     "Covered",
+    "covers_from",
     "decode_covers",
     "encode_covers",
     "folder_stamp",
@@ -62,8 +61,6 @@ VERSION = b"6"
 # The month folder's version (Backend.folder_version) when the index listed it,
 # if it had one; absent on object stores and for a folder changed just before.
 STAMP_KEY = b"web_index.index.listed"
-# The token of the keys file written with the index (``_month_keys``), if one was.
-KEYS_KEY = b"web_index.index.keys"
 
 
 def folder_stamp(version: object | None) -> str | None:
@@ -139,8 +136,13 @@ def read_covers(handle: pq.ParquetFile) -> list[Covered]:
     meta = handle.metadata.metadata or {}
     if meta.get(VERSION_KEY) != VERSION or COVERS_KEY not in meta:
         raise CorruptFileError("index", "not a month index of this version")
+    return covers_from(meta[COVERS_KEY])
+
+
+def covers_from(blob: bytes | str) -> list[Covered]:
+    """A covers list as a footer (or a keys file's header) holds it: zlib and base64."""
     try:
-        return decode_covers(zlib.decompress(base64.b64decode(meta[COVERS_KEY])))
+        return decode_covers(zlib.decompress(base64.b64decode(blob)))
     except (ValueError, TypeError, zlib.error, msgspec.DecodeError) as exc:
         raise CorruptFileError("index", f"unreadable covers list: {exc}") from None
 
@@ -169,13 +171,9 @@ def write_index(
     if stamp is not None:
         meta[STAMP_KEY] = stamp.encode()
     table = table.cast(schema())
-    if wants_keys(backend):
-        # Written first: the footer that names it is written only once it is complete.
-        token = os.urandom(8).hex()
-        backend.write_bytes(keys_path(type, year, month), encode_keys(table, token))
-        meta[KEYS_KEY] = token.encode()
+    path = index_path(type, year, month)
     backend.write_parquet(
-        index_path(type, year, month),
+        path,
         table.replace_schema_metadata(meta),
         # LZ4, not zstd: a batch of thousands of queries reads whole indexes,
         # and LZ4 decodes them in half the time for ~1.15x the bytes (hashes
@@ -186,3 +184,10 @@ def write_index(
         use_dictionary=["calibre", "state", "fetcher"],  # a handful of values each
         store_schema=False,
     )
+    if wants_keys(backend):
+        # After the Parquet index, naming it: a crash between the two leaves a keys file that
+        # names another version of it, which is not used.
+        info = backend.file_info(path)
+        covered = meta[COVERS_KEY].decode()
+        data = encode_keys(table, (info.size, info.version), covered, stamp)
+        backend.write_bytes(keys_path(type, year, month), data)

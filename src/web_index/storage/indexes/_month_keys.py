@@ -10,11 +10,13 @@ finds its keys' chunks from the header, checks each chunk it reads once, and
 bisects it (numpy's ``searchsorted``): the pages it touches are the ones it
 reads, and nothing is decoded.
 
-The same build writes it, first, and then the Parquet index, whose footer
-names it by a token: a keys file of another build (a crash between the two
-writes, a file copied from elsewhere) is not used, nor one that an object store
-holds (it is read through the Parquet index there). A chunk that fails its
-check is :class:`CorruptFileError`, and the month's partitions are read instead.
+It is also the whole month index for a lookup: its header carries the Parquet index's covers
+list and stamp, so that a batch opens no Parquet file (and imports no pyarrow) to find its
+winners. The same build writes the Parquet index, then this file naming it by size and version:
+a keys file of another build (a crash between the two writes, a file copied from elsewhere) is
+not used, and the Parquet index answers. An object store's indexes have none (it would be read
+whole there, as the Parquet index is). A chunk that fails its check is :class:`CorruptFileError`,
+and the Parquet index answers instead.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ _RECORD = 37  # bytes of one record's values: _RECORD_FIELDS packed
 class _Header(msgspec.Struct, frozen=True):
     rows: int
     chunk_rows: int
-    token: str  # the build's, named by the Parquet index's footer too
+    index: tuple[int, str]  # the Parquet index's size and version when this file was written
+    covers: str  # its covers list, as its footer holds it
+    stamp: str | None  # its stamp (the month folder's version when listed)
     key_crcs: list[int]  # of each chunk of the key column
     value_crcs: list[int]  # of each chunk of the values
 
@@ -69,8 +73,9 @@ def keys_path(type: RecordType, year: int, month: int) -> str:
     return f"{INDEX_DIR}/{type.value}/{year:04d}/{month:02d}.keys"
 
 
-def encode_keys(table: pa.Table, token: str) -> bytes:
-    """The keys file of an index ``table`` (its lookup columns, sorted by ``key_hash``)."""
+def encode_keys(table: pa.Table, index: tuple[int, str], covers: str, stamp: str | None) -> bytes:
+    """The keys file of an index ``table`` (its lookup columns, sorted by ``key_hash``) written
+    as a Parquet file of this size and version (``index``), with this ``covers`` list and ``stamp``."""
     import numpy as np
 
     n = table.num_rows
@@ -81,7 +86,15 @@ def encode_keys(table: pa.Table, token: str) -> bytes:
         values[name] = table.column(name).to_numpy()
     packed = values.tobytes()
     header = _encode_header(
-        _Header(n, CHUNK_ROWS, token, _crcs(keys, CHUNK_ROWS * _KEY), _crcs(packed, CHUNK_ROWS * _RECORD))
+        _Header(
+            n,
+            CHUNK_ROWS,
+            index,
+            covers,
+            stamp,
+            _crcs(keys, CHUNK_ROWS * _KEY),
+            _crcs(packed, CHUNK_ROWS * _RECORD),
+        )
     )
     prelude = _MAGIC + _PRELUDE.pack(zlib.crc32(header), len(header))
     padding = b"\0" * (-(len(prelude) + len(header)) % 8)
@@ -136,7 +149,8 @@ class KeysFile:
                 raise ValueError("a size that its rows do not make")
         except (ValueError, ZeroDivisionError, msgspec.DecodeError) as exc:
             raise CorruptFileError(path, f"keys file damaged ({exc})") from None
-        self.rows, self.token = header.rows, header.token
+        self.rows, self.index = header.rows, header.index
+        self.covers, self.stamp = header.covers, header.stamp
         self._chunk_rows = header.chunk_rows
         self._crcs = (header.key_crcs, header.value_crcs)
         self._keys = np.frombuffer(data, dtype=f"S{_KEY}", count=header.rows, offset=first)
@@ -219,11 +233,9 @@ class KeysFile:
             checked.add(c)  # a set's add is atomic: two threads at worst check a chunk twice
 
 
-def open_keys(
-    backend: Backend, type: RecordType, year: int, month: int, token: str, rows: int
-) -> KeysFile | None:
-    """The month's keys file if it is the one the Parquet index (``token``, ``rows``) names and a
-    local file; ``None`` otherwise. Raises :class:`CorruptFileError` for a damaged one."""
+def open_keys(backend: Backend, type: RecordType, year: int, month: int) -> KeysFile | None:
+    """The month's keys file, if the store is local and has one; raises :class:`CorruptFileError`
+    for a damaged one. (Whether it is the Parquet index's is its caller's to check: ``index``.)"""
     if not isinstance(backend, LocalBackend):
         return None
     path = keys_path(type, year, month)
@@ -237,7 +249,4 @@ def open_keys(
         data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)
-    keys = KeysFile(path, data)
-    if keys.token != token or keys.rows != rows:
-        return None
-    return keys
+    return KeysFile(path, data)

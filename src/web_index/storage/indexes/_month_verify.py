@@ -17,8 +17,10 @@ from web_index.storage.backends import Backend
 from web_index.storage.indexes._month import open_month_index
 from web_index.storage.indexes._month_build import read_records
 from web_index.storage.indexes._month_format import (
+    COVERS_KEY,
     LOOKUP_COLUMNS,
     SCHEMA,
+    STAMP_KEY,
     VERSION,
     VERSION_KEY,
     index_path,
@@ -74,7 +76,10 @@ def index_disagreement(backend: Backend, type: RecordType, year: int, month: int
     if index.keys is not None:
         # Searched in place, trusted chunk by chunk: the file must be what the Parquet rows make.
         lookup = index.handle.read(columns=LOOKUP_COLUMNS)
-        if encode_keys(lookup, index.keys.token) != index.keys.content():
+        footer = index.handle.metadata.metadata or {}
+        covers = footer.get(COVERS_KEY, b"").decode(errors="replace")
+        stamp = footer[STAMP_KEY].decode(errors="replace") if STAMP_KEY in footer else None
+        if encode_keys(lookup, index.keys.index, covers, stamp) != index.keys.content():
             return (
                 f"{keys_path(type, year, month)} is not what {index_path(type, year, month)} makes"
                 " (damaged, or written wrongly): batches fall back where a chunk fails its check and are"
