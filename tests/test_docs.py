@@ -12,9 +12,11 @@ PostgreSQL), by replacing those two strings.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -72,11 +74,8 @@ def _run_page(page: Path, tmp_path: Path, replace: dict[str, str], env: dict[str
             if b.lang == "python":
                 exec(compile(code, where, "exec"), namespace)  # the docs' own examples
             elif b.lang == "sh":
-                run = subprocess.run(
-                    ["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, env=env,
-                    capture_output=True, text=True, timeout=300,
-                )  # fmt: skip
-                assert run.returncode == 0, f"{where}: exit {run.returncode}\n{run.stdout}\n{run.stderr}"
+                returncode, out, err = _run_shell(code, tmp_path, env)
+                assert returncode == 0, f"{where}: exit {returncode}\n{out}\n{err}"
             else:
                 for line in code.splitlines():
                     json.loads(line)
@@ -84,6 +83,22 @@ def _run_page(page: Path, tmp_path: Path, replace: dict[str, str], env: dict[str
     finally:
         os.chdir(cwd)
     return ran
+
+
+def _run_shell(code: str, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
+    """Run a block in bash; then stop whatever it started in the background and left running
+    (a server a failing block never reached its ``kill`` for would hold its port for the next run)."""
+    shell = subprocess.Popen(
+        ["bash", "-euo", "pipefail", "-c", code], cwd=cwd, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = shell.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGTERM)
+        shell.wait()
+    return shell.returncode, out, err
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
