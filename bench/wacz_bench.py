@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -122,6 +123,7 @@ def main() -> None:
         s: [] for s in [*sides, "check", "re-import warc", "re-import wacz"]
     }
     order = list(sides)
+    loads = [os.getloadavg()[0]]  # others' work on the machine slows every side alike, not their ratio
     for r in range(args.rounds):
         for side in order[r % len(order) :] + order[: r % len(order)]:
             store = workdir / f"store-{side}"
@@ -135,6 +137,7 @@ def main() -> None:
             got = _run(side, {**sides[side], "store": str(workdir / f"store-{side}")})
             assert got["stored"] == 0, got
             times[label].append(got)
+        loads.append(os.getloadavg()[0])
     stored = {times[s][0]["stored"] for s in sides}
     assert len(stored) == 1, f"the sides stored different counts: {stored}"
     floor = statistics.median(t["seconds"] for t in times["warc"])
@@ -150,13 +153,14 @@ def main() -> None:
     record = {"head": head, "size_bytes": size, "files": len(files), "records": manifest["records"],
               "stored": stored.pop(), "package_bytes": stored_pkg.stat().st_size,
               "deflated_package_bytes": deflated_pkg.stat().st_size, "rounds": args.rounds,
-              "rows": rows}  # fmt: skip
+              "load_averages": loads, "rows": rows}  # fmt: skip
     lines = [
         f"# WACZ import against import-warc ({time.strftime('%Y-%m-%d')}, at {head})",
         "",
         f"{size / MB:.1f} MB of per-record-gzip WARCs in {len(files)} files, {manifest['records']:,} records"
         f" ({record['stored']:,} stored); medians of {args.rounds} rounds, each a fresh process and store;"
-        " MB/s of WARC bytes.",
+        " MB/s of WARC bytes. 1-minute load average at the start and after each round:"
+        f" {', '.join(f'{x:.1f}' for x in loads)} (2 cores).",
         "",
         "| step | median | MB/s | speed ÷ warc | every round |",
         "|---|---:|---:|---:|---|",
