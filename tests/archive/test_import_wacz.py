@@ -324,9 +324,14 @@ def test_the_api_raises_before_storing_anything(tmp_path: Path) -> None:
         assert _everything(index) == {t: [] for t in RecordType}
 
 
-def test_a_record_cut_short_inside_a_member_is_named_by_package_member_and_offset(tmp_path: Path) -> None:
+@pytest.mark.parametrize("deflate", [(), ("archive/a.warc.gz",)], ids=["stored", "deflated"])
+def test_a_record_cut_short_inside_a_member_is_named_by_package_member_and_offset(
+    tmp_path: Path, deflate: tuple[str, ...]
+) -> None:
     data = _good(tmp_path)["archive/a.warc.gz"]
-    package = _package(tmp_path / "x.wacz", {"archive/a.warc.gz": data[:-40]})  # hashed as cut
+    package = _package(
+        tmp_path / "x.wacz", {"archive/a.warc.gz": data[:-40]}, deflate=deflate
+    )  # hashed as cut
     with WebIndex(tmp_path / "s") as index, pytest.raises(WarcError) as caught:
         import_wacz(index, [package])
     assert str(caught.value).startswith(f"{package}!archive/a.warc.gz@") and "truncated" in str(caught.value)
