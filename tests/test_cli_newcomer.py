@@ -326,7 +326,12 @@ def test_a_site_that_is_neither_says_what_to_give(tmp_path: Path) -> None:
         ("attempts.jsonl", b'{"type": "get"}\n', "not a WARC file"),
         ("crawl.warc.gz", gzip.compress(b'{"type": "get"}\n'), "not a WARC file"),
         ("crawl.arc", b"<html>not an arc</html>\n", "not an ARC file"),
-        ("site.wacz", b"PK\x03\x04" + bytes(40), "a zip file"),
+        # A .wacz is read as a package (tests/archive/test_import_wacz.py); another zip is said to be one.
+        (
+            "site.zip",
+            b"PK\x03\x04" + bytes(40),
+            "a zip file: a WACZ package is read as one when its name ends in .wacz",
+        ),
     ],
 )
 def test_import_of_a_file_that_is_no_archive_says_so(

@@ -18,6 +18,7 @@ __all__ = [
     "SearchUnavailableError",
     "SiteNotFoundError",
     "StoreError",
+    "WaczError",
     "WarcError",
     "WebIndexError",
 ]
@@ -84,6 +85,17 @@ class WarcError(InvalidRecordError):
         self.path = path
         self.offset = offset
         super().__init__(f"{path}@{offset}", problem)
+
+
+class WaczError(InvalidRecordError):
+    """A WACZ package that cannot be imported as it is: not a ZIP file, no
+    ``datapackage.json``, a member missing, unsafe or not matching its hash
+    (``.path``; ``.member``, the member's name in the ZIP, when one is to blame)."""
+
+    def __init__(self, path: str, problem: str, member: str | None = None) -> None:
+        self.path = path
+        self.member = member
+        super().__init__(path if member is None else f"{path}!{member}", problem)
 
 
 class SearchError(WebIndexError):

@@ -1,5 +1,5 @@
-"""Web archives in and out: WARC files read into the store and written from it
-(with a CDXJ index), the CDX server API's queries over the store, and
+"""Web archives in and out: WARC files (and the WARCs of WACZ packages) read into
+the store and written from it (with a CDXJ index), the CDX server API's queries over the store, and
 collections: stores, CDXJ + WARC folders, remote CDX servers and Memento
 archives and the live web, looked up together (``collections.yaml``).
 
@@ -34,6 +34,8 @@ from web_index.archive._http import HOP_BY_HOP as HOP_BY_HOP
 from web_index.archive._http import wire_headers as wire_headers
 from web_index.archive._import import ImportReport, import_warcs
 from web_index.archive._sources import ArchiveFile, archive_files
+from web_index.archive._sources import wacz_files as wacz_files
+from web_index.archive._wacz_import import import_wacz
 from web_index.archive._warc_read import WARC_SUFFIXES as WARC_SUFFIXES
 from web_index.archive._warc_read import WarcRecord, read_warc
 from web_index.archive._warc_write import capture_ident as capture_ident
@@ -48,6 +50,7 @@ __all__ = [
     "WarcRecord",
     "archive_files",
     "export_warcs",
+    "import_wacz",
     "import_warcs",
     "read_arc",
     "read_warc",

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from web_index.archive._arc_read import read_arc
 from web_index.archive._http import decoded, parse_http_response, restore_headers, store_body
@@ -143,8 +143,8 @@ def _import_files(
     finished = 0  # bytes of the files done
     for file in files:
         report.files += 1
-        with file.local() as path:
-            _import_file(run, file, path, skip_invalid, finished, on_progress)
+        with file.local() if file.is_arc else file.open() as source:
+            _import_file(run, file, source, skip_invalid, finished, on_progress)
         run.store()
         finished += file.size
         report.bytes = finished
@@ -155,14 +155,14 @@ def _import_files(
 def _import_file(
     run: _Run,
     file: ArchiveFile,
-    path: Path,
+    source: Path | IO[bytes],
     skip_invalid: bool,
     finished: int,
     on_progress: Callable[[ImportReport], None] | None,
 ) -> None:
     report = run.report
     fetcher = _DEFAULT_FETCHER
-    records = read_arc(path, file.name) if file.is_arc else read_warc(path, file.name)
+    records = read_arc(source, file.name) if isinstance(source, Path) else read_warc(source, file.name)
     for item in records:
         report.records += 1
         if isinstance(item, WarcError):

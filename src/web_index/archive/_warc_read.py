@@ -8,15 +8,21 @@ here: its block is as long as its ``Content-Length`` says, it has a
 nothing but whole members. A problem is a :class:`~web_index.errors.WarcError` naming the
 file and the byte offset of the record (in the compressed file for
 per-record gzip; for a whole-file gzip, the position the reader had reached).
+
+A file is a path or a seekable binary stream (a WARC member of a WACZ package,
+read from the ZIP in place): the checks seek back to look at the start and at
+the gzip members after a record.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import IO
 
 from fastwarc.warc import ArchiveIterator, WarcRecordType
 
@@ -24,9 +30,11 @@ from web_index.errors import InvalidRecordError, WarcError
 from web_index.models import parse_ts
 
 __all__ = [
+    "HEAD_BYTES",
     "WARC_SUFFIXES",
     "WarcRecord",
     "checked_date",
+    "head_problem",
     "not_this_kind",
     "read_warc",
     "tail_problem",
@@ -66,8 +74,9 @@ def warc_files(paths: list[Path]) -> list[Path]:
     return found
 
 
-def read_warc(path: Path, name: str | None = None) -> Iterator[WarcRecord | WarcError]:
-    """Each record of ``path``, or the problem where one is not whole.
+def read_warc(path: Path | IO[bytes], name: str | None = None) -> Iterator[WarcRecord | WarcError]:
+    """Each record of ``path`` (a file, or a seekable binary stream), or the
+    problem where one is not whole.
 
     A record with a problem is yielded as the problem and reading goes on; a
     file whose end is cut off yields its problem last, in place of the record
@@ -79,7 +88,7 @@ def read_warc(path: Path, name: str | None = None) -> Iterator[WarcRecord | Warc
         return
     last_offset = -1
     per_record_gzip = True
-    with path.open("rb") as fh:
+    with _opened(path) as fh:
         gzipped = fh.read(2) == b"\x1f\x8b"
         fh.seek(0)
         records = iter(ArchiveIterator(fh, parse_http=False, record_types=WarcRecordType.any_type))
@@ -148,16 +157,34 @@ def _checked(record: object, name: str, offset: int) -> WarcRecord | WarcError:
     return WarcRecord(name, offset, kind, headers, date, block)
 
 
+@contextmanager
+def _opened(source: Path | IO[bytes]) -> Iterator[IO[bytes]]:
+    """A stream of ``source`` at its start: a path opened (and closed after), a
+    stream as it is (its owner closes it)."""
+    if isinstance(source, Path):
+        with source.open("rb") as fh:
+            yield fh
+        return
+    source.seek(0)
+    yield source
+
+
 # How each kind of file begins: its first record's first line.
 _MAGIC = {"WARC": b"WARC/", "ARC": b"filedesc:"}
+HEAD_BYTES = 512  # what head_problem needs of a file
 
 
-def not_this_kind(path: Path, name: str, kind: str) -> WarcError | None:
+def not_this_kind(path: Path | IO[bytes], name: str, kind: str) -> WarcError | None:
     """The problem of a file that does not begin as a ``kind`` ("WARC", "ARC")
     file does (inside its gzip when gzipped): any other file given by name (a
     JSONL file, a .wacz) is said to be that, not a record of a wrong length."""
-    with path.open("rb") as fh:
-        head = fh.read(512)
+    with _opened(path) as fh:
+        head = fh.read(HEAD_BYTES)
+    return head_problem(head, name, kind)
+
+
+def head_problem(head: bytes, name: str, kind: str) -> WarcError | None:
+    """:func:`not_this_kind` of a file's first :data:`HEAD_BYTES` bytes."""
     if head[:2] == b"\x1f\x8b":
         try:
             head = zlib.decompressobj(31).decompress(head, 64)
@@ -168,7 +195,9 @@ def not_this_kind(path: Path, name: str, kind: str) -> WarcError | None:
         return None
     article = "an" if kind[0] in "AEIOU" else "a"
     zipped = (
-        " (a zip file, such as a .wacz: import the WARC files inside it)" if head[:4] == b"PK\x03\x04" else ""
+        " (a zip file: a WACZ package is read as one when its name ends in .wacz)"
+        if head[:4] == b"PK\x03\x04"
+        else ""
     )
     return WarcError(name, 0, f"not {article} {kind} file: it does not begin with {magic.decode()}{zipped}")
 
@@ -185,12 +214,12 @@ def checked_date(headers: dict[str, str], name: str, offset: int) -> datetime | 
 
 
 def tail_problem(
-    path: Path, last_offset: int, members: int | None = None, name: str | None = None
+    path: Path | IO[bytes], last_offset: int, members: int | None = None, name: str | None = None
 ) -> WarcError | None:
     """From ``last_offset`` on, only whole gzip members, up to the end of the
     file (or ``members`` of them): a member cut short (which the reader drops
     silently) or bytes that are no member are a problem."""
-    with path.open("rb") as fh:
+    with _opened(path) as fh:
         fh.seek(last_offset)
         data = fh.read() if members is None else fh.read(_LOOK_AHEAD)
     capped = members is not None and len(data) == _LOOK_AHEAD  # a member may go on past what was read

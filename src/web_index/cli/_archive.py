@@ -1,10 +1,10 @@
-"""Web archives: ``import-warc``, ``export-warc``."""
+"""Web archives: ``import-warc``, ``import-wacz``, ``export-warc``."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import (
@@ -24,6 +24,7 @@ from web_index.cli._app import (
     DurableOption,
     StoreOption,
     app,
+    cannot_read,
     cli_errors,
     err,
     fail,
@@ -35,7 +36,15 @@ from web_index.cli._app import (
 )
 from web_index.errors import MissingExtraError
 
-__all__ = ["export_warc", "import_warc"]
+if TYPE_CHECKING:
+    from web_index.archive import ArchiveFile
+
+__all__ = ["export_warc", "import_wacz", "import_warc"]
+
+CalibreOption = Annotated[int, typer.Option(min=0, max=100, help="Calibre recorded for the captures.")]
+SkipInvalidOption = Annotated[
+    bool, typer.Option(help="Report a broken record or file and go on, instead of stopping at it.")
+]
 
 
 @app.command("import-warc")
@@ -43,16 +52,15 @@ def import_warc(
     paths: Annotated[
         list[str],
         typer.Argument(
-            help="WARC or ARC files (.warc, .warc.gz, .arc, .arc.gz), folders or s3:// prefixes of them."
+            help="WARC or ARC files (.warc, .warc.gz, .arc, .arc.gz), folders or s3:// prefixes of them;"
+            " WACZ packages (.wacz) as import-wacz reads them."
         ),
     ],
     store: StoreOption = "",
     buffer: BufferOption = None,
     durable: DurableOption = True,
-    calibre: Annotated[int, typer.Option(min=0, max=100, help="Calibre recorded for the captures.")] = 10,
-    skip_invalid: Annotated[
-        bool, typer.Option(help="Report a broken record or file and go on, instead of stopping at it.")
-    ] = False,
+    calibre: CalibreOption = 10,
+    skip_invalid: SkipInvalidOption = False,
 ) -> None:
     """Import WARC or ARC captures into the store (idempotent: a record stored already is not stored again).
 
@@ -64,20 +72,66 @@ def import_warc(
     The import is one bulk load: the store ends compacted and indexed, with
     nothing to flush (revisits are resolved once the rest is written).
     """
-    from web_index.archive import archive_files, import_warcs
+    from web_index.archive import archive_files
     from web_index.errors import InvalidRecordError, StoreError
 
     try:
         files = archive_files(paths)
     except FileNotFoundError as exc:
         raise fail(EXIT_USAGE, f"cannot read {exc.args[0]}: no such object") from None
-    except (StoreError, MissingExtraError) as exc:
+    except (StoreError, MissingExtraError, InvalidRecordError) as exc:  # a bad .wacz: InvalidRecordError
         raise fail(EXIT_USAGE, str(exc)) from None
+    except OSError as exc:  # a .wacz that cannot be read
+        raise fail(EXIT_USAGE, cannot_read(exc)) from None
     missing = [f.name for f in files if f.path is not None and not f.path.is_file()]
     if missing:
         raise fail(EXIT_USAGE, f"cannot read {missing[0]}: no such file")
     if not files:
         raise fail(EXIT_USAGE, "no WARC or ARC files (.warc, .warc.gz, .arc, .arc.gz) in " + ", ".join(paths))
+    _import(files, store, buffer, durable, calibre, skip_invalid)
+
+
+@app.command("import-wacz")
+def import_wacz(
+    paths: Annotated[list[Path], typer.Argument(help="WACZ packages (.wacz files).")],
+    store: StoreOption = "",
+    buffer: BufferOption = None,
+    durable: DurableOption = True,
+    calibre: CalibreOption = 10,
+    skip_invalid: SkipInvalidOption = False,
+) -> None:
+    """Import the WARC files inside WACZ packages, each record as import-warc imports it (idempotent too).
+
+    Every package is checked whole before anything is stored: a file that is not
+    a ZIP or is cut short, no datapackage.json, a member it lists missing, a member
+    whose size or sha256 differs from datapackage.json (or datapackage.json from
+    datapackage-digest.json), an unsafe member name (absolute, ..), or a WARC member
+    that is not a WARC is exit 2 in one line naming the package and member, with
+    the store as it was. The WARCs are read from the ZIP in place, never
+    extracted. Page titles (pages/pages.jsonl) are not kept: the store has no place for them.
+    """
+    from web_index.archive import wacz_files
+    from web_index.errors import InvalidRecordError
+
+    files: list[ArchiveFile] = []
+    for path in paths:
+        try:
+            files += wacz_files(path)
+        except InvalidRecordError as exc:
+            raise fail(EXIT_USAGE, str(exc)) from None
+        except OSError as exc:
+            raise fail(EXIT_USAGE, cannot_read(exc)) from None
+    if not files:
+        raise fail(EXIT_USAGE, "no WARC files in " + ", ".join(map(str, paths)))
+    _import(files, store, buffer, durable, calibre, skip_invalid)
+
+
+def _import(
+    files: list[ArchiveFile], store: str, buffer: str | None, durable: bool, calibre: int, skip_invalid: bool
+) -> None:
+    from web_index.archive import import_warcs
+    from web_index.errors import InvalidRecordError
+
     total = sum(f.size for f in files)
     location = store_location(store)
     started = time.monotonic()

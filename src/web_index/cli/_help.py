@@ -13,7 +13,7 @@ __all__ = ["arrange"]
 
 # Group, then its commands, in the order -h lists them.
 _GROUPS = {
-    "Make and fill a store": ("init", "insert", "import-warc", "demo"),
+    "Make and fill a store": ("init", "insert", "import-warc", "import-wacz", "demo"),
     "Ask the store": ("query", "presence", "lookup", "search"),
     "Fetch and crawl": ("fetch", "crawl", "worker"),
     "Look after a store": ("stats", "flush", "compact", "verify"),
