@@ -247,3 +247,43 @@ def test_an_attempt_says_why_in_its_last_log_line_stored_or_not() -> None:
     assert fresh.why == logs[1] and fresh.metadata().why == fresh.why
     assert metadata("https://example.com/").why is None
     assert metadata("https://example.com/", logs=" \n").why is None
+
+
+@given(
+    status=st.integers(100, 999),
+    headers=st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+    at=st.datetimes(timezones=st.just(UTC)),
+    data=st.one_of(st.none(), st.binary(max_size=32)),
+    retry=st.integers(0, 255),
+    final=st.booleans(),
+    rid=st.one_of(st.none(), st.text(max_size=8)),
+)
+def test_a_restored_response_is_the_response_of_its_values(
+    status: int,
+    headers: dict[str, str],
+    at: datetime,
+    data: bytes | None,
+    retry: int,
+    final: bool,
+    rid: str | None,
+) -> None:
+    from web_index.models import Response, restored_response
+
+    values = {
+        "url": "https://a.example/x",
+        "request_url": "https://a.example/y",
+        "status_code": status,
+        "headers": headers,
+        "timestamp": at,
+        "fetcher_name": "f",
+        "fetcher_version": "1",
+        "fetcher_calibre": 30,
+        "data": data,
+        "retry_attempt": retry,
+        "is_final": final,
+        "request_id": rid,
+    }
+    built = Response(**values)
+    restored = restored_response(*values.values())
+    assert restored == built
+    assert {f: getattr(restored, f) for f in values} == values

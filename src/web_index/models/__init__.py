@@ -34,6 +34,7 @@ from web_index.models._queries import (
 )
 from web_index.models._records import AttemptMetadata, Page, Response
 from web_index.models._records import last_reason as last_reason
+from web_index.models._records import restored_response as restored_response
 from web_index.models._records import result_json as result_json
 from web_index.models._rows import GET_COLUMNS as GET_COLUMNS
 from web_index.models._rows import HEAD_COLUMNS as HEAD_COLUMNS

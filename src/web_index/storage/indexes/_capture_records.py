@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 
-from web_index.models import RecordType, Response, from_us, payload_sha1
+from web_index.models import RecordType, Response, from_us, payload_sha1, restored_response
 from web_index.storage._layout import Partition
 from web_index.storage.backends import Backend
 from web_index.storage.indexes._capture_lines import StoredCapture, parse_stored_capture
@@ -126,17 +126,17 @@ def _compacted_path(type: RecordType, fields: StoredCapture) -> str:
 def stored_response(fields: StoredCapture, data: bytes | None) -> Response:
     """The response of a line of format 2, with its body ``data``."""
     name, version, calibre = fields.fetcher
-    return Response(
-        url=fields.page if fields.src is None else fields.src,
-        request_url=fields.url if fields.req is None else fields.req,
-        status_code=int(fields.status),
-        headers=fields.headers,
-        timestamp=from_us(fields.at),
-        fetcher_name=name,
-        fetcher_version=version,
-        fetcher_calibre=calibre,
-        data=data,
-        retry_attempt=fields.retry,
-        is_final=fields.final,
-        request_id=fields.request_id,
+    return restored_response(  # Response's fields in order: checked when stored, read back intact
+        fields.page if fields.src is None else fields.src,
+        fields.url if fields.req is None else fields.req,
+        int(fields.status),
+        fields.headers,
+        from_us(fields.at),
+        name,
+        version,
+        calibre,
+        data,
+        fields.retry,
+        fields.final,
+        fields.request_id,
     )
