@@ -1,5 +1,5 @@
 """Web archives in and out: WARC files read into the store and written from it
-(with a CDXJ index), the CDX server API's queries over the store, and
+(with a CDXJ index, or as a WACZ package), the CDX server API's queries over the store, and
 collections: stores, CDXJ + WARC folders, remote CDX servers and Memento
 archives and the live web, looked up together (``collections.yaml``).
 
@@ -34,6 +34,7 @@ from web_index.archive._http import HOP_BY_HOP as HOP_BY_HOP
 from web_index.archive._http import wire_headers as wire_headers
 from web_index.archive._import import ImportReport, import_warcs
 from web_index.archive._sources import ArchiveFile, archive_files
+from web_index.archive._wacz import WaczReport, export_wacz
 from web_index.archive._warc_read import WARC_SUFFIXES as WARC_SUFFIXES
 from web_index.archive._warc_read import WarcRecord, read_warc
 from web_index.archive._warc_write import capture_ident as capture_ident
@@ -45,8 +46,10 @@ __all__ = [
     "ArchiveFile",
     "ExportReport",
     "ImportReport",
+    "WaczReport",
     "WarcRecord",
     "archive_files",
+    "export_wacz",
     "export_warcs",
     "import_warcs",
     "read_arc",

@@ -1,4 +1,4 @@
-"""Web archives: ``import-warc``, ``export-warc``."""
+"""Web archives: ``import-warc``, ``export-warc``, ``export-wacz``."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from web_index.cli._app import (
 )
 from web_index.errors import MissingExtraError
 
-__all__ = ["export_warc", "import_warc"]
+__all__ = ["export_wacz", "export_warc", "import_warc"]
 
 
 @app.command("import-warc")
@@ -193,3 +193,94 @@ def export_warc(
     )
     if not report.attempts:
         raise typer.Exit(EXIT_FOUND_NOTHING)
+
+
+@app.command("export-wacz")
+def export_wacz(
+    out: Annotated[Path, typer.Argument(help="The .wacz file to write (it must not exist).")],
+    store: StoreOption = "",
+    buffer: BufferOption = None,
+    type: Annotated[str, typer.Option("--type", "-t", help="get or head.")] = "get",
+    domain: Annotated[str | None, typer.Option(help="Only this registrable domain (all its hosts).")] = None,
+    url_prefix: Annotated[str | None, typer.Option(help="Only URLs starting with this (normalised).")] = None,
+    start: Annotated[
+        str | None, typer.Option("--from", help=f"Attempts begun at or after this time. {TIMES}.")
+    ] = None,
+    end: Annotated[
+        str | None,
+        typer.Option(
+            "--to", help="Attempts begun at or before this time: a date or short timestamp counts whole."
+        ),
+    ] = None,
+    title: Annotated[str | None, typer.Option(help="The package's title (datapackage.json).")] = None,
+    description: Annotated[
+        str | None, typer.Option(help="The package's description, Markdown (datapackage.json).")
+    ] = None,
+    text: Annotated[
+        bool, typer.Option(help="Give each page's text in the page lists (full-text search in a replayer).")
+    ] = True,
+    max_file_mb: Annotated[
+        int, typer.Option(min=1, max=2048, help="Start a new WARC file in the package past this size.")
+    ] = 1024,
+) -> None:
+    """Write stored captures as a WACZ package: WARC files, their CDXJ index and page lists in one ZIP.
+
+    The records are export-warc's. The index is plain CDXJ up to 1,024 captures,
+    ZipNum past that; pages are the HTML captures answered 200. The file is
+    written under a temporary name beside OUT and renamed when whole. Exit 1 if
+    nothing matched (no file is written), 2 if OUT exists or cannot be written.
+    """
+    from web_index.archive import export_wacz as export
+
+    since, until = time_option(start, "--from"), time_option(end, "--to", end=True)
+    if out.exists():
+        raise fail(EXIT_USAGE, f"{out} exists: choose another name")
+    location = store_location(store)
+    started = time.monotonic()
+    with (
+        cli_errors(location),
+        open_index(location, buffer, read_only=True) as index,
+        Progress(
+            TextColumn("[bold]exporting"),
+            TextColumn("{task.fields[attempts]:,} attempts, {task.fields[mb]:,.1f} MB of WARC"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not err.is_terminal,
+        ) as progress,
+    ):
+        task = progress.add_task("export", total=None, attempts=0, mb=0.0)
+        try:
+            report = export(
+                index,
+                out,
+                type=type,
+                domain=domain,
+                url_prefix=url_prefix,
+                start=since,
+                end=until,
+                title=title,
+                description=description,
+                text=text,
+                max_file_bytes=max_file_mb << 20,
+                on_progress=lambda r: progress.update(task, attempts=r.attempts, mb=r.bytes / 1e6),
+            )
+        except FileExistsError as exc:
+            raise fail(EXIT_USAGE, str(exc)) from None
+        except OSError as exc:
+            # The package's own file (its temporary name beside OUT), not the store.
+            if exc.filename is None or Path(str(exc.filename)).parent != out.parent:
+                raise
+            raise fail(EXIT_USAGE, f"cannot write {out}: {exc.strerror or exc}") from None
+    elapsed = time.monotonic() - started
+    if report.path is None:
+        raise fail(
+            EXIT_FOUND_NOTHING,
+            f"nothing to export ({plural(report.attempts, 'attempt')} matched): {out} not written",
+        )
+    index_form = "ZipNum" if report.zipnum else "plain"
+    say(
+        "",
+        f"{plural(report.attempts, 'attempt')}: {plural(report.responses, 'response')}, "
+        f"{plural(report.revisits, 'revisit')}, {plural(report.pages, 'page')}; {index_form} index of "
+        f"{plural(report.index_lines, 'line')}; {out} ({report.size / 1e6:.1f} MB, {elapsed:.1f} s)",
+    )
