@@ -16,7 +16,7 @@ from typing import IO
 
 __all__ = ["SortedLines"]
 
-_RUN_LINES = 200_000  # a run of CDXJ lines is some 60 MB in memory
+_RUN_LINES = 50_000  # a run of CDXJ lines: some 15 MB in memory
 
 
 class SortedLines:
