@@ -29,6 +29,7 @@ from web_index.archive._collection import open_collections as open_collections
 from web_index.archive._collection_config import load_collections as load_collections
 from web_index.archive._collection_config import parse_collections as parse_collections
 from web_index.archive._export import ExportReport, export_warcs
+from web_index.archive._export import Tally as Tally
 from web_index.archive._http import ARCHIVED_CONTENT_POLICY as ARCHIVED_CONTENT_POLICY
 from web_index.archive._http import HOP_BY_HOP as HOP_BY_HOP
 from web_index.archive._http import wire_headers as wire_headers

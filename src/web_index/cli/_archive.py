@@ -37,8 +37,7 @@ from web_index.cli._app import (
 from web_index.errors import MissingExtraError
 
 if TYPE_CHECKING:
-    from web_index.archive import WaczReport
-    from web_index.archive._export import Tally
+    from web_index.archive import Tally, WaczReport
     from web_index.index import WebIndex
 
 _R = TypeVar("_R", bound="Tally")
