@@ -53,11 +53,11 @@ from web_index.storage import capture_mime
 from web_index.urls import target_uri
 
 __all__ = [
-    "Capture",
     "ExportReport",
     "Selection",
     "Tally",
     "WarcSink",
+    "Written",
     "data_kind",
     "export_records",
     "export_warcs",
@@ -122,11 +122,13 @@ def export_warcs(
             digest_prefix="",  # pywb's form: the bare base32
             on_progress=on_progress,
         )
+        sink.close()
+        report.cdxj = out / f"{name}.cdxj"
+        with report.cdxj.open("xb") as fh:
+            fh.writelines(line + b"\n" for line in lines.sorted())
     finally:
         sink.close()
-    report.cdxj = out / f"{name}.cdxj"
-    with report.cdxj.open("xb") as fh:
-        fh.writelines(line + b"\n" for line in lines.sorted())
+        lines.close()  # the spilled runs, when the export stopped early
     return report
 
 
@@ -141,7 +143,7 @@ class Selection:
 
 
 @dataclass(frozen=True)
-class Capture:
+class Written:
     """A response written by ``export_records``: what a page list needs of it."""
 
     page: Page
@@ -173,7 +175,7 @@ def export_records(
     max_file_bytes: int,
     digest_prefix: str,
     on_progress: Callable[[_T], None] | None = None,
-    on_capture: Callable[[Capture], None] | None = None,
+    on_capture: Callable[[Written], None] | None = None,
 ) -> None:
     """Write the selection's records into ``sink``'s files (``<name>-00000.warc.gz``…),
     their CDXJ lines into ``lines`` (unsorted), and count them in ``report``."""
@@ -187,7 +189,7 @@ def export_records(
         for position, response in enumerate(page.responses):
             revisit, target = writer.write_capture(page, position, response, type)
             if on_capture is not None:
-                on_capture(Capture(page, position, response, target, revisit))
+                on_capture(Written(page, position, response, target, revisit))
         if on_progress is not None and report.attempts % 256 == 0:
             on_progress(report)
     if on_progress is not None:

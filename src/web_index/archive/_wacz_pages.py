@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLTree
 
-from web_index.archive._export import Capture
+from web_index.archive._export import Written
 from web_index.archive._wacz_zip import ZipOut
 from web_index.fetch import decode_body
 from web_index.storage import capture_mime
@@ -48,7 +48,7 @@ class PageLists:
         self.extra = tempfile.TemporaryFile()  # noqa: SIM115
         self.entries = self.extras = 0
 
-    def add(self, capture: Capture) -> None:
+    def add(self, capture: Written) -> None:
         response = capture.response
         if response.status_code != 200 or not response.data or capture_mime(response.headers) not in _HTML:
             return
