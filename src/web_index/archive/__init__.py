@@ -1,5 +1,6 @@
 """Web archives in and out: WARC files (and the WARCs of WACZ packages) read into
-the store and written from it (with a CDXJ index), the CDX server API's queries over the store, and
+the store and written from it (with a CDXJ index, or as a WACZ package), the CDX
+server API's queries over the store, and
 collections: stores, CDXJ + WARC folders, remote CDX servers and Memento
 archives and the live web, looked up together (``collections.yaml``).
 
@@ -29,12 +30,14 @@ from web_index.archive._collection import open_collections as open_collections
 from web_index.archive._collection_config import load_collections as load_collections
 from web_index.archive._collection_config import parse_collections as parse_collections
 from web_index.archive._export import ExportReport, export_warcs
+from web_index.archive._export import Tally as Tally
 from web_index.archive._http import ARCHIVED_CONTENT_POLICY as ARCHIVED_CONTENT_POLICY
 from web_index.archive._http import HOP_BY_HOP as HOP_BY_HOP
 from web_index.archive._http import wire_headers as wire_headers
 from web_index.archive._import import ImportReport, import_warcs
 from web_index.archive._sources import ArchiveFile, archive_files
 from web_index.archive._sources import wacz_files as wacz_files
+from web_index.archive._wacz import WaczReport, export_wacz
 from web_index.archive._wacz_import import import_wacz
 from web_index.archive._warc_read import WARC_SUFFIXES as WARC_SUFFIXES
 from web_index.archive._warc_read import WarcRecord, read_warc
@@ -47,8 +50,10 @@ __all__ = [
     "ArchiveFile",
     "ExportReport",
     "ImportReport",
+    "WaczReport",
     "WarcRecord",
     "archive_files",
+    "export_wacz",
     "export_warcs",
     "import_wacz",
     "import_warcs",

@@ -1,10 +1,11 @@
-"""Web archives: ``import-warc``, ``import-wacz``, ``export-warc``."""
+"""Web archives: ``import-warc``, ``import-wacz``, ``export-warc``, ``export-wacz``."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.progress import (
@@ -37,9 +38,12 @@ from web_index.cli._app import (
 from web_index.errors import MissingExtraError
 
 if TYPE_CHECKING:
-    from web_index.archive import ArchiveFile
+    from web_index.archive import ArchiveFile, Tally, WaczReport
+    from web_index.index import WebIndex
 
-__all__ = ["export_warc", "import_wacz", "import_warc"]
+_R = TypeVar("_R", bound="Tally")
+
+__all__ = ["export_wacz", "export_warc", "import_wacz", "import_warc"]
 
 CalibreOption = Annotated[int, typer.Option(min=0, max=100, help="Calibre recorded for the captures.")]
 SkipInvalidOption = Annotated[
@@ -179,23 +183,57 @@ def _import(
     )
 
 
+# The selectors export-warc and export-wacz share.
+_TypeOption = Annotated[str, typer.Option("--type", "-t", help="get or head.")]
+_DomainOption = Annotated[str | None, typer.Option(help="Only this registrable domain (all its hosts).")]
+_UrlPrefixOption = Annotated[str | None, typer.Option(help="Only URLs starting with this (normalised).")]
+_FromOption = Annotated[
+    str | None, typer.Option("--from", help=f"Attempts begun at or after this time. {TIMES}.")
+]
+_ToOption = Annotated[
+    str | None,
+    typer.Option(
+        "--to", help="Attempts begun at or before this time: a date or short timestamp counts whole."
+    ),
+]
+
+
+def _exporting(
+    store: str, buffer: str | None, export: Callable[[WebIndex, Callable[[_R], None]], _R]
+) -> tuple[_R, float]:
+    """Run ``export`` on the store opened read-only, its progress (attempts read,
+    MB of WARC written) on a terminal; its report and the seconds it took."""
+    location = store_location(store)
+    started = time.monotonic()
+    with (
+        cli_errors(location),
+        open_index(location, buffer, read_only=True) as index,
+        Progress(
+            TextColumn("[bold]exporting"),
+            TextColumn("{task.fields[attempts]:,} attempts, {task.fields[mb]:,.1f} MB of WARC"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not err.is_terminal,
+        ) as progress,
+    ):
+        task = progress.add_task("export", total=None, attempts=0, mb=0.0)
+        try:
+            report = export(index, lambda r: progress.update(task, attempts=r.attempts, mb=r.bytes / 1e6))
+        except FileExistsError as exc:
+            raise fail(EXIT_USAGE, str(exc)) from None
+    return report, time.monotonic() - started
+
+
 @app.command("export-warc")
 def export_warc(
     out: Annotated[Path, typer.Argument(help="Folder to write the .warc.gz files and the .cdxj index into.")],
     store: StoreOption = "",
     buffer: BufferOption = None,
-    type: Annotated[str, typer.Option("--type", "-t", help="get or head.")] = "get",
-    domain: Annotated[str | None, typer.Option(help="Only this registrable domain (all its hosts).")] = None,
-    url_prefix: Annotated[str | None, typer.Option(help="Only URLs starting with this (normalised).")] = None,
-    start: Annotated[
-        str | None, typer.Option("--from", help=f"Attempts begun at or after this time. {TIMES}.")
-    ] = None,
-    end: Annotated[
-        str | None,
-        typer.Option(
-            "--to", help="Attempts begun at or before this time: a date or short timestamp counts whole."
-        ),
-    ] = None,
+    type: _TypeOption = "get",
+    domain: _DomainOption = None,
+    url_prefix: _UrlPrefixOption = None,
+    start: _FromOption = None,
+    end: _ToOption = None,
     name: Annotated[str, typer.Option(help="File name stem: NAME-00000.warc.gz, NAME.cdxj.")] = "web-index",
     max_file_mb: Annotated[int, typer.Option(min=1, help="Start a new WARC file past this size.")] = 1024,
 ) -> None:
@@ -209,36 +247,22 @@ def export_warc(
     since, until = time_option(start, "--from"), time_option(end, "--to", end=True)
     if not name or "/" in name or name.startswith("."):
         raise fail(EXIT_USAGE, f"--name {name!r}: a plain file name stem")
-    location = store_location(store)
-    started = time.monotonic()
-    with (
-        cli_errors(location),
-        open_index(location, buffer, read_only=True) as index,
-        Progress(
-            TextColumn("[bold]exporting"),
-            TextColumn("{task.fields[attempts]:,} attempts, {task.fields[mb]:,.1f} MB"),
-            TimeElapsedColumn(),
-            console=err,
-            disable=not err.is_terminal,
-        ) as progress,
-    ):
-        task = progress.add_task("export", total=None, attempts=0, mb=0.0)
-        try:
-            report = export_warcs(
-                index,
-                out,
-                type=type,
-                domain=domain,
-                url_prefix=url_prefix,
-                start=since,
-                end=until,
-                name=name,
-                max_file_bytes=max_file_mb << 20,
-                on_progress=lambda r: progress.update(task, attempts=r.attempts, mb=r.bytes / 1e6),
-            )
-        except FileExistsError as exc:
-            raise fail(EXIT_USAGE, str(exc)) from None
-    elapsed = time.monotonic() - started
+    report, elapsed = _exporting(
+        store,
+        buffer,
+        lambda index, on_progress: export_warcs(
+            index,
+            out,
+            type=type,
+            domain=domain,
+            url_prefix=url_prefix,
+            start=since,
+            end=until,
+            name=name,
+            max_file_bytes=max_file_mb << 20,
+            on_progress=on_progress,
+        ),
+    )
     say(
         "",
         f"{plural(report.attempts, 'attempt')}: {plural(report.responses, 'response')}, "
@@ -247,3 +271,74 @@ def export_warc(
     )
     if not report.attempts:
         raise typer.Exit(EXIT_FOUND_NOTHING)
+
+
+@app.command("export-wacz")
+def export_wacz(
+    out: Annotated[Path, typer.Argument(help="The .wacz file to write (it must not exist).")],
+    store: StoreOption = "",
+    buffer: BufferOption = None,
+    type: _TypeOption = "get",
+    domain: _DomainOption = None,
+    url_prefix: _UrlPrefixOption = None,
+    start: _FromOption = None,
+    end: _ToOption = None,
+    title: Annotated[str | None, typer.Option(help="The package's title (datapackage.json).")] = None,
+    description: Annotated[
+        str | None, typer.Option(help="The package's description, Markdown (datapackage.json).")
+    ] = None,
+    text: Annotated[
+        bool, typer.Option(help="Give each page's text in the page lists (full-text search in a replayer).")
+    ] = True,
+    max_file_mb: Annotated[
+        int, typer.Option(min=1, max=2048, help="Start a new WARC file in the package past this size.")
+    ] = 1024,
+) -> None:
+    """Write stored captures as a WACZ package: WARC files, their CDXJ index and page lists in one ZIP.
+
+    The records are export-warc's. The index is plain CDXJ up to 1,024 captures,
+    ZipNum past that; pages are the HTML captures answered 200. The file is
+    written under a temporary name beside OUT and renamed when whole. Exit 1 if
+    nothing matched (no file is written), 2 if OUT exists or cannot be written.
+    """
+    from web_index.archive import export_wacz as export
+
+    since, until = time_option(start, "--from"), time_option(end, "--to", end=True)
+    if out.exists():
+        raise fail(EXIT_USAGE, f"{out} exists: choose another name")
+
+    def write(index: WebIndex, on_progress: Callable[[WaczReport], None]) -> WaczReport:
+        try:
+            return export(
+                index,
+                out,
+                type=type,
+                domain=domain,
+                url_prefix=url_prefix,
+                start=since,
+                end=until,
+                title=title,
+                description=description,
+                text=text,
+                max_file_bytes=max_file_mb << 20,
+                on_progress=on_progress,
+            )
+        except OSError as exc:
+            # The package's own file (its temporary name beside OUT), not the store.
+            if exc.filename is None or Path(str(exc.filename)).parent != out.parent:
+                raise
+            raise fail(EXIT_USAGE, f"cannot write {out}: {exc.strerror or exc}") from None
+
+    report, elapsed = _exporting(store, buffer, write)
+    if report.path is None:
+        raise fail(
+            EXIT_FOUND_NOTHING,
+            f"nothing to export ({plural(report.attempts, 'attempt')} matched): {out} not written",
+        )
+    index_form = "ZipNum" if report.zipnum else "plain"
+    say(
+        "",
+        f"{plural(report.attempts, 'attempt')}: {plural(report.responses, 'response')}, "
+        f"{plural(report.revisits, 'revisit')}, {plural(report.pages, 'page')}; {index_form} index of "
+        f"{plural(report.index_lines, 'line')}; {out} ({report.size / 1e6:.1f} MB, {elapsed:.1f} s)",
+    )

@@ -17,7 +17,7 @@ _GROUPS = {
     "Ask the store": ("query", "presence", "lookup", "search"),
     "Fetch and crawl": ("fetch", "crawl", "worker"),
     "Look after a store": ("stats", "flush", "compact", "verify"),
-    "Serve and export": ("serve", "export-warc"),
+    "Serve and export": ("serve", "export-warc", "export-wacz"),
 }
 _ORDER = {name: n for n, name in enumerate(name for names in _GROUPS.values() for name in names)}
 _GROUP = {name: group for group, names in _GROUPS.items() for name in names}

@@ -18,7 +18,7 @@ process's VmHWM):
 MB/s is the WARCs' bytes (10^6) / the import call's wall seconds, the same
 bytes for every side. Results: bench/results/wacz-import.json and .md.
 
-    nice -n 10 .venv/bin/python bench/wacz_bench.py [--size-mb 128] [--rounds 3]
+    nice -n 10 .venv/bin/python bench/wacz_import_bench.py [--size-mb 128] [--rounds 3]
 """
 
 from __future__ import annotations
