@@ -140,6 +140,7 @@ class Selection:
     url_prefix: str | None = None
     start: datetime | str | None = None
     end: datetime | str | None = None
+    keep: Callable[[Page], bool] | None = None  # and of those, the attempts this keeps
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,8 @@ def export_records(
         type, domain=chosen.domain, url_prefix=chosen.url_prefix, start=chosen.start, end=chosen.end
     ):
         assert isinstance(page, Page)
+        if chosen.keep is not None and not chosen.keep(page):
+            continue
         report.attempts += 1
         for position, response in enumerate(page.responses):
             revisit, target = writer.write_capture(page, position, response, type)

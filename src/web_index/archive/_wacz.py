@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import IO
 
 from web_index._version import __version__
+from web_index.archive._cdx import cdx_selection
+from web_index.archive._cdx_query import CdxQuery
 from web_index.archive._export import Selection, Tally, data_kind, export_records
 from web_index.archive._sorted_lines import SortedLines
 from web_index.archive._wacz_index import write_index
@@ -61,15 +63,23 @@ def export_wacz(
     name: str = "web-index",
     max_file_bytes: int = 1 << 30,
     text: bool = True,
+    matching: CdxQuery | None = None,
     on_progress: Callable[[WaczReport], None] | None = None,
 ) -> WaczReport:
     """Write the stored ``type`` attempts that the filters keep (as
     :func:`export_warcs` does) as a WACZ package to ``out``: a path (which must
     not exist; nothing is written when nothing matched) or a writable binary
     stream (written even when empty). ``title`` and ``description`` (Markdown)
-    go into ``datapackage.json``; ``text``: page lines carry the page's text."""
+    go into ``datapackage.json``; ``text``: page lines carry the page's text.
+    ``matching``: only the attempts whose URL and time a CDX query matches (its ``url``,
+    ``matchType``, ``from`` and ``to``, as ``find_captures`` matches them; its ``type``
+    replaces ``type``), within the other filters."""
+    if matching is not None:
+        type = matching.type
     kind = data_kind(type)
     selection = Selection(domain, url_prefix, start, end)
+    if matching is not None:
+        selection = cdx_selection(matching, selection)
     options = _Options(kind, selection, title, description, name, min(max_file_bytes, _MAX_WARC_MEMBER), text)
     if not isinstance(out, str | Path):
         return _write(index, out, options, on_progress)

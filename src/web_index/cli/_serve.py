@@ -94,6 +94,9 @@ def serve(
     max_body: Annotated[int, typer.Option(min=1, help="Bytes a request body of the JSON API may hold.")] = (
         64 * 1024 * 1024
     ),
+    max_records: Annotated[
+        int, typer.Option(min=1, help="Captures GET /{coll}/wacz packages at most (a larger selection: 413).")
+    ] = 10_000,
     write_token_file: Annotated[
         Path | None,
         typer.Option(
@@ -146,7 +149,8 @@ def serve(
     location = store_location(store)
     build = functools.partial(
         _app, location, token, config, allow_loopback, allow_private, remote_timeout,
-        queue=queue, search_timeout=search_timeout, max_batch=max_batch, max_body=max_body, ui=ui,
+        queue=queue, search_timeout=search_timeout, max_batch=max_batch, max_body=max_body,
+        max_records=max_records, ui=ui,
     )  # fmt: skip
     with cli_errors(location):
         # Built here first with several workers too: a mistake is said once, as a usage error,

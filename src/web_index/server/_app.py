@@ -27,6 +27,7 @@ from web_index.server._mementos import memento, timegate
 from web_index.server._resource import resource, resource_post
 from web_index.server._search import SearchBackend, search
 from web_index.server._timemaps import timemap
+from web_index.server._wacz import DEFAULT_MAX_RECORDS, wacz
 
 __all__ = ["create_app", "serve"]
 
@@ -42,6 +43,7 @@ def create_app(
     collection: str = DEFAULT_COLLECTION,
     max_batch: int = _api.DEFAULT_MAX_BATCH,
     max_body: int = _api.DEFAULT_MAX_BODY,
+    max_records: int = DEFAULT_MAX_RECORDS,
     write_token: str | None = None,
     collections: Mapping[str, Collection] | None = None,
 ) -> Starlette:
@@ -55,7 +57,9 @@ def create_app(
     ``/{collection}/timegate/{url}`` and ``/{collection}/timemap/link/{url}``
     their TimeGate and TimeMap; ``GET /{collection}/resource?url=`` and
     ``POST /{collection}/resource-post`` (the request to look up as the body)
-    the Resource API, a capture as one WARC record.
+    the Resource API, a capture as one WARC record. ``GET /{collection}/wacz?url=``
+    streams the store's captures that CDX query selects as a WACZ package, at
+    most ``max_records`` of them (else a 413).
 
     ``GET /search?site=&q=`` answers from the site's newest published
     database, copied here and re-checked every ``refresh`` seconds; with
@@ -70,8 +74,11 @@ def create_app(
     same caps; it exists only with a ``write_token`` (then ``index`` must be
     writable), which requests give as ``Authorization: Bearer <token>``.
     """
-    if max_batch < 1 or max_body < 1:
-        raise ValueError(f"max_batch and max_body must be at least 1, got {max_batch} and {max_body}")
+    if max_batch < 1 or max_body < 1 or max_records < 1:
+        raise ValueError(
+            "max_batch, max_body and max_records must be at least 1,"
+            f" got {max_batch}, {max_body}, {max_records}"
+        )
     routes = [
         Route("/api/query", _api.query, methods=["POST"]),
         Route("/api/presence", _api.presence, methods=["POST"]),
@@ -99,6 +106,7 @@ def create_app(
         routes=[
             Route("/{coll}/cdx", cdx, methods=["GET"]),
             Route("/{coll}/index", cdx, methods=["GET"]),
+            Route("/{coll}/wacz", wacz, methods=["GET"]),
             *routes,
             Route("/search", search, methods=["GET"]),
             Route("/{coll}/resource", resource, methods=["GET"]),
@@ -120,6 +128,7 @@ def create_app(
     app.state.store_collection = collection
     app.state.max_batch = max_batch
     app.state.max_body = max_body
+    app.state.max_records = max_records
     app.state.write_token = None if write_token is None else write_token.strip().encode()
     return app
 
