@@ -320,3 +320,30 @@ def test_index_lines_sorted_past_memory() -> None:
         lines.add(word)
     assert lines.count == len(words)
     assert list(lines.sorted()) == sorted(w.encode("utf-8", "surrogateescape") for w in words)
+
+
+@pytest.mark.parametrize("command", ["export-wacz", "export-warc"])
+def test_cli_url_selects_as_the_cdx_api_matches(tmp_path: Path, command: str) -> None:
+    store = str(tmp_path / "s")
+    with WebIndex(store, create=True) as index:
+        fill(index, 3)
+        index.insert(
+            *attempt("http://www.a.example.com/about", T0 + timedelta(days=1), body=html("Again", "x"))
+        )
+
+    def exported(*selectors: str) -> str:
+        out = tmp_path / f"{len(list(tmp_path.iterdir()))}{'.wacz' if command == 'export-wacz' else ''}"
+        done = runner.invoke(app, [command, str(out), "--store", store, *selectors])
+        assert done.exit_code == 0, done.output
+        return done.stderr.split(":", 1)[0]
+
+    # exact: the URL's captures whatever the scheme and www. (SURT), not /about2 or /
+    assert exported("--url", "https://a.example.com/about") == "2 attempts"
+    assert exported("--url", "a.example.com/about", "--to", "2024-08-01") == "1 attempt"
+    assert exported("--url", "a.example.com", "--match-type", "host") == "4 attempts"
+    assert exported("--url", "a.example.com/", "--url", "c.example.net/p1") == "2 attempts"
+    assert exported("--url", "example.net", "--match-type", "domain") == "3 attempts"
+    bad = runner.invoke(
+        app, [command, str(tmp_path / "bad"), "--store", store, "--url", "x.com", "--match-type", "all"]
+    )
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: --match-type: ")

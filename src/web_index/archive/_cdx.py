@@ -18,7 +18,7 @@ import base64
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -93,22 +93,25 @@ def key_range(query: CdxQuery) -> tuple[str, Callable[[str], bool]]:
     return start, lambda k: k.startswith(prefixes)
 
 
-def cdx_selection(query: CdxQuery, within: Selection) -> Selection:
-    """``within``, keeping only the attempts whose URL and time ``query`` matches as
-    :func:`find_captures` matches a capture (its SURT key, its 14-digit moment)."""
-    _start, matches = key_range(query)
-    try:
-        domain = domain_of(query.url if "://" in query.url else f"http://{query.url}")
-    except InvalidURLError:
-        domain = None  # a bare suffix (matchType=domain of "com"): every partition
-    low, high = query.start, query.end
+def cdx_selection(queries: Sequence[CdxQuery], within: Selection) -> Selection:
+    """``within``, keeping only the attempts whose URL and time one of ``queries`` matches
+    as :func:`find_captures` matches a capture (its SURT key, its 14-digit moment)."""
+    tests = []
+    domains: set[str | None] = set()
+    for query in queries:
+        _start, matches = key_range(query)
+        tests.append((query.start, query.end, matches))
+        try:
+            domains.add(domain_of(query.url if "://" in query.url else f"http://{query.url}"))
+        except InvalidURLError:
+            domains.add(None)  # a bare suffix (matchType=domain of "com"): every partition
 
     def keep(page: Page) -> bool:
-        moment = page.timestamp.strftime("%Y%m%d%H%M%S")
-        return low <= moment <= high and matches(surt_key(page.url))
+        moment, key = page.timestamp.strftime("%Y%m%d%H%M%S"), surt_key(page.url)
+        return any(low <= moment <= high and matches(key) for low, high, matches in tests)
 
-    narrowed = within.domain if within.domain is not None else domain
-    return replace(within, domain=narrowed, keep=keep)
+    one = next(iter(domains)) if len(domains) == 1 else None  # queries of several domains: scan them all
+    return replace(within, domain=within.domain if within.domain is not None else one, keep=keep)
 
 
 def find_captures(index: WebIndex, query: CdxQuery, *, source: str) -> list[Capture]:

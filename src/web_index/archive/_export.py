@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +36,7 @@ import surt
 from fastwarc.warc import WarcRecord, WarcRecordType
 
 from web_index._version import __version__
+from web_index.archive._cdx_query import CdxQuery
 from web_index.archive._sorted_lines import SortedLines
 from web_index.archive._warc_write import (
     capture_ident,
@@ -96,12 +97,20 @@ def export_warcs(
     end: datetime | str | None = None,
     name: str = "web-index",
     max_file_bytes: int = 1 << 30,
+    matching: Sequence[CdxQuery] = (),
     on_progress: Callable[[ExportReport], None] | None = None,
 ) -> ExportReport:
     """Write the stored ``type`` (``get`` or ``head``) attempts that the filters
     (as :meth:`WebIndex.scan` takes them) keep into ``out`` (a folder, made if
-    missing) as ``<name>-00000.warc.gz``, ``-00001``, … and ``<name>.cdxj``."""
+    missing) as ``<name>-00000.warc.gz``, ``-00001``, … and ``<name>.cdxj``.
+    ``matching``: of those, only the attempts whose URL and time one of these CDX queries
+    matches (``url``, ``matchType``, ``from``, ``to``, as the CDX API matches a capture)."""
     kind = data_kind(type)
+    selection = Selection(domain, url_prefix, start, end)
+    if matching:
+        from web_index.archive._cdx import cdx_selection  # _cdx builds on this module
+
+        selection = cdx_selection(matching, selection)
     out.mkdir(parents=True, exist_ok=True)
     for taken in (out / f"{name}-00000.warc.gz", out / f"{name}.cdxj"):
         if taken.exists():
@@ -116,7 +125,7 @@ def export_warcs(
             lines,
             report,
             type=kind,
-            selection=Selection(domain, url_prefix, start, end),
+            selection=selection,
             name=name,
             max_file_bytes=max_file_bytes,
             digest_prefix="",  # pywb's form: the bare base32

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,7 +63,7 @@ def export_wacz(
     name: str = "web-index",
     max_file_bytes: int = 1 << 30,
     text: bool = True,
-    matching: CdxQuery | None = None,
+    matching: CdxQuery | Sequence[CdxQuery] | None = None,
     on_progress: Callable[[WaczReport], None] | None = None,
 ) -> WaczReport:
     """Write the stored ``type`` attempts that the filters keep (as
@@ -71,14 +71,14 @@ def export_wacz(
     not exist; nothing is written when nothing matched) or a writable binary
     stream (written even when empty). ``title`` and ``description`` (Markdown)
     go into ``datapackage.json``; ``text``: page lines carry the page's text.
-    ``matching``: only the attempts whose URL and time a CDX query matches (its ``url``,
-    ``matchType``, ``from`` and ``to``, as ``find_captures`` matches them; its ``type``
-    replaces ``type``), within the other filters."""
-    if matching is not None:
-        type = matching.type
+    ``matching``: only the attempts whose URL and time a CDX query (or one of several)
+    matches, within the other filters (see :func:`export_warcs`); one query's ``type``
+    replaces ``type``."""
+    if isinstance(matching, CdxQuery):
+        type, matching = matching.type, [matching]
     kind = data_kind(type)
     selection = Selection(domain, url_prefix, start, end)
-    if matching is not None:
+    if matching:
         selection = cdx_selection(matching, selection)
     options = _Options(kind, selection, title, description, name, min(max_file_bytes, _MAX_WARC_MEMBER), text)
     if not isinstance(out, str | Path):

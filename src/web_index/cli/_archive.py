@@ -38,7 +38,7 @@ from web_index.cli._app import (
 from web_index.errors import MissingExtraError
 
 if TYPE_CHECKING:
-    from web_index.archive import ArchiveFile, Tally, WaczReport
+    from web_index.archive import ArchiveFile, CdxQuery, Tally, WaczReport
     from web_index.index import WebIndex
 
 _R = TypeVar("_R", bound="Tally")
@@ -187,6 +187,19 @@ def _import(
 _TypeOption = Annotated[str, typer.Option("--type", "-t", help="get or head.")]
 _DomainOption = Annotated[str | None, typer.Option(help="Only this registrable domain (all its hosts).")]
 _UrlPrefixOption = Annotated[str | None, typer.Option(help="Only URLs starting with this (normalised).")]
+_UrlOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--url",
+        help="Only the captures of this URL (repeat for more), matched as the CDX API matches"
+        " (SURT: scheme and a leading www. do not count).",
+        show_default=False,
+    ),
+]
+_MatchTypeOption = Annotated[
+    str,
+    typer.Option(help="How --url matches: exact, prefix (URLs under it), host, or domain (and subdomains)."),
+]
 _FromOption = Annotated[
     str | None, typer.Option("--from", help=f"Attempts begun at or after this time. {TIMES}.")
 ]
@@ -196,6 +209,20 @@ _ToOption = Annotated[
         "--to", help="Attempts begun at or before this time: a date or short timestamp counts whole."
     ),
 ]
+
+
+def _queries(urls: list[str] | None, match_type: str, type: str) -> list[CdxQuery]:
+    """The CDX queries ``--url`` and ``--match-type`` ask for (a bad one: exit 2, naming it)."""
+    from web_index.archive import parse_cdx_query
+    from web_index.errors import InvalidRecordError
+
+    try:
+        return [
+            parse_cdx_query({"url": [url], "matchType": [match_type], "type": [type]}) for url in urls or ()
+        ]
+    except InvalidRecordError as exc:
+        option = {"url": "--url", "matchType": "--match-type", "type": "--type"}.get(exc.field, exc.field)
+        raise fail(EXIT_USAGE, f"{option}: {exc.problem}") from None
 
 
 def _exporting(
@@ -232,6 +259,8 @@ def export_warc(
     type: _TypeOption = "get",
     domain: _DomainOption = None,
     url_prefix: _UrlPrefixOption = None,
+    url: _UrlOption = None,
+    match_type: _MatchTypeOption = "exact",
     start: _FromOption = None,
     end: _ToOption = None,
     name: Annotated[str, typer.Option(help="File name stem: NAME-00000.warc.gz, NAME.cdxj.")] = "web-index",
@@ -245,6 +274,7 @@ def export_warc(
     from web_index.archive import export_warcs
 
     since, until = time_option(start, "--from"), time_option(end, "--to", end=True)
+    matching = _queries(url, match_type, type)
     if not name or "/" in name or name.startswith("."):
         raise fail(EXIT_USAGE, f"--name {name!r}: a plain file name stem")
     report, elapsed = _exporting(
@@ -260,6 +290,7 @@ def export_warc(
             end=until,
             name=name,
             max_file_bytes=max_file_mb << 20,
+            matching=matching,
             on_progress=on_progress,
         ),
     )
@@ -281,6 +312,8 @@ def export_wacz(
     type: _TypeOption = "get",
     domain: _DomainOption = None,
     url_prefix: _UrlPrefixOption = None,
+    url: _UrlOption = None,
+    match_type: _MatchTypeOption = "exact",
     start: _FromOption = None,
     end: _ToOption = None,
     title: Annotated[str | None, typer.Option(help="The package's title (datapackage.json).")] = None,
@@ -304,6 +337,7 @@ def export_wacz(
     from web_index.archive import export_wacz as export
 
     since, until = time_option(start, "--from"), time_option(end, "--to", end=True)
+    matching = _queries(url, match_type, type)
     if out.exists():
         raise fail(EXIT_USAGE, f"{out} exists: choose another name")
 
@@ -321,6 +355,7 @@ def export_wacz(
                 description=description,
                 text=text,
                 max_file_bytes=max_file_mb << 20,
+                matching=matching,
                 on_progress=on_progress,
             )
         except OSError as exc:
