@@ -207,6 +207,12 @@ def test_a_server_worker_looks_captures_up_without_pyarrow(tmp_path: Path) -> No
     ``WebIndex.captures`` + ``capture_response`` of GET and HEAD captures leave pyarrow
     unimported: a lookup reads the capture index and one data page, and a worker
     that only looks captures up should not carry pyarrow's ~45 MiB (issue 46)."""
+    _leaves_pyarrow_out(_SERVE, tmp_path)
+
+
+def _leaves_pyarrow_out(script: str, tmp_path: Path) -> None:
+    """Run ``script`` on a compacted store of GET and HEAD captures of one URL in two months;
+    it must pass, and print the heavy modules it imported: none."""
     from tests.factories import T0, attempt
     from web_index import WebIndex
 
@@ -216,7 +222,7 @@ def test_a_server_worker_looks_captures_up_without_pyarrow(tmp_path: Path) -> No
                 index.insert(*attempt("https://example.com/a", T0 + timedelta(days=days), method=method))
         index.flush()
         index.compact()
-    done = subprocess.run([sys.executable, "-c", _SERVE, str(tmp_path / "s")], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "s")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", done.stdout
 
@@ -263,15 +269,4 @@ def test_a_batch_on_an_indexed_store_reads_without_pyarrow(tmp_path: Path) -> No
     """The standard's queries on a local store whose every partition is compacted and indexed
     find their winners in the month indexes' keys files and read them by place: no Parquet
     file is opened, and pyarrow's ~45 MiB stay out of the batch's memory (issue 46)."""
-    from tests.factories import T0, attempt
-    from web_index import WebIndex
-
-    with WebIndex(tmp_path / "s") as index:
-        for method in ("get", "head"):
-            for days in (0, 45):  # two months
-                index.insert(*attempt("https://example.com/a", T0 + timedelta(days=days), method=method))
-        index.flush()
-        index.compact()
-    done = subprocess.run([sys.executable, "-c", _BATCH, str(tmp_path / "s")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "", done.stdout
+    _leaves_pyarrow_out(_BATCH, tmp_path)

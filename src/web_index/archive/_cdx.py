@@ -18,19 +18,17 @@ import base64
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import NamedTuple, TypeVar
 
 from web_index.archive._cdx_query import CDX_FIELDS, CdxQuery
-from web_index.archive._export import Selection
 from web_index.errors import InvalidRecordError, InvalidURLError
 from web_index.index import WebIndex
-from web_index.models import Page, Response
+from web_index.models import Response
 from web_index.storage import CaptureFields, parse_capture_line
-from web_index.urls import domain_of, surt_key, surt_prefixes
+from web_index.urls import surt_prefixes
 
 __all__ = [
     "PAGE_SIZE",
@@ -39,7 +37,6 @@ __all__ = [
     "capture_moment",
     "cdx_lines",
     "cdx_page",
-    "cdx_selection",
     "closest_capture",
     "closest_memento",
     "find_captures",
@@ -91,27 +88,6 @@ def key_range(query: CdxQuery) -> tuple[str, Callable[[str], bool]]:
     # A domain has two prefixes, ``host)`` and ``host,``: its keys start with ``host``.
     start = prefixes[0][:-1] if len(prefixes) > 1 else prefixes[0]
     return start, lambda k: k.startswith(prefixes)
-
-
-def cdx_selection(queries: Sequence[CdxQuery], within: Selection) -> Selection:
-    """``within``, keeping only the attempts whose URL and time one of ``queries`` matches
-    as :func:`find_captures` matches a capture (its SURT key, its 14-digit moment)."""
-    tests = []
-    domains: set[str | None] = set()
-    for query in queries:
-        _start, matches = key_range(query)
-        tests.append((query.start, query.end, matches))
-        try:
-            domains.add(domain_of(query.url if "://" in query.url else f"http://{query.url}"))
-        except InvalidURLError:
-            domains.add(None)  # a bare suffix (matchType=domain of "com"): every partition
-
-    def keep(page: Page) -> bool:
-        moment, key = page.timestamp.strftime("%Y%m%d%H%M%S"), surt_key(page.url)
-        return any(low <= moment <= high and matches(key) for low, high, matches in tests)
-
-    one = next(iter(domains)) if len(domains) == 1 else None  # queries of several domains: scan them all
-    return replace(within, domain=within.domain if within.domain is not None else one, keep=keep)
 
 
 def find_captures(index: WebIndex, query: CdxQuery, *, source: str) -> list[Capture]:

@@ -37,6 +37,7 @@ from fastwarc.warc import WarcRecord, WarcRecordType
 
 from web_index._version import __version__
 from web_index.archive._cdx_query import CdxQuery
+from web_index.archive._selection import Selection, cdx_selection
 from web_index.archive._sorted_lines import SortedLines
 from web_index.archive._warc_write import (
     capture_ident,
@@ -55,7 +56,6 @@ from web_index.urls import target_uri
 
 __all__ = [
     "ExportReport",
-    "Selection",
     "Tally",
     "WarcSink",
     "Written",
@@ -108,8 +108,6 @@ def export_warcs(
     kind = data_kind(type)
     selection = Selection(domain, url_prefix, start, end)
     if matching:
-        from web_index.archive._cdx import cdx_selection  # _cdx builds on this module
-
         selection = cdx_selection(matching, selection)
     out.mkdir(parents=True, exist_ok=True)
     for taken in (out / f"{name}-00000.warc.gz", out / f"{name}.cdxj"):
@@ -139,17 +137,6 @@ def export_warcs(
         sink.close()
         lines.close()  # the spilled runs, when the export stopped early
     return report
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The filters of an export, as :meth:`WebIndex.scan` takes them."""
-
-    domain: str | None = None
-    url_prefix: str | None = None
-    start: datetime | str | None = None
-    end: datetime | str | None = None
-    keep: Callable[[Page], bool] | None = None  # and of those, the attempts this keeps
 
 
 @dataclass(frozen=True)

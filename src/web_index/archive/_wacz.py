@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import IO
 
 from web_index._version import __version__
-from web_index.archive._cdx import cdx_selection
 from web_index.archive._cdx_query import CdxQuery
-from web_index.archive._export import Selection, Tally, data_kind, export_records
+from web_index.archive._export import Tally, data_kind, export_records
+from web_index.archive._selection import Selection, cdx_selection
 from web_index.archive._sorted_lines import SortedLines
 from web_index.archive._wacz_index import write_index
 from web_index.archive._wacz_pages import PageLists

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.progress import (
@@ -211,6 +211,26 @@ _ToOption = Annotated[
 ]
 
 
+def _selectors(
+    type: str,
+    domain: str | None,
+    url_prefix: str | None,
+    urls: list[str] | None,
+    match_type: str,
+    start: str | None,
+    end: str | None,
+) -> dict[str, Any]:
+    """The export functions' selector arguments from the options both commands share."""
+    return {
+        "type": type,
+        "domain": domain,
+        "url_prefix": url_prefix,
+        "start": time_option(start, "--from"),
+        "end": time_option(end, "--to", end=True),
+        "matching": _queries(urls, match_type, type),
+    }
+
+
 def _queries(urls: list[str] | None, match_type: str, type: str) -> list[CdxQuery]:
     """The CDX queries ``--url`` and ``--match-type`` ask for (a bad one: exit 2, naming it)."""
     from web_index.archive import parse_cdx_query
@@ -273,25 +293,14 @@ def export_warc(
     """
     from web_index.archive import export_warcs
 
-    since, until = time_option(start, "--from"), time_option(end, "--to", end=True)
-    matching = _queries(url, match_type, type)
+    chosen = _selectors(type, domain, url_prefix, url, match_type, start, end)
     if not name or "/" in name or name.startswith("."):
         raise fail(EXIT_USAGE, f"--name {name!r}: a plain file name stem")
     report, elapsed = _exporting(
         store,
         buffer,
         lambda index, on_progress: export_warcs(
-            index,
-            out,
-            type=type,
-            domain=domain,
-            url_prefix=url_prefix,
-            start=since,
-            end=until,
-            name=name,
-            max_file_bytes=max_file_mb << 20,
-            matching=matching,
-            on_progress=on_progress,
+            index, out, name=name, max_file_bytes=max_file_mb << 20, on_progress=on_progress, **chosen
         ),
     )
     say(
@@ -336,8 +345,7 @@ def export_wacz(
     """
     from web_index.archive import export_wacz as export
 
-    since, until = time_option(start, "--from"), time_option(end, "--to", end=True)
-    matching = _queries(url, match_type, type)
+    chosen = _selectors(type, domain, url_prefix, url, match_type, start, end)
     if out.exists():
         raise fail(EXIT_USAGE, f"{out} exists: choose another name")
 
@@ -346,17 +354,12 @@ def export_wacz(
             return export(
                 index,
                 out,
-                type=type,
-                domain=domain,
-                url_prefix=url_prefix,
-                start=since,
-                end=until,
                 title=title,
                 description=description,
                 text=text,
                 max_file_bytes=max_file_mb << 20,
-                matching=matching,
                 on_progress=on_progress,
+                **chosen,
             )
         except OSError as exc:
             # The package's own file (its temporary name beside OUT), not the store.
