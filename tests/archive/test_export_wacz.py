@@ -347,3 +347,43 @@ def test_cli_url_selects_as_the_cdx_api_matches(tmp_path: Path, command: str) ->
         app, [command, str(tmp_path / "bad"), "--store", store, "--url", "x.com", "--match-type", "all"]
     )
     assert bad.exit_code == 2 and bad.stderr.startswith("error: --match-type: ")
+
+
+def test_a_package_past_4_gib_gets_zip64_records_and_no_local_extras(tmp_path: Path) -> None:
+    """Members under 4 GiB each, the package past it: the offsets past 4 GiB go in ZIP64
+    central-directory extras and a ZIP64 end record, which ReplayWeb.page reads; the EOCD's
+    offset field holds 0xFFFFFFFF (the marker it looks for); no local header holds an extra
+    (where it reads a member's data from the central directory alone)."""
+    from datetime import UTC, datetime
+
+    from web_index.archive._wacz_zip import ZipOut
+
+    chunk = bytes(1 << 24)  # 16 MiB of zeros, written 96 times a member: 1.5 GiB each
+    path = tmp_path / "big.wacz"
+    with path.open("wb") as fh:
+        out = ZipOut(fh, datetime(2024, 1, 1, tzinfo=UTC))
+        for n in range(3):
+            out.add(f"archive/part-{n}.warc.gz", (chunk for _ in range(96)), stored=True)
+        out.add("pages/pages.jsonl", [b'{"format": "json-pages-1.0", "id": "pages"}\n'])
+        out.end()
+        out.zip.close()
+    size = path.stat().st_size
+    assert size > 4 << 30
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+    assert [i.file_size for i in infos[:3]] == [96 << 24] * 3
+    past = [i for i in infos if i.header_offset > 0xFFFFFFFF]
+    assert past and all(i.extra for i in past)  # their offsets in ZIP64 extras
+    with path.open("rb") as fh:
+        for info in infos:
+            fh.seek(info.header_offset)
+            local = fh.read(30)
+            assert local[:4] == b"PK\x03\x04"
+            assert struct.unpack("<H", local[28:30])[0] == 0, info.filename  # no local extra field
+        fh.seek(size - 22)
+        eocd = fh.read(22)
+    assert eocd[:4] == b"PK\x05\x06" and eocd[16:20] == b"\xff\xff\xff\xff"
+    with path.open("rb") as fh:
+        fh.seek(size - 22 - 20)
+        assert fh.read(4) == b"PK\x06\x07"  # the ZIP64 end-of-central-directory locator
+    path.unlink()

@@ -32,9 +32,10 @@ from web_index.models import RecordType
 
 __all__ = ["WaczReport", "export_wacz"]
 
-# A ZIP member past 4 GiB needs ZIP64 declared before it is written, which a
-# streamed member cannot know: WARC members stay well below.
-_MAX_WARC_MEMBER = 2 << 30
+# A ZIP member past 2 GiB - 1 needs ZIP64 declared before it is written (zipfile refuses
+# to close it otherwise), which a streamed member cannot know: a WARC member is cut at
+# 1.5 GiB, and the record that crosses it (a body is at most 64 MiB) stays below.
+_MAX_WARC_MEMBER = 3 << 29
 
 
 @dataclass

@@ -333,7 +333,7 @@ def export_wacz(
         bool, typer.Option(help="Give each page's text in the page lists (full-text search in a replayer).")
     ] = True,
     max_file_mb: Annotated[
-        int, typer.Option(min=1, max=2048, help="Start a new WARC file in the package past this size.")
+        int, typer.Option(min=1, max=1536, help="Start a new WARC file in the package past this size.")
     ] = 1024,
 ) -> None:
     """Write stored captures as a WACZ package: WARC files, their CDXJ index and page lists in one ZIP.
