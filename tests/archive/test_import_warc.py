@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
+import hashlib
 import io
 import itertools
 from datetime import UTC, datetime, timedelta
@@ -37,7 +39,6 @@ class Warc:
     def __init__(self, gzip: bool = True) -> None:
         self.buf = io.BytesIO()
         self.writer = WARCWriter(self.buf, gzip=gzip, warc_version="1.1")
-        self.ids: dict[str, str] = {}
 
     def info(self, software: str) -> None:
         self.writer.write_record(self.writer.create_warcinfo_record("x.warc.gz", {"software": software}))
@@ -51,7 +52,8 @@ class Warc:
         headers: list[tuple[str, str]] | None = None,
         method: str = "GET",
         pair: bool = True,
-    ) -> None:
+    ) -> str:
+        """Write the capture; return its response record's ``WARC-Record-ID``."""
         date = _iso(when)
         fields = headers if headers is not None else [("Content-Type", "text/html")]
         http = StatusAndHeaders(status, fields, protocol="HTTP/1.1")
@@ -62,9 +64,10 @@ class Warc:
             http_headers=http,
             warc_headers_dict={"WARC-Date": date},
         )
+        rid = str(response.rec_headers.get_header("WARC-Record-ID"))
         if not pair:
             self.writer.write_record(response)
-            return
+            return rid
         request = self.writer.create_warc_record(
             url,
             "request",
@@ -75,14 +78,21 @@ class Warc:
             warc_headers_dict={"WARC-Date": date},
         )
         self.writer.write_request_response_pair(request, response)
+        return rid
 
-    def revisit(self, url: str, when: datetime, refers_to: datetime) -> None:
+    def revisit(
+        self, url: str, when: datetime, refers_to: datetime, record_id: str | None = None,
+        digest: str = "sha1:AAAA",
+    ) -> None:  # fmt: skip
+        """A revisit of the capture of ``url`` at ``refers_to`` (``record_id``: WARC-Refers-To)."""
         http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
         record = self.writer.create_revisit_record(
-            url, digest="sha1:AAAA", refers_to_uri=url,
+            url, digest=digest, refers_to_uri=url,
             refers_to_date=_iso(refers_to), http_headers=http,
         )  # fmt: skip
         record.rec_headers.replace_header("WARC-Date", _iso(when))
+        if record_id is not None:
+            record.rec_headers.add_header("WARC-Refers-To", record_id)
         self.writer.write_record(record)
 
     def other(self, kind: str, url: str, body: bytes, content_type: str) -> None:
@@ -287,6 +297,29 @@ def test_a_file_cut_anywhere_in_its_last_member_is_refused(tmp_path: Path) -> No
             assert caught.value.offset == last, end
         assert _get(index, "https://example.com/1") is not None
         assert _get(index, "https://example.com/2") is None  # never half a page
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_a_revisit_gets_the_capture_its_warc_refers_to_names(tmp_path: Path, bulk: bool) -> None:
+    """Two captures of one URL in the same microsecond, both gzipped on the wire (so stored
+    decoded: the revisits' digests, of the wire's payloads, match neither stored body): only
+    ``WARC-Refers-To`` tells them apart, and each revisit gets the body of the record it names."""
+    url, zipped = "https://example.com/", [("Content-Type", "text/html"), ("Content-Encoding", "gzip")]
+    w = Warc()
+    named = {body: w.capture(url, gzip.compress(body), headers=zipped) for body in (b"<p>1</p>", b"<p>2</p>")}
+    for day, (body, rid) in enumerate(named.items(), 1):
+        digest = "sha1:" + base64.b32encode(hashlib.sha1(gzip.compress(body)).digest()).decode()
+        w.revisit(url, T0 + timedelta(days=day), refers_to=T0, record_id=rid, digest=digest)
+    with WebIndex(tmp_path / "s", create=True) as index:
+        assert import_warcs(index, [w.save(tmp_path / "a.warc.gz")], bulk=bulk).stored == 4
+        got = [_latest(index, url, T0 + timedelta(days=day)) for day in (1, 2)]
+    assert got == list(named)
+
+
+def _latest(index: WebIndex, url: str, when: datetime) -> bytes | None:
+    page = index.query([TimeAwarePageQuery(url=url, timestamp=when, not_before=when, not_after=when)])[0]
+    assert isinstance(page, Page)
+    return page.data
 
 
 _URLS = ["https://example.com/a", "https://example.com/b", "https://example.org/c"]
