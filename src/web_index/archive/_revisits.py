@@ -10,13 +10,15 @@ narrows the search.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from datetime import timedelta
 
 from web_index.archive._http import decoded
 from web_index.archive._warc_fields import RevisitTarget, names_record
 from web_index.index import WebIndex
-from web_index.models import Page, TimeAwarePageQuery
+from web_index.models import Page, TimeAwarePageQuery, from_us
+from web_index.storage import CaptureFields, parse_capture_line
 from web_index.urls import url_key
 
 __all__ = ["resolve_revisits"]
@@ -41,26 +43,54 @@ def _pick(index: WebIndex, target: RevisitTarget, nearest: object) -> bytes | No
         return None
     digest = target.digest
     if _named(target, nearest) or (digest is not None and digest.matches(nearest.data)):
-        return nearest.data  # the common case: one capture at that date, no scan
+        return nearest.data  # the common case: nothing more to look up
     if target.record_id is None and digest is None:
         return nearest.data  # nothing tells the captures of that moment apart
-    key = url_key(target.uri)
-    nearby = [
-        p
-        for p in index.scan(url_prefix=target.uri, start=target.date - _WINDOW, end=target.date + _WINDOW)
-        if isinstance(p, Page) and url_key(p.url) == key
+    return _search(index, target, nearest)
+
+
+def _search(index: WebIndex, target: RevisitTarget, nearest: Page) -> bytes | None:
+    """Among the captures of the URI in the window (listed from the capture index, no body
+    read): the one named, else the nearest with the payload the revisit names (its body, whichever
+    capture holds it), else the nearest whose payload cannot be checked, else ``nearest``."""
+    key, digest = url_key(target.uri), target.digest
+    start, end = target.date - _WINDOW, target.date + _WINDOW
+    nearby: list[tuple[str, CaptureFields]] = []
+    for line in index.captures(target.uri, start=start, end=end):
+        fields = parse_capture_line(line)[2]
+        if url_key(fields.url) == key and start <= from_us(fields.attempt_us) <= end:
+            nearby.append((line, fields))
+    if len(nearby) < 2:
+        return nearest.data  # no other capture to choose: no body read
+
+    def distance(found: tuple[str, CaptureFields]) -> tuple[timedelta, bool]:
+        # A tie goes to the query's answer (the later fetch), as without a digest.
+        return abs(from_us(found[1].attempt_us) - target.date), found[1].request_id != nearest.request_id
+
+    named = [
+        n for n in nearby if target.record_id is not None and names_record(n[1].request_id, target.record_id)
     ]
-    named = [p for p in nearby if _named(target, p)]
-    exact = [p for p in nearby if digest is not None and p.data is not None and digest.matches(p.data)]
-    # A body stored decoded cannot be checked against a digest of the wire's (gzipped) payload:
-    # such a capture may be the one meant, where no body matches.
-    unsure = [p for p in nearby if digest is not None and decoded(p.headers)]
-    # The nearest; a tie goes to the query's answer (the later fetch), as without a digest.
-    best = min(
-        named or exact or unsure or [nearest],
-        key=lambda p: (abs(p.timestamp - target.date), p.request_id != nearest.request_id),
-    )
-    return best.data
+    if digest is not None and digest.algorithm == "sha1":
+        wanted = base64.b32encode(digest.raw).decode()
+        exact = [n for n in nearby if n[1].digest == wanted]
+    else:
+        exact = []  # (a SHA-256, rare in WARCs, is checked against the bodies below)
+    for line, _ in sorted(named or exact, key=distance):
+        response = index.capture_response(line)
+        if response is not None and response.data is not None:
+            return response.data
+    loaded = [(n, index.capture_response(n[0])) for n in sorted(nearby, key=distance)]
+    bodies = [(r.data, r.headers) for _, r in loaded if r is not None and r.data is not None]
+    if digest is not None:
+        for body, _ in bodies:
+            if digest.matches(body):
+                return body
+        # A body stored decoded cannot be checked against a digest of the wire's (gzipped)
+        # payload: such a capture may be the one meant, where no body matches.
+        for body, headers in bodies:
+            if decoded(headers):
+                return body
+    return nearest.data
 
 
 def _named(target: RevisitTarget, page: Page) -> bool:
