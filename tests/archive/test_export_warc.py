@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 from warcio.archiveiterator import ArchiveIterator
@@ -92,7 +93,28 @@ def captured(index: WebIndex, type: RecordType) -> Counter[tuple[Any, ...]]:
     return out
 
 
+def _one(
+    url: str, at: datetime, body: bytes, headers: dict[str, str] | None = None
+) -> tuple[AttemptMetadata, list[Response]]:
+    meta = AttemptMetadata(
+        state="success", url=url, fetcher_name="t", fetcher_version="1", fetcher_calibre=10
+    )
+    fields = {"content-type": "text/plain", **(headers or {})}
+    response = Response(url=url, request_url=url, status_code=200, headers=fields,
+                        timestamp=at, data=body, is_final=True, fetcher_name="t", fetcher_version="1",
+                        fetcher_calibre=10)  # fmt: skip
+    return meta, [response]
+
+
+def _same_instant() -> list[tuple[Any, ...]]:
+    """Two captures of a URL in one microsecond, both stored decoded, then each body again."""
+    url, zipped = URLS[0], {"content-encoding": "gzip"}
+    moments = [(T0, b"one"), (T0, b"two"), (T0 + timedelta(days=1), b"one"), (T0 + timedelta(days=2), b"two")]
+    return [("get", url, at, *_one(url, at, body, zipped)) for at, body in moments]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(gets=_same_instant(), heads=[], flush=False, roll=1 << 30)
 @given(
     gets=st.lists(attempts("get"), max_size=8),
     heads=st.lists(attempts("head"), max_size=3),
@@ -122,13 +144,24 @@ def test_import_of_export_gives_back_every_response(
 
 
 def _check_with_warcio(files: list[Path], cdxj: Path | None) -> None:
-    """Every record's digests verify in warcio; the CDXJ is sorted and each of
-    its lines points at the gzip member of the record it names."""
+    """Every record's digests verify in warcio; each revisit names (``WARC-Refers-To``) a
+    response of the URI, date and payload it refers to; the CDXJ is sorted and each of its lines
+    points at the gzip member of the record it names."""
     assert cdxj is not None
+    named_by = ("WARC-Target-URI", "WARC-Date", "WARC-Payload-Digest")
+    responses, revisits = {}, []
     for path in files:
         with path.open("rb") as fh:
-            kinds = [r.rec_type for r in ArchiveIterator(fh, check_digests="raise")]
-        assert kinds[0] == "warcinfo" and "warcinfo" not in kinds[1:]
+            records = [(r.rec_type, r.rec_headers) for r in ArchiveIterator(fh, check_digests="raise")]
+        assert records[0][0] == "warcinfo" and "warcinfo" not in [kind for kind, _ in records[1:]]
+        for kind, head in records:
+            if kind == "response":
+                responses[head.get_header("WARC-Record-ID")] = [head.get_header(f) for f in named_by]
+            elif kind == "revisit":
+                refers = ("WARC-Refers-To-Target-URI", "WARC-Refers-To-Date", "WARC-Payload-Digest")
+                revisits.append((head.get_header("WARC-Refers-To"), [head.get_header(f) for f in refers]))
+    for named, refers in revisits:
+        assert responses[named] == refers
     lines = cdxj.read_bytes().splitlines()
     assert lines == sorted(lines)
     folder = files[0].parent if files else cdxj.parent
@@ -164,16 +197,6 @@ def test_filters_and_rolling(tmp_path: Path) -> None:
         URLS[1]
     }
     assert window.attempts == 2  # days 40 and 60 after 2024-08-01; 80 is past September
-
-
-def _one(url: str, at: datetime, body: bytes) -> tuple[AttemptMetadata, list[Response]]:
-    meta = AttemptMetadata(
-        state="success", url=url, fetcher_name="t", fetcher_version="1", fetcher_calibre=10
-    )
-    response = Response(url=url, request_url=url, status_code=200, headers={"content-type": "text/plain"},
-                        timestamp=at, data=body, is_final=True, fetcher_name="t", fetcher_version="1",
-                        fetcher_calibre=10)  # fmt: skip
-    return meta, [response]
 
 
 def test_import_decodes_bodies_as_the_fetchers_store_them(tmp_path: Path) -> None:
@@ -268,6 +291,21 @@ def test_a_revisit_finds_its_payload_among_captures_of_the_same_second(tmp_path:
         report = export_warcs(source, tmp_path / "out")
         assert report.revisits == 1
         import_warcs(copy, report.files)
+        assert captured(copy, RecordType.GET) == captured(source, RecordType.GET)
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_a_revisit_gets_the_body_it_names_when_captures_share_an_instant(tmp_path: Path, bulk: bool) -> None:
+    """Two captures of one URL at the same microsecond, both stored decoded (``content-encoding:
+    gzip``): a later capture of either body is written as a revisit naming the one it repeats, and
+    the import gives it that body, not whichever of the two the date finds first."""
+    items = _same_instant()
+    with WebIndex(tmp_path / "a", create=True) as source, WebIndex(tmp_path / "b", create=True) as copy:
+        source.insert_many(items)
+        report = export_warcs(source, tmp_path / "out")
+        assert report.revisits == 2
+        _check_with_warcio(report.files, report.cdxj)
+        import_warcs(copy, report.files, bulk=bulk)
         assert captured(copy, RecordType.GET) == captured(source, RecordType.GET)
 
 

@@ -37,7 +37,6 @@ class Warc:
     def __init__(self, gzip: bool = True) -> None:
         self.buf = io.BytesIO()
         self.writer = WARCWriter(self.buf, gzip=gzip, warc_version="1.1")
-        self.ids: dict[str, str] = {}
 
     def info(self, software: str) -> None:
         self.writer.write_record(self.writer.create_warcinfo_record("x.warc.gz", {"software": software}))
@@ -51,7 +50,8 @@ class Warc:
         headers: list[tuple[str, str]] | None = None,
         method: str = "GET",
         pair: bool = True,
-    ) -> None:
+    ) -> str:
+        """Write the capture; return its response record's ``WARC-Record-ID``."""
         date = _iso(when)
         fields = headers if headers is not None else [("Content-Type", "text/html")]
         http = StatusAndHeaders(status, fields, protocol="HTTP/1.1")
@@ -62,9 +62,10 @@ class Warc:
             http_headers=http,
             warc_headers_dict={"WARC-Date": date},
         )
+        rid = str(response.rec_headers.get_header("WARC-Record-ID"))
         if not pair:
             self.writer.write_record(response)
-            return
+            return rid
         request = self.writer.create_warc_record(
             url,
             "request",
@@ -75,14 +76,21 @@ class Warc:
             warc_headers_dict={"WARC-Date": date},
         )
         self.writer.write_request_response_pair(request, response)
+        return rid
 
-    def revisit(self, url: str, when: datetime, refers_to: datetime) -> None:
+    def revisit(
+        self, url: str, when: datetime, refers_to: datetime, record_id: str | None = None,
+        digest: str = "sha1:AAAA",
+    ) -> None:  # fmt: skip
+        """A revisit of the capture of ``url`` at ``refers_to`` (``record_id``: WARC-Refers-To)."""
         http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
         record = self.writer.create_revisit_record(
-            url, digest="sha1:AAAA", refers_to_uri=url,
+            url, digest=digest, refers_to_uri=url,
             refers_to_date=_iso(refers_to), http_headers=http,
         )  # fmt: skip
         record.rec_headers.replace_header("WARC-Date", _iso(when))
+        if record_id is not None:
+            record.rec_headers.add_header("WARC-Refers-To", record_id)
         self.writer.write_record(record)
 
     def other(self, kind: str, url: str, body: bytes, content_type: str) -> None:

@@ -6,10 +6,11 @@ headers) and a ``response`` record holding the status, header fields and body
 (see ``_http`` for the fields an export must change to carry a decoded body),
 dated when that response arrived. A body whose payload was written already
 in this export becomes a ``revisit`` record (identical-payload-digest) that
-refers to the first one. Each file starts with a ``warcinfo`` record; a file
-is closed once its records (its ``warcinfo`` aside) fill ``max_file_bytes``. Each record is its own gzip
-member, so that a reader can seek to it: the CDXJ lines (pywb's form, one
-per response or revisit, sorted) give its offset and length.
+refers to the first one by its URI, date and record id. Each file starts with
+a ``warcinfo`` record; a file is closed once its records (its ``warcinfo``
+aside) fill ``max_file_bytes``. Each record is its own gzip member, so that a
+reader can seek to it: the CDXJ lines (pywb's form, one per response or
+revisit, sorted) give its offset and length.
 
 Record ids are derived from the request id, the position in the chain and
 the record's kind: exporting the same records again writes the same ids, and
@@ -243,7 +244,8 @@ class _Writer:
         self.info_size = 0
         self.files = 0
         self.warcinfo = ""
-        self.written: dict[bytes, tuple[str, str]] = {}  # payload SHA-1 -> (target URI, WARC-Date)
+        # payload SHA-1 -> (target URI, WARC-Date, WARC-Record-ID) of the record holding it
+        self.written: dict[bytes, tuple[str, str, str]] = {}
 
     def write_capture(
         self, page: Page, position: int, response: Response, kind: RecordType
@@ -264,7 +266,7 @@ class _Writer:
             self.report.revisits += 1
         else:
             if sha1 is not None and response.data:
-                self.written[sha1] = (target, when)
+                self.written[sha1] = (target, when, response_id)
             self.report.responses += 1
         offset, length = self._write(record)
         fields = {

@@ -6,7 +6,8 @@
   it: de-chunked, and gzip/deflate content codings decoded (``_http``); the
   fields an export renamed (``x-web-index-original-*``) are restored.
 * ``revisit``: the same, with the body of the capture it refers to
-  (``WARC-Refers-To-Target-URI`` and ``-Date``), found in the store (the
+  (``WARC-Refers-To``, else ``-Target-URI``, ``-Date`` and its payload
+  digest: ``_revisits``), found in the store (the
   batch waiting is stored first; in a bulk load, the revisits wait until the
   load has committed); one that cannot be resolved is counted.
 * ``resource`` (a file without HTTP: a screenshot, a PDF from a crawler):
@@ -29,14 +30,20 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from web_index.archive._arc_read import read_arc
-from web_index.archive._http import decoded, parse_http_response, restore_headers, store_body
+from web_index.archive._http import parse_http_response, restore_headers, store_body
+from web_index.archive._revisits import resolve_revisits
 from web_index.archive._sources import ArchiveFile, archive_files
-from web_index.archive._warc_fields import record_request_id, revisit_target, warcinfo_software
+from web_index.archive._warc_fields import (
+    RevisitTarget,
+    record_request_id,
+    revisit_target,
+    warcinfo_software,
+)
 from web_index.archive._warc_read import WarcRecord, read_warc
 from web_index.errors import InvalidRecordError, WarcError
 from web_index.fetch import join_headers
@@ -45,14 +52,10 @@ from web_index.ingest import validate_attempt
 from web_index.models import (
     AttemptMetadata,
     AttemptState,
-    Digest,
-    Page,
     PageKey,
     RecordType,
     Response,
-    TimeAwarePageQuery,
 )
-from web_index.urls import url_key
 
 if TYPE_CHECKING:
     from web_index._bulk_load import BulkLoad
@@ -88,7 +91,7 @@ class _Capture:
     fetcher: tuple[str, str]
     method: RecordType = RecordType.GET
     note: str | None = None  # for the attempt's logs
-    refers: tuple[str, datetime, Digest | None] | None = None  # a revisit's target, its date, digest
+    refers: RevisitTarget | None = None  # what a revisit refers to
 
 
 def import_warcs(
@@ -242,39 +245,6 @@ class _Run:
         if len(self.pending) > self.batch:
             self.store(keep=1)  # the last one's request record may come next
 
-    def _resolve(self, revisits: list[_Capture]) -> list[bytes | None]:
-        """The bodies these revisits refer to (``None`` where none is found), one
-        batch of queries for them all."""
-        window = timedelta(seconds=1)  # WARC dates are often to the second
-        refers = [c.refers for c in revisits if c.refers is not None]
-        queries = [TimeAwarePageQuery(url=t, timestamp=at, not_before=at - window, not_after=at + window)
-                   for t, at, _ in refers]  # fmt: skip
-        return [
-            self._pick(r, page, window) for r, page in zip(refers, self.index.query(queries), strict=True)
-        ]
-
-    def _pick(
-        self, refers: tuple[str, datetime, Digest | None], page: object, window: timedelta
-    ) -> bytes | None:
-        target, at, digest = refers
-        if not isinstance(page, Page) or page.data is None:
-            return None
-        if digest is None or digest.matches(page.data) or decoded(page.headers):
-            return page.data  # (a decoded body cannot be checked: the digest is of the wire's payload)
-        # Two captures of the URL in the window (the same second, say): the
-        # nearest with the payload the revisit names, else the nearest whose
-        # payload cannot be checked (decoded), else the nearest.
-        key = url_key(target)
-        nearby = [
-            p
-            for p in self.index.scan(url_prefix=target, start=at - window, end=at + window)
-            if isinstance(p, Page) and url_key(p.url) == key
-        ]
-        exact = [p for p in nearby if digest.matches(p.data or b"")]
-        unsure = [p for p in nearby if decoded(p.headers)]
-        best = min(exact or unsure or [page], key=lambda p: abs((p.timestamp - at).total_seconds()))
-        return best.data
-
     def store(self, keep: int = 0) -> None:
         todo, self.pending = (
             self.pending[: len(self.pending) - keep],
@@ -342,7 +312,7 @@ class _Run:
         self, waiting: list[tuple[_Capture, str]]
     ) -> tuple[list[tuple[_Capture, str]], list[tuple[_Capture, str]]]:
         """The revisits whose captures are found, each given its capture's body, and the others."""
-        bodies = self._resolve([c for c, _ in waiting])
+        bodies = resolve_revisits(self.index, [c.refers for c, _ in waiting if c.refers is not None])
         found, rest = [], []
         for (c, rid), body in zip(waiting, bodies, strict=True):
             if body is None:

@@ -5,17 +5,30 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import NamedTuple
 
 from web_index.archive._warc_read import WarcRecord
 from web_index.errors import InvalidRecordError
 from web_index.models import Digest, parse_when, to_us
 
-__all__ = ["record_request_id", "revisit_target", "warcinfo_software"]
+__all__ = ["RevisitTarget", "names_record", "record_request_id", "revisit_target", "warcinfo_software"]
+
+_TIME_BITS = 48  # a request id's leading bits: its time, the rest made of the record id
 
 
-def revisit_target(record: WarcRecord) -> tuple[str, datetime, Digest | None] | None:
-    """What a revisit refers to: target URL, date, and the payload digest if it gives one."""
+class RevisitTarget(NamedTuple):
+    """What a revisit refers to: the capture of ``uri`` at ``date``; the record's id
+    (``WARC-Refers-To``) when it gives one, and its payload's digest when it gives one."""
+
+    uri: str
+    date: datetime
+    digest: Digest | None
+    record_id: str | None
+
+
+def revisit_target(record: WarcRecord) -> RevisitTarget | None:
+    """What a revisit refers to, ``None`` without a target URI and date."""
     target = (record.header("WARC-Refers-To-Target-URI") or "").strip().strip("<>")
     when = record.header("WARC-Refers-To-Date")
     if not target or not when:
@@ -28,7 +41,7 @@ def revisit_target(record: WarcRecord) -> tuple[str, datetime, Digest | None] | 
         digest: Digest | None = Digest.parse(record.header("WARC-Payload-Digest") or "")
     except InvalidRecordError:
         digest = None  # nothing to check the nearest capture against
-    return target, at, digest
+    return RevisitTarget(target, at, digest, (record.header("WARC-Refers-To") or "").strip() or None)
 
 
 def record_request_id(record_id: str, date: datetime) -> str:
@@ -36,9 +49,21 @@ def record_request_id(record_id: str, date: datetime) -> str:
     bits of the SHA-256 of its ``WARC-Record-ID``: the same record, the same id."""
     digest = int.from_bytes(hashlib.sha256(record_id.encode()).digest()[:10], "big")
     ms = to_us(date) // 1000
-    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | (digest >> 68 & 0xFFF) << 64
+    value = (ms & ((1 << _TIME_BITS) - 1)) << (128 - _TIME_BITS) | 0x7 << 76 | (digest >> 68 & 0xFFF) << 64
     value |= 0b10 << 62 | (digest & ((1 << 62) - 1))
     return str(uuid.UUID(int=value))
+
+
+def names_record(request_id: str, record_id: str) -> bool:
+    """Whether ``request_id`` is the one a record of ``record_id`` is stored under. Its time
+    is left out: a ``WARC-Refers-To-Date`` may be less precise than the record's ``WARC-Date``."""
+    rest = (1 << (128 - _TIME_BITS)) - 1
+    try:
+        found = uuid.UUID(request_id).int
+    except ValueError:
+        return False  # not an imported record's id
+    epoch = datetime.fromtimestamp(0, tz=UTC)
+    return found & rest == uuid.UUID(record_request_id(record_id, epoch)).int & rest
 
 
 def warcinfo_software(block: bytes) -> tuple[str, str] | None:

@@ -65,14 +65,14 @@ def response_record(
     *,
     warc_record_id: str,
     warcinfo_id: str | None = None,
-    written: Mapping[bytes, tuple[str, str]] | None = None,
+    written: Mapping[bytes, tuple[str, str, str]] | None = None,
     sha1: bytes | None = None,
 ) -> tuple[WarcRecord, bytes | None]:
     """The ``response`` record of ``response``, and its payload's SHA-1 (``None``
     without a body). A body whose payload is in ``written`` (the payloads a
-    file holds already, by SHA-1: the target URI and WARC-Date of the record
-    holding each) makes it a ``revisit`` record of that one instead, which
-    holds the HTTP head only. ``sha1``: the body's SHA-1, when its caller has
+    file holds already, by SHA-1: the target URI, WARC-Date and WARC-Record-ID of
+    the record holding each) makes it a ``revisit`` record of that one instead,
+    which holds the HTTP head only. ``sha1``: the body's SHA-1, when its caller has
     it checked already (a store's capture read by its place): not hashed again."""
     body = response.data
     headers = wire_headers(response.headers, body)
@@ -94,6 +94,8 @@ def response_record(
         record.headers["WARC-Profile"] = _REVISIT_PROFILE
         record.headers["WARC-Refers-To-Target-URI"] = refers_to[0]
         record.headers["WARC-Refers-To-Date"] = refers_to[1]
+        # The URI and date may name several captures (two fetches in one microsecond): the id, one.
+        record.headers["WARC-Refers-To"] = refers_to[2]
         set_block(record, head)
     else:
         set_block(record, head, body or b"")
