@@ -59,6 +59,7 @@ from web_index.storage.indexes._month_format import (
     index_path,
     read_covers,
     rid_text,
+    row_group_ranges,
 )
 from web_index.storage.indexes._month_keys import KeysFile, Row, keys_path, open_keys
 from web_index.storage.indexes._month_listing import CoveredListing, spans
@@ -144,22 +145,7 @@ class MonthIndex:
 
     def _group_stats(self) -> tuple[list[tuple[bytes, bytes]], list[int]]:
         if self._row_groups is None:
-            meta = self.handle.metadata
-            groups: list[tuple[bytes, bytes]] = []
-            starts: list[int] = []
-            start = 0
-            for g in range(meta.num_row_groups):
-                rg = meta.row_group(g)
-                stats = rg.column(0).statistics
-                lo, hi = (stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None)
-                if isinstance(lo, bytes) and isinstance(hi, bytes):
-                    groups.append((lo, hi))
-                else:
-                    groups.append((b"", b"\xff" * 17))
-                starts.append(start)
-                start += rg.num_rows
-            starts.append(start)
-            self._row_groups = (groups, starts)
+            self._row_groups = row_group_ranges(self.handle.metadata)
         return self._row_groups
 
     def covered(self, domain: str) -> Sequence[int]:

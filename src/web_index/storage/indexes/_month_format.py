@@ -44,6 +44,7 @@ __all__ = [
     "key_hash",
     "read_covers",
     "rid_text",
+    "row_group_ranges",
     "schema",
     "wants_keys",
     "write_index",
@@ -130,6 +131,23 @@ class Covered(NamedTuple):  # a tuple: a month index covers tens of thousands of
 # straight into Covered tuples (the stdlib's json took 20 ms a month of 10,000 files).
 decode_covers = msgspec.json.Decoder(list[Covered]).decode
 encode_covers = msgspec.json.Encoder().encode
+
+
+def row_group_ranges(meta: pq.FileMetaData) -> tuple[list[tuple[bytes, bytes]], list[int]]:
+    """Each row group's ``key_hash`` range (all keys when its statistics say none), and
+    each one's first row, the row count last: what a lookup by row group prunes with."""
+    groups: list[tuple[bytes, bytes]] = []
+    starts: list[int] = []
+    start = 0
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        stats = rg.column(0).statistics
+        lo, hi = (stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None)
+        groups.append((lo, hi) if isinstance(lo, bytes) and isinstance(hi, bytes) else (b"", b"\xff" * 17))
+        starts.append(start)
+        start += rg.num_rows
+    starts.append(start)
+    return groups, starts
 
 
 def read_covers(handle: pq.ParquetFile) -> list[Covered]:
