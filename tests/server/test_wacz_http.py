@@ -132,3 +132,13 @@ def test_a_client_that_goes_away_stops_the_export(tmp_path: Path) -> None:
         while any(t.name == "wacz-export" for t in threading.enumerate()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(t.name == "wacz-export" for t in threading.enumerate())
+
+
+def test_an_iri_gets_an_ascii_file_name(tmp_path: Path) -> None:
+    with WebIndex(tmp_path / "s") as index:
+        index.insert(*attempt("https://例え.jp/ページ", T0, body=b"<title>x</title>"))
+        index.flush()
+    with WebIndex(tmp_path / "s", read_only=True) as index, serving(index) as http:
+        got = http.get("/store/wacz", params={"url": "https://例え.jp/ページ"})
+    assert got.status_code == 200, got.text
+    assert got.headers["content-disposition"].isascii()

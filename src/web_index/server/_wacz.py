@@ -61,7 +61,10 @@ async def wacz(request: Request) -> Response:
 
 
 def _file_name(query: CdxQuery) -> str:
-    stem = "".join(c if c.isalnum() or c in ".-" else "-" for c in query.url.split("://")[-1])[:80]
+    # ASCII only: a header value is Latin-1, and an IRI's letters are not
+    stem = "".join(
+        c if (c.isascii() and c.isalnum()) or c in ".-" else "-" for c in query.url.split("://")[-1]
+    )[:80]
     return f"{stem.strip('-.') or 'capture'}.wacz"
 
 
