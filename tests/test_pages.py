@@ -224,7 +224,8 @@ def test_outdated_is_what_a_rewrite_would_change_and_nothing_else(tmp_path: Path
         "over the line, unpaged": ([b"x" * (line + 4096)], unpaged, None, True),
         "over the line, paged": ([b"x" * (line + 4096)], options, None, False),
         "format 2": ([b"x"], options, b"2", True),
-        "a newer format": ([b"x" * (line + 4096)], unpaged, b"4", False),
+        "format 3 (no payload references: nothing to rewrite)": ([b"x"], options, b"3", False),
+        "a newer format": ([b"x" * (line + 4096)], unpaged, b"5", False),
         "another writer's": ([b"x" * (line + 4096)], unpaged, b"", False),
     }
     for name, (bodies, written_with, format, expected) in cases.items():
@@ -403,7 +404,7 @@ def test_compact_with_min_parts_0_gives_a_big_file_of_an_older_version_its_pages
     pq.write_table(table.replace_schema_metadata({b"web_index.format": b"2"}), path)
     with WebIndex(root, policy=FlushPolicy(compact_parts=0)) as idx:
         assert idx.compact(min_parts=0) == 1
-        assert (pq.read_metadata(path).metadata or {})[b"web_index.format"] == b"3"
+        assert (pq.read_metadata(path).metadata or {})[b"web_index.format"] == b"4"
         assert "payload_sha1" in pq.read_schema(path).names
         assert idx.query([SimplePageQuery(url=u) for u in [*urls, "https://other.example.org/"]]) == before
         assert idx.verify().problems == []

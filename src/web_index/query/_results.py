@@ -11,6 +11,7 @@ because this is where results are built.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,7 +19,7 @@ from web_index.models import AttemptMetadata, Page, RecordType, Response, from_u
 from web_index.query._find import FileRows, Found
 from web_index.query._plan import Candidate, Plan
 from web_index.query._pool import reader_pool
-from web_index.storage import LocalBackend, Store, StoredCapture, read_group, read_small_files
+from web_index.storage import LocalBackend, Store, StoredCapture, read_group, read_small_files, resolve_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -101,6 +102,14 @@ def load_results(
         for kind, paths in small.items():
             chains.update(_read_small_files(local, sorted(small_paths[kind]), paths))
     rows_of.update((path, job.result()) for path, job in jobs.items())
+    # Rows that refer to their payload get it (read from the rows that hold them).
+    resolve_rows(
+        store.backend,
+        itertools.chain(
+            (row for rows in rows_of.values() for row in rows.values()),
+            (row for chain in chains.values() for row in chain),
+        ),
+    )
     for i, f in found.items():
         p = plans[i]
         src = f.source

@@ -19,6 +19,7 @@ from web_index.storage._layout import STORE_MARKER as STORE_MARKER
 from web_index.storage._layout import Partition
 from web_index.storage._layout import StoredFile as StoredFile
 from web_index.storage._open import open_store as open_store
+from web_index.storage._payload_refs import resolve_rows as resolve_rows
 from web_index.storage._scan import ScanFilter as ScanFilter
 from web_index.storage._scan import scan as scan
 from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS

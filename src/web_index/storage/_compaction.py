@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from web_index.errors import ConflictError, CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._crash import crash_point
+from web_index.storage._dedupe import find_holders, part_digests, share_payloads, wanted_payloads
 from web_index.storage._files import WriteOptions, outdated, row_groups, write_partition_file
 from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage._listing import Listing
@@ -245,11 +246,20 @@ class Compaction(Listing):
             return bool(dead)
         # Merged as read (every file is sorted): one row group of each file in
         # memory, not the partition (docs/performance.md).
+        shares = options.share_payloads and partition.type is RecordType.GET
         merged = merge_sorted(
             partition.type,
             [row_groups(handle) for _, handle in opened],
             functools.partial(self.write_options.group_rows, partition.type),
+            fresh=[f.part is not None for f, _ in opened] if shares else None,
         )
+        if shares:
+            # Identical payloads stored once: fresh rows refer to a stored copy.
+            wanted = wanted_payloads(part_digests(h for f, h in opened if f.part is not None))
+            holders = find_holders(
+                self.backend, partition, self.months(partition.type), wanted, old[0] if old else None
+            )
+            merged = share_payloads(merged, holders, wanted)
         superseded = [f.part for f in files if f.part is not None]
         # On an object store the commit is conditional on the compacted file
         # being the version we read (or still absent): a compactor that lost

@@ -22,6 +22,7 @@ from web_index.storage._schema import (
     BODY_COLUMN,
     DIGEST_COLUMNS,
     FORMAT_VERSION,
+    REF_COLUMN,
     SORT_KEYS,
     schemas,
 )
@@ -55,6 +56,9 @@ __all__ = [
 
 SUPERSEDED_KEY = b"web_index.superseded"
 FORMAT_KEY = b"web_index.format"
+# Formats written as this version writes (a format-3 file is a format-4 file
+# without payload references: nothing to gain by rewriting it).
+_CURRENT_FORMATS = (b"3", FORMAT_VERSION.encode())
 
 
 class WriteOptions:
@@ -71,6 +75,7 @@ class WriteOptions:
         body_page_bytes: int = 16 << 10,
         paged_min_bytes: int = 256 << 10,
         dictionary_min_rows: int = 1000,
+        share_payloads: bool = True,
     ) -> None:
         self.row_group_rows = row_group_rows
         # Files with bodies get smaller row groups: a lookup decodes a whole row
@@ -97,6 +102,9 @@ class WriteOptions:
         # A dictionary page costs a page header and footer entries: in the
         # typical file of tens of rows, more than the repeated strings it saves.
         self.dictionary_min_rows = dictionary_min_rows
+        # A compacted ``get`` row whose payload its domain already stores refers to
+        # it instead of holding a copy (storage/_dedupe.py); off, every row holds its body.
+        self.share_payloads = share_payloads
 
     def group_rows(self, type: RecordType, held: int = 0, size: int = 0) -> int:
         """Rows per row group; with ``held`` rows of ``size`` bytes in hand, as
@@ -149,12 +157,12 @@ def outdated(meta: pq.FileMetaData, type: RecordType, options: WriteOptions) -> 
     files: an older format, or a ``get`` file big enough for body pages
     without a page index for its bodies (``compact(min_parts=0)`` rewrites it)."""
     written = (meta.metadata or {}).get(FORMAT_KEY, b"")
-    if written.isdigit() and int(written) < int(FORMAT_VERSION):
+    if written.isdigit() and int(written) < int(_CURRENT_FORMATS[0]):
         return True
     # A newer format (or another writer's file) is left as it is: rewriting it
     # here would drop what this version does not know.
     names = meta.schema.names
-    if written != FORMAT_VERSION.encode() or type is not RecordType.GET or BODY_COLUMN not in names:
+    if written not in _CURRENT_FORMATS or type is not RecordType.GET or BODY_COLUMN not in names:
         return False
     body = names.index(BODY_COLUMN)
     chunks = [meta.row_group(g).column(body) for g in range(meta.num_row_groups)]
@@ -208,6 +216,9 @@ def conform(type: RecordType, table: pa.Table) -> pa.Table:
         table = table.append_column(
             DIGEST_COLUMNS[0], pa.array([p[0] for p in pairs], type=pa.binary(20))
         ).append_column(DIGEST_COLUMNS[1], pa.array([p[1] for p in pairs], type=pa.binary(32)))
+    if type is RecordType.GET and REF_COLUMN not in table.column_names:
+        # Rows from the buffer, or a file written before references: each holds its body.
+        table = table.append_column(REF_COLUMN, pa.nulls(table.num_rows, pa.string()))
     return table.select(schemas()[type].names).cast(schemas()[type])
 
 
@@ -359,6 +370,8 @@ def schema_matches(type: RecordType, schema: pa.Schema) -> bool:
 
     found = _normalised(schema.remove_metadata())
     expected = schemas()[type]
+    if type is RecordType.GET and REF_COLUMN not in schema.names:  # written before references
+        expected = pa.schema([f for f in expected if f.name != REF_COLUMN])
     if type is RecordType.GET and DIGEST_COLUMNS[0] not in schema.names:
         expected = pa.schema([f for f in expected if f.name not in DIGEST_COLUMNS])
     return found.equals(_normalised(expected))
@@ -462,8 +475,17 @@ def read_small_files(
     # the first file's columns are read from all, digests (which no bulk reader
     # of rows needs) never unless asked for. A file without a column asked for
     # is an error, or with ``missing_as_null`` a column of nulls.
+    schema = None if columns is not None else pl.scan_parquet(sources[0]).collect_schema()
+    # A ``get`` file written before payload references has no such column (its
+    # rows all hold their bodies): read with later files, its rows get nulls.
+    refs = schema is not None and BODY_COLUMN in schema
+    if refs and schema is not None:
+        schema[REF_COLUMN] = pl.String
     scan = pl.scan_parquet(
-        sources, missing_columns="insert" if missing_as_null else "raise", extra_columns="ignore"
+        sources,
+        schema=schema if refs else None,
+        missing_columns="insert" if missing_as_null or refs else "raise",
+        extra_columns="ignore",
     )
     wanted = list(columns) if columns is not None else scan.collect_schema().names()
     frame = scan.select([c for c in wanted if columns is not None or c not in DIGEST_COLUMNS]).collect()

@@ -42,6 +42,7 @@ from web_index.models import (
     RecordType,
     payload_digests,
 )
+from web_index.storage._dedupe import find_holders, share_payloads, wanted_payloads
 from web_index.storage._files import (
     WriteOptions,
     columns_to_table,
@@ -133,10 +134,14 @@ class Spill:
         had_files = _had_files(listing)
         try:
             tables = ((p, self._table(p)) for p in sorted(self._where, key=_commit_order))
+            months = listing.months(RecordType.GET) if options.share_payloads else []
+            shared = _shared(self._backend, tables, had_files, months, options.share_payloads)
             if isinstance(self._backend, LocalBackend):
-                parted = _write_local(self._backend, locks, options, tables, had_files, durable=durable)
+                parted = _write_local(
+                    self._backend, locks, options, shared, had_files, self._table, durable=durable
+                )
             else:
-                parted = _write_remote(self._backend, options, tables, had_files)
+                parted = _write_remote(self._backend, options, shared, had_files, self._table)
             return {_method_partition(p) for p in self._where}, parted
         finally:
             self.discard()
@@ -151,6 +156,28 @@ class Spill:
             batches.append(reader.get_batch(b))
         table = pa.Table.from_batches(batches)
         return table if len(batches) == 1 else sort_dedupe(partition.type, table)
+
+
+def _shared(
+    backend: Backend,
+    tables: Iterator[tuple[Partition, pa.Table]],
+    had_files: Callable[[Partition], bool],
+    months: Sequence[tuple[int, int]],
+    share: bool,
+) -> Iterator[tuple[Partition, pa.Table, bool]]:
+    """Each table, and whether its payloads stored elsewhere became references
+    (storage/_dedupe.py): only a ``get`` table to be the compacted file of a
+    partition without files. Parts never refer: a compaction may make their
+    rows references, which would leave a reference to one of them without its body."""
+    import pyarrow as pa
+
+    for partition, table in tables:
+        if not share or partition.type is not RecordType.GET or had_files(partition):
+            yield partition, table, False
+            continue
+        wanted = wanted_payloads([table])
+        holders = find_holders(backend, partition, months, wanted)
+        yield partition, pa.concat_tables(share_payloads([table], holders, wanted)), True
 
 
 def _had_files(listing: Listing) -> Callable[[Partition], bool]:
@@ -178,8 +205,9 @@ def _write_local(
     backend: LocalBackend,
     locks: Locks,
     options: WriteOptions,
-    tables: Iterator[tuple[Partition, pa.Table]],
+    tables: Iterator[tuple[Partition, pa.Table, bool]],
     had_files: Callable[[Partition], bool],
+    original: Callable[[Partition], pa.Table],
     *,
     durable: bool,
 ) -> set[MethodPartition]:
@@ -190,16 +218,20 @@ def _write_local(
     spooled: list[tuple[Partition, Path, list[bytes] | None]] = []
     parted: set[MethodPartition] = set()
     indexes: list[tuple[Path, str]] = []
+    shared: set[Partition] = set()
     try:
-        for partition, table in tables:
+        for partition, table, refers in tables:
             data, write_options = partition_file_args(partition, table, options)
             spool = backend.spool_parquet(data, **write_options)
             spooled.append((partition, spool, None))
+            if refers:
+                shared.add(partition)
             if not partition.type.is_metadata:
                 # The lines carry the bodies' places: learnt from the file as written.
                 with pa.memory_map(str(spool)) as source:
                     written = CheckedFile(source, path=partition.compacted_path)
-                    spooled[-1] = (partition, spool, table_lines(partition.type, table, written))
+                    made = table_lines(partition.type, table, written, backend, partition.compacted_path)
+                    spooled[-1] = (partition, spool, made)
         if durable:
             backend.sync_all()  # every spooled file's bytes, before any is named
         for mp, group in itertools.groupby(spooled, key=lambda s: _method_partition(s[0])):
@@ -209,6 +241,13 @@ def _write_local(
                 for partition, spool, lines in group:
                     path = partition.compacted_path
                     if had_files(partition) or backend.has_file(path):
+                        if partition in shared:  # compacted meanwhile: a part, which never refers
+                            whole = original(partition)
+                            data, write_options = partition_file_args(partition, whole, options)
+                            spool.unlink()
+                            spool = backend.spool_parquet(data, **write_options)
+                            if durable:
+                                backend.sync_all()
                         backend.place(spool, partition.part_path(str(uuid.uuid4())))
                         parted.add(mp)
                         continue
@@ -239,18 +278,20 @@ def _stored(backend: LocalBackend, partition: Partition, path: str) -> StoredFil
 def _write_remote(
     backend: Backend,
     options: WriteOptions,
-    tables: Iterator[tuple[Partition, pa.Table]],
+    tables: Iterator[tuple[Partition, pa.Table, bool]],
     had_files: Callable[[Partition], bool],
+    original: Callable[[Partition], pa.Table],
 ) -> set[MethodPartition]:
     parted: set[MethodPartition] = set()
-    for partition, table in tables:
+    for partition, table, refers in tables:
         if not had_files(partition):
             try:
                 create: dict[str, object] = {"create": True}
                 write_partition_file(backend, partition, table, options, part=None, condition=create)
                 continue
             except ConflictError:  # compacted by another meanwhile: this file is a part of it
-                pass
+                if refers:
+                    table = original(partition)  # a part never refers
         write_partition_file(backend, partition, table, options, part=str(uuid.uuid4()))
         parted.add(_method_partition(partition))
     return parted

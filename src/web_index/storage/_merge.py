@@ -26,7 +26,10 @@ from web_index.storage._schema import SORT_KEYS, TS_COLUMN
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["merge_sorted", "sort_keys"]
+__all__ = ["FRESH", "merge_sorted", "sort_keys"]
+
+# The column merge_sorted adds when told which inputs are fresh (a compaction's parts).
+FRESH = "_fresh"
 
 Key = tuple[Any, ...]
 
@@ -34,9 +37,10 @@ Key = tuple[Any, ...]
 class _Input:
     """One sorted input: the chunk in hand, its keys, and how much of it is written."""
 
-    def __init__(self, chunks: Iterator[pa.Table], type: RecordType) -> None:
+    def __init__(self, chunks: Iterator[pa.Table], type: RecordType, fresh: bool | None) -> None:
         self._chunks = chunks
         self._type = type
+        self._fresh = fresh
         self.table: pa.Table | None = None
         self.keys: list[Key] = []
         self.pos = 0
@@ -47,6 +51,11 @@ class _Input:
         for table in self._chunks:  # skip empty chunks
             if table.num_rows:
                 self.table = conform(self._type, table)
+                if self._fresh is not None:
+                    import pyarrow as pa
+
+                    flags = pa.array([self._fresh] * table.num_rows, pa.bool_())
+                    self.table = self.table.append_column(FRESH, flags)
                 self.keys = sort_keys(self._type, self.table)
                 return
 
@@ -76,15 +85,25 @@ def sort_keys(type: RecordType, table: pa.Table) -> list[Key]:
 
 
 def merge_sorted(
-    type: RecordType, inputs: Sequence[Iterable[pa.Table]], group_rows: Callable[[int, int], int]
+    type: RecordType,
+    inputs: Sequence[Iterable[pa.Table]],
+    group_rows: Callable[[int, int], int],
+    *,
+    fresh: Sequence[bool] | None = None,
 ) -> Iterator[pa.Table]:
     """Tables holding every record of the sorted ``inputs`` once, in sort order,
     each of ``group_rows(rows held, bytes held)`` rows (the last one shorter).
     Each input is a sequence of tables (its row groups) already sorted by the
-    type's sort key."""
+    type's sort key.
+
+    ``fresh`` (one flag an input) adds the column :data:`FRESH`: whether a row
+    came only from fresh inputs. A record in a fresh and in a stale input (a part
+    that a compaction which died had absorbed) is stale: it may already be
+    referred to as it is."""
     import pyarrow as pa
 
-    sources = [_Input(iter(chunks), type) for chunks in inputs]
+    flags = [None] * len(inputs) if fresh is None else list(fresh)
+    sources = [_Input(iter(chunks), type, flag) for chunks, flag in zip(inputs, flags, strict=True)]
     identity = slice(2, None)  # request id (and chain index) within the sort key
     last: Key | None = None  # identity of the last row written
     out: list[pa.Table] = []
@@ -102,15 +121,25 @@ def merge_sorted(
                 pieces.append(taken[0])
                 round_keys.extend(taken[1])
         order = sorted(range(len(round_keys)), key=round_keys.__getitem__)
+        both = pa.concat_tables(pieces)
+        is_fresh = both.column(FRESH).to_pylist() if fresh is not None else None
         kept: list[int] = []
+        stale: set[int] = set()  # kept rows whose other copy was stale
         for i in order:
             ident = round_keys[i][identity]
             if ident != last:
                 kept.append(i)
                 last = ident
+            elif is_fresh is not None and not is_fresh[i]:
+                stale.add(len(kept) - 1)
         if not kept:
             continue
-        merged = pa.concat_tables(pieces).take(pa.array(kept, type=pa.int64()))
+        merged = both.take(pa.array(kept, type=pa.int64()))
+        if stale:
+            assert is_fresh is not None
+            flags_kept = [is_fresh[i] and n not in stale for n, i in enumerate(kept)]
+            at = merged.schema.get_field_index(FRESH)
+            merged = merged.set_column(at, FRESH, pa.array(flags_kept, pa.bool_()))
         out.append(merged)
         held += merged.num_rows
         target = max(1, group_rows(held, sum(t.nbytes for t in out)))

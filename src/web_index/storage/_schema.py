@@ -20,6 +20,7 @@ __all__ = [
     "DIGEST_COLUMNS",
     "FORMAT_VERSION",
     "KEY_COLUMNS",
+    "REF_COLUMN",
     "SCHEMAS",
     "SORT_KEYS",
     "TS_COLUMN",
@@ -27,11 +28,15 @@ __all__ = [
 ]
 
 # 2: every file carries web_index.checksum; 3: ``get`` files carry payload
-# digests (files without them are read with the digests derived; docs/format.md).
-FORMAT_VERSION = "3"
+# digests (files without them are read with the digests derived; docs/format.md);
+# 4: ``get`` files carry payload references (files without them hold every body).
+FORMAT_VERSION = "4"
 BODY_COLUMN = "data"  # the only column of page bodies (``get`` files)
 # The SHA-1 and SHA-256 of each body, raw (``get`` files only).
 DIGEST_COLUMNS = ("payload_sha1", "payload_sha256")
+# Null where the row holds its body; else the row's ``data`` is empty and this
+# names the row that holds the payload (``storage._payload_refs``).
+REF_COLUMN = "payload_ref"
 
 
 def _data_schema(with_body: bool) -> pa.Schema:
@@ -58,6 +63,7 @@ def _data_schema(with_body: bool) -> pa.Schema:
         fields.insert(8, pa.field(BODY_COLUMN, pa.large_binary(), nullable=False))
         fields.append(pa.field(DIGEST_COLUMNS[0], pa.binary(20), nullable=False))
         fields.append(pa.field(DIGEST_COLUMNS[1], pa.binary(32), nullable=False))
+        fields.append(pa.field(REF_COLUMN, pa.string()))
     return pa.schema(fields)
 
 

@@ -12,7 +12,8 @@ from web_index.errors import CorruptFileError, InvalidRecordError, StoreError
 from web_index.models import RecordType, month_bounds, payload_digests
 from web_index.storage._files import FORMAT_KEY, outdated, schema_matches, visible_files
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
-from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SORT_KEYS, TS_COLUMN, schemas
+from web_index.storage._payload_refs import Wanted, read_payloads
+from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN, SORT_KEYS, TS_COLUMN, schemas
 from web_index.storage._store import Store
 from web_index.storage.buffer import MethodPartition
 from web_index.storage.indexes import capture_index_findings, index_path
@@ -196,9 +197,10 @@ def _verify_partition(
         # group whatever the file size; the small columns are checked whole.
         heavy = [c for c in ("data", "logs", "traceback") if c in schema.names]
         light = [c for c in schema.names if c not in heavy and c in handle.schema_arrow.names]
+        refs = [REF_COLUMN] if REF_COLUMN in handle.schema_arrow.names else []
         try:
             wrong_digests = sum(
-                _wrong_digests(handle.read_row_group(g, columns=heavy + digests))
+                _wrong_digests(handle.read_row_group(g, columns=heavy + digests + refs))
                 for g in range(handle.metadata.num_row_groups)
             )
             table = handle.read(columns=light)
@@ -208,6 +210,8 @@ def _verify_partition(
         if wrong_digests:
             problem = f"{wrong_digests} payload digests differ from their bodies"
             report.problems.append(Finding(where, problem))
+        if refs:
+            report.problems.extend(_reference_problems(store, stored, table))
         report.records += table.num_rows
         ts_col = TS_COLUMN[type]
         keys = (
@@ -280,8 +284,45 @@ def _digests_in(handle: pq.ParquetFile) -> list[str]:
 
 
 def _wrong_digests(group: pa.Table) -> int:
-    """Rows of a ``get`` row group whose stored digests are not their body's."""
+    """Rows of a ``get`` row group whose stored digests are not their body's (a
+    row that refers to its payload is checked by :func:`_reference_problems`;
+    its own body must be empty)."""
     if DIGEST_COLUMNS[0] not in group.column_names:
         return 0  # written before digests were stored: they are derived when read
     columns = [group.column(c).to_pylist() for c in (BODY_COLUMN, *DIGEST_COLUMNS)]
-    return sum(payload_digests(body) != (sha1, sha256) for body, sha1, sha256 in zip(*columns, strict=True))
+    refs = (
+        group.column(REF_COLUMN).to_pylist() if REF_COLUMN in group.column_names else [None] * group.num_rows
+    )
+    return sum(
+        body != b"" if ref is not None else payload_digests(body) != (sha1, sha256)
+        for body, sha1, sha256, ref in zip(*columns, refs, strict=True)
+    )
+
+
+def _reference_problems(store: Store, stored: StoredFile, table: pa.Table) -> list[Finding]:
+    """Each row of this ``get`` file (``table``: its columns but the bodies) that
+    refers to a payload it cannot be given; a part file never refers."""
+    refs = table.column(REF_COLUMN)
+    if refs.null_count == table.num_rows:
+        return []
+    if stored.part is not None:
+        return [Finding(stored.path, "a part file holds payload references (only compacted files do)")]
+    rows = table.filter(refs.is_valid()).select(["request_id", "chain_index", REF_COLUMN, DIGEST_COLUMNS[0]])
+    wanted = [
+        Wanted(r[REF_COLUMN], r[DIGEST_COLUMNS[0]], f"record {r['request_id']} (response {r['chain_index']})")
+        for r in rows.to_pylist()
+    ]
+    try:
+        read_payloads(store.backend, wanted)
+        return []
+    except (CorruptFileError, StoreError):
+        pass
+    found: list[Finding] = []
+    for w in wanted:  # one at a time, to name each
+        try:
+            read_payloads(store.backend, [w])
+        except CorruptFileError as exc:
+            found.append(Finding(stored.path, f"{w.label}: {exc.path}: {exc.problem}"))
+        except StoreError as exc:
+            found.append(Finding(stored.path, f"{w.label}: {exc}"))
+    return found

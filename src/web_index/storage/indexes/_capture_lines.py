@@ -40,7 +40,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from web_index.models import GET_COLUMNS, HEAD_COLUMNS, RecordType, payload_sha1
-from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
+from web_index.storage._payload_refs import holder_places
+from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN
+from web_index.storage.backends import Backend
 from web_index.storage.pages import BodyPlace, body_places
 from web_index.urls import surt_key, target_uri
 
@@ -117,6 +119,9 @@ class StoredCapture(CaptureFields, frozen=True, omit_defaults=True):
     req: str | None = None  # the request URL as given, if not ``url``
     body: tuple[int, int, int, int] | None = None  # BodyPlace's at, size, raw, value
     codec: str = "zstd"
+    # The month (``yyyy/mm``) of the compacted file that holds the body, when the
+    # row refers to a payload another file holds (storage/_payload_refs.py).
+    held: str | None = None
 
     @property
     def place(self) -> BodyPlace | None:
@@ -177,12 +182,14 @@ def capture_lines(
     *,
     first_row: int | None = None,
     places: Sequence[BodyPlace | None] | None = None,
+    held: Mapping[int, str] | None = None,
 ) -> list[bytes]:
     """One line for each row of ``table`` (a ``get`` or ``head`` table with
     :data:`CAPTURE_COLUMNS`, and ``payload_sha1`` for ``get``), in row order.
     With ``first_row`` (the table's first row in its file; the table then has
     :data:`STORED_COLUMNS`), an index's lines of format 2, with each body's
-    place from ``places`` where given."""
+    place from ``places`` where given, in the file of the month ``held`` gives
+    for a row (by its position in ``table``) whose payload another file holds."""
     import pyarrow as pa
 
     names = CAPTURE_COLUMNS if first_row is None else STORED_COLUMNS
@@ -214,6 +221,7 @@ def capture_lines(
                 c["is_final"][i],
                 (c["fetcher_name"][i], c["fetcher_version"][i], c["fetcher_calibre"][i]),
                 None if places is None else places[i],
+                None if held is None else held.get(i),
             ),
         )
         for i in range(table.num_rows)
@@ -259,7 +267,7 @@ def _line(
     headers: str,
     ts_us: int,
     sha1: bytes | None,
-    stored: tuple[int, str, int, bool, tuple[str, str, int], BodyPlace | None] | None,
+    stored: tuple[int, str, int, bool, tuple[str, str, int], BodyPlace | None, str | None] | None,
 ) -> bytes:
     url = target_uri(request_url)
     fields = _HEADERS(headers)
@@ -267,7 +275,7 @@ def _line(
     if stored is None:
         record: CaptureFields = CaptureFields(*common, request_id, position, page, attempt_us)
     else:
-        row, given, retry, final, fetcher, place = stored
+        row, given, retry, final, fetcher, place, held = stored
         record = StoredCapture(
             *common,
             request_id,
@@ -284,23 +292,39 @@ def _line(
             req=None if request_url == url else request_url,
             body=None if place is None else (place.at, place.size, place.raw, place.value),
             codec="zstd" if place is None else place.codec,
+            held=None if place is None else held,
         )
     return f"{surt_key(url)} {capture_stamp(ts_us)} ".encode() + _ENCODE(record)
 
 
 def file_capture_lines(
-    type: RecordType, handle: pq.ParquetFile, *, stored: bool = False
+    type: RecordType,
+    handle: pq.ParquetFile,
+    *,
+    stored: bool = False,
+    backend: Backend | None = None,
+    path: str = "",
 ) -> Iterator[list[bytes]]:
     """The lines of a store file, a row group at a time, bodies unread (a file
     written before payload digests were stored has its SHA-1s computed from
     them); with ``stored``, an index's lines of format 2, each with its body's
-    place where the file's pages allow (:func:`~web_index.storage.pages.body_places`)."""
+    place where the file's pages allow (:func:`~web_index.storage.pages.body_places`),
+    a row that refers to its payload with the holder's place (looked up through
+    ``backend`` when another file, ``path`` being this one's)."""
     import pyarrow as pa
 
-    digests = DIGEST_COLUMNS[0] in handle.schema_arrow.names
+    names = handle.schema_arrow.names
+    digests = DIGEST_COLUMNS[0] in names
     columns = list(STORED_COLUMNS if stored else CAPTURE_COLUMNS)
     if type is RecordType.GET:
         columns.append(DIGEST_COLUMNS[0] if digests else BODY_COLUMN)
+    shared: dict[int, tuple[BodyPlace, str | None] | None] = {}
+    if stored and type is RecordType.GET and REF_COLUMN in names and backend is not None:
+        refs = handle.read(columns=[REF_COLUMN], use_threads=False).column(0)
+        if refs.null_count < len(refs):
+            wanted = {i: ref for i, ref in enumerate(refs.to_pylist()) if ref is not None}
+            found = holder_places(backend, handle, path, wanted)
+            shared = {i: found.get(i) for i in wanted}
     first = 0
     for g in range(handle.metadata.num_row_groups):
         table = handle.read_row_group(g, columns=columns, use_threads=False)
@@ -308,8 +332,32 @@ def file_capture_lines(
             sha1s = [payload_sha1(body or b"") for body in table.column(BODY_COLUMN).to_pylist()]
             table = table.append_column(DIGEST_COLUMNS[0], pa.array(sha1s, type=pa.binary(20)))
         places = body_places(handle, g) if stored and type is RecordType.GET else None
-        yield capture_lines(type, table, first_row=first if stored else None, places=places)
+        held = _shared_places(shared, first, table.num_rows, places)
+        yield capture_lines(type, table, first_row=first if stored else None, places=places, held=held)
         first += table.num_rows
+
+
+def _shared_places(
+    shared: Mapping[int, tuple[BodyPlace, str | None] | None],
+    first: int,
+    rows: int,
+    places: list[BodyPlace | None] | None,
+) -> dict[int, str]:
+    """Put the holders' places of a row group's referring rows (numbered in the
+    file from ``first``; ``None``: not found) into ``places``; return the months
+    of those held elsewhere, by position in the group."""
+    held: dict[int, str] = {}
+    if not shared or places is None:
+        return held
+    for i in range(rows):
+        if first + i not in shared:
+            continue
+        found = shared[first + i]
+        # An empty body's place would be no place: without the holder's, none.
+        places[i] = None if found is None else found[0]
+        if found is not None and found[1] is not None:
+            held[i] = found[1]
+    return held
 
 
 def unique_lines(lines: Iterable[bytes]) -> list[bytes]:

@@ -19,6 +19,7 @@ is now or fails naming the damaged file. Never a wrong body.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterable
 
 from web_index.models import RecordType, Response, from_us, payload_sha1, restored_response
@@ -31,6 +32,7 @@ from web_index.urls import key_and_domain
 
 __all__ = ["capture_response", "rows_by_place", "stored_response"]
 
+_MONTH = re.compile(r"[0-9]{4}/[0-9]{2}")
 _Pages = dict[int, bytes]  # a page's offset in its file -> its values, decompressed
 _PAGES_KEPT = 64
 
@@ -82,6 +84,11 @@ def _body(backend: Backend, path: str, fields: StoredCapture, pages: _Pages) -> 
     place = fields.place
     if place is None:
         return None
+    if fields.held is not None:  # a payload another month's file holds (storage/_payload_refs.py)
+        if not _MONTH.fullmatch(fields.held):
+            return None
+        path = _held_path(path, fields.held)
+        pages = {}  # another file's offsets
     want = _sha1_of(fields.digest)
     for fresh in (False, True):
         # A descriptor kept open may be of the file before a compaction: once more, anew.
@@ -115,6 +122,12 @@ def _page(pages: _Pages, place: BodyPlace, read: Callable[[int, int], bytes]) ->
             pages.clear()
         values = pages[place.at] = page_values(read, place)
     return values
+
+
+def _held_path(path: str, month: str) -> str:
+    """The compacted file of the month ``month`` (``yyyy/mm``) beside the one at ``path``."""
+    kind, _year, _month, name = path.split("/")
+    return f"{kind}/{month}/{name}"
 
 
 def _compacted_path(type: RecordType, fields: StoredCapture) -> str:

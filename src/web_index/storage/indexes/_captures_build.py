@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from web_index.models import RecordType
 from web_index.storage._files import list_partition_files, read_superseded
 from web_index.storage._layout import Partition, StoredFile, compacted_file
+from web_index.storage._payload_refs import holder_places
+from web_index.storage._schema import REF_COLUMN
 from web_index.storage.backends import Backend, handle_version
 from web_index.storage.indexes._capture_lines import capture_lines, file_capture_lines, unique_lines
 from web_index.storage.indexes._captures import (
@@ -79,7 +81,7 @@ def _build(
     if handle_version(handle) not in (None, covered.version):
         return False
     superseded = read_superseded(handle, covered.path)
-    lines = file_lines(partition.type, handle)
+    lines = file_lines(partition.type, handle, backend, covered.path)
     # The file read must be the one listed (a local handle has no version to
     # ask): an index named for one version never describes another.
     try:
@@ -92,21 +94,35 @@ def _build(
     return True
 
 
-def file_lines(type: RecordType, handle: pq.ParquetFile) -> list[bytes]:
-    """A store file's capture lines as its index holds them (format 2): sorted, each once."""
-    return unique_lines(line for group in file_capture_lines(type, handle, stored=True) for line in group)
+def file_lines(type: RecordType, handle: pq.ParquetFile, backend: Backend, path: str) -> list[bytes]:
+    """A store file's capture lines (the file at ``path``) as its index holds
+    them (format 2): sorted, each once."""
+    groups = file_capture_lines(type, handle, stored=True, backend=backend, path=path)
+    return unique_lines(line for group in groups for line in group)
 
 
-def table_lines(type: RecordType, table: pa.Table, handle: pq.ParquetFile) -> list[bytes]:
+def table_lines(
+    type: RecordType, table: pa.Table, handle: pq.ParquetFile, backend: Backend, path: str
+) -> list[bytes]:
     """The capture lines of ``table`` as the index of the file it was just
-    written to (``handle``, for its bodies' places) holds them: sorted, each once."""
+    written to (``handle``, for its bodies' places; to be named ``path``) holds
+    them: sorted, each once."""
     places: list[BodyPlace | None] | None = None
+    held: dict[int, str] = {}
     if type is RecordType.GET:
         places = []
         for g in range(handle.metadata.num_row_groups):
             group = body_places(handle, g)
             places += group if group is not None else [None] * handle.metadata.row_group(g).num_rows
-    return unique_lines(capture_lines(type, table, first_row=0, places=places))
+        refs = table.column(REF_COLUMN)
+        if refs.null_count < len(refs):
+            wanted = {i: ref for i, ref in enumerate(refs.to_pylist()) if ref is not None}
+            found = holder_places(backend, handle, path, wanted)
+            for i in wanted:
+                places[i] = found[i][0] if i in found else None
+                if i in found and found[i][1] is not None:
+                    held[i] = found[i][1]  # type: ignore[assignment]
+    return unique_lines(capture_lines(type, table, first_row=0, places=places, held=held))
 
 
 def ensure_capture_indexes(

@@ -70,7 +70,7 @@ def capture_index_findings(
             *found,
             (False, path, f"capture index unusable ({exc}): CDX queries read the partition; {fix}"),
         ]
-    expected = file_lines(partition.type, backend.open_parquet(covered.path))
+    expected = file_lines(partition.type, backend.open_parquet(covered.path), backend, covered.path)
     astray = sum(line_row(index.row_line(r) or b"- - {}") != r for r in range(index.meta.rows))
     if astray or index.meta.rows != len(expected):
         found.append(

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from web_index.errors import CorruptFileError
 from web_index.models import payload_sha1
-from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
+from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN
 from web_index.storage.pages._checksum import CHECKSUM_KEY
 from web_index.storage.pages._format import (
     Reader,
@@ -412,7 +412,15 @@ def read_group(
         else:
             if DIGEST_COLUMNS[0] in table.column_names:
                 sha1s = table.column(DIGEST_COLUMNS[0])
+                # A row that refers to its payload holds none (storage/_payload_refs.py).
+                refs = table.column(REF_COLUMN) if REF_COLUMN in table.column_names else None
                 for r, body in bodies.items():
+                    if refs is not None and refs[r].is_valid:
+                        if body != b"":
+                            raise CorruptFileError(
+                                pages.path, f"{_label(table, r)} has a body and a reference"
+                            )
+                        continue
                     if body is None or payload_sha1(body) != sha1s[r].as_py():
                         problem = f"the body of {_label(table, r)} does not match its SHA-1"
                         raise CorruptFileError(pages.path, problem)
