@@ -21,12 +21,20 @@ from web_index import FlushPolicy, WebIndex
 HOSTS = ["a.example.com", "b.example.com", "c.example.org"]
 
 
+def body_of(url: str) -> bytes:
+    """Every attempt of a URL gets the same body, long enough to be stored once
+    and referred to (storage/_dedupe.py) for half the paths: re-crawls share payloads."""
+    if int(url.rsplit("/p", 1)[1]) % 2:
+        return f"short {url}".encode()
+    return f"the same payload for {url}, ".encode() * 12
+
+
 def make(rng: random.Random, n: int) -> tuple[object, ...]:
     url = f"https://{rng.choice(HOSTS)}/p{rng.randrange(20)}"
     ts = T0 + timedelta(days=rng.randrange(50), seconds=rng.randrange(86400))
     state = rng.choice(["success", "success", "success", "timeout"])
     return attempt(
-        url, ts, state=state, hops=rng.randint(1, 3), calibre=rng.choice([10, 60]), body=f"b{n}".encode()
+        url, ts, state=state, hops=rng.randint(1, 3), calibre=rng.choice([10, 60]), body=body_of(url)
     )
 
 

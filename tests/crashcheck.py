@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tests._worker import body_of
 from web_index import WebIndex
 from web_index.models import Page, PageKey, RecordType
 from web_index.storage._files import visible_files
@@ -78,6 +79,8 @@ def check_index(index: WebIndex, acked: list[tuple[PageKey, int]]) -> None:
         assert page.request_id == key.request_id
         if isinstance(page, Page):
             assert len(page.responses) == hops, key
+            if page.responses:  # its body whole, whether stored or referred to
+                assert page.responses[-1].data == body_of(page.url), key
     # Recovery (redoing interrupted flushes, removing absorbed parts) and
     # then the physical count: each record stored exactly once.
     index.flush()

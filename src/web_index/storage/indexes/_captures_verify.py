@@ -10,6 +10,8 @@ disagrees with its file gives wrong CDX answers (a problem).
 
 from __future__ import annotations
 
+import msgspec
+
 from web_index.errors import CorruptFileError
 from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage.backends import Backend
@@ -82,7 +84,17 @@ def capture_index_findings(
                 f" fall back, CDX answers are right; {fix}",
             )
         )
-    if held != expected:
+    if held != expected and [_unplaced(x) for x in held] == [_unplaced(x) for x in expected]:
+        moved = sum(a != b for a, b in zip(held, expected, strict=True))
+        found.append(
+            (
+                False,
+                path,
+                f"{moved} line(s) place their payload in another month's file as it was before it was"
+                f" compacted again: those lookups take the slower path, answers are right; {fix}",
+            )
+        )
+    elif held != expected:
         missing, extra = len(set(expected) - set(held)), len(set(held) - set(expected))
         found.append(
             (
@@ -93,3 +105,14 @@ def capture_index_findings(
             )
         )
     return found
+
+
+def _unplaced(line: bytes) -> bytes:
+    """A line without the place of a payload another month's file holds (storage/_payload_refs.py)."""
+    if b'"held":' not in line:
+        return line
+    key, stamp, rest = line.split(b" ", 2)
+    fields = msgspec.json.decode(rest)
+    for name in ("body", "codec", "held"):
+        fields.pop(name, None)
+    return b" ".join((key, stamp, msgspec.json.encode(fields)))

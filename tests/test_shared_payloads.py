@@ -1,0 +1,213 @@
+"""Identical payloads stored once (storage/_dedupe.py, _payload_refs.py).
+
+The property: random stores with repeated payloads (same URL and across URLs,
+across months and domains, some re-crawls compacted and some buffered) answer
+every query, scan, capture lookup and WARC export exactly as the same records
+stored without sharing (``WriteOptions(share_payloads=False)``), and verify
+finds nothing wrong. Then what must never happen: a reference whose holder is
+gone or damaged is an error naming both records, never an empty or wrong body.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from warcio.archiveiterator import ArchiveIterator
+
+from tests.factories import T0, attempt, rewrite_store_file
+from web_index import FlushPolicy, WebIndex, WriteOptions
+from web_index.archive import export_warcs, import_warcs
+from web_index.errors import CorruptFileError
+from web_index.ingest import new_request_id
+from web_index.models import PageKey, RecordType, SimplePageQuery, TimeAwarePageQuery
+
+URLS = [
+    "https://a.example.com/x",
+    "https://a.example.com/y",
+    "https://www.a.example.com/z",  # the same registrable domain, another host
+    "https://b.example.org/x",  # another domain: never shares with a.example.com
+]
+# Long enough to share, short (kept in its row), empty, and one of several pages.
+PAYLOADS = [b"", b"tiny", b"A" * 300, b"<p>" + bytes(range(256)) * 20, b"<html>" + b"c" * 40_000]
+TIMES = [T0 + timedelta(days=d, hours=h) for d, h in ((0, 0), (0, 1), (1, 0), (35, 0), (36, 5), (70, 0))]
+NO_FLUSH = FlushPolicy(max_rows=10**9, compact_parts=0)
+
+inserts = st.tuples(
+    st.just("insert"),
+    st.integers(0, len(URLS) - 1),
+    st.integers(0, len(TIMES) - 1),
+    st.integers(0, len(PAYLOADS) - 1),
+    st.integers(1, 2),
+)
+steps = st.lists(
+    st.one_of(inserts, inserts, inserts, st.just(("flush",)), st.just(("compact",))), max_size=24
+)
+
+
+def _apply(index: WebIndex, plan: list[tuple[Any, ...]], ids: list[str]) -> list[PageKey]:
+    keys: list[PageKey] = []
+    n = 0
+    for step in plan:
+        if step[0] == "insert":
+            _, u, t, p, hops = step
+            item = attempt(URLS[u], TIMES[t], hops=hops, body=PAYLOADS[p])
+            keys += index.insert_many([item], request_ids=[ids[n]])
+            n += 1
+        elif step[0] == "flush":
+            index.flush()
+        else:
+            index.compact()
+    return keys
+
+
+def _answers(index: WebIndex, keys: list[PageKey], out: Path) -> dict[str, Any]:
+    queries: list[Any] = [SimplePageQuery(url=u) for u in URLS]
+    queries += [TimeAwarePageQuery(url=u, timestamp=t) for u in URLS for t in TIMES]
+    captures = {}
+    for u in URLS:
+        lines = list(index.captures(u))
+        captures[u] = [(line.split(" ", 2)[:2], index.capture_response(line)) for line in lines]
+    export_warcs(index, out)
+    return {
+        "queries": index.query(queries),
+        "keys": index.query(keys),
+        "scan": list(index.scan(RecordType.GET)),
+        "captures": captures,
+        "warc": _warc_records(out),
+    }
+
+
+def _warc_records(folder: Path) -> list[tuple[Any, ...]]:
+    records = []
+    for path in sorted(folder.glob("*.warc.gz")):
+        with path.open("rb") as f:
+            for r in ArchiveIterator(f):
+                if r.rec_type == "warcinfo":
+                    continue
+                h = r.rec_headers
+                payload = hashlib.sha1(r.content_stream().read()).hexdigest()
+                records.append(
+                    (r.rec_type, h.get_header("WARC-Target-URI"), h.get_header("WARC-Date"), payload)
+                )
+    return records
+
+
+def _references(root: Path) -> int:
+    total = 0
+    for path in root.glob("get/*/*/*.parquet"):
+        schema = pq.read_schema(path)
+        if "payload_ref" in schema.names:
+            total += pq.read_table(path, columns=["payload_ref"]).column(0).drop_null().__len__()
+    return total
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=steps)
+def test_shared_payloads_answer_as_every_body_stored(tmp_path: Path, plan: list[tuple[Any, ...]]) -> None:
+    shutil.rmtree(tmp_path, ignore_errors=True)
+    ids = [new_request_id() for _ in plan]
+    plan = [*plan, ("compact",)] if len(plan) % 3 else plan  # some end compacted, some buffered
+    plain = WebIndex(tmp_path / "plain", policy=NO_FLUSH, write_options=WriteOptions(share_payloads=False))
+    shared = WebIndex(tmp_path / "shared", policy=NO_FLUSH)
+    with plain, shared:
+        keys = _apply(plain, plan, ids)
+        assert _apply(shared, plan, ids) == keys
+        assert _answers(shared, keys, tmp_path / "out-shared") == _answers(
+            plain, keys, tmp_path / "out-plain"
+        )
+        report = shared.verify()
+        assert report.problems == []
+    assert _references(tmp_path / "plain") == 0
+
+
+def test_a_recrawl_stores_its_unchanged_payloads_once(tmp_path: Path) -> None:
+    """Across months and within one: each long payload once per domain; the rest refer."""
+    urls = [f"https://a.example.com/p{i}" for i in range(6)]
+    body = {u: (u.encode() + b" ") * 100 for u in urls}
+    with WebIndex(tmp_path / "s", policy=NO_FLUSH) as index:
+        for day in (0, 1, 40):  # a crawl, a re-crawl the next day, one a month later
+            index.insert_many([attempt(u, T0 + timedelta(days=day), body=body[u]) for u in urls])
+            index.flush()
+            index.compact()
+        assert _references(tmp_path / "s") == 12
+        pages = index.query([SimplePageQuery(url=u) for u in urls])
+        assert [p.responses[0].data for p in pages] == [body[u] for u in urls]  # type: ignore[union-attr]
+        # The month-later captures' lines name the first month's file as the payload's.
+        lines = [line for u in urls for line in index.captures(u)]
+        assert sum('"held":"2024/08"' in line for line in lines) == 6
+        assert all(index.capture_response(line).data == body[u] for u in urls for line in index.captures(u))  # type: ignore[union-attr]
+        assert index.verify().problems == []
+
+
+def _two_months(root: Path) -> tuple[str, bytes]:
+    url = "https://a.example.com/page"
+    body = b"<html>" + b"payload " * 100
+    with WebIndex(root, policy=NO_FLUSH) as index:
+        for day in (0, 40):
+            index.insert_many([attempt(url, T0 + timedelta(days=day), body=body)])
+            index.flush()
+            index.compact()
+    assert _references(root) == 1
+    return url, body
+
+
+@pytest.mark.parametrize("damage", ["holder file gone", "holder row holds other bytes"])
+def test_a_reference_without_its_payload_is_an_error_naming_both_records(tmp_path: Path, damage: str) -> None:
+    root = tmp_path / "s"
+    url, body = _two_months(root)
+    holder = root / "get/2024/08/example.com.parquet"
+    table = pq.read_table(holder)
+    if damage == "holder file gone":
+        holder.unlink()
+    else:  # a file rewritten by hand, checksums and all: only the digests can tell
+        other = body.replace(b"payload", b"PAYLOAD")
+        table = table.set_column(table.schema.get_field_index("data"), "data", [[other]])
+        rewrite_store_file(holder, table)
+    with WebIndex(root, read_only=True) as index:
+        lines = list(index.captures(url))
+        later = [line for line in lines if '"held"' in line]
+        assert later
+        with pytest.raises(CorruptFileError) as caught:
+            list(index.scan(RecordType.GET, start=T0 + timedelta(days=30)))
+        holder_id = table.column("request_id")[0].as_py()
+        assert "example.com.parquet" in str(caught.value) and holder_id in str(caught.value)
+        assert "refers to" in str(caught.value)
+        # A capture lookup never gives the wrong body: its place is checked, then the reference.
+        with pytest.raises(CorruptFileError, match="refers to"):
+            index.capture_response(later[0])
+        problems = [str(p) for p in index.verify().problems]
+        assert any("refers to" in p and holder_id in p for p in problems), problems
+
+
+def test_a_warc_revisit_is_imported_as_a_reference(tmp_path: Path) -> None:
+    url, body = _two_months(tmp_path / "s")
+    with WebIndex(tmp_path / "s", read_only=True) as index:
+        export_warcs(index, tmp_path / "warcs")
+    types = [r[0] for r in _warc_records(tmp_path / "warcs")]
+    assert types.count("revisit") == 1
+    with WebIndex(tmp_path / "t", policy=NO_FLUSH) as index:
+        import_warcs(index, [tmp_path / "warcs"])
+        index.compact()
+        assert _references(tmp_path / "t") == 1
+        pages = index.query([SimplePageQuery(url=url)])
+        assert pages[0] is not None and pages[0].responses[0].data == body
+        assert index.verify().problems == []
+
+
+def test_bulk_load_refers_to_payloads_already_compacted(tmp_path: Path) -> None:
+    url, body = _two_months(tmp_path / "s")
+    with WebIndex(tmp_path / "s", policy=NO_FLUSH) as index, index.bulk_load() as load:
+        load.add([attempt(url, T0 + timedelta(days=80), body=body)])
+    assert _references(tmp_path / "s") == 2
+    with WebIndex(tmp_path / "s", read_only=True) as index:
+        page = index.query([SimplePageQuery(url=url)])[0]
+        assert page is not None and page.responses[0].data == body
+        assert index.verify().problems == []
