@@ -19,7 +19,7 @@ from web_index.storage._locks import Locks
 from web_index.storage._merge import merge_sorted
 from web_index.storage.backends import handle_version
 from web_index.storage.buffer import Buffer, MethodPartition
-from web_index.storage.indexes import build_capture_index, ensure_capture_indexes
+from web_index.storage.indexes import build_capture_index, ensure_capture_indexes, refresh_held_places
 
 __all__ = ["METHODS", "Compaction", "Listings", "PartitionFiles"]
 
@@ -230,6 +230,24 @@ class Compaction(Listing):
             return covered is None
         return covered is not None and (now.size, now.version) == (covered.size, covered.version)
 
+    def _refresh_held_places(self, partition: Partition) -> None:
+        """After a ``get`` partition's compacted file was written again: the capture
+        indexes of its domain's other months whose lines place payloads in it are
+        written again (their places moved). Done before its absorbed parts are
+        deleted, so that a compaction killed meanwhile leaves them, and the next
+        compaction of the partition does it again."""
+        month = f"{partition.year:04d}/{partition.month:02d}"
+        for year, m in self.months(partition.type):
+            other = Partition(partition.type, year, m, partition.domain)
+            if other == partition:
+                continue
+            try:
+                info = self.backend.file_info(other.compacted_path)
+            except FileNotFoundError:
+                continue
+            covered = StoredFile(other, None, other.compacted_path, info.size, info.version)
+            refresh_held_places(self.backend, other, covered, month)
+
     def _compact_type(self, partition: Partition, min_parts: int, listed: list[StoredFile] | None) -> bool:
         if listed is not None and not self._compacted_as_listed(partition, listed):
             listed = None
@@ -241,6 +259,8 @@ class Compaction(Listing):
         options = self.write_options
         upgrade = min_parts == 0 and any(outdated(h.metadata, partition.type, options) for h in old)
         if len(live_parts) < max(min_parts, 1) and not upgrade:
+            if dead and partition.type is RecordType.GET:
+                self._refresh_held_places(partition)  # what that compaction may not have done
             for f in dead:  # leftovers of a compaction that died after its commit
                 self.backend.delete(f.path)
             return bool(dead)
@@ -281,6 +301,8 @@ class Compaction(Listing):
             log.warning("compaction of %s lost to a concurrent compaction; nothing deleted", partition)
             return False
         crash_point("compact-after-commit")
+        if old and partition.type is RecordType.GET:
+            self._refresh_held_places(partition)
         for f in files:
             if f.part is not None:
                 self.backend.delete(f.path)

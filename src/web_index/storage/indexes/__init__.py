@@ -27,6 +27,7 @@ from web_index.storage.indexes._captures import CaptureIndexes as CaptureIndexes
 from web_index.storage.indexes._captures import capture_index_bytes as capture_index_bytes
 from web_index.storage.indexes._captures_build import build_capture_index as build_capture_index
 from web_index.storage.indexes._captures_build import ensure_capture_indexes as ensure_capture_indexes
+from web_index.storage.indexes._captures_build import refresh_held_places as refresh_held_places
 from web_index.storage.indexes._captures_build import table_lines as table_lines
 from web_index.storage.indexes._captures_verify import capture_index_findings as capture_index_findings
 from web_index.storage.indexes._month import IndexHit as IndexHit

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
+from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._files import list_partition_files, read_superseded
 from web_index.storage._layout import Partition, StoredFile, compacted_file
@@ -23,8 +24,10 @@ from web_index.storage.indexes._capture_lines import capture_lines, file_capture
 from web_index.storage.indexes._captures import (
     capture_index_folder,
     capture_index_name,
+    capture_index_path,
     index_domain,
     index_names,
+    open_capture_index,
     remove_indexes,
     write_capture_index,
 )
@@ -34,7 +37,13 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["build_capture_index", "ensure_capture_indexes", "file_lines", "table_lines"]
+__all__ = [
+    "build_capture_index",
+    "ensure_capture_indexes",
+    "file_lines",
+    "refresh_held_places",
+    "table_lines",
+]
 
 log = logging.getLogger("web_index.storage")
 
@@ -92,6 +101,20 @@ def _build(
         return False
     write_capture_index(backend, partition, covered, superseded, lines, prune=prune)
     return True
+
+
+def refresh_held_places(backend: Backend, partition: Partition, covered: StoredFile, month: str) -> bool:
+    """Write again the capture index of ``covered`` (the partition's compacted
+    file) if its lines place payloads in the domain's file of ``month``
+    (``yyyy/mm``), just compacted again: their places moved. Return whether
+    written; a failure is logged (the lines' places are checked when read)."""
+    try:
+        index = open_capture_index(backend, capture_index_path(partition, covered))
+    except (FileNotFoundError, CorruptFileError):
+        return False
+    if month not in index.meta.payload_months:
+        return False
+    return build_capture_index(backend, partition, [covered], prune=False, have=())
 
 
 def file_lines(type: RecordType, handle: pq.ParquetFile, backend: Backend, path: str) -> list[bytes]:

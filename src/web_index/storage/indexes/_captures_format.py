@@ -36,6 +36,7 @@ import bisect
 import hashlib
 import io
 import os
+import re
 import struct
 import sys
 import threading
@@ -74,9 +75,13 @@ class IndexMeta(msgspec.Struct, frozen=True):
     block_lines: int
     bloom_bits: int  # of the filter of the SURT keys (a multiple of 8)
     crc32: int  # of the header after the !meta line
+    # The months (``yyyy/mm``) of the domain's other files whose payloads lines place
+    # (``"held"``): compacting one of those moves the places, and writes this index again.
+    payload_months: list[str] = []
 
 
 _decode_meta = msgspec.json.Decoder(IndexMeta).decode
+_HELD = re.compile(rb'"held":"([0-9]{4}/[0-9]{2})"')
 _decode_blocks = msgspec.json.Decoder(list[tuple[int, int, str]]).decode
 _LOCAL = threading.local()
 
@@ -109,7 +114,8 @@ def encode_index(covers: str, size: int, version: str, superseded: list[str], li
     body = b"".join(frames)
     crc = zlib.crc32(after)
     counts = (len(lines), len(table), width, BLOCK_LINES, 8 * len(bloom))
-    meta = IndexMeta(FORMAT, covers, size, version, superseded, *counts, crc)
+    months = sorted({m.decode() for line in lines if b'"held":"' in line for m in _HELD.findall(line)})
+    meta = IndexMeta(FORMAT, covers, size, version, superseded, *counts, crc, months)
     header = _META + msgspec.json.encode(meta) + b"\n" + after
     return struct.pack("<II", _SKIPPABLE, len(header)) + header + body
 
