@@ -19,7 +19,13 @@ from web_index.storage._locks import Locks
 from web_index.storage._merge import merge_sorted
 from web_index.storage.backends import handle_version
 from web_index.storage.buffer import Buffer, MethodPartition
-from web_index.storage.indexes import build_capture_index, ensure_capture_indexes, refresh_held_places
+from web_index.storage.indexes import (
+    CaptureIndexes,
+    build_capture_index,
+    capture_index_path,
+    ensure_capture_indexes,
+    refresh_held_places,
+)
 
 __all__ = ["METHODS", "Compaction", "Listings", "PartitionFiles"]
 
@@ -36,6 +42,7 @@ class Compaction(Listing):
 
     buffer: Buffer
     write_options: WriteOptions
+    capture_indexes: CaptureIndexes
 
     def _writable_locks(self) -> Locks:
         raise NotImplementedError  # the store's
@@ -246,7 +253,8 @@ class Compaction(Listing):
             except FileNotFoundError:
                 continue
             covered = StoredFile(other, None, other.compacted_path, info.size, info.version)
-            refresh_held_places(self.backend, other, covered, month)
+            if refresh_held_places(self.backend, other, covered, month):
+                self.capture_indexes.forget(capture_index_path(other, covered))
 
     def _compact_type(self, partition: Partition, min_parts: int, listed: list[StoredFile] | None) -> bool:
         if listed is not None and not self._compacted_as_listed(partition, listed):

@@ -25,6 +25,7 @@ from web_index.storage.indexes._capture_records import rows_by_place as rows_by_
 from web_index.storage.indexes._capture_scan import find_capture_lines as find_capture_lines
 from web_index.storage.indexes._captures import CaptureIndexes as CaptureIndexes
 from web_index.storage.indexes._captures import capture_index_bytes as capture_index_bytes
+from web_index.storage.indexes._captures import capture_index_path as capture_index_path
 from web_index.storage.indexes._captures_build import build_capture_index as build_capture_index
 from web_index.storage.indexes._captures_build import ensure_capture_indexes as ensure_capture_indexes
 from web_index.storage.indexes._captures_build import refresh_held_places as refresh_held_places

@@ -45,6 +45,7 @@ __all__ = [
     "capture_index_folder",
     "capture_index_name",
     "capture_index_path",
+    "forget_capture_index",
     "index_domain",
     "index_names",
     "open_capture_index",
@@ -195,6 +196,15 @@ class CaptureIndexes:
                 self._files -= gone.file_backed
         return found
 
+    def forget(self, path: str) -> None:
+        """Open the index at ``path`` anew next time (written again: see
+        :func:`~web_index.storage.indexes.refresh_held_places`)."""
+        with self._lock:
+            gone = self._opened.pop(path, None)
+            if gone is not None:
+                self._held -= gone.held
+                self._files -= gone.file_backed
+
     def refuse(self, exc: CorruptFileError, partition: Partition) -> None:
         """Stop using the damaged index ``exc`` names: its partition is read without it
         until it is deleted (derived data) and ``compact()`` writes it again. Said once."""
@@ -214,10 +224,10 @@ def open_capture_index(backend: Backend, path: str) -> CaptureIndex:
     if isinstance(backend, LocalBackend):
         local = backend.file_path(path)
     else:
-        # An object store's index is copied once: the name says which
-        # version of the covered file it describes, so it never changes.
-        folder = backend.local_folder(CAPTURES_DIR)
-        local = folder / hashlib.sha256(path.encode()).hexdigest()
+        # An object store's index is copied once: the name says which version of
+        # the covered file it describes, so its lines never change (the places of
+        # payloads other months hold may: forget_capture_index).
+        local = _cached_copy(backend, path)
         if not local.exists():
             tmp = local.parent / f"{local.name}.{os.getpid()}.{threading.get_ident()}.tmp"
             try:
@@ -226,6 +236,17 @@ def open_capture_index(backend: Backend, path: str) -> CaptureIndex:
             finally:
                 tmp.unlink(missing_ok=True)
     return CaptureIndex(path, _opened(local))
+
+
+def _cached_copy(backend: Backend, path: str) -> Path:
+    return backend.local_folder(CAPTURES_DIR) / hashlib.sha256(path.encode()).hexdigest()
+
+
+def forget_capture_index(backend: Backend, path: str) -> None:
+    """Drop this machine's copy of an object store's index at ``path``, written
+    again (with new places of payloads another month's file holds)."""
+    if not isinstance(backend, LocalBackend):
+        _cached_copy(backend, path).unlink(missing_ok=True)
 
 
 def _opened(local: Path) -> bytes | io.FileIO:

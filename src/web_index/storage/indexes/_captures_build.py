@@ -25,6 +25,7 @@ from web_index.storage.indexes._captures import (
     capture_index_folder,
     capture_index_name,
     capture_index_path,
+    forget_capture_index,
     index_domain,
     index_names,
     open_capture_index,
@@ -114,7 +115,10 @@ def refresh_held_places(backend: Backend, partition: Partition, covered: StoredF
         return False
     if month not in index.meta.payload_months:
         return False
-    return build_capture_index(backend, partition, [covered], prune=False, have=())
+    written = build_capture_index(backend, partition, [covered], prune=False, have=())
+    if written:
+        forget_capture_index(backend, capture_index_path(partition, covered))
+    return written
 
 
 def file_lines(type: RecordType, handle: pq.ParquetFile, backend: Backend, path: str) -> list[bytes]:
