@@ -88,6 +88,7 @@ def _refused(
         url=asked,
         message=message,
         job=None,
+        refresh=None,
         save=form,
         history=history_path(coll, asked) if asked.strip() else None,
     )

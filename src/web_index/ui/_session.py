@@ -92,11 +92,14 @@ class Sessions:
     def check_request(self, request: Request, fields: dict[str, str]) -> None:
         """A 403 for a request another site made: another ``Origin``, or no CSRF token of ours."""
         origin = request.headers.get("origin")
-        own = f"{request.url.scheme}://{request.url.netloc}"
-        if origin is not None and origin != own:
+        fetched_from = request.headers.get("sec-fetch-site")  # set by browsers, never by a page
+        if fetched_from not in (None, "same-origin"):
+            raise UiError(403, f"Sec-Fetch-Site: {fetched_from}: saves are made from this server's pages")
+        # The pages send no referrer, so a browser says "Origin: null" of their forms: then the
+        # browser's Sec-Fetch-Site must vouch for them.
+        own = origin == f"{request.url.scheme}://{request.url.netloc}"
+        if origin is not None and not own and not (origin == "null" and fetched_from == "same-origin"):
             raise UiError(403, f"Origin: {origin} is another site: saves are made from this server's pages")
-        if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
-            raise UiError(403, "the request came from another site: saves are made from this server's pages")
         value = request.cookies.get(FORM_COOKIE, "")
         given = fields.get("csrf", "")
         if not (_well_formed(value) and hmac.compare_digest(given.encode(), self._csrf(value).encode())):
