@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.ui.save_site import SLOW_SECONDS, TOKEN, Site, attempts, live_site, saving_server
+from web_index import WebIndex
 
 AUTH = {"authorization": f"Bearer {TOKEN}".encode()}
 
@@ -40,10 +41,10 @@ def test_a_save_answers_the_capture_and_records_its_requisites(
     body = saved.json()
     capture = body["capture"]
     assert body["state"] == "success" and capture["url"] == url and len(capture["timestamp"]) == 14
-    assert capture["memento"] == f"/store/{capture['timestamp']}/{url}"
+    assert capture["memento"] == f"/store/{capture['timestamp']}id_/{url}"
     assert body["requisites"] == {"fetched": 2, "failed": 0, "skipped": 0}
     # The memento is the page, from the store; its stylesheet is stored beside it.
-    memento = http.get(f"/store/{capture['timestamp']}id_/{url}")
+    memento = http.get(capture["memento"])
     assert memento.status_code == 200 and "Garden" in memento.text
     assert http.get(f"/store/{capture['timestamp']}id_/{site.url('/style.css')}").text.startswith("body {")
     assert sorted(m.url for m in attempts(index)) == sorted(
@@ -132,3 +133,24 @@ def test_a_save_past_its_time_limit_is_a_504(tmp_path: Path, site: Site) -> None
         cut = http.post("/api/save", json={"url": site.url("/slow")}, headers=AUTH)
         assert cut.status_code == 504
         assert "time limit (1 s) ran out while fetching" in cut.json()["reason"]
+
+
+def test_serve_gives_the_saves_its_address_policy_and_bounds(tmp_path: Path) -> None:
+    from web_index.cli._serve import _app
+
+    WebIndex(tmp_path / "store").close()
+    for loopback, private, workers in ((False, False, 1), (True, True, 3)):
+        app, index = _app(
+            str(tmp_path / "store"), TOKEN, None, loopback, private, 10.0,
+            save_form=workers == 1, max_saves=2, save_timeout=30.0,
+        )  # fmt: skip
+        with index:
+            saves = app.state.saves
+            policy = saves.config.address_policy
+            assert (policy.allow_loopback, policy.allow_private) == (loopback, private)
+            assert (saves.max_in_flight, saves.timeout, saves.config.limits.timeout) == (2, 30.0, 10.0)
+            assert saves.config.policy.max_calibre == 60  # up to the browser
+            assert (app.state.ui_sessions is None) == (workers > 1)  # the form needs one process
+    app, index = _app(str(tmp_path / "store"), None, None, True, True, 10.0)
+    with index:
+        assert app.state.saves is None and app.state.ui_sessions is None

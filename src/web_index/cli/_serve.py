@@ -159,6 +159,7 @@ def serve(
         _app, location, token, config, allow_loopback, allow_private, remote_timeout,
         queue=queue, search_timeout=search_timeout, max_batch=max_batch, max_body=max_body,
         max_records=max_records, ui=ui, max_saves=max_saves, save_timeout=save_timeout,
+        save_form=workers == 1,
     )  # fmt: skip
     with cli_errors(location):
         # Built here first with several workers too: a mistake is said once, as a usage error,
@@ -174,6 +175,8 @@ def serve(
             say("", f"serving {location} on {url}{via}{writes}{each}; collections {names}")
             if ui:
                 say("", f"open {url}/ in a browser to look around")
+            if ui and token and workers > 1:  # a session and a save's progress live in one process
+                say("", "the pages' save form is off with --workers > 1 (POST /api/save is not)")
             if workers == 1:
                 run(application, host=host, port=port)
             else:  # its collections and searches closed as its own stop would close them
@@ -215,6 +218,7 @@ def _app(
     remote_timeout: float,
     *,
     ui: bool = True,
+    save_form: bool = True,
     **options: Any,
 ) -> tuple[Starlette, WebIndex]:
     """The app over the store at ``location`` (with the web pages, ``ui``), and the
@@ -237,7 +241,7 @@ def _app(
             application = create_app(
                 index, write_token=token, collections=collections, fetch=fetch, **options
             )
-            return (add_ui(application) if ui else application), index
+            return (add_ui(application, save_form=save_form) if ui else application), index
         except ValueError as exc:  # a queue URL of neither form
             raise fail(EXIT_USAGE, str(exc)) from None
     except BaseException:

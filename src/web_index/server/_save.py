@@ -55,7 +55,7 @@ def _answer(job: SaveJob, coll: str) -> dict[str, Any]:
     out: dict[str, Any] = {"url": job.url, "state": job.state}
     if job.capture is not None:
         stamp, url = job.capture["timestamp"], job.capture["url"]
-        out["capture"] = {"timestamp": stamp, "url": url, "memento": f"/{coll}/{stamp}/{url}"}
+        out["capture"] = {"timestamp": stamp, "url": url, "memento": f"/{coll}/{stamp}id_/{url}"}
     else:
         out["reason"] = job.reason
     if saved is not None:

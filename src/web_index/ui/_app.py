@@ -18,11 +18,13 @@ from web_index.ui._session import Sessions
 __all__ = ["add_ui"]
 
 
-def add_ui(app: Starlette) -> Starlette:
+def add_ui(app: Starlette, *, save_form: bool = True) -> Starlette:
     """``app`` (from :func:`web_index.server.create_app`) with the UI's pages:
     ``/`` and the pages under ``/ui/``. Read-only unless the app has a write
     token: then a person signed in with it can save a page now (fetched into
-    the store, the only page that reaches the live web)."""
+    the store, the only page that reaches the live web), unless not
+    ``save_form``. Sessions and saves in progress live in this process: an app
+    served by several processes leaves the form off."""
     if UI_PREFIX.strip("/") in app.state.collections:
         raise ValueError(f"a collection named {UI_PREFIX.strip('/')!r} would be hidden by the UI's pages")
     routes = [
@@ -43,7 +45,8 @@ def add_ui(app: Starlette) -> Starlette:
     ]
     # Before the server's own: /{coll}/{stamp}/{url} would take /ui/... for a memento's path.
     app.router.routes[0:0] = routes
-    app.state.ui_sessions = Sessions(app.state.write_token) if app.state.saves is not None else None
+    on = save_form and app.state.saves is not None
+    app.state.ui_sessions = Sessions(app.state.write_token) if on else None
     app.add_exception_handler(UiError, page_error)
     return app
 

@@ -30,11 +30,15 @@ def save_form(request: Request, coll: str) -> SaveForm | None:
 def _saving(request: Request, coll: str) -> tuple[Saves, Sessions]:
     saves: Saves | None = request.app.state.saves
     sessions: Sessions | None = request.app.state.ui_sessions
-    if saves is None or sessions is None:
+    if saves is None:
         raise UiError(
             404,
             "saving is off: this server was started without a write token"
             " (--write-token-file or WEB_INDEX_WRITE_TOKEN)",
+        )
+    if sessions is None:
+        raise UiError(
+            404, "saving from these pages is off here (several server processes): use POST /api/save"
         )
     store = served(request).store
     if coll != store:
