@@ -225,6 +225,8 @@ def test_the_token_is_never_in_a_page_or_an_address(
     seen: list[str] = []
     sent = post_save(http, site.url("/garden"), token=TOKEN)
     seen += [sent.text, sent.headers["location"], *sent.headers.get_list("set-cookie")]
+    seen += [morsel.value for morsel in cookies_set(sent).values()]  # as a browser reads them
+    assert sent.headers["location"].startswith("/ui/store/save/")
     done = wait_done(http, sent.headers["location"])
     for response in (
         done,
@@ -234,8 +236,9 @@ def test_the_token_is_never_in_a_page_or_an_address(
     ):
         seen += [response.text, str(response.url), response.headers.get("location", "")]
         seen += response.headers.get_list("set-cookie")
-    refused = post_save(http, site.url("/slow"), token=TOKEN + "x")  # signed in: the token is ignored
-    seen += [refused.text, refused.headers.get("location", "")]
+    ignored = post_save(http, site.url("/slow"), token=TOKEN + "x")  # signed in: the token is ignored
+    assert ignored.status_code == 303
+    seen += [ignored.text, ignored.headers.get("location", ""), *http.cookies.values()]
     assert all(TOKEN not in text and TOKEN.encode().hex() not in text for text in seen)
 
 
