@@ -11,6 +11,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -239,10 +240,9 @@ def ui(archive: Archive) -> Iterator[httpx.Client]:
         yield client
 
 
-@pytest.fixture(scope="module")
-def browser(ui: httpx.Client) -> Iterator[Any]:
-    # After the store is filled: Playwright's sync API runs an event loop in this
-    # thread, and the CLI (a crawl) runs its own with asyncio.run.
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium, launched through Playwright (a skip, or in CI a failure, without it)."""
     if shutil.which(CHROMIUM) is None:
         missing("chromium (Debian package chromium)")
     from playwright.sync_api import sync_playwright
@@ -251,6 +251,14 @@ def browser(ui: httpx.Client) -> Iterator[Any]:
         launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield launched
         launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser(ui: httpx.Client) -> Iterator[Any]:
+    # After the store is filled: Playwright's sync API runs an event loop in this
+    # thread, and the CLI (a crawl) runs its own with asyncio.run.
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture

@@ -31,7 +31,8 @@ SHOTS = (
     "overview",
     "domain",
     "history-phone",
-)  # what docs/ui.md shows, each taken below
+    "save",
+)  # what docs/ui.md shows, each taken below (save: in test_save_browser.py)
 
 
 def shoot(page: Any, name: str) -> None:

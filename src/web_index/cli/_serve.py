@@ -127,6 +127,13 @@ def serve(
     ui: Annotated[
         bool, typer.Option(help="Serve the web pages at / (a URL's history, its captures, the store).")
     ] = True,
+    max_saves: Annotated[
+        int,
+        typer.Option(min=1, help="Saves (POST /api/save and the pages' save form) running at once, at most."),
+    ] = 4,
+    save_timeout: Annotated[
+        float, typer.Option(min=1, help="Seconds a save may take, its page and what the page needs.")
+    ] = 90.0,
 ) -> None:
     """Serve the store over HTTP until SIGINT or SIGTERM (see docs/server.md, docs/ui.md).
 
@@ -135,8 +142,9 @@ def serve(
 
     GET /search?site=&q=; the store as a web archive: /store/cdx, mementos, TimeGate, TimeMaps and
     the Resource API, and so each collection of --config; the JSON query API: POST /api/query and
-    /api/presence, and POST /api/insert with a write token. --allow-loopback and --allow-private let
-    remote archives, WARC loaders and $live reach those addresses (refused by default).
+    /api/presence, and POST /api/insert with a write token. With it too, POST /api/save and the pages'
+    "save a page now" record a page with what it needs to render. --allow-loopback and --allow-private
+    let saves, remote archives, WARC loaders and $live reach those addresses (refused by default).
     """
     from web_index.server import serve as run
 
@@ -150,7 +158,8 @@ def serve(
     build = functools.partial(
         _app, location, token, config, allow_loopback, allow_private, remote_timeout,
         queue=queue, search_timeout=search_timeout, max_batch=max_batch, max_body=max_body,
-        max_records=max_records, ui=ui,
+        max_records=max_records, ui=ui, max_saves=max_saves, save_timeout=save_timeout,
+        save_form=workers == 1,
     )  # fmt: skip
     with cli_errors(location):
         # Built here first with several workers too: a mistake is said once, as a usage error,
@@ -160,12 +169,14 @@ def serve(
             _check_port(host, port)
             names = ", ".join(f"/{name}/" for name in sorted({"store", *application.state.collections}))
             via = f" (searches via {queue})" if queue else ""
-            writes = ", POST /api/insert open to the write token" if token else ""
+            writes = ", POST /api/insert and saves open to the write token" if token else ""
             each = f", {workers} workers" if workers > 1 else ""
             url = f"http://{_host_port(host, port)}"
             say("", f"serving {location} on {url}{via}{writes}{each}; collections {names}")
             if ui:
                 say("", f"open {url}/ in a browser to look around")
+            if ui and token and workers > 1:  # a session and a save's progress live in one process
+                say("", "the pages' save form is off with --workers > 1 (POST /api/save is not)")
             if workers == 1:
                 run(application, host=host, port=port)
             else:  # its collections and searches closed as its own stop would close them
@@ -207,19 +218,30 @@ def _app(
     remote_timeout: float,
     *,
     ui: bool = True,
+    save_form: bool = True,
     **options: Any,
 ) -> tuple[Starlette, WebIndex]:
     """The app over the store at ``location`` (with the web pages, ``ui``), and the
     store, open (closed by the caller)."""
+    from web_index.cli._fetch import fetch_config
+    from web_index.models import Calibre
     from web_index.server import create_app
     from web_index.ui import add_ui
 
     index = open_index(location, None, read_only=token is None)
     try:
         collections = _collections(config, allow_loopback, allow_private, remote_timeout)
+        # A save may escalate to the browser; each attempt takes a third of its time at most.
+        fetch = fetch_config(
+            int(Calibre.HTTP), int(Calibre.BROWSER), max_retries=1, max_attempts=4,
+            timeout=min(30.0, options.get("save_timeout", 90.0) / 3), allow_loopback=allow_loopback,
+            allow_private=allow_private, concurrency=8, per_domain=4,
+        )  # fmt: skip
         try:
-            application = create_app(index, write_token=token, collections=collections, **options)
-            return (add_ui(application) if ui else application), index
+            application = create_app(
+                index, write_token=token, collections=collections, fetch=fetch, **options
+            )
+            return (add_ui(application, save_form=save_form) if ui else application), index
         except ValueError as exc:  # a queue URL of neither form
             raise fail(EXIT_USAGE, str(exc)) from None
     except BaseException:

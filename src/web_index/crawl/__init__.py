@@ -50,6 +50,7 @@ from web_index.crawl._requisites import CSS_URL as CSS_URL
 from web_index.crawl._requisites import css_requisites, requisites_of
 from web_index.crawl._roles import Crawler, Packer, Timer
 from web_index.crawl._routing import SearchRouter
+from web_index.crawl._save import SavedPage, SaveStep, save_page
 from web_index.crawl._searcher import Searcher
 from web_index.crawl._site_files import SiteFiles, check_site
 from web_index.crawl._worker import Role, Worker, WorkerStats
@@ -90,6 +91,8 @@ __all__ = [
     "ResetTimer",
     "Results",
     "Role",
+    "SaveStep",
+    "SavedPage",
     "Scope",
     "Search",
     "SearchRouter",
@@ -115,6 +118,7 @@ __all__ = [
     "open_broker",
     "requisites_of",
     "run_worker",
+    "save_page",
     "scope_prefix",
     "search_site",
     "searcher_queue",

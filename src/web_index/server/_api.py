@@ -27,7 +27,7 @@ from web_index.models import Page, Query, query_from_dict, result_json
 from web_index.server._body import json_items, read_body
 from web_index.server._errors import ApiError, bad_parameter
 
-__all__ = ["DEFAULT_MAX_BATCH", "DEFAULT_MAX_BODY", "insert", "presence", "query"]
+__all__ = ["DEFAULT_MAX_BATCH", "DEFAULT_MAX_BODY", "authorize", "insert", "presence", "query"]
 
 DEFAULT_MAX_BATCH = 100_000
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
@@ -131,7 +131,7 @@ def _queries(items: list[Any]) -> list[Query]:
 
 
 async def insert(request: Request) -> Response:
-    _authorize(request)
+    authorize(request)
     items = await _items(request, "attempts")
     attempts = [_attempt(n, item) for n, item in enumerate(items)]
     index: WebIndex = request.app.state.index
@@ -142,7 +142,8 @@ async def insert(request: Request) -> Response:
     return JSONResponse({"keys": [k.to_dict() for k in keys]})
 
 
-def _authorize(request: Request) -> None:
+def authorize(request: Request) -> None:
+    """A 401 unless the request carries the write token as ``Authorization: Bearer``."""
     token: bytes = request.app.state.write_token
     given = request.headers.get("authorization")
     if given is None:

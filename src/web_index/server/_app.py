@@ -19,12 +19,15 @@ from uvicorn.supervisors import Multiprocess
 from uvicorn.supervisors.multiprocess import SIGNALS as SUPERVISOR_SIGNALS
 
 from web_index.archive import Collection
+from web_index.fetch import FetchConfig
 from web_index.index import WebIndex
 from web_index.server import _api
 from web_index.server._cdx import DEFAULT_COLLECTION, cdx
 from web_index.server._errors import HANDLERS
 from web_index.server._mementos import memento, timegate
 from web_index.server._resource import resource, resource_post
+from web_index.server._save import save
+from web_index.server._saving import DEFAULT_MAX_SAVES, DEFAULT_SAVE_TIMEOUT, Saves
 from web_index.server._search import SearchBackend, search
 from web_index.server._timemaps import timemap
 from web_index.server._wacz import DEFAULT_MAX_RECORDS, wacz
@@ -46,6 +49,9 @@ def create_app(
     max_records: int = DEFAULT_MAX_RECORDS,
     write_token: str | None = None,
     collections: Mapping[str, Collection] | None = None,
+    fetch: FetchConfig | None = None,
+    max_saves: int = DEFAULT_MAX_SAVES,
+    save_timeout: float = DEFAULT_SAVE_TIMEOUT,
 ) -> Starlette:
     """The server's app over ``index``.
 
@@ -73,6 +79,11 @@ def create_app(
     ``POST /api/insert`` stores insertion requests, all or none, under the
     same caps; it exists only with a ``write_token`` (then ``index`` must be
     writable), which requests give as ``Authorization: Bearer <token>``.
+    ``POST /api/save`` too: it records a page now, with what it needs to render,
+    fetched as ``fetch`` says (its address policy above all; by default loopback
+    and private addresses are refused), at most ``max_saves`` at once, each for
+    at most ``save_timeout`` seconds; the web pages' "save a page now" shares
+    these bounds (``app.state.saves``).
     """
     if max_batch < 1 or max_body < 1 or max_records < 1:
         raise ValueError(
@@ -89,6 +100,12 @@ def create_app(
         if index.read_only:
             raise ValueError("a write_token needs an index opened writable, not read_only")
         routes.append(Route("/api/insert", _api.insert, methods=["POST"]))
+        routes.append(Route("/api/save", save, methods=["POST"]))
+    saves = (
+        Saves(index, fetch or FetchConfig(), max_in_flight=max_saves, timeout=save_timeout)
+        if write_token is not None
+        else None
+    )
     searches = SearchBackend(index, queue=queue, timeout=search_timeout, refresh=refresh)
     served = {collection: Collection.of_store(collection, index), **(collections or {})}
 
@@ -98,6 +115,8 @@ def create_app(
             yield
         finally:
             searches.close()
+            if saves is not None:
+                await saves.aclose()
             for each in served.values():
                 await each.aclose()
 
@@ -130,6 +149,7 @@ def create_app(
     app.state.max_body = max_body
     app.state.max_records = max_records
     app.state.write_token = None if write_token is None else write_token.strip().encode()
+    app.state.saves = saves
     return app
 
 

@@ -10,17 +10,21 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from web_index.ui import _capture, _compare, _history, _home, _overview, _replay, _search
+from web_index.ui import _capture, _compare, _history, _home, _overview, _replay, _save, _search
 from web_index.ui._charts import states_css
 from web_index.ui._render import UI_PREFIX, UiError, history_path, page_error, target_url
+from web_index.ui._session import Sessions
 
 __all__ = ["add_ui"]
 
 
-def add_ui(app: Starlette) -> Starlette:
+def add_ui(app: Starlette, *, save_form: bool = True) -> Starlette:
     """``app`` (from :func:`web_index.server.create_app`) with the UI's pages:
-    ``/`` and the pages under ``/ui/``. Read-only: the pages write nothing
-    and fetch nothing from the live web."""
+    ``/`` and the pages under ``/ui/``. Read-only unless the app has a write
+    token: then a person signed in with it can save a page now (fetched into
+    the store, the only page that reaches the live web), unless not
+    ``save_form``. Sessions and saves in progress live in this process: an app
+    served by several processes leaves the form off."""
     if UI_PREFIX.strip("/") in app.state.collections:
         raise ValueError(f"a collection named {UI_PREFIX.strip('/')!r} would be hidden by the UI's pages")
     routes = [
@@ -34,10 +38,15 @@ def add_ui(app: Starlette) -> Starlette:
         Route(f"{UI_PREFIX}/{{coll}}/domain", _overview.domain, methods=["GET"]),
         Route(f"{UI_PREFIX}/{{coll}}/history", _history.history, methods=["GET"]),
         Route(f"{UI_PREFIX}/{{coll}}/compare", _compare.compare, methods=["GET"]),
+        Route(f"{UI_PREFIX}/{{coll}}/save", _save.save, methods=["POST"]),
+        Route(f"{UI_PREFIX}/{{coll}}/save/{{id}}", _save.status, methods=["GET"]),
+        Route(f"{UI_PREFIX}/signout", _save.sign_out, methods=["POST"]),
         Route(f"{UI_PREFIX}/{{coll}}/{{stamp}}/{{url:path}}", _by_stamp, methods=["GET"]),
     ]
     # Before the server's own: /{coll}/{stamp}/{url} would take /ui/... for a memento's path.
     app.router.routes[0:0] = routes
+    on = save_form and app.state.saves is not None
+    app.state.ui_sessions = Sessions(app.state.write_token) if on else None
     app.add_exception_handler(UiError, page_error)
     return app
 

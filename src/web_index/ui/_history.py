@@ -20,6 +20,7 @@ from web_index.index import WebIndex
 from web_index.models import AttemptMetadata, RecordType
 from web_index.ui._captures import captures_of
 from web_index.ui._render import UiError, capture_path, history_path, one_page, page, page_number, store_of
+from web_index.ui._save import save_form
 from web_index.urls import url_key
 
 __all__ = ["Attempt", "attempts_of", "history"]
@@ -134,7 +135,8 @@ async def history(request: Request) -> Response:
             )
         )
     states = Counter(str(m.state) for m in metadata)
-    return page(
+    form = save_form(request, name)
+    response = page(
         request,
         "history.html",
         title=f"{url} · history · web-index",
@@ -152,7 +154,9 @@ async def history(request: Request) -> Response:
         states=sorted(states.items(), key=lambda kv: -kv[1]),
         from_store=index is not None,
         pager=paging,
+        save=form,
     )
+    return form.remembered(request, response) if form is not None else response
 
 
 def _day_links(captures: list[dict[str, Any]], coll: str, year: int) -> dict[str, str]:

@@ -24,6 +24,7 @@ from web_index.ui._render import (
     page_number,
     store_of,
 )
+from web_index.ui._save import save_form
 
 __all__ = ["home", "lookup"]
 
@@ -46,7 +47,8 @@ async def home(request: Request) -> Response:
     if index is not None and number == 0:
         store = index
         recent = await kept(request, f"recent {name}", lambda: recent_captures(store, held))
-    return page(
+    form = save_form(request, name)
+    response = page(
         request,
         "home.html",
         title="web-index",
@@ -54,7 +56,9 @@ async def home(request: Request) -> Response:
         domains=len(held),
         recent=[(m, _capture_of(name, m)) for m in recent],
         pager=paging,
+        save=form,
     )
+    return form.remembered(request, response) if form is not None else response
 
 
 def _urls_of(coll: str, domain: str) -> str:

@@ -168,7 +168,8 @@ def page(request: Request, template: str, status: int = 200, **context: Any) -> 
             store=got.store,
             stores={name for name, coll in got.collections.items() if coll.store is not None},
             path=request.url.path,
-            **({"looked_up": request.query_params.get("url", "")} | context),
+            saving=request.app.state.saves is not None,
+            **({"looked_up": request.query_params.get("url", ""), "save": None} | context),
         )
     )
     return HTMLResponse(html, status_code=status, headers=_page_headers())
