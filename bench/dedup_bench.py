@@ -444,6 +444,9 @@ def lookups(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
         "best_resource": best_r,
         "ratios": ratios,
         "answers_compared": {"differ": 0},
+        "rounds": args.rounds,
+        "connections": args.connections,
+        "seconds": args.seconds,
     }
 
 
@@ -494,7 +497,7 @@ def ingest(args: argparse.Namespace) -> dict[str, Any]:
                 s: max(x["get_records_per_s"] for x in runs[f"{m} {s}"]) for s in envs
             },
         }
-    return {"records_argument": args.ingest_records, "runs": runs, "summary": summary}
+    return {"records_argument": args.ingest_records, "rounds": args.rounds, "runs": runs, "summary": summary}
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -617,7 +620,7 @@ def report(rec: dict[str, Any]) -> list[str]:
             "bodies changed) bulk-loaded into copies of it:",
         ]
         lines += table(
-            ["re-crawl", "side", *PARTS, "store after", "growth", "load s", "verify"],
+            ["re-crawl", "side", *PARTS, "store after", "growth", "load + verify s", "verify"],
             [
                 [
                     w,
@@ -644,10 +647,14 @@ def report(rec: dict[str, Any]) -> list[str]:
             "Before the re-crawl: " + ", ".join(f"`{p}` {f['bytes']['parts'][p]:,}" for p in PARTS) + "."
         )
     if lk:
+
+        def got(k: str) -> Any:
+            return lk.get(k, rec[k])
+
         lines += [
             "",
-            f"Lookups on the next-month stores ({lk['marked']}); best of {rec['rounds']} rounds, "
-            f"alternated; Resource API: {rec['connections']} connections for {rec['seconds']} s each. "
+            f"Lookups on the next-month stores ({lk['marked']}); best of {got('rounds')} rounds, alternated; "
+            f"Resource API: {got('connections')} connections for {got('seconds')} s each. "
             "Answers (payload SHA-1) equal the generator's bodies in every case.",
         ]
         lines += table(
@@ -743,26 +750,25 @@ def main() -> None:
         "picks": args.picks,
         "targets": TARGETS,
     }
-    if "book" in parts:
-        with niced():
-            rec["book"] = book(args)
-    if "synthetic" in parts:
-        with niced():
-            rec["synthetic"] = synthetic(args)
-    if "lookups" in parts:
-        rec["lookups"] = lookups(args, (rec.get("synthetic") or kept["synthetic"])["job"])
-    if "ingest" in parts:
-        rec["ingest"] = ingest(args)
-    for part in ("book", "synthetic", "lookups", "ingest"):  # the parts not run: the last run's, marked
-        if part not in rec and part in kept:
-            rec[part] = kept[part] | {
-                "kept_from": kept[part].get("kept_from") or kept["code"]["commit"] + " " + kept["date"]
-            }
-    if git(HERE.parent / "src")["tree"] != rec["code"]["tree"]:
-        rec["code_at_end"] = git(HERE.parent / "src")
-    lines = report(rec)
-    print("\n".join(lines))
-    save(args.out, rec, lines)
+    steps = {
+        "book": lambda: book(args),
+        "synthetic": lambda: synthetic(args),
+        "lookups": lambda: lookups(args, (rec.get("synthetic") or kept["synthetic"])["job"]),
+        "ingest": lambda: ingest(args),
+    }
+    for part, step in steps.items():
+        if part in parts:
+            with niced() if part in ("book", "synthetic") else contextlib.nullcontext():
+                rec[part] = step()
+            done = dict(rec)  # saved after every part: the parts not run (yet) the last run's, marked
+            for other in steps:
+                if other not in done and other in kept:
+                    since = kept[other].get("kept_from") or kept["code"]["commit"] + " " + kept["date"]
+                    done[other] = kept[other] | {"kept_from": since}
+            if git(HERE.parent / "src")["tree"] != rec["code"]["tree"]:
+                done["code_at_end"] = git(HERE.parent / "src")
+            save(args.out, done, report(done))
+    print("\n".join(report(done)))
 
 
 if __name__ == "__main__":
