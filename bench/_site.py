@@ -47,10 +47,13 @@ def stats(store: Path) -> dict[str, Any]:
     return {k: v for k, v in got.items() if k != "partitions"}
 
 
-def crawl(site: Path, store: Path) -> dict[str, Any]:
+def crawl(
+    site: Path, store: Path, env: dict[str, str] | None = None, port: int | None = None
+) -> dict[str, Any]:
     """``site`` served by ``python -m http.server`` and crawled twice into ``store`` as issue 46 did:
-    at the default depth, then with ``--max-depth 500``; each crawl's ``--json`` result."""
-    port = free_port()
+    at the default depth, then with ``--max-depth 500``; each crawl's ``--json`` result. ``env``: the
+    crawls' environment (``PYTHONPATH``: the code); ``port``: the site's (the same URLs again)."""
+    port = port or free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(site)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -63,7 +66,7 @@ def crawl(site: Path, store: Path) -> dict[str, Any]:
             began = time.monotonic()
             out = cli(
                 "crawl", seed, "--store", str(store), "--scope", "prefix", "--page-requisites",
-                "--allow-loopback", "--settle", "0.5", "--json", *depth,
+                "--allow-loopback", "--settle", "0.5", "--json", *depth, env=env,
             )  # fmt: skip
             result = json.loads(out.strip().splitlines()[-1])
             keep = ("pages", "requisites", "fetched", "errors", "requisite_errors", "out_of_scope")

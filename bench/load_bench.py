@@ -81,7 +81,11 @@ def _items_jsonl(records: int, seed: int, path: Path) -> None:
             out.write(json.dumps({**request, "data": responses}) + "\n")
 
 
-def run_mode(mode: str, root: Path, records: int, seed: int, jsonl: Path) -> dict[str, Any]:
+def run_mode(
+    mode: str, root: Path, records: int, seed: int, jsonl: Path, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """One mode's load into ``root`` in a fresh process (``env``: its environment, e.g. the
+    ``PYTHONPATH`` of another checkout's code): seconds and peak RSS."""
     if mode == "cli-bulk":
         cli = Path(sys.executable).parent / "web-index"
         started = time.perf_counter()
@@ -94,7 +98,7 @@ def run_mode(mode: str, root: Path, records: int, seed: int, jsonl: Path) -> dic
     code = _CHILD.format(bench=str(HERE))
     proc = subprocess.run(
         [sys.executable, "-c", code, mode, str(root), str(records), str(seed)],
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True, check=True, env=env,
     )  # fmt: skip
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
