@@ -228,3 +228,18 @@ def test_a_month_compacted_again_gives_the_other_months_its_new_places(tmp_path:
         assert not [n for n in report.notes if "place their payload" in n.message], report.notes
         september = [line for line in index.captures(url) if '"held":"2024/08"' in line]
         assert len(september) == 1 and index.capture_response(september[0]).data == body  # type: ignore[union-attr]
+
+
+def test_a_batch_over_many_small_files_of_references_gets_every_body(tmp_path: Path) -> None:
+    """Small files dense in winners are read whole (query/_results.py): their
+    referring rows get their payloads through their capture lines' places."""
+    urls = [f"https://site{d}.example/p{i}" for d in range(10) for i in range(5)]
+    body = {u: (u.encode() + b" unchanged ") * 30 for u in urls}
+    with WebIndex(tmp_path / "s", policy=NO_FLUSH) as index:
+        for day in (0, 40):
+            with index.bulk_load() as load:
+                load.add([attempt(u, T0 + timedelta(days=day), body=body[u]) for u in urls])
+        assert _references(tmp_path / "s") == len(urls)
+        pages = index.query([SimplePageQuery(url=u) for u in urls])
+        assert [p.timestamp for p in pages] == [T0 + timedelta(days=40)] * len(urls)  # type: ignore[union-attr]
+        assert [p.responses[0].data for p in pages] == [body[u] for u in urls]  # type: ignore[union-attr]

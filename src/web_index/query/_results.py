@@ -19,7 +19,16 @@ from web_index.models import AttemptMetadata, Page, RecordType, Response, from_u
 from web_index.query._find import FileRows, Found
 from web_index.query._plan import Candidate, Plan
 from web_index.query._pool import reader_pool
-from web_index.storage import LocalBackend, Store, StoredCapture, read_group, read_small_files, resolve_rows
+from web_index.storage import (
+    BODY_COLUMN,
+    REF_COLUMN,
+    LocalBackend,
+    Store,
+    StoredCapture,
+    read_group,
+    read_small_files,
+    resolve_rows,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -102,7 +111,9 @@ def load_results(
         for kind, paths in small.items():
             chains.update(_read_small_files(local, sorted(small_paths[kind]), paths))
     rows_of.update((path, job.result()) for path, job in jobs.items())
-    # Rows that refer to their payload get it (read from the rows that hold them).
+    # Rows that refer to their payload get it: by the place their capture line names
+    # where they have one, else from the rows that hold them.
+    _payloads_by_place(store, plans, found, chains)
     resolve_rows(
         store.backend,
         itertools.chain(
@@ -110,6 +121,9 @@ def load_results(
             (row for chain in chains.values() for row in chain),
         ),
     )
+    for chain in chains.values():
+        for row in chain:
+            row.pop("_row", None)
     for i, f in found.items():
         p = plans[i]
         src = f.source
@@ -195,6 +209,39 @@ def _answer_by_place(
     return done
 
 
+def _payloads_by_place(
+    store: Store,
+    plans: list[Plan],
+    found: dict[int, Found],
+    chains: dict[tuple[str, str], list[dict[str, Any]]],
+) -> None:
+    """Give the referring rows read whole from small files (``chains``) their
+    payloads through their files' capture indexes: each line names the place of
+    the payload its row refers to, one read, where resolving the reference
+    would open the holder's file and search it."""
+    wanted: dict[tuple[str, int, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    type = None
+    for i, f in found.items():
+        src = f.source
+        if src is None or not src.from_index or not src.version or plans[i].type.is_metadata:
+            continue
+        for row in chains.get((src.path, f.candidate.request_id), []):
+            if row.get(REF_COLUMN) is not None and "_row" in row:
+                wanted[(src.path, src.size, src.version)][row["_row"]] = row
+                type = plans[i].type
+    for key, rows in wanted.items():
+        assert type is not None
+        got = store.rows_by_place(type, *key, sorted(rows)) or {}
+        for n, row in rows.items():
+            line = got.get(n)
+            if line is not None and (line[0].request_id, line[0].position) == (
+                row["request_id"],
+                row["chain_index"],
+            ):
+                row[BODY_COLUMN] = line[1].data
+                row[REF_COLUMN] = None  # resolved
+
+
 def _mismatch(row: dict[str, Any], p: Plan, c: Candidate) -> bool:
     ts = row["timestamp"] if p.type.is_metadata else row["attempt_timestamp"]
     return bool(row["request_id"] != c.request_id or row["url_key"] != p.url_key or ts != c.ts_us)
@@ -219,7 +266,7 @@ def _read_small_files(
         frame = frame.filter(pl.col("request_id").is_in(wanted)).with_columns(
             pl.col(pl.Datetime).dt.epoch("us")
         )
-        for row in frame.drop("_row").to_dicts():
+        for row in frame.to_dicts():  # "_row" kept: a referring row's line is found by it
             out[(row.pop("_file"), row["request_id"])].append(row)
     for chain in out.values():
         if len(chain) > 1:

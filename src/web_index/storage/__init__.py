@@ -22,7 +22,9 @@ from web_index.storage._open import open_store as open_store
 from web_index.storage._payload_refs import resolve_rows as resolve_rows
 from web_index.storage._scan import ScanFilter as ScanFilter
 from web_index.storage._scan import scan as scan
+from web_index.storage._schema import BODY_COLUMN as BODY_COLUMN
 from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS
+from web_index.storage._schema import REF_COLUMN as REF_COLUMN
 from web_index.storage._schema import TS_COLUMN as TS_COLUMN
 from web_index.storage._stats import AttemptCount as AttemptCount
 from web_index.storage._stats import attempt_counts as attempt_counts
