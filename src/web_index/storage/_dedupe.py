@@ -101,6 +101,8 @@ def _search(handle: pq.ParquetFile, wanted: set[bytes], found: dict[bytes, str])
     look = [_SHA256] + ([REF_COLUMN] if REF_COLUMN in names else [])
     value_set = pa.array(sorted(wanted - found.keys()), pa.binary(32))
     for g in range(handle.metadata.num_row_groups):
+        if len(found) == len(wanted):
+            return
         table = handle.read_row_group(g, columns=look, use_threads=False)
         hits = [
             int(i)
