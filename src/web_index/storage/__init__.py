@@ -19,7 +19,6 @@ from web_index.storage._layout import STORE_MARKER as STORE_MARKER
 from web_index.storage._layout import Partition
 from web_index.storage._layout import StoredFile as StoredFile
 from web_index.storage._open import open_store as open_store
-from web_index.storage._payload_refs import resolve_rows as resolve_rows
 from web_index.storage._scan import ScanFilter as ScanFilter
 from web_index.storage._scan import scan as scan
 from web_index.storage._schema import BODY_COLUMN as BODY_COLUMN
@@ -44,6 +43,7 @@ from web_index.storage.indexes import key_hash as key_hash
 from web_index.storage.indexes import open_month_index as open_month_index
 from web_index.storage.indexes import parse_capture_line as parse_capture_line
 from web_index.storage.pages import read_group as read_group
+from web_index.storage.payloads import resolve_rows as resolve_rows
 
 if TYPE_CHECKING:
     from web_index.storage.buffer import PostgresBuffer

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable
 from web_index.errors import ConflictError, CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._crash import crash_point
-from web_index.storage._dedupe import find_holders, part_digests, share_payloads, wanted_payloads
 from web_index.storage._files import WriteOptions, outdated, row_groups, write_partition_file
 from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage._listing import Listing
@@ -26,6 +25,7 @@ from web_index.storage.indexes import (
     ensure_capture_indexes,
     refresh_held_places,
 )
+from web_index.storage.payloads import find_holders, part_digests, share_payloads, wanted_payloads
 
 __all__ = ["METHODS", "Compaction", "Listings", "PartitionFiles"]
 

@@ -103,7 +103,7 @@ class WriteOptions:
         # typical file of tens of rows, more than the repeated strings it saves.
         self.dictionary_min_rows = dictionary_min_rows
         # A compacted ``get`` row whose payload its domain already stores refers to
-        # it instead of holding a copy (storage/_dedupe.py); off, every row holds its body.
+        # it instead of holding a copy (storage/payloads/_sharing.py); off, every row holds its body.
         self.share_payloads = share_payloads
 
     def group_rows(self, type: RecordType, held: int = 0, size: int = 0) -> int:

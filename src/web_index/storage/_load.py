@@ -42,7 +42,6 @@ from web_index.models import (
     RecordType,
     payload_digests,
 )
-from web_index.storage._dedupe import find_holders, share_payloads, wanted_payloads
 from web_index.storage._files import (
     WriteOptions,
     columns_to_table,
@@ -57,6 +56,7 @@ from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SORT_KEYS
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
 from web_index.storage.indexes import capture_index_bytes, table_lines
+from web_index.storage.payloads import find_holders, share_payloads, wanted_payloads
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -166,7 +166,7 @@ def _shared(
     share: bool,
 ) -> Iterator[tuple[Partition, pa.Table, bool]]:
     """Each table, and whether its payloads stored elsewhere became references
-    (storage/_dedupe.py): only a ``get`` table to be the compacted file of a
+    (storage/payloads/_sharing.py): only a ``get`` table to be the compacted file of a
     partition without files. Parts never refer: a compaction may make their
     rows references, which would leave a reference to one of them without its body."""
     import pyarrow as pa

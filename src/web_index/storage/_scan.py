@@ -25,10 +25,10 @@ from web_index.models import RecordType, month_bounds
 from web_index.storage._files import row_groups, rows_to_table, sort_dedupe
 from web_index.storage._layout import Partition, StoredFile
 from web_index.storage._merge import merge_sorted, sort_keys
-from web_index.storage._payload_refs import resolve_table
 from web_index.storage._schema import TS_COLUMN
 from web_index.storage._store import Store
 from web_index.storage.buffer import BufferedAttempt, MethodPartition
+from web_index.storage.payloads import resolve_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -70,7 +70,7 @@ class ScanFilter:
 def scan(store: Store, type: RecordType, where: ScanFilter) -> Iterator[tuple[Partition, pa.Table]]:
     """Tables of ``type``'s rows (the type's schema) that ``where`` lets through,
     in order, buffered records included (read once, before any file); each row
-    that refers to its payload has it (``storage._payload_refs``)."""
+    that refers to its payload has it (``storage.payloads``)."""
     buffered: dict[tuple[int, int, str], list[dict[str, Any]]] = defaultdict(list)
     method = type.method
     # One domain's attempts by its partitions' key: not every buffered attempt decoded.

@@ -35,7 +35,7 @@ BODY_COLUMN = "data"  # the only column of page bodies (``get`` files)
 # The SHA-1 and SHA-256 of each body, raw (``get`` files only).
 DIGEST_COLUMNS = ("payload_sha1", "payload_sha256")
 # Null where the row holds its body; else the row's ``data`` is empty and this
-# names the row that holds the payload (``storage._payload_refs``).
+# names the row that holds the payload (``storage.payloads``).
 REF_COLUMN = "payload_ref"
 
 

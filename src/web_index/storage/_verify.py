@@ -12,11 +12,11 @@ from web_index.errors import CorruptFileError, InvalidRecordError, StoreError
 from web_index.models import RecordType, month_bounds, payload_digests
 from web_index.storage._files import FORMAT_KEY, outdated, schema_matches, visible_files
 from web_index.storage._layout import TMP_DIR, Partition, StoredFile, parse_file_name
-from web_index.storage._payload_refs import Wanted, read_payloads
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN, SORT_KEYS, TS_COLUMN, schemas
 from web_index.storage._store import Store
 from web_index.storage.buffer import MethodPartition
 from web_index.storage.indexes import capture_index_findings, index_path
+from web_index.storage.payloads import Wanted, read_payloads
 from web_index.urls import domain_of, url_key
 
 if TYPE_CHECKING:

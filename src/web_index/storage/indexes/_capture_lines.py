@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from web_index.models import GET_COLUMNS, HEAD_COLUMNS, RecordType, payload_sha1
-from web_index.storage._payload_refs import holder_places
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN
 from web_index.storage.backends import Backend
 from web_index.storage.pages import BodyPlace, body_places
+from web_index.storage.payloads import holder_places
 from web_index.urls import surt_key, target_uri
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class StoredCapture(CaptureFields, frozen=True, omit_defaults=True):
     body: tuple[int, int, int, int] | None = None  # BodyPlace's at, size, raw, value
     codec: str = "zstd"
     # The month (``yyyy/mm``) of the compacted file that holds the body, when the
-    # row refers to a payload another file holds (storage/_payload_refs.py).
+    # row refers to a payload another file holds (storage/payloads/_refs.py).
     held: str | None = None
 
     @property

@@ -84,7 +84,7 @@ def _body(backend: Backend, path: str, fields: StoredCapture, pages: _Pages) -> 
     place = fields.place
     if place is None:
         return None
-    if fields.held is not None:  # a payload another month's file holds (storage/_payload_refs.py)
+    if fields.held is not None:  # a payload another month's file holds (storage/payloads/_refs.py)
         if not _MONTH.fullmatch(fields.held):
             return None
         path = _held_path(path, fields.held)

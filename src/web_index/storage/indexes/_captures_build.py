@@ -17,7 +17,6 @@ from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._files import list_partition_files, read_superseded
 from web_index.storage._layout import Partition, StoredFile, compacted_file
-from web_index.storage._payload_refs import holder_places
 from web_index.storage._schema import REF_COLUMN
 from web_index.storage.backends import Backend, handle_version
 from web_index.storage.indexes._capture_lines import capture_lines, file_capture_lines, unique_lines
@@ -33,6 +32,7 @@ from web_index.storage.indexes._captures import (
     write_capture_index,
 )
 from web_index.storage.pages import BodyPlace, body_places
+from web_index.storage.payloads import holder_places
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -108,7 +108,7 @@ def capture_index_findings(
 
 
 def _unplaced(line: bytes) -> bytes:
-    """A line without the place of a payload another month's file holds (storage/_payload_refs.py)."""
+    """A line without the place of a payload another month's file holds (storage/payloads/_refs.py)."""
     if b'"held":' not in line:
         return line
     key, stamp, rest = line.split(b" ", 2)

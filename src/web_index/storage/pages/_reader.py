@@ -412,7 +412,7 @@ def read_group(
         else:
             if DIGEST_COLUMNS[0] in table.column_names:
                 sha1s = table.column(DIGEST_COLUMNS[0])
-                # A row that refers to its payload holds none (storage/_payload_refs.py).
+                # A row that refers to its payload holds none (storage/payloads/_refs.py).
                 refs = table.column(REF_COLUMN) if REF_COLUMN in table.column_names else None
                 for r, body in bodies.items():
                     if refs is not None and refs[r].is_valid:

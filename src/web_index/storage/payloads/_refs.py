@@ -2,7 +2,7 @@
 
 A response whose payload (by SHA-256) is already stored in its domain is
 written by compaction with an empty ``data`` and, in ``payload_ref``, the
-identity of the row that holds the payload (``storage._dedupe``)::
+identity of the row that holds the payload (``storage.payloads._sharing``)::
 
     <attempt_us> <request_id> <chain_index> <url_key>
 

@@ -3,7 +3,7 @@ commit) writes as a reference instead of a second copy.
 
 A ``get`` row whose body is at least :data:`MIN_SHARED_BYTES` long and whose
 SHA-256 a stored row of the same domain already holds is written with an empty
-body and a ``payload_ref`` naming that row (``storage._payload_refs``), as a
+body and a ``payload_ref`` naming that row (``storage.payloads``), as a
 WARC revisit record names its original. The search is for the payloads of the
 rows being written only: the partition's compacted file first, then the
 domain's compacted files of the other months (newest first, digest columns
@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 from web_index.errors import CorruptFileError
 from web_index.storage._layout import Partition
 from web_index.storage._merge import FRESH
-from web_index.storage._payload_refs import holder_ref
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN
 from web_index.storage.backends import Backend
+from web_index.storage.payloads._refs import holder_ref
 
 if TYPE_CHECKING:
     import pyarrow as pa
