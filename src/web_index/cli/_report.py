@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from web_index.cli._app import new_table
-from web_index.fetch import Attempt, Decision, FetchConfig, FetchOutcome, FetchRunner, Method
+from web_index.fetch import Attempt, Decision, FetchConfig, FetchOutcome, Method
 from web_index.models import AttemptState
 
 if TYPE_CHECKING:
@@ -66,16 +66,7 @@ async def _run(
         if progress is not None and task is not None:
             progress.update(task, attempts=attempts)
 
-    runner = FetchRunner(
-        fetchers,
-        index,
-        policy=config.policy,
-        robots=robots,
-        concurrency=config.concurrency,
-        per_domain=config.per_domain,
-        domain_delay=config.domain_delay,
-        on_attempt=on_attempt,
-    )
+    runner = config.runner(fetchers, index, robots=robots, on_attempt=on_attempt)
 
     async def one(url: str) -> FetchOutcome:
         outcome = await runner.fetch(url, method)

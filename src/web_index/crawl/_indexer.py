@@ -38,7 +38,7 @@ from web_index.crawl._requisites import css_requisites, queue_requisites
 from web_index.crawl._site_files import SiteFiles, check_site
 from web_index.crawl._worker import WorkerStats
 from web_index.crawl.queues import Broker, Delivery
-from web_index.fetch import Attempt, FetchConfig, FetchRunner, RobotsCache, decode_body, redirect_filter
+from web_index.fetch import Attempt, FetchConfig, RobotsCache, decode_body, redirect_filter
 from web_index.index import WebIndex
 from web_index.search import PageText
 
@@ -162,15 +162,8 @@ class Indexer:
         self.sink = TextSink(files)
         self._crawls: Batcher[bytes] = Batcher(lambda bodies: broker.send("crawl", bodies))
         self.robots: RobotsCache | None = self.config.robots_cache()
-        self.runner = FetchRunner(
-            self.config.build_fetchers(),
-            index,
-            policy=self.config.policy,
-            robots=self.robots,
-            concurrency=self.config.concurrency,
-            per_domain=self.config.per_domain,
-            domain_delay=self.config.domain_delay,
-            pacer=BrokerPacer(broker),
+        self.runner = self.config.runner(
+            self.config.build_fetchers(), index, robots=self.robots, pacer=BrokerPacer(broker)
         )
 
     async def _send(self, queue: str, *messages: Message) -> None:

@@ -82,16 +82,7 @@ async def save_page(
     config = config or FetchConfig()
     owned = config.build_fetchers() if fetchers is None else []
     robots = config.robots_cache()
-    runner = FetchRunner(
-        owned or list(fetchers or ()),
-        index,
-        policy=config.policy,
-        robots=robots,
-        concurrency=config.concurrency,
-        per_domain=config.per_domain,
-        domain_delay=config.domain_delay,
-        owns_fetchers=False,
-    )
+    runner = config.runner(owned or list(fetchers or ()), index, robots=robots, owns_fetchers=False)
 
     async def follow(target: str) -> str | None:
         if robots is not None and not (await robots.check(target)).allowed:

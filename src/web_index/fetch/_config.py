@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from web_index._extras import import_extra
 from web_index.fetch._address import AddressPolicy
@@ -13,7 +15,11 @@ from web_index.fetch._chromium import DEFAULT_CHROMIUM, chromium_available
 from web_index.fetch._http import DEFAULT_USER_AGENT, HttpFetcher
 from web_index.fetch._policy import EscalationPolicy
 from web_index.fetch._robots import RobotsCache
+from web_index.fetch._runner import FetchRunner
 from web_index.models import Calibre
+
+if TYPE_CHECKING:
+    from web_index.index import WebIndex
 
 __all__ = ["FetchConfig"]
 
@@ -64,6 +70,29 @@ class FetchConfig:
                 )
             )
         return fetchers
+
+    def runner(
+        self,
+        fetchers: Sequence[Fetcher],
+        index: WebIndex | None,
+        *,
+        robots: RobotsCache | None,
+        policy: EscalationPolicy | None = None,
+        **options: Any,
+    ) -> FetchRunner:
+        """A runner of ``fetchers`` with this configuration's concurrency, per-domain
+        limit and delay, and its policy unless ``policy`` is given; ``options``:
+        the rest of :class:`FetchRunner`'s (``owns_fetchers``, ``on_attempt``, ``pacer``)."""
+        return FetchRunner(
+            fetchers,
+            index,
+            policy=self.policy if policy is None else policy,
+            robots=robots,
+            concurrency=self.concurrency,
+            per_domain=self.per_domain,
+            domain_delay=self.domain_delay,
+            **options,
+        )
 
     def robots_cache(self) -> RobotsCache | None:
         return RobotsCache(self.http_fetcher(), owns_fetcher=True) if self.obey_robots else None

@@ -91,14 +91,11 @@ async def aget_or_fetch(
         policy = replace(config.policy, min_calibre=low, max_calibre=high)
         runner = runners.get((low, high))
         if runner is None:
-            runner = runners[(low, high)] = FetchRunner(
+            runner = runners[(low, high)] = config.runner(
                 owned if fetchers is None else list(fetchers),
                 index,
-                policy=policy,
                 robots=robots,
-                concurrency=config.concurrency,
-                per_domain=config.per_domain,
-                domain_delay=config.domain_delay,
+                policy=policy,
                 owns_fetchers=False,
             )
         try:
