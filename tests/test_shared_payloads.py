@@ -243,3 +243,37 @@ def test_a_batch_over_many_small_files_of_references_gets_every_body(tmp_path: P
         pages = index.query([SimplePageQuery(url=u) for u in urls])
         assert [p.timestamp for p in pages] == [T0 + timedelta(days=40)] * len(urls)  # type: ignore[union-attr]
         assert [p.responses[0].data for p in pages] == [body[u] for u in urls]  # type: ignore[union-attr]
+
+
+def test_a_load_compacted_meanwhile_writes_a_part_that_holds_every_body(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bulk load's partition that another process compacted between the load's
+    listing and its commit is written as a part: a part never refers (a
+    compaction may make its rows references), so it holds every body again."""
+    from web_index.storage import LocalBackend
+
+    url, body = _two_months(tmp_path / "s")
+    later = T0 + timedelta(days=80)  # October: no file yet, so the load means to write it compacted
+    has_file, place = LocalBackend.has_file, LocalBackend.place
+    parts: list[int] = []  # the references in each part file placed
+
+    def compacted_meanwhile(self: LocalBackend, path: str) -> bool:  # the fault: a concurrent compaction
+        return path.startswith("get/2024/10/") or has_file(self, path)
+
+    def placed(self: LocalBackend, spool: Path, path: str) -> None:
+        if path.startswith("get/") and path.count(".") > 2:  # <domain>.<part id>.parquet
+            parts.append(len(pq.read_table(spool, columns=["payload_ref"]).column(0).drop_null()))
+        place(self, spool, path)
+
+    monkeypatch.setattr(LocalBackend, "has_file", compacted_meanwhile)
+    monkeypatch.setattr(LocalBackend, "place", placed)
+    with WebIndex(tmp_path / "s", policy=NO_FLUSH) as index:
+        with index.bulk_load() as load:
+            load.add([attempt(url, later, body=body), attempt(url, later + timedelta(hours=1), body=body)])
+        assert parts == [0]
+        # The load's end compacted the part: its rows now refer to the stored copy.
+        assert _references(tmp_path / "s") == 3
+        pages = index.query([SimplePageQuery(url=url)])
+        assert pages[0] is not None and pages[0].responses[0].data == body
+        assert index.verify().problems == []
