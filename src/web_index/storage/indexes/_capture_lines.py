@@ -62,7 +62,9 @@ __all__ = [
     "line_row",
     "parse_capture_line",
     "parse_stored_capture",
+    "referring_places",
     "response_capture_line",
+    "shared_places",
     "unique_lines",
 ]
 
@@ -321,10 +323,7 @@ def file_capture_lines(
     shared: dict[int, tuple[BodyPlace, str | None] | None] = {}
     if stored and type is RecordType.GET and REF_COLUMN in names and backend is not None:
         refs = handle.read(columns=[REF_COLUMN], use_threads=False).column(0)
-        if refs.null_count < len(refs):
-            wanted = {i: ref for i, ref in enumerate(refs.to_pylist()) if ref is not None}
-            found = holder_places(backend, handle, path, wanted)
-            shared = {i: found.get(i) for i in wanted}
+        shared = referring_places(backend, handle, path, refs)
     first = 0
     for g in range(handle.metadata.num_row_groups):
         table = handle.read_row_group(g, columns=columns, use_threads=False)
@@ -332,12 +331,25 @@ def file_capture_lines(
             sha1s = [payload_sha1(body or b"") for body in table.column(BODY_COLUMN).to_pylist()]
             table = table.append_column(DIGEST_COLUMNS[0], pa.array(sha1s, type=pa.binary(20)))
         places = body_places(handle, g) if stored and type is RecordType.GET else None
-        held = _shared_places(shared, first, table.num_rows, places)
+        held = shared_places(shared, first, table.num_rows, places)
         yield capture_lines(type, table, first_row=first if stored else None, places=places, held=held)
         first += table.num_rows
 
 
-def _shared_places(
+def referring_places(
+    backend: Backend, handle: pq.ParquetFile, path: str, refs: pa.ChunkedArray[Any]
+) -> dict[int, tuple[BodyPlace, str | None] | None]:
+    """The holder's place (and month, when another file's) of each row of the file
+    ``handle`` (at ``path``) that ``refs``, its ``payload_ref`` column, says refers
+    to its payload: ``None`` for one whose holder cannot be placed."""
+    if refs.null_count == len(refs):
+        return {}
+    wanted = {i: ref for i, ref in enumerate(refs.to_pylist()) if ref is not None}
+    found = holder_places(backend, handle, path, wanted)
+    return {i: found.get(i) for i in wanted}
+
+
+def shared_places(
     shared: Mapping[int, tuple[BodyPlace, str | None] | None],
     first: int,
     rows: int,

@@ -19,7 +19,13 @@ from web_index.storage._files import list_partition_files, read_superseded
 from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage._schema import REF_COLUMN
 from web_index.storage.backends import Backend, handle_version
-from web_index.storage.indexes._capture_lines import capture_lines, file_capture_lines, unique_lines
+from web_index.storage.indexes._capture_lines import (
+    capture_lines,
+    file_capture_lines,
+    referring_places,
+    shared_places,
+    unique_lines,
+)
 from web_index.storage.indexes._captures import (
     capture_index_folder,
     capture_index_name,
@@ -32,7 +38,6 @@ from web_index.storage.indexes._captures import (
     write_capture_index,
 )
 from web_index.storage.pages import BodyPlace, body_places
-from web_index.storage.payloads import holder_places
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -141,14 +146,8 @@ def table_lines(
         for g in range(handle.metadata.num_row_groups):
             group = body_places(handle, g)
             places += group if group is not None else [None] * handle.metadata.row_group(g).num_rows
-        refs = table.column(REF_COLUMN)
-        if refs.null_count < len(refs):
-            wanted = {i: ref for i, ref in enumerate(refs.to_pylist()) if ref is not None}
-            found = holder_places(backend, handle, path, wanted)
-            for i in wanted:
-                places[i] = found[i][0] if i in found else None
-                if i in found and found[i][1] is not None:
-                    held[i] = found[i][1]  # type: ignore[assignment]
+        shared = referring_places(backend, handle, path, table.column(REF_COLUMN))
+        held = shared_places(shared, 0, len(places), places)
     return unique_lines(capture_lines(type, table, first_row=0, places=places, held=held))
 
 
