@@ -34,11 +34,11 @@ from web_index.crawl._messages import (
     encode,
 )
 from web_index.crawl._pages import extract, in_scope, is_html, normalise
-from web_index.crawl._requisites import css_requisites, queue_requisites
+from web_index.crawl._requisites import queue_requisites, stylesheet_requisites
 from web_index.crawl._site_files import SiteFiles, check_site
 from web_index.crawl._worker import WorkerStats
 from web_index.crawl.queues import Broker, Delivery
-from web_index.fetch import Attempt, FetchConfig, RobotsCache, decode_body, redirect_filter
+from web_index.fetch import Attempt, FetchConfig, RobotsCache, redirect_filter
 from web_index.index import WebIndex
 from web_index.search import PageText
 
@@ -234,11 +234,11 @@ class Indexer:
         if not attempt.state.is_success or final is None:
             self.stats.requisite_errors += 1
             return
-        kind = (final.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
-        if spec is None or not spec.requisites or kind != "text/css" or final.status_code != 200:
+        if spec is None or not spec.requisites:
             return
-        css, _ = decode_body(final.data or b"", final.headers.get("content-type"))
-        needed = css_requisites(css, final.request_url)
+        needed = stylesheet_requisites(final)
+        if not needed:
+            return
         self.stats.requisites_queued += await queue_requisites(
             self.broker, self.robots, spec, site, needed, depth
         )

@@ -17,6 +17,7 @@ from web_index.crawl._messages import CrawlSpec, Index, encode
 from web_index.crawl._pages import _looks_binary, normalise
 from web_index.crawl.queues import Broker
 from web_index.fetch import RobotsCache, decode_body
+from web_index.models import Response
 
 __all__ = [
     "CSS_IMPORT",
@@ -27,6 +28,7 @@ __all__ = [
     "requisites_of",
     "requisites_set",
     "srcset_urls",
+    "stylesheet_requisites",
 ]
 
 # The attributes whose URL a browser loads while it renders the element (not a
@@ -66,6 +68,16 @@ def css_requisites(css: str, base: str) -> list[str]:
     ``url()``\\ s and ``@import``\\ s, normalised, each once, in order."""
     found = [m.group(2) for m in CSS_IMPORT.finditer(css)] + [m.group(2) for m in CSS_URL.finditer(css)]
     return _unique(found, base)
+
+
+def stylesheet_requisites(response: Response) -> list[str]:
+    """What a stylesheet fetched whole (a 200 of ``text/css``) loads in turn
+    (:func:`css_requisites`); nothing for any other response."""
+    ctype = response.headers.get("content-type")
+    if response.status_code != 200 or (ctype or "").split(";", 1)[0].strip().lower() != "text/css":
+        return []
+    css, _ = decode_body(response.data or b"", ctype)
+    return css_requisites(css, response.request_url)
 
 
 def requisites_of(body: bytes, content_type: str | None, url: str) -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from web_index.crawl._pages import is_html, normalise
-from web_index.crawl._requisites import css_requisites, requisites_of
+from web_index.crawl._requisites import requisites_of, stylesheet_requisites
 from web_index.errors import InvalidURLError
 from web_index.fetch import (
     FetchConfig,
@@ -21,7 +21,6 @@ from web_index.fetch import (
     FetchOutcome,
     FetchRunner,
     RobotsCache,
-    decode_body,
     redirect_filter,
 )
 
@@ -157,10 +156,6 @@ async def _requisites(
 def _stylesheet_needs(outcome: FetchOutcome) -> list[str]:
     """What a stylesheet fetched whole loads in turn."""
     final = outcome.final.final
-    if not outcome.state.is_success or final is None or final.status_code != 200:
+    if not outcome.state.is_success or final is None:
         return []
-    ctype = final.headers.get("content-type")
-    if (ctype or "").split(";", 1)[0].strip().lower() != "text/css":
-        return []
-    css, _ = decode_body(final.data or b"", ctype)
-    return css_requisites(css, final.request_url)
+    return stylesheet_requisites(final)
