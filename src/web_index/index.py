@@ -337,9 +337,11 @@ class WebIndex:
         (``exact``, ``prefix``, ``host``, ``domain``), taken from ``start`` to
         ``end`` (inclusive, whole seconds; the forms :meth:`scan` takes),
         buffered ones included: CDXJ lines by SURT key and time, lazily, from
-        the capture indexes compaction writes (docs/format.md). ``reverse``: in
-        descending order, which for an exact match reads the months from the
-        newest only as far as the caller reads."""
+        the capture indexes compaction writes (docs/format.md). ``reverse``: newest
+        first (by key and second descending; the captures of one key in one
+        second still in line order, as the CDX API's ``sort=reverse``), which
+        for an exact match reads the months from the newest only as far as the
+        caller reads."""
         kind = RecordType.parse(type)
         if kind.is_metadata:
             raise InvalidRecordError("type", f"{kind.value} records are not captures: get or head")

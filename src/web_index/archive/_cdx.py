@@ -14,19 +14,19 @@ default, HEAD responses with ``type=head``. A capture from the store has no
 
 from __future__ import annotations
 
-import base64
+import functools
 import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from web_index.archive._cdx_query import CDX_FIELDS, CdxQuery
 from web_index.errors import InvalidRecordError, InvalidURLError
 from web_index.index import WebIndex
-from web_index.models import Response
+from web_index.models import Response, base32_sha1
 from web_index.storage import CaptureFields, parse_capture_line
 from web_index.urls import surt_prefixes
 
@@ -48,7 +48,6 @@ __all__ = [
 
 PAGE_SIZE = 1000  # captures a page of results (page=, showNumPages)
 _TEXT_FIELDS = CDX_FIELDS[:9]  # the 9-field CDX line, which pywb parses back
-_T = TypeVar("_T")
 
 Capture = tuple[dict[str, str], datetime]  # the fields, and the moment for closest
 _Where = tuple[CaptureFields, str]  # a capture's line, and its fields
@@ -67,6 +66,7 @@ def capture_moment(timestamp: str) -> datetime:
     )
 
 
+@functools.lru_cache(maxsize=1024)  # a query's from and to: most often pywb's padding, every lookup
 def _moment(ts: str) -> datetime | None:
     try:
         return capture_moment(ts)
@@ -101,22 +101,9 @@ def find_captures(index: WebIndex, query: CdxQuery, *, source: str) -> list[Capt
             near = _collapsed(near, *query.collapse)
         return list(itertools.islice(near, query.limit))
     found: Iterator[Capture] = (capture for capture, _ in _matching(index, query, source, query.reverse))
-    if query.reverse:
-        found = _ties_in_key_order(found, lambda c: c)
     if query.collapse is not None:
         found = _collapsed(found, *query.collapse)
     return list(itertools.islice(found, query.limit))
-
-
-def _ties_in_key_order(newest_first: Iterator[_T], capture: Callable[[_T], Capture]) -> Iterator[_T]:
-    """Captures (each ``capture(item)``) in descending line order as ``ordered`` sorts them
-    reversed: stably, so those of one key and second keep their ascending order."""
-    for _, tied in itertools.groupby(newest_first, key=lambda item: _key_and_second(capture(item))):
-        yield from reversed(list(tied))
-
-
-def _key_and_second(capture: Capture) -> tuple[str, str]:
-    return capture[0]["urlkey"], capture[0]["timestamp"]
 
 
 class Memento(NamedTuple):
@@ -138,19 +125,15 @@ def closest_capture(index: WebIndex, query: CdxQuery, *, source: str) -> Memento
     # Whole seconds, as captures are: the windows round it then bound exactly what they hold.
     if query.closest is None and query.match_type == "exact":
         # The latest: one key's captures are in time order, read from the newest month.
-        found = _ties_in_key_order(_matching(index, query, source, reverse=True), lambda f: f[0])
+        found = _matching(index, query, source, reverse=True)
     else:
         found = _nearest(index, query, source, query.closest or datetime.now(UTC).replace(microsecond=0))
     for capture, (where, line) in found:
         response = index.capture_response(line, type=query.type)
         if response is not None:
-            sha1 = None if response.data is None else _sha1_bytes(where.digest)
+            sha1 = None if response.data is None else base32_sha1(where.digest)
             return Memento(response, capture, where.request_id, where.position, sha1)
     return None
-
-
-def _sha1_bytes(digest: str) -> bytes:
-    return base64.b32decode(digest)
 
 
 def closest_memento(

@@ -14,6 +14,7 @@ capture up never imports.
 from typing import TYPE_CHECKING, Any
 
 from web_index.models._digest import Digest, DigestHit
+from web_index.models._digest import base32_sha1 as base32_sha1
 from web_index.models._digest import payload_digests as payload_digests
 from web_index.models._digest import payload_sha1 as payload_sha1
 from web_index.models._digest import sha1_text as sha1_text

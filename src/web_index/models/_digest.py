@@ -43,6 +43,15 @@ def sha1_text(raw: bytes) -> str:
     return "sha1:" + base64.b32encode(raw).decode()
 
 
+def base32_sha1(letters: str) -> bytes:
+    """The 20 bytes of a SHA-1 written as 32 base32 letters (a capture line's
+    digest: no ``sha1:``); the standard library's base32 decoder is 4x slower."""
+    return int(letters.translate(_BASE32), 32).to_bytes(20, "big")
+
+
+_BASE32 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "0123456789abcdefghijklmnopqrstuv")
+
+
 def sha256_text(raw: bytes) -> str:
     """A raw SHA-256 as ``sha256:`` and 64 hex digits."""
     return "sha256:" + raw.hex()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -53,22 +54,25 @@ def find_capture_lines(
     """The capture lines (``_capture_lines``) of ``type`` (``get`` or ``head``)
     in ``domain``'s partitions that start with one of ``prefixes`` and were
     captured from ``start_us`` to ``end_us`` (whole seconds, inclusive), in
-    byte order (descending if ``reverse``), each once, buffered captures included."""
+    byte order, each once, buffered captures included. ``reverse``: newest
+    first, by key and second descending, and the captures of one key in one
+    second (ties) in byte order still, as a CDX query's ``sort=reverse`` gives
+    them: so a latest lookup knows its answer's ties without reading on."""
     if type.is_metadata:
         raise ValueError(f"{type.value} records are not captures")
     buffered = store.buffer.capture_lines(type.method, domain, prefixes)
-    months: list[tuple[Partition, list[bytes]]] = []
-    for year, month in sorted({*store.months(type), *buffered}):
-        lo, hi = month_bounds(year, month)
-        # A month holds attempts begun in it: their responses come up to a chain's span later.
-        if (start_us is None or hi + _CHAIN_SPAN_US > start_us) and (end_us is None or lo <= end_us):
-            months.append((Partition(type, year, month, domain), buffered.get((year, month), [])))
+    listed = store.months(type)  # newest first
+    months = sorted({*listed, *buffered}) if buffered else listed[::-1]
+    if start_us is not None or end_us is not None:
+        months = [m for m in months if _overlaps(*m, start_us, end_us)]
     first = b"00000000000000" if start_us is None else capture_stamp(start_us).encode()
     last = b"99999999999999" if end_us is None else capture_stamp(end_us).encode()
     if reverse:
-        yield from _newest_first(store, months, prefixes, first, last)
+        yield from _newest_first(store, type, domain, months, buffered, prefixes, first, last)
         return
-    streams = [_partition_lines(store, partition, rows, prefixes) for partition, rows in months]
+    streams = [
+        _partition_lines(store, Partition(type, *m, domain), buffered.get(m, []), prefixes) for m in months
+    ]
     previous = None
     for line in streams[0] if len(streams) == 1 else heapq.merge(*streams):
         # One capture read twice (buffered and flushed meanwhile) gives two lines, next to each
@@ -78,6 +82,13 @@ def find_capture_lines(
             previous = ident
             if first <= _stamp(line) <= last:
                 yield line
+
+
+def _overlaps(year: int, month: int, start_us: int | None, end_us: int | None) -> bool:
+    """Whether a month's partitions may hold captures from ``start_us`` to ``end_us``."""
+    lo, hi = month_bounds(year, month)
+    # A month holds attempts begun in it: their responses come up to a chain's span later.
+    return (start_us is None or hi + _CHAIN_SPAN_US > start_us) and (end_us is None or lo <= end_us)
 
 
 def _stamp(line: bytes) -> bytes:
@@ -94,34 +105,76 @@ def _older_months_end(year: int, month: int) -> bytes:
 
 def _newest_first(
     store: Store,
-    months: list[tuple[Partition, list[bytes]]],
+    type: RecordType,
+    domain: str,
+    months: list[tuple[int, int]],
+    buffered: dict[tuple[int, int], list[bytes]],
     prefixes: tuple[bytes, ...],
     first: bytes,
     last: bytes,
 ) -> Iterator[bytes]:
     """``find_capture_lines`` reversed. Lines of one key (an exact match) come in time order, so
     they are read a month at a time from the newest, and those no older month can precede are
-    given at once: a latest lookup reads one month, not all. Other matches are read whole."""
+    given at once: a latest lookup reads one month, not all. Such a batch holds every tie of its
+    lines (an older month's lines are older than any of them). Other matches are read whole."""
     one_key = len(prefixes) == 1 and prefixes[0].endswith(b" ")
     pending: list[bytes] = []
-    for partition, rows in reversed(months):
-        pending += _partition_lines(store, partition, rows, prefixes)
-        if one_key:
-            below = _older_months_end(partition.year, partition.month)
+    for year, month in reversed(months):
+        partition, rows = Partition(type, year, month, domain), buffered.get((year, month), [])
+        if not one_key:
+            pending += _partition_lines(store, partition, rows, prefixes)
+            continue
+        pending += _key_lines(store, partition, rows, prefixes)
+        if pending:
+            below = _older_months_end(year, month)
             ready: list[bytes] = []
             older: list[bytes] = []
             for line in pending:
                 (ready if _stamp(line) >= below else older).append(line)
             pending = older
-            yield from (line for line in reversed(unique_lines(ready)) if first <= _stamp(line) <= last)
-    yield from (line for line in reversed(unique_lines(pending)) if first <= _stamp(line) <= last)
+            yield from (line for line in _ties_kept(unique_lines(ready)) if first <= _stamp(line) <= last)
+    yield from (line for line in _ties_kept(unique_lines(pending)) if first <= _stamp(line) <= last)
+
+
+def _ties_kept(lines: list[bytes]) -> Iterator[bytes]:
+    """Sorted ``lines`` by key and second descending, those of one key and second in their order."""
+    for _, tied in itertools.groupby(reversed(lines), key=_key_and_second):
+        yield from reversed(list(tied))
+
+
+def _key_and_second(line: bytes) -> bytes:
+    return line[: line.index(b" ") + 15]
+
+
+def _key_lines(
+    store: Store, partition: Partition, buffered: list[bytes], prefixes: tuple[bytes, ...]
+) -> list[bytes]:
+    """``_partition_lines`` of one key (unsorted). A latest lookup asks it of each month from
+    the newest until one holds the key: a month whose only file is a compacted one with its
+    index is answered by the index (its filter, most often), no iterators made."""
+    files = store.month_files(partition.type, partition.year, partition.month).get(partition.domain, [])
+    if not files and not buffered:
+        return []
+    compacted = compacted_file(files)
+    index = None if compacted is None or buffered else store.capture_indexes.get(partition, compacted)
+    if index is None or any(f.part is not None and f.part not in index.superseded for f in files):
+        return list(_partition_lines(store, partition, buffered, prefixes, files))
+    try:  # its filter first: most months a latest lookup asks lack the key
+        return list(index.lines(prefixes))
+    except CorruptFileError as exc:  # read again without it, as _guarded does
+        store.capture_indexes.refuse(exc, partition)
+        return list(_partition_lines(store, partition, buffered, prefixes, files))
 
 
 def _partition_lines(
-    store: Store, partition: Partition, buffered: list[bytes], prefixes: tuple[bytes, ...]
+    store: Store,
+    partition: Partition,
+    buffered: list[bytes],
+    prefixes: tuple[bytes, ...],
+    files: list[StoredFile] | None = None,
 ) -> Iterator[bytes]:
     p = partition
-    listed = [store.month_files(p.type, p.year, p.month).get(p.domain, [])]
+    listed = [store.month_files(p.type, p.year, p.month).get(p.domain, []) if files is None else files]
 
     def read() -> tuple[Iterator[bytes], list[bytes]]:
         files = listed[0]
