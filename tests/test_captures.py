@@ -69,7 +69,9 @@ def newest_first(lines: list[str]) -> list[str]:
     """Lines in key order as ``captures(reverse=True)`` gives them: by key and second
     descending, the captures of one key in one second (ties) still in key order."""
     tied = [line[: line.index(" ") + 15] for line in lines]
-    return [line for _, _, line in sorted(zip(tied, range(0, -len(lines), -1), lines, strict=True), reverse=True)]
+    return [
+        line for _, _, line in sorted(zip(tied, range(0, -len(lines), -1), lines, strict=True), reverse=True)
+    ]
 
 
 def rows_of(lines: list[str]) -> list[Row]:
