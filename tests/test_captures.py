@@ -302,6 +302,25 @@ def test_a_damaged_index_is_read_around(tmp_path: Path, caplog: pytest.LogCaptur
     assert "capture index damaged" in caplog.text
 
 
+def test_a_latest_lookup_reads_around_a_damaged_block(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A latest lookup takes a month's lines of its key at once (not through the merged
+    stream): a damaged block of the index is read around there too, never a missing answer."""
+    urls = [f"https://example.com/p/{n:03d}" for n in (0, 150, 299)]
+    with _chain_index(tmp_path) as index:
+        expected = {url: views(list(index.captures(url, reverse=True))) for url in urls}
+    assert all(len(lines) == 1 for lines in expected.values())
+    (path,) = (tmp_path / "s" / "_captures").rglob("*.cdxj.zst")
+    raw = bytearray(path.read_bytes())
+    raw[-2] ^= 1  # the last block's: p/299's line
+    path.write_bytes(bytes(raw))
+    with WebIndex(tmp_path / "s") as index:
+        # Read from the file once the index is refused: the fields of a line, not its place.
+        assert {url: views(list(index.captures(url, reverse=True))) for url in reversed(urls)} == expected
+    assert "capture index damaged" in caplog.text
+
+
 def _index_bytes(lines: list[bytes], covers: str = "x.parquet", size: int = 1, version: str = "v") -> bytes:
     return encode_index(covers, size, version, [], lines)
 

@@ -262,7 +262,8 @@ class Collection:
         ``live=False`` nothing is fetched from the live web (nor recorded): a
         ``$live`` source's capture and a remote archive's live fallback are
         passed over, as the web pages ask."""
-        query = replace(query, closest=query.closest or datetime.now(UTC).replace(microsecond=0))
+        if query.closest is None:
+            query = replace(query, closest=datetime.now(UTC).replace(microsecond=0))
         failed: Exception | None = None
         for step in self.steps:
             try:

@@ -124,11 +124,11 @@ def create_app(
         # Tried in order: the lookups first, as no other path has two segments ending so.
         routes=[
             Route("/{coll}/cdx", cdx, methods=["GET"]),
+            Route("/{coll}/resource", resource, methods=["GET"]),
             Route("/{coll}/index", cdx, methods=["GET"]),
             Route("/{coll}/wacz", wacz, methods=["GET"]),
             *routes,
             Route("/search", search, methods=["GET"]),
-            Route("/{coll}/resource", resource, methods=["GET"]),
             Route("/{coll}/resource-post", resource_post, methods=["POST"]),
             Route("/{coll}/timegate/{url:path}", timegate, methods=["GET", "HEAD"]),
             Route("/{coll}/timemap/{form}/{url:path}", timemap, methods=["GET"]),
