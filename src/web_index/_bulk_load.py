@@ -23,7 +23,7 @@ class BulkLoad:
     Attempts wait in memory until ``chunk`` of them (or 256 MiB of bodies) are
     held, then are spilled to local disk sorted by partition; each partition's
     file is written once, when ``commit_bytes`` have been spilled and at the
-    end (see ``storage/_load.py``).
+    end (see ``storage/_load.py``), by ``jobs`` processes.
     """
 
     def __init__(
@@ -34,13 +34,16 @@ class BulkLoad:
         chunk: int = 50_000,
         commit_bytes: int = 4 << 30,
         on_progress: Callable[[int, int], None] | None = None,
+        jobs: int = 1,
     ) -> None:
-        if chunk < 1:
-            from web_index.errors import InvalidRecordError
+        from web_index.errors import InvalidRecordError
 
+        if chunk < 1:
             raise InvalidRecordError("chunk", f"at least 1 attempt, got {chunk}")
+        if jobs < 1:
+            raise InvalidRecordError("jobs", f"at least 1 process, got {jobs}")
         self._store = store
-        self._spill = store.spill()
+        self._spill = store.spill(jobs)
         self._commit_bytes = commit_bytes
         self._limits = limits
         self._chunk = chunk
@@ -94,9 +97,12 @@ class BulkLoad:
         index every month written; return the attempts stored. Once only."""
         if not self._finished:
             self._finished = True
-            with gc_paused():
-                self._spill_pending()
-                self._commit()
+            try:
+                with gc_paused():
+                    self._spill_pending()
+                    self._commit()
+            finally:
+                self._spill.close()
             self._store.compact(self._parted, index_also=self._written, on_progress=self._on_progress)
         return self.stored
 

@@ -177,6 +177,7 @@ class WebIndex:
         chunk: int = 50_000,
         commit_bytes: int = 4 << 30,
         on_progress: Callable[[int, int], None] | None = None,
+        jobs: int = 1,
     ) -> BulkLoad:
         """A bulk load: attempts added to it go straight into Parquet partition
         files, past the insert buffer, and leave the store compacted and indexed.
@@ -191,6 +192,12 @@ class WebIndex:
         month and capture indexes up to date, also when the block raised.
         ``on_progress(done, total)`` follows that last step.
 
+        ``jobs`` processes write a commit's partitions: with more than one, each
+        partition's sort, payload sharing, Parquet file and capture index are made
+        by worker processes (``forkserver``: a script that uses them needs its
+        ``if __name__ == "__main__":`` guard), and this process names them all, as
+        with one (``os.cpu_count()``: every core).
+
         Unlike :meth:`insert_many`, a load is not one transaction: each ``add``
         is validated whole (all of it or none of it is taken), what is added is
         durable and visible once committed, and a crash loses what was not yet
@@ -200,7 +207,12 @@ class WebIndex:
         """
         self._check_writable()
         return BulkLoad(
-            self._store, self.limits, chunk=chunk, commit_bytes=commit_bytes, on_progress=on_progress
+            self._store,
+            self.limits,
+            chunk=chunk,
+            commit_bytes=commit_bytes,
+            on_progress=on_progress,
+            jobs=jobs,
         )
 
     def flush(self) -> int:

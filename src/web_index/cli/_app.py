@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -112,6 +113,24 @@ SchedulerOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+JobsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        envvar="WEB_INDEX_JOBS",
+        help="Processes that write the store's files (default: this machine's cores).",
+        show_default=False,
+    ),
+]
+
+
+def jobs_of(jobs: int | None) -> int:
+    """``--jobs`` as given, else every core."""
+    return jobs if jobs is not None else os.cpu_count() or 1
 
 
 DurableOption = Annotated[

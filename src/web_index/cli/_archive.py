@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +16,7 @@ from rich.progress import (
     Progress,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
     TransferSpeedColumn,
 )
 
@@ -23,12 +26,14 @@ from web_index.cli._app import (
     TIMES,
     BufferOption,
     DurableOption,
+    JobsOption,
     StoreOption,
     app,
     cannot_read,
     cli_errors,
     err,
     fail,
+    jobs_of,
     open_index,
     plural,
     say,
@@ -46,6 +51,9 @@ _R = TypeVar("_R", bound="Tally")
 __all__ = ["export_wacz", "export_warc", "import_wacz", "import_warc"]
 
 CalibreOption = Annotated[int, typer.Option(min=0, max=100, help="Calibre recorded for the captures.")]
+JsonTotalsOption = Annotated[
+    bool, typer.Option("--json", help="Print the totals as one JSON object (stdout) at the end.")
+]
 SkipInvalidOption = Annotated[
     bool, typer.Option(help="Report a broken record or file and go on, instead of stopping at it.")
 ]
@@ -65,6 +73,8 @@ def import_warc(
     durable: DurableOption = True,
     calibre: CalibreOption = 10,
     skip_invalid: SkipInvalidOption = False,
+    jobs: JobsOption = None,
+    as_json: JsonTotalsOption = False,
 ) -> None:
     """Import WARC or ARC captures into the store (idempotent: a record stored already is not stored again).
 
@@ -92,7 +102,7 @@ def import_warc(
         raise fail(EXIT_USAGE, f"cannot read {missing[0]}: no such file")
     if not files:
         raise fail(EXIT_USAGE, "no WARC or ARC files (.warc, .warc.gz, .arc, .arc.gz) in " + ", ".join(paths))
-    _import(files, store, buffer, durable, calibre, skip_invalid)
+    _import(files, store, buffer, durable, calibre, skip_invalid, jobs_of(jobs), as_json)
 
 
 @app.command("import-wacz")
@@ -103,6 +113,8 @@ def import_wacz(
     durable: DurableOption = True,
     calibre: CalibreOption = 10,
     skip_invalid: SkipInvalidOption = False,
+    jobs: JobsOption = None,
+    as_json: JsonTotalsOption = False,
 ) -> None:
     """Import the WARC files inside WACZ packages, each record as import-warc imports it (idempotent too).
 
@@ -127,11 +139,18 @@ def import_wacz(
             raise fail(EXIT_USAGE, cannot_read(exc)) from None
     if not files:
         raise fail(EXIT_USAGE, "no WARC files in " + ", ".join(map(str, paths)))
-    _import(files, store, buffer, durable, calibre, skip_invalid)
+    _import(files, store, buffer, durable, calibre, skip_invalid, jobs_of(jobs), as_json)
 
 
 def _import(
-    files: list[ArchiveFile], store: str, buffer: str | None, durable: bool, calibre: int, skip_invalid: bool
+    files: list[ArchiveFile],
+    store: str,
+    buffer: str | None,
+    durable: bool,
+    calibre: int,
+    skip_invalid: bool,
+    jobs: int,
+    as_json: bool,
 ) -> None:
     from web_index.archive import import_warcs
     from web_index.errors import InvalidRecordError
@@ -147,31 +166,52 @@ def _import(
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
-            TextColumn("{task.fields[records]:,} records, {task.fields[rate]:,.0f}/s"),
+            TextColumn(
+                "{task.fields[files]} files, {task.fields[records]:,} records, {task.fields[rate]:,.0f}/s"
+            ),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),
             console=err,
             disable=not err.is_terminal,
         ) as progress,
     ):
-        task = progress.add_task("import", total=total, records=0, rate=0.0)
+        task = progress.add_task("import", total=total, files=f"0/{len(files)}", records=0, rate=0.0)
         done_bytes = 0
 
         def advance(report: object) -> None:
             records = getattr(report, "records", 0)
             elapsed = max(time.monotonic() - started, 1e-9)
             progress.update(
-                task, completed=getattr(report, "bytes", done_bytes), records=records, rate=records / elapsed
+                task,
+                completed=getattr(report, "bytes", done_bytes),
+                files=f"{getattr(report, 'files', 0)}/{len(files)}",
+                records=records,
+                rate=records / elapsed,
             )
 
         try:
             report = import_warcs(
-                index, files, calibre=calibre, skip_invalid=skip_invalid, on_progress=advance
+                index, files, calibre=calibre, skip_invalid=skip_invalid, on_progress=advance, jobs=jobs
             )
         except InvalidRecordError as exc:
             raise fail(EXIT_USAGE, str(exc)) from None
     for problem in report.problems:
         say("[yellow]skipped[/]", problem)
     elapsed = time.monotonic() - started
+    if as_json:
+        totals = {
+            "files": report.files,
+            "bytes": report.bytes,
+            "records": report.records,
+            "stored": report.stored,
+            "already_stored": report.already_stored,
+            "skipped": dict(sorted(report.skipped.items())),
+            "problems": [str(p) for p in report.problems],
+            "seconds": round(elapsed, 3),
+            "mb_per_s": round(report.bytes / max(elapsed, 1e-9) / 1e6, 2),
+        }
+        sys.stdout.write(json.dumps(totals) + "\n")
+        return
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items()))
     say(
         "",
