@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Self
@@ -9,7 +10,7 @@ from typing import Self
 from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
 from web_index.ingest import Limits
 from web_index.models import AttemptRows, PageKey
-from web_index.storage import MethodPartition, Store
+from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptions, open_store
 
 __all__ = ["BulkLoad"]
 
@@ -35,6 +36,7 @@ class BulkLoad:
         commit_bytes: int = 4 << 30,
         on_progress: Callable[[int, int], None] | None = None,
         jobs: int = 1,
+        reopen: tuple[str, str | None] | None = None,
     ) -> None:
         from web_index.errors import InvalidRecordError
 
@@ -44,6 +46,7 @@ class BulkLoad:
             raise InvalidRecordError("jobs", f"at least 1 process, got {jobs}")
         self._store = store
         self._spill = store.spill(jobs)
+        self._reopen = reopen  # the store's location and its buffer's, for workers to compact it
         self._commit_bytes = commit_bytes
         self._limits = limits
         self._chunk = chunk
@@ -101,10 +104,22 @@ class BulkLoad:
                 with gc_paused():
                     self._spill_pending()
                     self._commit()
+                self._store.compact(
+                    self._parted, index_also=self._written, on_progress=self._on_progress, run=self._run()
+                )
             finally:
                 self._spill.close()
-            self._store.compact(self._parted, index_also=self._written, on_progress=self._on_progress)
         return self.stored
+
+    def _run(self) -> Callable[[list[tuple[MethodPartition, PartitionFiles | None]]], Iterable[int]] | None:
+        """The load's worker processes compacting the partitions it added parts to, each
+        opening the store as this process did."""
+        pool = self._spill.pool
+        if pool is None or self._reopen is None or len(self._parted) < 2:
+            return None
+        store = self._store
+        work = functools.partial(_compact, *self._reopen, store.durable, store.write_options)
+        return functools.partial(pool.run_each, work, chunk=1)
 
     def __enter__(self) -> Self:
         return self
@@ -113,6 +128,27 @@ class BulkLoad:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.finish()
+
+
+_opened: dict[tuple[object, ...], Store] = {}
+
+
+def _compact(
+    location: str,
+    buffer: str | None,
+    durable: bool,
+    options: WriteOptions,
+    listed: tuple[MethodPartition, PartitionFiles | None],
+) -> int:
+    """A partition compacted by a worker process of a load (as ``_on_cluster`` on a cluster)."""
+    key = (location, buffer, durable, tuple(sorted(vars(options).items())))
+    store = _opened.get(key)
+    if store is None:  # kept open for the worker's life: a load compacts many partitions
+        store = _opened[key] = open_store(
+            location, buffer=buffer, durable=durable, write_options=options, create=False
+        )
+    partition, files = listed
+    return store.compact_partition(partition, listed=files)
 
 
 def _body_bytes(attempts: Iterable[AttemptRows]) -> int:

@@ -103,6 +103,7 @@ class WebIndex:
         self.remote = self._store.remote
         # What a Dask worker opens to share the buffer (scheduler=): a DSN, not an object.
         self._buffer_location = buffer if isinstance(buffer, str) else None
+        self._reopenable = buffer is None or isinstance(buffer, str)  # by another process, from the two
 
     # -- context ---------------------------------------------------------------
 
@@ -213,6 +214,7 @@ class WebIndex:
             commit_bytes=commit_bytes,
             on_progress=on_progress,
             jobs=jobs,
+            reopen=(self.location, self._buffer_location) if self._reopenable else None,
         )
 
     def flush(self) -> int:

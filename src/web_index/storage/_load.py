@@ -42,6 +42,7 @@ from web_index.models import (
     RecordType,
     payload_digests,
 )
+from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, columns_to_table, partition_file_args, write_partition_file
 from web_index.storage._layout import TMP_DIR, Partition
 from web_index.storage._listing import Listing
@@ -120,6 +121,11 @@ class Spill:
         for path, _ in self._files:
             path.unlink(missing_ok=True)
         self._files, self._where, self.attempts, self.bytes = [], {}, 0, 0
+
+    @property
+    def pool(self) -> Pool | None:
+        """The worker processes of the load, if it has any."""
+        return self._pool
 
     def close(self) -> None:
         """Remove every spilled chunk and stop the worker processes."""
@@ -226,6 +232,7 @@ def _write_local(
             written.append(s)
         if durable:
             backend.sync_all()  # every spooled file's bytes, before any is named
+        crash_point("load-before-naming")
         for mp, group in itertools.groupby(list(written), key=lambda s: _method_partition(s.partition)):
             with locks.hold("compact", str(mp)):
                 # Held: no compaction commits this partition meanwhile, so its
@@ -242,13 +249,16 @@ def _write_local(
                             if durable:
                                 backend.sync_all()
                         backend.place(spool, partition.part_path(str(uuid.uuid4())))
+                        crash_point("load-while-naming")
                         parted.add(mp)
                         continue
                     backend.place(spool, path)
+                    crash_point("load-while-naming")
                     if captures is not None and where is not None:
                         indexes.append((captures, where))
         if durable:
             backend.sync_all()  # the names above, and the capture indexes' bytes
+        crash_point("load-before-capture-indexes")
         for spool, where in indexes:
             backend.place(spool, where)
         if durable:

@@ -20,13 +20,14 @@ the file becomes a part instead.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from web_index.errors import StoreError
 from web_index.models import RecordType
+from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args, sort_dedupe
 from web_index.storage._layout import Partition, StoredFile
 from web_index.storage.backends import Backend, LocalBackend
@@ -35,6 +36,9 @@ from web_index.storage.payloads import find_holders, share_payloads, wanted_payl
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 __all__ = ["Pool", "Spooled", "Task", "gathered", "run_task", "shared_table", "spool_partition"]
 
@@ -123,9 +127,11 @@ def run_task(root: str, options: WriteOptions, task: Task) -> Spooled:
     the spill files by their paths."""
     batches = [_reader(task.commit, path).get_batch(b) for path, b in task.batches]
     table = gathered(task.partition.type, batches)
-    return spool_partition(
+    spooled = spool_partition(
         _backend(root), options, task.partition, table, share=task.share, months=task.months
     )
+    crash_point("load-worker")  # its spooled files left by a dead process, for remove_orphans
+    return spooled
 
 
 @functools.lru_cache(maxsize=4)
@@ -151,6 +157,37 @@ def _reader(commit: str, path: str) -> pa.ipc.RecordBatchFileReader:
     return reader
 
 
+# What a task imports on first use, imported once in the fork server: each worker then
+# starts with them (1.4 s of pyarrow and numpy a worker otherwise).
+_PRELOAD = (
+    "pyarrow",
+    "pyarrow.compute",
+    "pyarrow.ipc",
+    "pyarrow.parquet",
+    "web_index.storage.pages",
+    "web_index.storage.payloads",
+)
+_CHUNK = 8  # partitions sent to a worker at a time: thousands of small ones cost one message each less
+
+
+def _exit_with_loader() -> None:
+    """Make this worker exit when the process that started it does: a worker holds its
+    own task queue open, so it would wait for tasks forever (and keep the fork server
+    alive) after a loader killed mid-commit."""
+    import multiprocessing
+    import os
+    import threading
+
+    loader = multiprocessing.parent_process()  # the loader, not the fork server: its pipe
+    if loader is not None:
+
+        def watch() -> None:
+            loader.join()  # returns once the loader's end of the pipe is closed: it has died
+            os._exit(1)
+
+        threading.Thread(target=watch, name="wi-loader-watch", daemon=True).start()
+
+
 class Pool:
     """The worker processes of a bulk load (``jobs`` of them), started on first use
     and kept until :meth:`close`: a worker's spooled files are named by its process id,
@@ -167,19 +204,24 @@ class Pool:
 
             # Not fork: the store may have threads (a server's, a read cache's).
             context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload([__name__])
-            self._executor = ProcessPoolExecutor(self.jobs, mp_context=context)
+            context.set_forkserver_preload([__name__, *_PRELOAD])
+            self._executor = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_exit_with_loader)
             for _ in range(self.jobs):  # a worker is started for a task none is free to take
                 self._executor.submit(int)
         return self._executor
 
     def map(self, root: str, options: WriteOptions, tasks: Iterable[Task]) -> Iterator[Spooled]:
         """Each task's :class:`Spooled`, in the tasks' order, as the workers finish them."""
+        return self.run_each(functools.partial(run_task, root, options), tasks)
+
+    def run_each(self, work: Callable[[_T], _R], items: Iterable[_T], chunk: int = _CHUNK) -> Iterator[_R]:
+        """``work`` (a module-level function, or a partial of one) of each item, in order, by
+        the workers; a worker's exception raised here, and a worker that died a
+        :class:`StoreError`."""
         from concurrent.futures.process import BrokenProcessPool
 
-        work = functools.partial(run_task, root, options)
         try:
-            yield from self.start().map(work, tasks, chunksize=_CHUNK)
+            yield from self.start().map(work, items, chunksize=chunk)
         except BrokenProcessPool as exc:
             self.close()
             raise StoreError(
@@ -193,6 +235,3 @@ class Pool:
         if self._executor is not None:
             executor, self._executor = self._executor, None
             executor.shutdown(wait=True, cancel_futures=True)
-
-
-_CHUNK = 8  # partitions sent to a worker at a time: thousands of small ones cost one message each less
