@@ -102,7 +102,16 @@ def import_warc(
         raise fail(EXIT_USAGE, f"cannot read {missing[0]}: no such file")
     if not files:
         raise fail(EXIT_USAGE, "no WARC or ARC files (.warc, .warc.gz, .arc, .arc.gz) in " + ", ".join(paths))
-    _import(files, store, buffer, durable, calibre, skip_invalid, jobs_of(jobs), as_json)
+    _import(
+        files,
+        store,
+        buffer,
+        durable,
+        calibre,
+        skip_invalid,
+        jobs_of(jobs, sum(f.size for f in files)),
+        as_json,
+    )
 
 
 @app.command("import-wacz")
@@ -139,7 +148,16 @@ def import_wacz(
             raise fail(EXIT_USAGE, cannot_read(exc)) from None
     if not files:
         raise fail(EXIT_USAGE, "no WARC files in " + ", ".join(map(str, paths)))
-    _import(files, store, buffer, durable, calibre, skip_invalid, jobs_of(jobs), as_json)
+    _import(
+        files,
+        store,
+        buffer,
+        durable,
+        calibre,
+        skip_invalid,
+        jobs_of(jobs, sum(f.size for f in files)),
+        as_json,
+    )
 
 
 def _import(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -97,7 +98,8 @@ def insert(
                     def on_progress(done: int, total: int) -> None:
                         progress.update(writing, completed=done, total=total, visible=True)
 
-                    load = index.bulk_load(on_progress=on_progress, jobs=jobs_of(jobs))
+                    size = None if source == "-" else os.fstat(handle.fileno()).st_size
+                    load = index.bulk_load(on_progress=on_progress, jobs=jobs_of(jobs, size))
                     add = stack.enter_context(load).add
                 inserter = _Inserter(index, add, name, skip_invalid)
                 lines = iter_insert_lines(_read(handle, name), name)
