@@ -102,16 +102,7 @@ def import_warc(
         raise fail(EXIT_USAGE, f"cannot read {missing[0]}: no such file")
     if not files:
         raise fail(EXIT_USAGE, "no WARC or ARC files (.warc, .warc.gz, .arc, .arc.gz) in " + ", ".join(paths))
-    _import(
-        files,
-        store,
-        buffer,
-        durable,
-        calibre,
-        skip_invalid,
-        jobs_of(jobs, sum(f.size for f in files)),
-        as_json,
-    )
+    _import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json)
 
 
 @app.command("import-wacz")
@@ -148,16 +139,7 @@ def import_wacz(
             raise fail(EXIT_USAGE, cannot_read(exc)) from None
     if not files:
         raise fail(EXIT_USAGE, "no WARC files in " + ", ".join(map(str, paths)))
-    _import(
-        files,
-        store,
-        buffer,
-        durable,
-        calibre,
-        skip_invalid,
-        jobs_of(jobs, sum(f.size for f in files)),
-        as_json,
-    )
+    _import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json)
 
 
 def _import(
@@ -167,7 +149,7 @@ def _import(
     durable: bool,
     calibre: int,
     skip_invalid: bool,
-    jobs: int,
+    jobs: int | None,
     as_json: bool,
 ) -> None:
     from web_index.archive import import_warcs
@@ -209,7 +191,12 @@ def _import(
 
         try:
             report = import_warcs(
-                index, files, calibre=calibre, skip_invalid=skip_invalid, on_progress=advance, jobs=jobs
+                index,
+                files,
+                calibre=calibre,
+                skip_invalid=skip_invalid,
+                on_progress=advance,
+                jobs=jobs_of(jobs, total),
             )
         except InvalidRecordError as exc:
             raise fail(EXIT_USAGE, str(exc)) from None
