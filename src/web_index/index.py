@@ -103,7 +103,7 @@ class WebIndex:
         self.remote = self._store.remote
         # What a Dask worker opens to share the buffer (scheduler=): a DSN, not an object.
         self._buffer_location = buffer if isinstance(buffer, str) else None
-        self._reopenable = buffer is None or isinstance(buffer, str)  # by another process, from the two
+        self._reopenable = buffer is None or isinstance(buffer, str)  # another process can open it again
 
     # -- context ---------------------------------------------------------------
 
@@ -193,11 +193,7 @@ class WebIndex:
         month and capture indexes up to date, also when the block raised.
         ``on_progress(done, total)`` follows that last step.
 
-        ``jobs`` processes write a commit's partitions: with more than one, each
-        partition's sort, payload sharing, Parquet file and capture index are made
-        by worker processes (``forkserver``: a script that uses them needs its
-        ``if __name__ == "__main__":`` guard), and this process names them all, as
-        with one (``os.cpu_count()``: every core).
+        ``jobs`` > 1: worker processes write each commit's files (docs/api.md#bulk-loads).
 
         Unlike :meth:`insert_many`, a load is not one transaction: each ``add``
         is validated whole (all of it or none of it is taken), what is added is

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,13 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.progress import (
-    BarColumn,
-    DownloadColumn,
     Progress,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
 )
 
 from web_index.cli._app import (
@@ -33,13 +27,13 @@ from web_index.cli._app import (
     cli_errors,
     err,
     fail,
-    jobs_of,
     open_index,
     plural,
     say,
     store_location,
     time_option,
 )
+from web_index.cli._archive_import import run_import
 from web_index.errors import MissingExtraError
 
 if TYPE_CHECKING:
@@ -102,7 +96,7 @@ def import_warc(
         raise fail(EXIT_USAGE, f"cannot read {missing[0]}: no such file")
     if not files:
         raise fail(EXIT_USAGE, "no WARC or ARC files (.warc, .warc.gz, .arc, .arc.gz) in " + ", ".join(paths))
-    _import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json)
+    run_import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json)
 
 
 @app.command("import-wacz")
@@ -139,93 +133,7 @@ def import_wacz(
             raise fail(EXIT_USAGE, cannot_read(exc)) from None
     if not files:
         raise fail(EXIT_USAGE, "no WARC files in " + ", ".join(map(str, paths)))
-    _import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json)
-
-
-def _import(
-    files: list[ArchiveFile],
-    store: str,
-    buffer: str | None,
-    durable: bool,
-    calibre: int,
-    skip_invalid: bool,
-    jobs: int | None,
-    as_json: bool,
-) -> None:
-    from web_index.archive import import_warcs
-    from web_index.errors import InvalidRecordError
-
-    total = sum(f.size for f in files)
-    location = store_location(store)
-    started = time.monotonic()
-    with (
-        cli_errors(location),
-        open_index(location, buffer, create=True, durable=durable) as index,
-        Progress(
-            TextColumn("[bold]importing"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TextColumn(
-                "{task.fields[files]} files, {task.fields[records]:,} records, {task.fields[rate]:,.0f}/s"
-            ),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            disable=not err.is_terminal,
-        ) as progress,
-    ):
-        task = progress.add_task("import", total=total, files=f"0/{len(files)}", records=0, rate=0.0)
-        done_bytes = 0
-
-        def advance(report: object) -> None:
-            records = getattr(report, "records", 0)
-            elapsed = max(time.monotonic() - started, 1e-9)
-            progress.update(
-                task,
-                completed=getattr(report, "bytes", done_bytes),
-                files=f"{getattr(report, 'files', 0)}/{len(files)}",
-                records=records,
-                rate=records / elapsed,
-            )
-
-        try:
-            report = import_warcs(
-                index,
-                files,
-                calibre=calibre,
-                skip_invalid=skip_invalid,
-                on_progress=advance,
-                jobs=jobs_of(jobs, total),
-            )
-        except InvalidRecordError as exc:
-            raise fail(EXIT_USAGE, str(exc)) from None
-    for problem in report.problems:
-        say("[yellow]skipped[/]", problem)
-    elapsed = time.monotonic() - started
-    if as_json:
-        totals = {
-            "files": report.files,
-            "bytes": report.bytes,
-            "records": report.records,
-            "stored": report.stored,
-            "already_stored": report.already_stored,
-            "skipped": dict(sorted(report.skipped.items())),
-            "problems": [str(p) for p in report.problems],
-            "seconds": round(elapsed, 3),
-            "mb_per_s": round(report.bytes / max(elapsed, 1e-9) / 1e6, 2),
-        }
-        sys.stdout.write(json.dumps(totals) + "\n")
-        return
-    skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items()))
-    say(
-        "",
-        f"{plural(report.files, 'file')}, {plural(report.records, 'record')} in {elapsed:.1f} s "
-        f"({report.bytes / max(elapsed, 1e-9) / 1e6:.1f} MB/s): stored {report.stored}, "
-        f"already stored {report.already_stored}"
-        + (f", not stored: {skipped}" if skipped else "")
-        + (f", {len(report.problems)} broken" if report.problems else ""),
-    )
+    run_import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json)
 
 
 # The selectors export-warc and export-wacz share.

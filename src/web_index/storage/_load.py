@@ -18,6 +18,10 @@ the same way. On an object store each file is created as the compacted file
 only if none exists (a conditional PUT, so no lock: a compactor racing it
 loses cleanly), else written as a part.
 
+With ``jobs`` > 1 the per-partition work before naming (the table, payload
+sharing, the file, its capture index) is done by worker processes
+(``_load_work``); this process still names every file, in the same order.
+
 Nothing of a load is visible before its commit; a load that dies before it
 leaves only spool files, removed as any dead writer's are (``remove_orphans``).
 A commit is not a transaction: a crash while it names files leaves some of its
