@@ -359,3 +359,36 @@ def test_bad_input_under_jobs_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert bad.exit_code == 2
     [line] = bad.stderr.strip().splitlines()
     assert line.startswith(f"error: {lines}:1")
+
+
+def test_the_commands_print_their_totals_as_json_under_jobs(tmp_path: Path) -> None:
+    import json
+
+    w = Warc()
+    for i in range(3):
+        w.capture(f"https://example.com/{i}", b"page %d " % i * 100, pair=False)
+    path = w.save(tmp_path / "a.warc.gz")
+    store = str(tmp_path / "s")
+    done = CliRunner().invoke(app, ["import-warc", "--jobs", "2", "--json", "--store", store, str(path)])
+    assert done.exit_code == 0, done.output
+    totals = json.loads(done.stdout)
+    assert (totals["files"], totals["stored"], totals["already_stored"]) == (1, 3, 0)
+    assert totals["bytes"] == path.stat().st_size and totals["seconds"] > 0 and totals["problems"] == []
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(
+        json.dumps(
+            {
+                "type": "get",
+                "url": "https://example.org/",
+                "timestamp": "2024-08-01T12:00:00Z",
+                "metadata": {"state": "timeout", "url": "https://example.org/", "fetcher_name": "f"}
+                | {"fetcher_version": "1", "fetcher_calibre": 10},
+            }
+        )
+        + "\n"
+    )
+    done = CliRunner().invoke(
+        app, ["insert", "--bulk", "--jobs", "2", "--json", "--store", store, str(lines)]
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) | {"seconds": 0} == {"stored": 1, "skipped": 0, "seconds": 0}
