@@ -28,6 +28,7 @@ files. Results: bench/results/warc.json and .md.
 
     .venv/bin/python bench/warc_bench.py [--size-mb 1024] [--workdir /tmp/web-index-warc-bench]
     .venv/bin/python bench/warc_bench.py --size-mb 50 --profile   # + cProfile of the import
+    .venv/bin/python bench/warc_bench.py --jobs 1,2 --out warc-jobs  # import_warcs(jobs=) 1 against 2
 """
 
 from __future__ import annotations
