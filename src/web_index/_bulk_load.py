@@ -148,7 +148,7 @@ def _compact(
             location, buffer=buffer, durable=durable, write_options=options, create=False
         )
     partition, files = listed
-    return store.compact_partition(partition, listed=files)
+    return store.compact_partition(partition, listed=files, indexed=True)
 
 
 def _body_bytes(attempts: Iterable[AttemptRows]) -> int:
