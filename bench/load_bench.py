@@ -1,6 +1,7 @@
 """End-to-end loads into compacted, indexed Parquet: the bulk load against the buffered path, one run.
 
     .venv/bin/python bench/load_bench.py [--records 200000] [--rounds 1] [--out load]
+    .venv/bin/python bench/load_bench.py --modes bulk,cli-bulk --jobs 1,2 --out load-jobs
 
 The items are the ingest benchmark's (bench/store_bench.py: ``--records`` successful GET attempts
 over 200 domains, six months, 2 KB bodies, failures and HEADs beside them), built before the clock
@@ -14,7 +15,10 @@ store with nothing buffered, no part file and every month and capture index writ
   the process's whole life (imports included).
 
 Both stores must end up the same: the same records per type, month and domain (request ids differ:
-the store assigns them), and ``verify`` clean. Rates count GET records (each response of a
+the store assigns them), and ``verify`` clean. ``--jobs 1,2`` runs each bulk mode once per value
+(``bulk_load(jobs=)``, ``insert --bulk --jobs``; modes ``bulk-j1``, ``bulk-j2``...), its items given
+request ids of their own so that the stores of one mode must be the same file for file and capture
+line for capture line (``same answers``, bench/_answers.py). Rates count GET records (each response of a
 successful GET, redirect hops included), attempts, and records of all types (an attempt's metadata
 record and each response's data record, as the standard counts them). Results:
 bench/results/<out>.json and .md.
@@ -36,21 +40,26 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _jobs import answers_digest, run_sampled  # noqa: E402
+
 MODES = ("buffered", "bulk", "cli-bulk")
 
 _CHILD = """
-import json, sys, time
+import json, sys, time, uuid
 sys.path.insert(0, {bench!r})
 from store_bench import _ingest_items
 from web_index import WebIndex
 mode, root, records, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+jobs = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 items = _ingest_items(records, seed)
+ids = [str(uuid.UUID(int=n + 1, version=4)) for n in range(len(items))]
 started = time.perf_counter()
 with WebIndex(root) as index:
     if mode == "bulk":
-        with index.bulk_load() as load:
+        with index.bulk_load(**({{"jobs": jobs}} if jobs else {{}})) as load:
             for i in range(0, len(items), 1000):
-                load.add(items[i : i + 1000])
+                load.add(items[i : i + 1000], request_ids=ids[i : i + 1000] if jobs else None)
     else:
         for i in range(0, len(items), 1000):
             index.insert_many(items[i : i + 1000])
@@ -82,25 +91,44 @@ def _items_jsonl(records: int, seed: int, path: Path) -> None:
 
 
 def run_mode(
-    mode: str, root: Path, records: int, seed: int, jsonl: Path, env: dict[str, str] | None = None
+    mode: str,
+    root: Path,
+    records: int,
+    seed: int,
+    jsonl: Path,
+    env: dict[str, str] | None = None,
+    jobs: int = 0,
 ) -> dict[str, Any]:
     """One mode's load into ``root`` in a fresh process (``env``: its environment, e.g. the
-    ``PYTHONPATH`` of another checkout's code): seconds and peak RSS."""
+    ``PYTHONPATH`` of another checkout's code; ``jobs``: its processes, 0 to leave the default):
+    seconds and peak RSS (the loader's; its workers' apart, if it has any)."""
     if mode == "cli-bulk":
         cli = Path(sys.executable).parent / "web-index"
         started = time.perf_counter()
-        proc = subprocess.run(
-            ["/usr/bin/time", "-f", "%M", str(cli), "insert", "--bulk", str(jsonl), "--store", str(root)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+        more = ["--jobs", str(jobs)] if jobs else []
+        proc, tree = run_sampled(
+            [
+                "/usr/bin/time",
+                "-f",
+                "%M",
+                str(cli),
+                "insert",
+                "--bulk",
+                *more,
+                str(jsonl),
+                "--store",
+                str(root),
+            ],
+            env=env,
+        )
         took = time.perf_counter() - started
-        return {"seconds": took, "peak_rss": int(proc.stderr.strip().splitlines()[-1]) * 1024}
+        peak = int(proc.stderr.strip().splitlines()[-1]) * 1024
+        return {"seconds": took, "peak_rss": peak, "peak_rss_with_workers": tree}
     code = _CHILD.format(bench=str(HERE))
-    proc = subprocess.run(
-        [sys.executable, "-c", code, mode, str(root), str(records), str(seed)],
-        capture_output=True, text=True, check=True, env=env,
-    )  # fmt: skip
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    proc, tree = run_sampled(
+        [sys.executable, "-c", code, mode, str(root), str(records), str(seed), str(jobs)], env=env
+    )
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1])) | {"peak_rss_with_workers": tree}
 
 
 def store_shape(root: Path) -> dict[str, Any]:
@@ -136,20 +164,25 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="times each mode runs (alternated)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", default="load")
+    ap.add_argument("--jobs", default="", help="comma list: each bulk mode once per value (e.g. 1,2)")
     args = ap.parse_args()
-    modes = args.modes.split(",")
+    jobs = [int(j) for j in args.jobs.split(",") if j]
+    modes = [f"{m}-j{j}" for m in args.modes.split(",") for j in (jobs if m != "buffered" else [0]) or [0]]
     work = Path(tempfile.mkdtemp(prefix="wi-load-bench-"))
     try:
         jsonl = work / "items.jsonl"
-        if "cli-bulk" in modes:
+        if any(m.startswith("cli-bulk") for m in modes):
             _items_jsonl(args.records, args.seed, jsonl)
         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
         shapes: dict[str, dict[str, Any]] = {}
         for r in range(args.rounds):
             for mode in modes if r % 2 == 0 else list(reversed(modes)):
                 root = work / f"{mode}-{r}"
-                got = run_mode(mode, root, args.records, args.seed, jsonl)
+                name, _, j = mode.rpartition("-j")
+                got = run_mode(name, root, args.records, args.seed, jsonl, jobs=int(j))
                 shape = store_shape(root)
+                if int(j) and name == "bulk":  # the CLI's items get the store's ids: not comparable
+                    shape["answers"] = answers_digest(root)
                 shapes.setdefault(mode, shape)
                 got.update({k: shape[k] for k in ("records", "files", "part_files", "buffered", "verify_ok")})
                 runs[mode].append(got)
@@ -168,6 +201,9 @@ def main() -> None:
 def _report(args: argparse.Namespace, runs: dict[str, Any], shapes: dict[str, Any]) -> dict[str, Any]:
     base = next(iter(shapes.values()))
     same = {m: s["partitions"] == base["partitions"] for m, s in shapes.items()}
+    # A mode's stores with ids of their own (--jobs): the same files and capture lines.
+    first_of = {m.rpartition("-j")[0]: s.get("answers") for m, s in reversed(shapes.items())}
+    same_answers = {m: s.get("answers") == first_of[m.rpartition("-j")[0]] for m, s in shapes.items()}
     pages = base["by_type"].get("get", 0)  # GET responses, redirect hops included
     attempts = base["by_type"].get("get-metadata", 0) + base["by_type"].get("head-metadata", 0)
     summary = {}
@@ -180,9 +216,11 @@ def _report(args: argparse.Namespace, runs: dict[str, Any], shapes: dict[str, An
             "attempts_per_s": round(attempts / seconds),
             "records_per_s": round(base["records"] / seconds),
             "peak_rss_mib": round(max(r["peak_rss"] for r in rounds) / 2**20),
+            "peak_rss_with_workers_mib": round(max(r["peak_rss_with_workers"] for r in rounds) / 2**20),
             "files": shapes[mode]["files"],
             "store_mb": round(shapes[mode]["bytes"] / 1e6, 1),
             "same_records_as_first": same[mode],
+            "same_answers_as_j1": same_answers[mode] if shapes[mode].get("answers") else None,
             "verify_ok": all(r["verify_ok"] for r in rounds),
             "left_buffered_or_parts": any(r["buffered"] or r["part_files"] for r in rounds),
         }
@@ -208,16 +246,19 @@ def markdown(r: dict[str, Any]) -> str:
         f"2 KB bodies over 200 domains and six months; median of {r['rounds']} round(s), each in a fresh "
         "process on a fresh store, timed to a compacted, indexed store.",
         "",
-        "| mode | seconds | GET records/s | attempts/s | records/s | peak RSS MiB | files | store MB "
-        "| same records | verify |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| mode | seconds | GET records/s | attempts/s | records/s | peak RSS MiB | with workers MiB "
+        "| files | store MB | same records | same answers | verify |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for mode, m in r["modes"].items():
         lines.append(
             f"| {mode} | {m['seconds']} | {m['pages_per_s']:,} | {m['attempts_per_s']:,} | "
             f"{m['records_per_s']:,} | "
-            f"{m['peak_rss_mib']:,} | {m['files']:,} | {m['store_mb']} | "
-            f"{'yes' if m['same_records_as_first'] else 'NO'} | {'ok' if m['verify_ok'] else 'FAILED'} |"
+            f"{m['peak_rss_mib']:,} | {m['peak_rss_with_workers_mib']:,} | "
+            f"{m['files']:,} | {m['store_mb']} | "
+            f"{'yes' if m['same_records_as_first'] else 'NO'} | "
+            f"{ {None: '', True: 'yes', False: 'NO'}[m.get('same_answers_as_j1')] } | "
+            f"{'ok' if m['verify_ok'] else 'FAILED'} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -28,6 +28,7 @@ files. Results: bench/results/warc.json and .md.
 
     .venv/bin/python bench/warc_bench.py [--size-mb 1024] [--workdir /tmp/web-index-warc-bench]
     .venv/bin/python bench/warc_bench.py --size-mb 50 --profile   # + cProfile of the import
+    .venv/bin/python bench/warc_bench.py --jobs 1,2 --out warc-jobs  # import_warcs(jobs=) 1 against 2
 """
 
 from __future__ import annotations
@@ -552,7 +553,8 @@ def _child(step: str, args: dict[str, Any]) -> dict[str, Any]:
             prof.runcall(index.flush)
             prof.dump_stats(args["profile_out"])
         else:
-            report = import_warcs(index, files, calibre=10)
+            jobs = {"jobs": args["jobs"]} if args.get("jobs", 1) != 1 else {}  # (older checkouts: no jobs=)
+            report = import_warcs(index, files, calibre=10, **jobs)
             imported = time.perf_counter()
             out["flushed"] = index.flush()
         flushed = time.perf_counter()
@@ -572,6 +574,10 @@ def _child(step: str, args: dict[str, Any]) -> dict[str, Any]:
                 "problems": [str(p) for p in report.problems],
             },
         }
+    elif step == "answers":
+        from _jobs import answers_digest
+
+        out["answers"] = answers_digest(Path(args["store"]))
     elif step == "export":
         import web_index.archive
         from web_index import WebIndex
@@ -603,17 +609,17 @@ def _child(step: str, args: dict[str, Any]) -> dict[str, Any]:
 
 def run_step(step: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run ``step`` in a fresh interpreter; its figures, plus the process's wall and CPU time."""
+    from _jobs import run_sampled
+
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", step, json.dumps(args, default=str)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    stdout, _ = proc.communicate()
-    if proc.returncode:
-        raise SystemExit(f"step {step} failed (exit {proc.returncode})")
-    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    try:
+        proc, tree = run_sampled([sys.executable, __file__, "--child", step, json.dumps(args, default=str)])
+    except subprocess.CalledProcessError as exc:
+        sys.stderr.write(exc.stderr)
+        raise SystemExit(f"step {step} failed (exit {exc.returncode})") from None
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     result["process_seconds"] = time.perf_counter() - started
+    result["peak_rss_with_workers"] = tree  # the step's process and its worker processes, sampled
     return result
 
 
@@ -729,12 +735,14 @@ def write_results(result: dict[str, Any], stem: str) -> None:
         + f"; {ds['payload_bytes'] / MIB:,.0f} MiB of HTTP payloads before content coding), "
         f"seed {ds['seed']}.\n"
         f"MB/s: compressed input bytes (10^6) / wall seconds of the call; records/s: every WARC record "
-        f"of the input / the same seconds; peak RSS: the step's own process (VmHWM).\n\n"
+        f"of the input / the same seconds; peak RSS: the step's own process (VmHWM); with workers: "
+        f"the step's process and its worker processes together (sampled every 50 ms); CPU: the step's "
+        f"process (its workers' not always counted).\n\n"
     )
     lines = [
-        "| step | wall (s) | MB/s | records/s | stored | already stored | peak RSS | CPU (s) "
-        "| ÷ cdxj-indexer |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| step | wall (s) | MB/s | records/s | stored | already stored | peak RSS | with workers "
+        "| CPU (s) | ÷ cdxj-indexer |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def cell(row: dict[str, Any], key: str, unit: str = "") -> str:
@@ -752,6 +760,7 @@ def write_results(result: dict[str, Any], stem: str) -> None:
             cell(row, "stored"),
             cell(row, "already_stored"),
             cell(row, "peak_rss_mib", " MiB"),
+            cell(row, "peak_rss_with_workers_mib", " MiB"),
             cell(row, "cpu_seconds"),
             cell(row, "ratio"),
         ]
@@ -784,6 +793,8 @@ def write_results(result: dict[str, Any], stem: str) -> None:
 def _row(step: str, seconds: float, ds: dict[str, Any], r: dict[str, Any], **more: Any) -> dict[str, Any]:
     row = {"step": step, "seconds": round(seconds, 2), **_rates(seconds, ds["bytes"], ds["records"])}
     row |= {"peak_rss_mib": round(r["peak_rss"] / MIB, 1), "cpu_seconds": round(r["cpu_seconds"], 1)}
+    if "peak_rss_with_workers" in r:
+        row["peak_rss_with_workers_mib"] = round(r["peak_rss_with_workers"] / MIB, 1)
     return row | more
 
 
@@ -833,6 +844,13 @@ def main() -> None:
     ap.add_argument("--keep-store", action="store_true", help="keep the imported store in --workdir")
     ap.add_argument("--generate-only", action="store_true")
     ap.add_argument("--out", default="warc", help="results file stem (default warc)")
+    ap.add_argument(
+        "--jobs",
+        default="1",
+        help="comma list of import_warcs(jobs=) values, each imported into a store of its own and "
+        "timed, their stores compared (e.g. 1,2; the first is the one re-imported and reported as "
+        "'import')",
+    )
     ap.add_argument("--label", default="", help="what web_index was measured, when not this checkout's src/")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -881,13 +899,18 @@ def main() -> None:
         print(f"CHECK FAILED: {failed[-1]}", flush=True)
 
     indexer_runs: list[dict[str, Any]] = []
-    import_runs: list[dict[str, Any]] = []
+    jobs = [int(j) for j in args.jobs.split(",")]
+    runs_of: dict[int, list[dict[str, Any]]] = {j: [] for j in jobs}
+    import_runs = runs_of[jobs[0]]
     reimport_runs: list[dict[str, Any]] = []
     common = {"files": [str(f) for f in files], "durable": not args.no_durable}
-    store = workdir / "store"
+    stores = {j: workdir / ("store" if j == jobs[0] else f"store-j{j}") for j in jobs}
+    store = stores[jobs[0]]
     for rnd in range(args.rounds):
-        shutil.rmtree(store, ignore_errors=True)
-        order = ("indexer", "import") if rnd % 2 == 0 else ("import", "indexer")
+        for s in stores.values():
+            shutil.rmtree(s, ignore_errors=True)
+        steps = ["indexer", *(f"import-j{j}" for j in jobs)]
+        order = steps if rnd % 2 == 0 else steps[::-1]
         for step in order:
             prepare()
             if step == "indexer":
@@ -898,11 +921,12 @@ def main() -> None:
                     flush=True,
                 )
             else:
-                r = timed_step("import", common | {"store": str(store)})
-                import_runs.append(r)
+                j = int(step.removeprefix("import-j"))
+                r = timed_step("import", common | {"store": str(stores[j]), "jobs": j})
+                runs_of[j].append(r)
                 rep = r["report"]
                 print(
-                    f"import: {r['seconds']:.1f} s + flush {r['flush_seconds']:.1f} s "
+                    f"import (jobs={j}): {r['seconds']:.1f} s + flush {r['flush_seconds']:.1f} s "
                     f"(total {r['total_seconds']:.1f} s), {ds['bytes'] / MB / r['seconds']:.1f} MB/s; "
                     f"stored {rep['stored']:,}, skipped {rep['skipped']}",
                     flush=True,
@@ -923,6 +947,11 @@ def main() -> None:
         if rep["stored"] != 0 or rep["already_stored"] != import_runs[-1]["report"]["stored"]:
             check(f"re-import (round {rnd + 1}) stored {rep['stored']:,} (expected 0)", rep)
 
+    answers = {j: run_step("answers", {"files": [], "store": str(stores[j])})["answers"] for j in jobs}
+    same_answers = all(a == answers[jobs[0]] for a in answers.values())
+    print(f"answers of the stores of jobs={jobs}: {'the same' if same_answers else 'DIFFERENT'}", flush=True)
+    if not same_answers:
+        failed.append(f"the stores of jobs={jobs} differ: {answers}")
     store_bytes = _du(store)
     export: dict[str, Any] = {"skipped": "--no-export"}
     if not args.no_export:
@@ -962,6 +991,18 @@ def main() -> None:
             "stored": imp.get("flushed", ""),
         },
         _row("import: total (open → flush → close)", imp_total, ds, imp, ratio=round(idx_s / imp_total, 3)),
+        *(
+            _row(
+                f"import: import_warcs(jobs={j})",
+                median_of(runs_of[j], "seconds"),
+                ds,
+                pick(runs_of[j]),
+                stored=pick(runs_of[j])["report"]["stored"],
+                ratio=round(idx_s / median_of(runs_of[j], "seconds"), 3),
+            )
+            for j in jobs
+            if len(jobs) > 1
+        ),
         _row(
             "re-import (idempotent)",
             median_of(reimport_runs, "seconds"),
@@ -1020,8 +1061,11 @@ def main() -> None:
         "store_bytes": store_bytes,
         "table": table,
         "ratios": ratios,
+        "jobs": {str(j): {"seconds": median_of(runs_of[j], "seconds"), "answers": answers[j]} for j in jobs},
+        "same_answers": same_answers,
         "runs": {
             "indexer": indexer_runs,
+            **{f"import-j{j}": runs_of[j] for j in jobs[1:]},
             "import": import_runs,
             "re-import": reimport_runs,
             "export": export,
@@ -1042,7 +1086,8 @@ def main() -> None:
     if args.profile:
         result["profile"] = profile_import(files[: args.profile_files], workdir, not args.no_durable, prepare)
     if not args.keep_store:
-        shutil.rmtree(store, ignore_errors=True)
+        for s in stores.values():
+            shutil.rmtree(s, ignore_errors=True)
     write_results(result, args.out)
     for row in table:
         print(row)

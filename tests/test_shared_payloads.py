@@ -245,12 +245,14 @@ def test_a_batch_over_many_small_files_of_references_gets_every_body(tmp_path: P
         assert [p.responses[0].data for p in pages] == [body[u] for u in urls]  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
 def test_a_load_compacted_meanwhile_writes_a_part_that_holds_every_body(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int
 ) -> None:
     """A bulk load's partition that another process compacted between the load's
     listing and its commit is written as a part: a part never refers (a
-    compaction may make its rows references), so it holds every body again."""
+    compaction may make its rows references), so it holds every body again; also
+    when worker processes wrote the load's files (the loader names them)."""
     from web_index.storage import LocalBackend
 
     url, body = _two_months(tmp_path / "s")
@@ -269,7 +271,7 @@ def test_a_load_compacted_meanwhile_writes_a_part_that_holds_every_body(
     monkeypatch.setattr(LocalBackend, "has_file", compacted_meanwhile)
     monkeypatch.setattr(LocalBackend, "place", placed)
     with WebIndex(tmp_path / "s", policy=NO_FLUSH) as index:
-        with index.bulk_load() as load:
+        with index.bulk_load(jobs=jobs) as load:
             load.add([attempt(url, later, body=body), attempt(url, later + timedelta(hours=1), body=body)])
         assert parts == [0]
         # The load's end compacted the part: its rows now refer to the stored copy.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Self
@@ -9,7 +10,7 @@ from typing import Self
 from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
 from web_index.ingest import Limits
 from web_index.models import AttemptRows, PageKey
-from web_index.storage import MethodPartition, Store
+from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptions, open_store
 
 __all__ = ["BulkLoad"]
 
@@ -23,7 +24,7 @@ class BulkLoad:
     Attempts wait in memory until ``chunk`` of them (or 256 MiB of bodies) are
     held, then are spilled to local disk sorted by partition; each partition's
     file is written once, when ``commit_bytes`` have been spilled and at the
-    end (see ``storage/_load.py``).
+    end (see ``storage/_load.py``), by ``jobs`` processes.
     """
 
     def __init__(
@@ -34,13 +35,18 @@ class BulkLoad:
         chunk: int = 50_000,
         commit_bytes: int = 4 << 30,
         on_progress: Callable[[int, int], None] | None = None,
+        jobs: int = 1,
+        reopen: tuple[str, str | None] | None = None,
     ) -> None:
-        if chunk < 1:
-            from web_index.errors import InvalidRecordError
+        from web_index.errors import InvalidRecordError
 
+        if chunk < 1:
             raise InvalidRecordError("chunk", f"at least 1 attempt, got {chunk}")
+        if jobs < 1:
+            raise InvalidRecordError("jobs", f"at least 1 process, got {jobs}")
         self._store = store
-        self._spill = store.spill()
+        self._spill = store.spill(jobs)
+        self._reopen = reopen  # the store's location and its buffer's, for workers to compact it
         self._commit_bytes = commit_bytes
         self._limits = limits
         self._chunk = chunk
@@ -94,11 +100,26 @@ class BulkLoad:
         index every month written; return the attempts stored. Once only."""
         if not self._finished:
             self._finished = True
-            with gc_paused():
-                self._spill_pending()
-                self._commit()
-            self._store.compact(self._parted, index_also=self._written, on_progress=self._on_progress)
+            try:
+                with gc_paused():
+                    self._spill_pending()
+                    self._commit()
+                self._store.compact(
+                    self._parted, index_also=self._written, on_progress=self._on_progress, run=self._run()
+                )
+            finally:
+                self._spill.close()
         return self.stored
+
+    def _run(self) -> Callable[[list[tuple[MethodPartition, PartitionFiles | None]]], Iterable[int]] | None:
+        """The load's worker processes compacting the partitions it added parts to, each
+        opening the store as this process did."""
+        pool = self._spill.pool
+        if pool is None or self._reopen is None or len(self._parted) < 2:
+            return None
+        store = self._store
+        work = functools.partial(_compact, *self._reopen, store.durable, store.write_options)
+        return functools.partial(pool.run_each, work, chunk=1)
 
     def __enter__(self) -> Self:
         return self
@@ -107,6 +128,27 @@ class BulkLoad:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.finish()
+
+
+_opened: dict[tuple[object, ...], Store] = {}
+
+
+def _compact(
+    location: str,
+    buffer: str | None,
+    durable: bool,
+    options: WriteOptions,
+    listed: tuple[MethodPartition, PartitionFiles | None],
+) -> int:
+    """A partition compacted by a worker process of a load (as ``_on_cluster`` on a cluster)."""
+    key = (location, buffer, durable, tuple(sorted(vars(options).items())))
+    store = _opened.get(key)
+    if store is None:  # kept open for the worker's life: a load compacts many partitions
+        store = _opened[key] = open_store(
+            location, buffer=buffer, durable=durable, write_options=options, create=False
+        )
+    partition, files = listed
+    return store.compact_partition(partition, listed=files, indexed=True)
 
 
 def _body_bytes(attempts: Iterable[AttemptRows]) -> int:

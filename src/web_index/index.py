@@ -103,6 +103,7 @@ class WebIndex:
         self.remote = self._store.remote
         # What a Dask worker opens to share the buffer (scheduler=): a DSN, not an object.
         self._buffer_location = buffer if isinstance(buffer, str) else None
+        self._reopenable = buffer is None or isinstance(buffer, str)  # another process can open it again
 
     # -- context ---------------------------------------------------------------
 
@@ -177,6 +178,7 @@ class WebIndex:
         chunk: int = 50_000,
         commit_bytes: int = 4 << 30,
         on_progress: Callable[[int, int], None] | None = None,
+        jobs: int = 1,
     ) -> BulkLoad:
         """A bulk load: attempts added to it go straight into Parquet partition
         files, past the insert buffer, and leave the store compacted and indexed.
@@ -191,6 +193,8 @@ class WebIndex:
         month and capture indexes up to date, also when the block raised.
         ``on_progress(done, total)`` follows that last step.
 
+        ``jobs`` > 1: worker processes write each commit's files (docs/api.md#bulk-loads).
+
         Unlike :meth:`insert_many`, a load is not one transaction: each ``add``
         is validated whole (all of it or none of it is taken), what is added is
         durable and visible once committed, and a crash loses what was not yet
@@ -200,7 +204,13 @@ class WebIndex:
         """
         self._check_writable()
         return BulkLoad(
-            self._store, self.limits, chunk=chunk, commit_bytes=commit_bytes, on_progress=on_progress
+            self._store,
+            self.limits,
+            chunk=chunk,
+            commit_bytes=commit_bytes,
+            on_progress=on_progress,
+            jobs=jobs,
+            reopen=(self.location, self._buffer_location) if self._reopenable else None,
         )
 
     def flush(self) -> int:

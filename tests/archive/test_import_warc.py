@@ -367,7 +367,7 @@ def test_a_file_named_twice_in_a_bulk_import_is_stored_once(
     with WebIndex(tmp_path / "s") as index:
         loads = []
         bulk_load = index.bulk_load
-        monkeypatch.setattr(index, "bulk_load", lambda: loads.append(1) or bulk_load())
+        monkeypatch.setattr(index, "bulk_load", lambda **kw: loads.append(1) or bulk_load(**kw))
         report = import_warcs(index, [path, lost, path, lost])
         assert index.stats().records == 2 + 2  # each page and its metadata
     # The import's load, then one for the revisit found; none for the round that finds nothing.

@@ -103,6 +103,7 @@ def import_warcs(
     batch: int = 500,
     on_progress: Callable[[ImportReport], None] | None = None,
     bulk: bool = True,
+    jobs: int = 1,
 ) -> ImportReport:
     """Import every record of the WARC (and ARC) files ``paths`` into ``index``:
     files, folders, ``s3://`` prefixes (see :func:`archive_files`).
@@ -115,10 +116,11 @@ def import_warcs(
     With ``bulk`` (the default) the records go into compacted Parquet through a
     :meth:`WebIndex.bulk_load`, visible once it commits (at the end, or every
     few GiB); without it, into the insert buffer, each batch visible at once
-    and left to ``flush()`` and ``compact()``.
+    and left to ``flush()`` and ``compact()``. ``jobs``: the bulk load's processes
+    (:meth:`WebIndex.bulk_load`).
     """
     report = ImportReport()
-    run = _Run(index, calibre, batch, report)
+    run = _Run(index, calibre, batch, report, jobs)
     files: list[ArchiveFile] = []
     for p in paths:
         files += [p] if isinstance(p, ArchiveFile) else archive_files([p])
@@ -127,7 +129,7 @@ def import_warcs(
         return report
     run.deferred = []  # revisits wait until what they refer to is written
     try:
-        with index.bulk_load() as run.load:
+        with index.bulk_load(jobs=jobs) as run.load:
             _import_files(run, files, skip_invalid, on_progress)
     except WarcError:
         run.store_deferred()  # every record before the problem is stored
@@ -189,8 +191,9 @@ def _import_file(
 
 
 class _Run:
-    def __init__(self, index: WebIndex, calibre: int, batch: int, report: ImportReport) -> None:
+    def __init__(self, index: WebIndex, calibre: int, batch: int, report: ImportReport, jobs: int) -> None:
         self.index = index
+        self.jobs = jobs
         self.calibre = calibre
         self.batch = batch
         self.report = report
@@ -301,7 +304,7 @@ class _Run:
                     self.report.skip("revisit not resolved")
                 return {rid for _, rid in waiting}
             if bulk:
-                with self.index.bulk_load() as self.load:
+                with self.index.bulk_load(jobs=self.jobs) as self.load:
                     self._insert(found)
                 self.taken.clear()
             else:

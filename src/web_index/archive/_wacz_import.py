@@ -26,6 +26,7 @@ def import_wacz(
     batch: int = 500,
     on_progress: Callable[[ImportReport], None] | None = None,
     bulk: bool = True,
+    jobs: int = 1,
 ) -> ImportReport:
     """Import every WARC record of the WACZ packages ``paths`` (local files)
     into ``index``, as :func:`import_warcs` imports WARC files; the report's
@@ -36,7 +37,7 @@ def import_wacz(
     bytes): a package that fails raises :class:`~web_index.errors.WaczError`
     before anything is stored. A problem inside a WARC then is a
     :class:`~web_index.errors.WarcError`, named ``<package>!<member>@<offset>``,
-    as with :func:`import_warcs`.
+    as with :func:`import_warcs`. ``jobs``: the bulk load's processes.
     """
     files: list[ArchiveFile] = []
     for path in paths:
@@ -49,4 +50,5 @@ def import_wacz(
         batch=batch,
         on_progress=on_progress,
         bulk=bulk,
+        jobs=jobs,
     )

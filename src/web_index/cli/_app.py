@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -112,6 +113,33 @@ SchedulerOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+JobsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        envvar="WEB_INDEX_JOBS",
+        help="Processes that write the store's files (default: this machine's cores; 1 for an input "
+        "under 32 MB).",
+        show_default=False,
+    ),
+]
+
+
+def jobs_of(jobs: int | None, input_bytes: int | None) -> int:
+    """``--jobs`` as given; else every core, or one for an input known to be small (starting
+    worker processes costs about a second, more than such a load takes)."""
+    if jobs is not None:
+        return jobs
+    if input_bytes is not None and input_bytes < _SMALL_INPUT:
+        return 1
+    return os.cpu_count() or 1
+
+
+_SMALL_INPUT = 32_000_000
 
 
 DurableOption = Annotated[

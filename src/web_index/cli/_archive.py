@@ -9,12 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.progress import (
-    BarColumn,
-    DownloadColumn,
     Progress,
     TextColumn,
     TimeElapsedColumn,
-    TransferSpeedColumn,
 )
 
 from web_index.cli._app import (
@@ -23,6 +20,7 @@ from web_index.cli._app import (
     TIMES,
     BufferOption,
     DurableOption,
+    JobsOption,
     StoreOption,
     app,
     cannot_read,
@@ -35,6 +33,7 @@ from web_index.cli._app import (
     store_location,
     time_option,
 )
+from web_index.cli._archive_import import run_import
 from web_index.errors import MissingExtraError
 
 if TYPE_CHECKING:
@@ -46,6 +45,9 @@ _R = TypeVar("_R", bound="Tally")
 __all__ = ["export_wacz", "export_warc", "import_wacz", "import_warc"]
 
 CalibreOption = Annotated[int, typer.Option(min=0, max=100, help="Calibre recorded for the captures.")]
+JsonTotalsOption = Annotated[
+    bool, typer.Option("--json", help="Print the totals as one JSON object (stdout) at the end.")
+]
 SkipInvalidOption = Annotated[
     bool, typer.Option(help="Report a broken record or file and go on, instead of stopping at it.")
 ]
@@ -65,6 +67,8 @@ def import_warc(
     durable: DurableOption = True,
     calibre: CalibreOption = 10,
     skip_invalid: SkipInvalidOption = False,
+    jobs: JobsOption = None,
+    as_json: JsonTotalsOption = False,
 ) -> None:
     """Import WARC or ARC captures into the store (idempotent: a record stored already is not stored again).
 
@@ -92,7 +96,7 @@ def import_warc(
         raise fail(EXIT_USAGE, f"cannot read {missing[0]}: no such file")
     if not files:
         raise fail(EXIT_USAGE, "no WARC or ARC files (.warc, .warc.gz, .arc, .arc.gz) in " + ", ".join(paths))
-    _import(files, store, buffer, durable, calibre, skip_invalid)
+    run_import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json)
 
 
 @app.command("import-wacz")
@@ -103,6 +107,8 @@ def import_wacz(
     durable: DurableOption = True,
     calibre: CalibreOption = 10,
     skip_invalid: SkipInvalidOption = False,
+    jobs: JobsOption = None,
+    as_json: JsonTotalsOption = False,
 ) -> None:
     """Import the WARC files inside WACZ packages, each record as import-warc imports it (idempotent too).
 
@@ -127,60 +133,7 @@ def import_wacz(
             raise fail(EXIT_USAGE, cannot_read(exc)) from None
     if not files:
         raise fail(EXIT_USAGE, "no WARC files in " + ", ".join(map(str, paths)))
-    _import(files, store, buffer, durable, calibre, skip_invalid)
-
-
-def _import(
-    files: list[ArchiveFile], store: str, buffer: str | None, durable: bool, calibre: int, skip_invalid: bool
-) -> None:
-    from web_index.archive import import_warcs
-    from web_index.errors import InvalidRecordError
-
-    total = sum(f.size for f in files)
-    location = store_location(store)
-    started = time.monotonic()
-    with (
-        cli_errors(location),
-        open_index(location, buffer, create=True, durable=durable) as index,
-        Progress(
-            TextColumn("[bold]importing"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TextColumn("{task.fields[records]:,} records, {task.fields[rate]:,.0f}/s"),
-            TimeElapsedColumn(),
-            console=err,
-            disable=not err.is_terminal,
-        ) as progress,
-    ):
-        task = progress.add_task("import", total=total, records=0, rate=0.0)
-        done_bytes = 0
-
-        def advance(report: object) -> None:
-            records = getattr(report, "records", 0)
-            elapsed = max(time.monotonic() - started, 1e-9)
-            progress.update(
-                task, completed=getattr(report, "bytes", done_bytes), records=records, rate=records / elapsed
-            )
-
-        try:
-            report = import_warcs(
-                index, files, calibre=calibre, skip_invalid=skip_invalid, on_progress=advance
-            )
-        except InvalidRecordError as exc:
-            raise fail(EXIT_USAGE, str(exc)) from None
-    for problem in report.problems:
-        say("[yellow]skipped[/]", problem)
-    elapsed = time.monotonic() - started
-    skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items()))
-    say(
-        "",
-        f"{plural(report.files, 'file')}, {plural(report.records, 'record')} in {elapsed:.1f} s "
-        f"({report.bytes / max(elapsed, 1e-9) / 1e6:.1f} MB/s): stored {report.stored}, "
-        f"already stored {report.already_stored}"
-        + (f", not stored: {skipped}" if skipped else "")
-        + (f", {len(report.problems)} broken" if report.problems else ""),
-    )
+    run_import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json)
 
 
 # The selectors export-warc and export-wacz share.

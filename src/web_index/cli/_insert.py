@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated, BinaryIO
 
@@ -12,11 +16,13 @@ from web_index.cli._app import (
     EXIT_USAGE,
     BufferOption,
     DurableOption,
+    JobsOption,
     StoreOption,
     app,
     cli_errors,
     err,
     fail,
+    jobs_of,
     open_index,
     open_input,
     plural,
@@ -60,6 +66,8 @@ def insert(
             "(visible when the load ends; see docs/performance.md)."
         ),
     ] = False,
+    jobs: JobsOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the totals as one JSON object.")] = False,
 ) -> None:
     """Insert fetch attempts from JSONL (the standard's insertion requests).
 
@@ -68,8 +76,9 @@ def insert(
     command stops (exit 2) after storing every valid line before it, and says so.
     With --skip-invalid every valid line is stored and every invalid one reported.
     With --bulk the lines go straight into compacted, indexed Parquet files (no
-    flush or compact to run after), written when the input ends.
+    flush or compact to run after), written when the input ends by --jobs processes.
     """
+    started = time.monotonic()
     location = store_location(store)
     name = "<stdin>" if source == "-" else source
     # Bytes, not text: lines split on "\n" only, and one that is not UTF-8 is refused alone.
@@ -89,7 +98,9 @@ def insert(
                     def on_progress(done: int, total: int) -> None:
                         progress.update(writing, completed=done, total=total, visible=True)
 
-                    add = stack.enter_context(index.bulk_load(on_progress=on_progress)).add
+                    size = None if source == "-" else os.fstat(handle.fileno()).st_size
+                    load = index.bulk_load(on_progress=on_progress, jobs=jobs_of(jobs, size))
+                    add = stack.enter_context(load).add
                 inserter = _Inserter(index, add, name, skip_invalid)
                 lines = iter_insert_lines(_read(handle, name), name)
                 try:
@@ -101,6 +112,11 @@ def insert(
     finally:
         if source != "-":
             handle.close()
+    if as_json:
+        seconds = time.monotonic() - started
+        totals = {"stored": inserter.stored, "skipped": inserter.skipped, "seconds": round(seconds, 3)}
+        sys.stdout.write(json.dumps(totals) + "\n")
+        return
     skipped = f", skipped {inserter.skipped} invalid" if inserter.skipped else ""
     err.print(f"stored {plural(inserter.stored, 'attempt')}{skipped}", highlight=False)
 

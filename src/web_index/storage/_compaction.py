@@ -155,7 +155,12 @@ class Compaction(Listing):
         return outdated(handle.metadata, covered.partition.type, self.write_options)
 
     def compact_partition(
-        self, mp: MethodPartition, *, min_parts: int = 1, listed: PartitionFiles | None = None
+        self,
+        mp: MethodPartition,
+        *,
+        min_parts: int = 1,
+        listed: PartitionFiles | None = None,
+        indexed: bool | None = None,
     ) -> int:
         """Compact the partitions of ``mp`` (its type and its metadata type);
         return how many changed (0, 1 or 2).
@@ -164,8 +169,12 @@ class Compaction(Listing):
         under the lock, as there). A local store's capture index is then left to that
         compaction's month pass: written here, it would cost a scan of the month's index
         folder a partition. On an object store (a prefix listing is one request) it is
-        written here, by the cluster's workers in parallel."""
-        return self._compact_partition(mp, min_parts, listed, indexed=listed is None or self.backend.remote)
+        written here, by the cluster's workers in parallel. ``indexed`` says which, when
+        the caller knows better (a bulk load's workers: each index written by the worker
+        that wrote the file, in parallel, not all read back by one process's month pass)."""
+        if indexed is None:
+            indexed = listed is None or self.backend.remote
+        return self._compact_partition(mp, min_parts, listed, indexed=indexed)
 
     def _compact_partition(
         self,

@@ -18,6 +18,10 @@ the same way. On an object store each file is created as the compacted file
 only if none exists (a conditional PUT, so no lock: a compactor racing it
 loses cleanly), else written as a part.
 
+With ``jobs`` > 1 the per-partition work before naming (the table, payload
+sharing, the file, its capture index) is done by worker processes
+(``_load_work``); this process still names every file, in the same order.
+
 Nothing of a load is visible before its commit; a load that dies before it
 leaves only spool files, removed as any dead writer's are (``remove_orphans``).
 A commit is not a transaction: a crash while it names files leaves some of its
@@ -42,21 +46,15 @@ from web_index.models import (
     RecordType,
     payload_digests,
 )
-from web_index.storage._files import (
-    WriteOptions,
-    columns_to_table,
-    partition_file_args,
-    sort_dedupe,
-    write_partition_file,
-)
-from web_index.storage._layout import TMP_DIR, Partition, StoredFile
+from web_index.storage._crash import crash_point
+from web_index.storage._files import WriteOptions, columns_to_table, partition_file_args, write_partition_file
+from web_index.storage._layout import TMP_DIR, Partition
 from web_index.storage._listing import Listing
+from web_index.storage._load_work import Pool, Spooled, Task, gathered, shared_table, spool_partition
 from web_index.storage._locks import Locks
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SORT_KEYS
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
-from web_index.storage.indexes import capture_index_bytes, table_lines
-from web_index.storage.payloads import find_holders, share_payloads, wanted_payloads
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -74,8 +72,12 @@ _COLUMNS = {
 class Spill:
     """The chunks of a bulk load not yet committed, in the store's spool folder."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, jobs: int = 1) -> None:
         self._backend = backend
+        # Commits of a local store spool their partitions in worker processes (``_load_work``).
+        self._pool = Pool(jobs) if jobs > 1 and isinstance(backend, LocalBackend) else None
+        if self._pool is not None:
+            self._pool.start()
         self._folder = backend.local_folder(TMP_DIR)
         self._files: list[tuple[Path, pa.ipc.RecordBatchFileReader | None]] = []
         self._where: dict[Partition, list[tuple[int, int]]] = {}  # (file, batch) of each chunk
@@ -124,6 +126,17 @@ class Spill:
             path.unlink(missing_ok=True)
         self._files, self._where, self.attempts, self.bytes = [], {}, 0, 0
 
+    @property
+    def pool(self) -> Pool | None:
+        """The worker processes of the load, if it has any."""
+        return self._pool
+
+    def close(self) -> None:
+        """Remove every spilled chunk and stop the worker processes."""
+        self.discard()
+        if self._pool is not None:
+            self._pool.close()
+
     def commit(
         self, locks: Locks, options: WriteOptions, listing: Listing, *, durable: bool
     ) -> tuple[set[MethodPartition], set[MethodPartition]]:
@@ -133,51 +146,55 @@ class Spill:
         their compaction tidies what was there too."""
         had_files = _had_files(listing)
         try:
-            tables = ((p, self._table(p)) for p in sorted(self._where, key=_commit_order))
-            months = listing.months(RecordType.GET) if options.share_payloads else []
-            shared = _shared(self._backend, tables, had_files, months, options.share_payloads)
+            order = sorted(self._where, key=_commit_order)
+            share = options.share_payloads
+            months = tuple(listing.months(RecordType.GET)) if share else ()
+
+            def sharing(p: Partition) -> bool:
+                return share and p.type is RecordType.GET and not had_files(p)
+
             if isinstance(self._backend, LocalBackend):
+                spooled = self._spooled(self._backend, options, order, sharing, months)
                 parted = _write_local(
-                    self._backend, locks, options, shared, had_files, self._table, durable=durable
+                    self._backend, locks, options, spooled, had_files, self._table, durable=durable
                 )
             else:
-                parted = _write_remote(self._backend, options, shared, had_files, self._table)
+                tables = (shared_table(self._backend, p, self._table(p), sharing(p), months) for p in order)
+                parted = _write_remote(
+                    self._backend, options, zip(order, tables, strict=True), had_files, self._table
+                )
             return {_method_partition(p) for p in self._where}, parted
         finally:
             self.discard()
 
-    def _table(self, partition: Partition) -> pa.Table:
-        import pyarrow as pa
+    def _spooled(
+        self,
+        backend: LocalBackend,
+        options: WriteOptions,
+        order: list[Partition],
+        sharing: Callable[[Partition], bool],
+        months: tuple[tuple[int, int], ...],
+    ) -> Iterator[Spooled]:
+        """Each partition's file spooled, in ``order``: here, or by the pool's workers."""
+        if self._pool is None or len(order) < 2:
+            for p in order:
+                yield spool_partition(backend, options, p, self._table(p), share=sharing(p), months=months)
+            return
+        commit = str(uuid.uuid4())
+        files = [str(path) for path, _ in self._files]
+        tasks = (
+            Task(p, tuple((files[f], b) for f, b in self._where[p]), sharing(p), months, commit)
+            for p in order
+        )
+        yield from self._pool.map(str(backend.root), options, tasks)
 
+    def _table(self, partition: Partition) -> pa.Table:
         batches = []
         for f, b in self._where[partition]:
             reader = self._files[f][1]
             assert reader is not None  # set once its file is written
             batches.append(reader.get_batch(b))
-        table = pa.Table.from_batches(batches)
-        return table if len(batches) == 1 else sort_dedupe(partition.type, table)
-
-
-def _shared(
-    backend: Backend,
-    tables: Iterator[tuple[Partition, pa.Table]],
-    had_files: Callable[[Partition], bool],
-    months: Sequence[tuple[int, int]],
-    share: bool,
-) -> Iterator[tuple[Partition, pa.Table, bool]]:
-    """Each table, and whether its payloads stored elsewhere became references
-    (storage/payloads/_sharing.py): only a ``get`` table to be the compacted file of a
-    partition without files. Parts never refer: a compaction may make their
-    rows references, which would leave a reference to one of them without its body."""
-    import pyarrow as pa
-
-    for partition, table in tables:
-        if not share or partition.type is not RecordType.GET or had_files(partition):
-            yield partition, table, False
-            continue
-        wanted = wanted_payloads([table])
-        holders = find_holders(backend, partition, months, wanted)
-        yield partition, pa.concat_tables(share_payloads([table], holders, wanted)), True
+        return gathered(partition.type, batches)
 
 
 def _had_files(listing: Listing) -> Callable[[Partition], bool]:
@@ -205,85 +222,69 @@ def _write_local(
     backend: LocalBackend,
     locks: Locks,
     options: WriteOptions,
-    tables: Iterator[tuple[Partition, pa.Table, bool]],
+    spooled: Iterator[Spooled],
     had_files: Callable[[Partition], bool],
     original: Callable[[Partition], pa.Table],
     *,
     durable: bool,
 ) -> set[MethodPartition]:
-    import pyarrow as pa
-
-    from web_index.storage.pages import CheckedFile
-
-    spooled: list[tuple[Partition, Path, list[bytes] | None]] = []
+    written: list[Spooled] = []
     parted: set[MethodPartition] = set()
     indexes: list[tuple[Path, str]] = []
-    shared: set[Partition] = set()
     try:
-        for partition, table, refers in tables:
-            data, write_options = partition_file_args(partition, table, options)
-            spool = backend.spool_parquet(data, **write_options)
-            spooled.append((partition, spool, None))
-            if refers:
-                shared.add(partition)
-            if not partition.type.is_metadata:
-                # The lines carry the bodies' places: learnt from the file as written.
-                with pa.memory_map(str(spool)) as source:
-                    written = CheckedFile(source, path=partition.compacted_path)
-                    made = table_lines(partition.type, table, written, backend, partition.compacted_path)
-                    spooled[-1] = (partition, spool, made)
+        for s in spooled:
+            written.append(s)
         if durable:
             backend.sync_all()  # every spooled file's bytes, before any is named
-        for mp, group in itertools.groupby(spooled, key=lambda s: _method_partition(s[0])):
+        crash_point("load-before-naming")
+        for mp, group in itertools.groupby(list(written), key=lambda s: _method_partition(s.partition)):
             with locks.hold("compact", str(mp)):
                 # Held: no compaction commits this partition meanwhile, so its
                 # compacted file cannot appear between the check and the rename.
-                for partition, spool, lines in group:
+                for partition, spool, refers, captures, where in group:
                     path = partition.compacted_path
                     if had_files(partition) or backend.has_file(path):
-                        if partition in shared:  # compacted meanwhile: a part, which never refers
-                            whole = original(partition)
-                            data, write_options = partition_file_args(partition, whole, options)
-                            spool.unlink()
+                        if refers:  # compacted meanwhile: a part, which never refers
+                            data, write_options = partition_file_args(partition, original(partition), options)
                             spool = backend.spool_parquet(data, **write_options)
+                            written.append(
+                                Spooled(partition, spool, False, None, None)
+                            )  # unlinked unless placed
                             if durable:
                                 backend.sync_all()
                         backend.place(spool, partition.part_path(str(uuid.uuid4())))
+                        crash_point("load-while-naming")
                         parted.add(mp)
                         continue
                     backend.place(spool, path)
-                    if lines is not None:
-                        covered = _stored(backend, partition, path)
-                        where, body = capture_index_bytes(partition, covered, frozenset(), lines)
-                        indexes.append((backend.spool_bytes(body), where))
+                    crash_point("load-while-naming")
+                    if captures is not None and where is not None:
+                        indexes.append((captures, where))
         if durable:
             backend.sync_all()  # the names above, and the capture indexes' bytes
+        crash_point("load-before-capture-indexes")
         for spool, where in indexes:
             backend.place(spool, where)
         if durable:
             backend.sync_folders(where for _, where in indexes)
         return parted
     finally:
-        for _, spool, _ in spooled:
-            spool.unlink(missing_ok=True)  # a file not placed (the commit failed): never visible
-        for spool, _ in indexes:
-            spool.unlink(missing_ok=True)
-
-
-def _stored(backend: LocalBackend, partition: Partition, path: str) -> StoredFile:
-    info = backend.file_info(path)
-    return StoredFile(partition, None, path, info.size, info.version)
+        for s in written:
+            # A file not placed (the commit failed), an index of a file named as a part: never visible.
+            s.spool.unlink(missing_ok=True)
+            if s.captures is not None:
+                s.captures.unlink(missing_ok=True)
 
 
 def _write_remote(
     backend: Backend,
     options: WriteOptions,
-    tables: Iterator[tuple[Partition, pa.Table, bool]],
+    tables: Iterator[tuple[Partition, tuple[pa.Table, bool]]],
     had_files: Callable[[Partition], bool],
     original: Callable[[Partition], pa.Table],
 ) -> set[MethodPartition]:
     parted: set[MethodPartition] = set()
-    for partition, table, refers in tables:
+    for partition, (table, refers) in tables:
         if not had_files(partition):
             try:
                 create: dict[str, object] = {"create": True}

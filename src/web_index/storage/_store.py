@@ -163,10 +163,11 @@ class Store(Compaction):
             # A later flush redoes this one.
             log.warning("flush after insert failed, will retry later: %s", exc, exc_info=True)
 
-    def spill(self) -> Spill:
-        """Where a bulk load sorts its chunks before :meth:`commit_spill` writes them (see ``_load``)."""
+    def spill(self, jobs: int = 1) -> Spill:
+        """Where a bulk load sorts its chunks before :meth:`commit_spill` writes them (see ``_load``),
+        with ``jobs`` processes to write them."""
         self._writable_locks()
-        return Spill(self.backend)
+        return Spill(self.backend, jobs)
 
     def commit_spill(self, spill: Spill) -> tuple[set[MethodPartition], set[MethodPartition]]:
         """Write a spill's partitions, past the buffer; return those written and

@@ -1,0 +1,83 @@
+"""For the ``--jobs`` runs of load_bench.py and warc_bench.py: what a store answers, as digests
+(the same input loaded with ``jobs=1`` and ``jobs=2`` must give the same store), and the peak
+memory of a process with its workers."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+
+def run_sampled(command: list[str], **options: Any) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``subprocess.run(command)``, and the peak of the summed RSS of the process and all its
+    descendants (a loader and its worker processes), sampled every 50 ms."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **options)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], _tree_rss(proc.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    done.set()
+    sampler.join()
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, command, out, err)
+    return subprocess.CompletedProcess(command, proc.returncode, out, err), peak[0]
+
+
+def _tree_rss(pid: int) -> int:
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                total += next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:")), 0)
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total
+
+
+def answers_digest(root: Path) -> dict[str, Any]:
+    """Every store file's rows (in file order, as Arrow IPC bytes), every capture line of
+    every domain, the records per partition, and whether ``verify`` is clean."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from web_index import WebIndex
+    from web_index.models import RecordType
+
+    files = hashlib.sha256()
+    for path in sorted(root.glob("*/*/*/*.parquet")):
+        table = pq.read_table(path)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema.remove_metadata()) as writer:
+            writer.write_table(table)
+        files.update(str(path.relative_to(root)).encode() + b"\0" + sink.getvalue().to_pybytes())
+    lines = hashlib.sha256()
+    with WebIndex(root, read_only=True) as index:
+        stats = index.stats()
+        domains = sorted({p.domain for p in stats.partitions})
+        for type in (RecordType.GET, RecordType.HEAD):
+            for domain in domains:
+                for line in index.captures(f"http://{domain}/", match="domain", type=type):
+                    lines.update(line.encode() + b"\n")
+        partitions = sorted(
+            f"{p.type}/{p.year}/{p.month:02d}/{p.domain} {p.records}" for p in stats.partitions
+        )
+        ok = index.verify().ok
+    return {
+        "files": files.hexdigest(),
+        "capture_lines": lines.hexdigest(),
+        "partitions": hashlib.sha256("\n".join(partitions).encode()).hexdigest(),
+        "records": stats.records,
+        "verify_ok": ok,
+    }

@@ -1,0 +1,394 @@
+"""Bulk loads and WARC imports whose commits are written by worker processes (``jobs=2``):
+the same store answers as with one process, and a worker that dies fails the load
+with the store as it was."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from tests.archive.test_import_warc import Warc
+from tests.factories import T0, attempt
+from web_index import WebIndex
+from web_index.archive import import_warcs
+from web_index.cli import app
+from web_index.models import (
+    AttemptMetadata,
+    Page,
+    PageKey,
+    RecordType,
+    SimplePageQuery,
+    TimeAwarePageQuery,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+_PAYLOADS = [f"payload {n} ".encode() * 40 for n in range(3)] + [b"short"]  # 400+ bytes: shared
+
+
+def _spool_files(store: Path) -> list[Path]:
+    return [p for p in (store / "_tmp").glob("*") if p.is_file()] if (store / "_tmp").exists() else []
+
+
+def answers(index: WebIndex, urls: list[str], keys: list[PageKey]) -> dict[str, Any]:
+    """What the store answers: every query kind for ``urls`` and ``keys``, every record scanned,
+    every capture line and the response each line gives."""
+    out: dict[str, Any] = {}
+    for type in RecordType:
+        out[f"scan {type}"] = [_plain(r) for r in index.scan(type)]
+        simple = [SimplePageQuery(url=u, type=type) for u in urls]
+        out[f"simple {type}"] = [_plain(r) for r in index.query(simple)]
+        out[f"presence {type}"] = index.presence(simple)
+        at = [
+            TimeAwarePageQuery(
+                url=u, timestamp=T0 + timedelta(days=40), type=type, not_after=T0 + timedelta(days=70)
+            )
+            for u in urls
+        ]
+        out[f"time-aware {type}"] = [_plain(r) for r in index.query(at)]
+    out["keys"] = [_plain(r) for r in index.query(keys)]
+    for type in (RecordType.GET, RecordType.HEAD):
+        lines = [
+            line
+            for host in sorted({u.split("/")[2] for u in urls})
+            for line in index.captures(f"https://{host}/", match="host", type=type)
+        ]
+        out[f"captures {type}"] = lines
+        out[f"capture responses {type}"] = [_plain(index.capture_response(line)) for line in lines]
+    # What the files hold, row by row in file order: a partition's batches merged, sorted,
+    # each record once, its payloads shared (readers would hide a duplicate or a disorder).
+    root = Path(index.location)
+    for path in sorted(root.glob("*/*/*/*.parquet")):
+        out[f"file {path.relative_to(root)}"] = pq.read_table(path).to_pylist()
+    stats = index.stats()
+    out["partitions"] = sorted(
+        (p.type, p.year, p.month, p.domain, p.records, p.part_files) for p in stats.partitions
+    )
+    assert index.verify().ok
+    return out
+
+
+def _plain(result: object) -> object:
+    return result.to_dict() if isinstance(result, Page | AttemptMetadata) else result
+
+
+attempts = st.lists(
+    st.tuples(
+        st.sampled_from(["a.example.com", "b.example.org", "www.c.example.net", "d.example.com"]),
+        st.integers(0, 5),  # path
+        st.integers(0, 3),  # month (40 days apart)
+        st.sampled_from(["get", "get", "head"]),
+        st.sampled_from(["success", "success", "timeout"]),
+        st.integers(1, 2),  # hops
+        st.integers(0, len(_PAYLOADS) - 1),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    loads=st.lists(attempts, min_size=1, max_size=2),
+    chunk=st.sampled_from([3, 1000]),
+    seed=st.integers(0, 2**32),
+)
+def test_a_load_with_workers_answers_as_one_without(
+    tmp_path_factory: pytest.TempPathFactory, loads: list[list[tuple[Any, ...]]], chunk: int, seed: int
+) -> None:
+    """Several partitions, months, types and repeated payloads; chunks spilled several
+    times (a partition's batches merged); a second load that adds parts to partitions
+    with files (compacted by the workers): the same answers, capture lines included."""
+    tmp = tmp_path_factory.mktemp("jobs")
+    rng = random.Random(seed)
+    batches = []
+    for load in loads:
+        items, ids = [], []
+        for domain, path, month, method, state, hops, payload in load:
+            if items and rng.random() < 0.2:  # an attempt given again (a file imported twice): stored once
+                again = rng.randrange(len(items))
+                items.append(items[again])
+                ids.append(ids[again])
+                continue
+            url = f"https://{domain}/p{path}"
+            when = T0 + timedelta(days=40 * month, seconds=rng.randrange(86400))
+            items.append(attempt(url, when, method=method, state=state, hops=hops, body=_PAYLOADS[payload]))
+            ids.append(str(uuid.UUID(int=rng.getrandbits(128), version=4)))
+        batches.append((items, ids))
+    urls = sorted({item[1] for items, _ in batches for item in items})
+    got = []
+    for jobs in (1, 2):
+        with WebIndex(tmp / f"s{jobs}") as index:
+            keys = []
+            for items, ids in batches:
+                with index.bulk_load(chunk=chunk, jobs=jobs) as load:
+                    for i in range(0, len(items), 4):  # spilled every few adds: a partition in several chunks
+                        keys += load.add(items[i : i + 4], request_ids=ids[i : i + 4])
+            got.append(answers(index, urls, keys))
+        assert _spool_files(tmp / f"s{jobs}") == []
+    assert got[0] == got[1]
+
+
+events = st.lists(
+    st.tuples(
+        st.sampled_from(["capture", "capture", "revisit"]),
+        st.sampled_from(["https://a.example.com/", "https://b.example.org/x", "http://c.example.net/p"]),
+        st.integers(0, 1),  # month
+        st.integers(0, 50),  # second
+        st.integers(0, len(_PAYLOADS) - 1),
+    ),
+    min_size=1,
+    max_size=14,
+    unique_by=lambda e: (e[1], e[2], e[3]),
+)
+
+
+@settings(max_examples=6, deadline=None)
+@given(files=st.lists(events, min_size=1, max_size=3))
+def test_an_import_with_workers_answers_as_one_without(
+    tmp_path_factory: pytest.TempPathFactory, files: list[list[tuple[Any, ...]]]
+) -> None:
+    tmp = tmp_path_factory.mktemp("import-jobs")
+    paths, urls = [], set()
+    for n, file in enumerate(files):
+        w = Warc()
+        for kind, url, month, second, payload in file:
+            when = T0 + timedelta(days=40 * month, seconds=second)
+            urls.add(url)
+            if kind == "capture":
+                w.capture(url, _PAYLOADS[payload], when=when)
+            else:  # of the capture a second before, if any: else not resolved
+                w.revisit(url, when, refers_to=when - timedelta(seconds=1))
+        paths.append(w.save(tmp / f"{n}.warc.gz"))
+    got = []
+    for jobs in (1, 2):
+        with WebIndex(tmp / f"s{jobs}") as index:
+            report = import_warcs(index, paths, jobs=jobs)
+            got.append(
+                ((report.stored, report.already_stored, report.skipped), answers(index, sorted(urls), []))
+            )
+    assert got[0] == got[1]
+
+
+def _items(start: int, n: int, hosts: int = 7) -> list[Any]:
+    return [
+        attempt(f"https://www.d{i % hosts}.com/{i}", T0 + timedelta(days=40 * (i % 3)))
+        for i in range(start, start + n)
+    ]
+
+
+def _urls(items: list[Any]) -> list[str]:
+    return sorted({item[1] for item in items})
+
+
+def test_a_worker_that_raises_fails_the_load_and_leaves_the_store_as_it_was(tmp_path: Path) -> None:
+    """A worker's error is the load's (here: the spill files it reads are gone); nothing of
+    the commit is named, and no spool file is left."""
+    store = tmp_path / "s"
+    first, second = _items(0, 20), _items(20, 30)
+    with WebIndex(store) as index:
+        with index.bulk_load(jobs=2) as load:
+            load.add(first)
+        before = answers(index, _urls(first + second), [])
+        with pytest.raises(FileNotFoundError), index.bulk_load(chunk=10, jobs=2) as load:
+            load.add(second)
+            for path in _spool_files(store):  # read by path by the workers, not by this process
+                path.unlink()
+        assert answers(index, _urls(first + second), []) == before
+    assert _spool_files(store) == []
+
+
+_LOAD = """
+import os, sys, uuid
+sys.path.insert(0, {root!r})
+from tests.test_bulk_load_jobs import _items
+from web_index import WebIndex
+from web_index.errors import StoreError
+
+if __name__ == "__main__":
+    with WebIndex(sys.argv[1]) as index:
+        with index.bulk_load(jobs=1) as load:
+            load.add(_items(0, 20), request_ids=[str(uuid.UUID(int=i, version=4)) for i in range(20)])
+        print("first", flush=True)
+        if len(sys.argv) > 3:
+            os.environ["WEB_INDEX_CRASH_AT"] = sys.argv[3]  # this load's, and its workers'
+        try:
+            with index.bulk_load(jobs=int(sys.argv[2])) as load:
+                ids = [str(uuid.UUID(int=i, version=4)) for i in range(20, 20 + {n})]
+                load.add(_items(20, {n}, hosts={hosts}), request_ids=ids)  # new partitions and old
+        except StoreError as exc:
+            print(exc, flush=True)
+            sys.exit(3)
+        print("done", flush=True)
+"""
+
+
+def _load(store: Path, jobs: int, *crash_at: str, **popen: Any) -> subprocess.Popen[str]:
+    code = _LOAD.format(root=str(ROOT), n=_SECOND[0], hosts=_SECOND[1])
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(store), str(jobs), *crash_at],
+        stdout=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+_SECOND = (1500, 200)  # the second load: attempts, hosts (its partitions: 3 months of each)
+
+
+def _wait_for_writers(store: Path) -> None:
+    """Wait until the processes that wrote the spool files are gone (the loader's workers
+    exit once they see it died, and are then reaped)."""
+    deadline = time.monotonic() + 30
+    for pid in {int(p.name.split("-", 1)[0]) for p in _spool_files(store)}:
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _whole_partitions(store: Path) -> int:
+    """Check that each partition of the second load is all there or not at all; return how many
+    of its attempts are stored (0: the store as it was; 200: the load complete)."""
+    items = _items(20, *_SECOND)
+    with WebIndex(store) as index:
+        stored = 0
+        for type in (RecordType.GET, RecordType.GET_METADATA):
+            there = index.presence([SimplePageQuery(url=i[1], type=type) for i in items])
+            by_partition: dict[tuple[str, int], set[bool]] = {}
+            for item, found in zip(items, there, strict=True):
+                by_partition.setdefault((item[1].split("/")[2], item[2].month), set()).add(found)
+            assert all(len(found) == 1 for found in by_partition.values()), by_partition
+            stored = sum(there)
+        assert index.presence([SimplePageQuery(url=i[1]) for i in _items(0, 20)]) == [True] * 20
+        # The next compaction removes what dead processes left and writes the capture
+        # indexes a commit killed before them did not.
+        _wait_for_writers(store)
+        index.compact()
+        # A commit is atomic per partition, not across them (storage/_load.py): killed between
+        # a page's data and its metadata partition, the data stays without its metadata
+        # until the load is run again.
+        problems = index.verify().problems
+        assert all("data without a metadata record" in p.message for p in problems), problems
+    assert _spool_files(store) == []
+    return stored
+
+
+def test_a_worker_killed_fails_the_load_with_the_store_as_it_was(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    proc = _load(store, 2, "load-worker")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 3, out
+    assert "a worker process of the bulk load died" in out
+    assert _spool_files(store)  # the dead worker's file, until a writer removes it
+    assert _whole_partitions(store) == 0
+
+
+@pytest.mark.parametrize("point", ["load-before-naming", "load-while-naming", "load-before-capture-indexes"])
+def test_a_parallel_commit_killed_at_each_step(tmp_path: Path, point: str) -> None:
+    store = tmp_path / "s"
+    proc = _load(store, 2, point)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 137, f"the crash point {point} was never reached: {out}"
+    stored = _whole_partitions(store)
+    if point == "load-before-naming":
+        assert stored == 0
+    elif point == "load-before-capture-indexes":
+        assert stored == _SECOND[0]
+
+
+@pytest.fixture(scope="module")
+def load_seconds(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """How long the second load takes here, from its start to its end."""
+    proc = _load(tmp_path_factory.mktemp("timed") / "s", 2)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "first"
+    started = time.monotonic()
+    assert proc.stdout.readline().strip() == "done"
+    proc.wait()
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_parallel_load_killed_at_a_random_time(tmp_path: Path, seed: int, load_seconds: float) -> None:
+    """The loader and its workers SIGKILLed together (a process group, as the OOM killer or a
+    lost machine would) at a random time of the load: each of its partitions whole or absent,
+    nothing left behind once the next writer has tidied."""
+    store = tmp_path / "s"
+    proc = _load(store, 2, start_new_session=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "first"
+    time.sleep(random.Random(seed).uniform(0.3, 1.0) * load_seconds)  # the spill is the first 30%
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _whole_partitions(store)
+
+
+def test_bad_input_under_jobs_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    w = Warc()
+    for i in range(3):
+        w.capture(f"https://example.com/{i}", b"page %d " % i * 100, pair=False)
+    path = w.save(tmp_path / "a.warc.gz")
+    data = path.read_bytes()
+    path.write_bytes(data[:-40])
+    store = str(tmp_path / "s")
+    broken = CliRunner().invoke(app, ["import-warc", "--jobs", "2", "--store", store, str(path)])
+    assert broken.exit_code == 2
+    [line] = broken.stderr.strip().splitlines()
+    assert line.startswith(f"error: {path}@") and "truncated" in line
+    with WebIndex(store) as index:  # every record before it stored, as with one process
+        assert index.presence([SimplePageQuery(url=f"https://example.com/{i}") for i in range(3)]) == [
+            True,
+            True,
+            False,
+        ]
+    lines = tmp_path / "in.jsonl"
+    lines.write_text("{}\n")
+    bad = CliRunner().invoke(app, ["insert", "--bulk", "--jobs", "2", "--store", store, str(lines)])
+    assert bad.exit_code == 2
+    [line] = bad.stderr.strip().splitlines()
+    assert line.startswith(f"error: {lines}:1")
+
+
+def test_the_commands_print_their_totals_as_json_under_jobs(tmp_path: Path) -> None:
+    import json
+
+    w = Warc()
+    for i in range(3):
+        w.capture(f"https://example.com/{i}", b"page %d " % i * 100, pair=False)
+    path = w.save(tmp_path / "a.warc.gz")
+    store = str(tmp_path / "s")
+    done = CliRunner().invoke(app, ["import-warc", "--jobs", "2", "--json", "--store", store, str(path)])
+    assert done.exit_code == 0, done.output
+    totals = json.loads(done.stdout)
+    assert (totals["files"], totals["stored"], totals["already_stored"]) == (1, 3, 0)
+    assert totals["bytes"] == path.stat().st_size and totals["seconds"] > 0 and totals["problems"] == []
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(
+        json.dumps(
+            {
+                "type": "get",
+                "url": "https://example.org/",
+                "timestamp": "2024-08-01T12:00:00Z",
+                "metadata": {"state": "timeout", "url": "https://example.org/", "fetcher_name": "f"}
+                | {"fetcher_version": "1", "fetcher_calibre": 10},
+            }
+        )
+        + "\n"
+    )
+    done = CliRunner().invoke(
+        app, ["insert", "--bulk", "--jobs", "2", "--json", "--store", store, str(lines)]
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) | {"seconds": 0} == {"stored": 1, "skipped": 0, "seconds": 0}
