@@ -104,8 +104,8 @@ def spool_partition(
         # The lines carry the bodies' places: learnt from the file as written.
         with pa.memory_map(str(spool)) as source:
             lines = table_lines(partition.type, table, CheckedFile(source, path=path), backend, path)
-        st = spool.stat()
-        covered = StoredFile(partition, None, path, st.st_size, f"{st.st_ino:x}-{st.st_mtime_ns:x}")
+        info = backend.spooled_info(spool)
+        covered = StoredFile(partition, None, path, info.size, info.version)
         where, body = capture_index_bytes(partition, covered, frozenset(), lines)
         return Spooled(partition, spool, refers, backend.spool_bytes(body), where)
     except BaseException:

@@ -195,6 +195,11 @@ class LocalBackend:
         tmp.write_bytes(data)
         return tmp
 
+    def spooled_info(self, spool: Path) -> FileInfo:
+        """What :meth:`file_info` will say of a spooled file once :meth:`place` has named it
+        (a rename: the same inode and time), e.g. for an index that must name its version."""
+        return _info(spool.name, spool.stat())
+
     def has_file(self, path: str) -> bool:
         return self._path(path).is_file()
 
