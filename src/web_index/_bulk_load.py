@@ -8,9 +8,10 @@ from types import TracebackType
 from typing import Self
 
 from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
+from web_index._on_cluster import worker_store
 from web_index.ingest import Limits
 from web_index.models import AttemptRows, PageKey
-from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptions, open_store
+from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptions
 
 __all__ = ["BulkLoad"]
 
@@ -130,9 +131,6 @@ class BulkLoad:
         self.finish()
 
 
-_opened: dict[tuple[object, ...], Store] = {}
-
-
 def _compact(
     location: str,
     buffer: str | None,
@@ -141,12 +139,7 @@ def _compact(
     listed: tuple[MethodPartition, PartitionFiles | None],
 ) -> int:
     """A partition compacted by a worker process of a load (as ``_on_cluster`` on a cluster)."""
-    key = (location, buffer, durable, tuple(sorted(vars(options).items())))
-    store = _opened.get(key)
-    if store is None:  # kept open for the worker's life: a load compacts many partitions
-        store = _opened[key] = open_store(
-            location, buffer=buffer, durable=durable, write_options=options, create=False
-        )
+    store = worker_store(location, buffer, read_only=False, durable=durable, write_options=options)
     partition, files = listed
     return store.compact_partition(partition, listed=files, indexed=True)
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from web_index._attempts import gc_paused
 from web_index.models import Query
 from web_index.query import Result, answer_on_cluster, map_on_cluster, run_queries
-from web_index.storage import MethodPartition, PartitionFiles, Store, open_store
+from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptions, open_store
 
-__all__ = ["answer_file", "compactor"]
+__all__ = ["answer_file", "compactor", "worker_store"]
 
 
 def _shared(location: str) -> str:
@@ -59,21 +59,43 @@ def compactor(
     return functools.partial(map_on_cluster, scheduler, compact)
 
 
-@functools.lru_cache(maxsize=16)
-def _opened(location: str, buffer: str | None, read_only: bool) -> Store:
-    # Kept open for the worker's life; create=False: a mistyped location fails the task.
-    return open_store(location, read_only=read_only, buffer=buffer, create=False)
+_opened_stores: dict[tuple[object, ...], Store] = {}
+
+
+def worker_store(
+    location: str,
+    buffer: str | None,
+    *,
+    read_only: bool,
+    durable: bool = True,
+    write_options: WriteOptions | None = None,
+) -> Store:
+    """The store a worker process (a cluster's, a bulk load's) opens from its location,
+    once: kept open for the worker's life (create=False: a mistyped location fails the task)."""
+    options = None if write_options is None else tuple(sorted(vars(write_options).items()))
+    key = (location, buffer, read_only, durable, options)
+    store = _opened_stores.get(key)
+    if store is None:
+        store = _opened_stores[key] = open_store(
+            location,
+            read_only=read_only,
+            buffer=buffer,
+            durable=durable,
+            write_options=write_options,
+            create=False,
+        )
+    return store
 
 
 def _answer(location: str, buffer: str | None, queries: list[Query]) -> list[Result]:
     # As WebIndex.query answers them.
     with gc_paused():
-        return run_queries(_opened(location, buffer, True), list(queries), bodies=True)  # type: ignore[return-value]
+        return run_queries(worker_store(location, buffer, read_only=True), list(queries), bodies=True)  # type: ignore[return-value]
 
 
 def _compact(
     location: str, buffer: str | None, min_parts: int, listed: tuple[MethodPartition, PartitionFiles | None]
 ) -> int:
     partition, files = listed
-    store = _opened(location, buffer, False)
+    store = worker_store(location, buffer, read_only=False)
     return store.compact_partition(partition, min_parts=min_parts, listed=files)
