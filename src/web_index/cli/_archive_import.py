@@ -30,7 +30,7 @@ from web_index.cli._app import (
 )
 
 if TYPE_CHECKING:
-    from web_index.archive import ArchiveFile
+    from web_index.archive import ArchiveFile, ImportReport
 
 __all__ = ["run_import"]
 
@@ -71,17 +71,15 @@ def run_import(
         ) as progress,
     ):
         task = progress.add_task("import", total=total, files=f"0/{len(files)}", records=0, rate=0.0)
-        done_bytes = 0
 
-        def advance(report: object) -> None:
-            records = getattr(report, "records", 0)
+        def advance(report: ImportReport) -> None:
             elapsed = max(time.monotonic() - started, 1e-9)
             progress.update(
                 task,
-                completed=getattr(report, "bytes", done_bytes),
-                files=f"{getattr(report, 'files', 0)}/{len(files)}",
-                records=records,
-                rate=records / elapsed,
+                completed=report.bytes,
+                files=f"{report.files}/{len(files)}",
+                records=report.records,
+                rate=report.records / elapsed,
             )
 
         try:
