@@ -66,9 +66,10 @@ def _scans(tmp_path: Path, domains: int, monkeypatch: pytest.MonkeyPatch, by: st
                     run = functools.partial(map, task) if by == "cluster" else None
                     assert index._store.compact(run=run) == 2 * domains
         finally:
-            if by == "cluster" and _on_cluster._opened.cache_info().currsize:  # the task's store, open
-                _on_cluster._opened(str(store), None, False).close()
-                _on_cluster._opened.cache_clear()
+            if by == "cluster":  # the task's store, kept open for the worker's life
+                for opened in _on_cluster._opened_stores.values():
+                    opened.close()
+                _on_cluster._opened_stores.clear()
         assert all(len(_parquet_names(store, t)) == domains for t in ("get", "get-metadata"))
         assert len(list((store / "_captures" / "get" / MONTH).glob("*.cdxj.zst"))) == domains
         assert not [n for n in index.verify().notes if "capture" in n.message]
