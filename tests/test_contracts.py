@@ -123,8 +123,9 @@ def test_a_small_file_is_written_whole_and_listed(backend: Backend) -> None:
 def test_a_file_of_any_kind_is_copied_out(backend: Backend, tmp_path: Path) -> None:
     data = bytes(range(256)) * 4096  # 1 MiB, not Parquet
     backend.write_bytes("in/crawl.warc.gz", data)
-    backend.copy_out("in/crawl.warc.gz", tmp_path / "copy")
+    copied = backend.copy_out("in/crawl.warc.gz", tmp_path / "copy")
     assert (tmp_path / "copy").read_bytes() == data
+    assert copied == backend.file_info("in/crawl.warc.gz").version
     with pytest.raises(FileNotFoundError):
         backend.copy_out("in/missing.warc.gz", tmp_path / "other")
     with pytest.raises((StoreError, ValueError)):

@@ -193,3 +193,39 @@ def _cdx_part(line: str) -> tuple[str, ...]:
     key, stamp, rest = line.split(" ", 2)
     fields = json.loads(rest)
     return (key, stamp, *(str(fields[k]) for k in ("url", "mime", "status", "digest", "position")))
+
+
+def test_a_copy_of_an_index_written_again_while_copied_is_not_kept(
+    seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object store's index is copied to this machine once, keyed by its path,
+    which a refresh of its payloads' places writes again: a copy taken while that
+    happened (and put in place after the writer dropped the old one) would be
+    read for good. The copier sees the version it copied is not the store's."""
+    from web_index.storage.indexes import _captures
+
+    loc = seaweed.new_store()
+    with WebIndex(loc) as index:
+        fill(index, 20)
+        index.flush()
+        index.compact()
+    backend = S3Backend(loc)
+    [name] = [f.name for f in backend.list_files("_captures/get/2024/08") if f.name.endswith(".cdxj.zst")]
+    path = f"_captures/get/2024/08/{name}"
+    now = backend.read_range(path, 0, backend.file_info(path).size)
+    local = _captures._cached_copy(backend, path)
+    local.unlink(missing_ok=True)
+    copy_out = S3Backend.copy_out
+
+    def written_again_meanwhile(self: S3Backend, source: str, dest: object) -> str:  # the fault
+        copied = copy_out(self, source, dest)  # type: ignore[arg-type]
+        self.write_bytes(source, now + b"\0")  # another version (its bytes do not matter here)
+        return copied
+
+    monkeypatch.setattr(S3Backend, "copy_out", written_again_meanwhile)
+    _captures.open_capture_index(backend, path)  # the copy read once, as it was
+    assert not local.exists()
+    monkeypatch.undo()
+    backend.write_bytes(path, now)
+    _captures.open_capture_index(backend, path)
+    assert local.read_bytes() == now  # the store's version now, kept

@@ -230,6 +230,48 @@ def test_a_month_compacted_again_gives_the_other_months_its_new_places(tmp_path:
         assert len(september) == 1 and index.capture_response(september[0]).data == body  # type: ignore[union-attr]
 
 
+def test_a_holder_compacted_again_while_its_places_are_read_leaves_no_stale_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race a kill test found: September's capture index reads August's places;
+    another process compacts August again before September's index is there for
+    its refresh (refresh_held_places finds none), and the index would keep the old
+    places. The build sees the holder's version moved and reads the places anew."""
+    from web_index.storage import payloads
+
+    root = tmp_path / "s"
+    url, body = _two_months(root)
+    locate = payloads._refs.locate_holders
+    august = "get/2024/08/"
+    raced: list[bool] = []
+
+    def compacted_meanwhile(handle: Any, holders: Any) -> Any:  # the fault: a concurrent compaction
+        found = locate(handle, holders)
+        if not raced and any(h.path.startswith(august) for h in holders):
+            raced.append(True)
+            with WebIndex(root, policy=NO_FLUSH) as other:  # a late capture sorts before the holder
+                other.insert_many(
+                    [attempt("https://a.example.com/a", T0 + timedelta(hours=1), body=b"x" * 999)]
+                )
+                other.flush()
+                other.compact()
+        return found
+
+    with WebIndex(root, policy=NO_FLUSH) as index:
+        index.insert_many([attempt(url, T0 + timedelta(days=41), body=body)])  # September again
+        index.flush()
+        monkeypatch.setattr(payloads._refs, "locate_holders", compacted_meanwhile)
+        index.compact()
+        monkeypatch.undo()
+        assert raced
+        report = index.verify()
+        assert report.problems == []
+        assert not [n for n in report.notes if "place their payload" in n.message], report.notes
+        held = [line for line in index.captures(url) if '"held":"2024/08"' in line]
+        assert len(held) == 2
+        assert all(index.capture_response(line).data == body for line in held)  # type: ignore[union-attr]
+
+
 def test_a_batch_over_many_small_files_of_references_gets_every_body(tmp_path: Path) -> None:
     """Small files dense in winners are read whole (query/_results.py): their
     referring rows get their payloads through their capture lines' places."""

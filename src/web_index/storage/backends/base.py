@@ -114,9 +114,10 @@ class Backend(Protocol):
         it or none), streamed: it may be larger than memory (a search pack)."""
         ...
 
-    def copy_out(self, path: str, dest: Path) -> None:
+    def copy_out(self, path: str, dest: Path) -> str:
         """Copy a file of any kind to the local file ``dest``, streamed (the WARC
-        files an import reads from an object store); ``FileNotFoundError`` if gone."""
+        files an import reads from an object store); return the version copied
+        (:attr:`FileInfo.version`); ``FileNotFoundError`` if gone."""
         ...
 
     def delete(self, path: str) -> None:

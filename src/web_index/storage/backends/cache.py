@@ -332,8 +332,8 @@ class CachingBackend:
         finally:
             self.invalidate(path)
 
-    def copy_out(self, path: str, dest: Path) -> None:
-        self.inner.copy_out(path, dest)  # whole files of any kind: not what the cache holds
+    def copy_out(self, path: str, dest: Path) -> str:
+        return self.inner.copy_out(path, dest)  # whole files of any kind: not what the cache holds
 
     def delete(self, path: str) -> None:
         self.inner.delete(path)

@@ -268,8 +268,10 @@ class LocalBackend:
 
         self._replace(path, write)
 
-    def copy_out(self, path: str, dest: Path) -> None:
-        shutil.copyfile(self._path(path), dest)
+    def copy_out(self, path: str, dest: Path) -> str:
+        with self._path(path).open("rb") as src, dest.open("wb") as out:
+            shutil.copyfileobj(src, out)
+            return _info(dest.name, os.fstat(src.fileno())).version
 
     def local_folder(self, name: str, *, create: bool = True) -> Path:
         folder = self._path(name)

@@ -232,12 +232,14 @@ class S3Backend:
         except BaseError as exc:
             raise self._fail(exc, f"writing {path}") from None
 
-    def copy_out(self, path: str, dest: Path) -> None:
+    def copy_out(self, path: str, dest: Path) -> str:
         self.requests.add("get")
         try:
+            got = obs.get(self.store, store_path(path))
             with dest.open("wb") as fh:
-                for chunk in obs.get(self.store, store_path(path)).stream(min_chunk_size=8 << 20):
+                for chunk in got.stream(min_chunk_size=8 << 20):
                     fh.write(chunk)
+            return got.meta.get("e_tag") or ""
         except NotFoundError:
             raise FileNotFoundError(path) from None
         except BaseError as exc:

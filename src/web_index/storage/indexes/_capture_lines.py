@@ -41,7 +41,7 @@ import msgspec
 
 from web_index.models import GET_COLUMNS, HEAD_COLUMNS, RecordType, payload_sha1
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN
-from web_index.storage.backends import Backend
+from web_index.storage.backends import Backend, FileInfo
 from web_index.storage.pages import BodyPlace, body_places
 from web_index.storage.payloads import holder_places
 from web_index.urls import surt_key, target_uri
@@ -306,13 +306,15 @@ def file_capture_lines(
     stored: bool = False,
     backend: Backend | None = None,
     path: str = "",
+    seen: dict[str, FileInfo] | None = None,
 ) -> Iterator[list[bytes]]:
     """The lines of a store file, a row group at a time, bodies unread (a file
     written before payload digests were stored has its SHA-1s computed from
     them); with ``stored``, an index's lines of format 2, each with its body's
     place where the file's pages allow (:func:`~web_index.storage.pages.body_places`),
     a row that refers to its payload with the holder's place (looked up through
-    ``backend`` when another file, ``path`` being this one's)."""
+    ``backend`` when another file, ``path`` being this one's; ``seen``: see
+    :func:`~web_index.storage.payloads.holder_places`)."""
     import pyarrow as pa
 
     names = handle.schema_arrow.names
@@ -323,7 +325,7 @@ def file_capture_lines(
     shared: dict[int, tuple[BodyPlace, str | None] | None] = {}
     if stored and type is RecordType.GET and REF_COLUMN in names and backend is not None:
         refs = handle.read(columns=[REF_COLUMN], use_threads=False).column(0)
-        shared = referring_places(backend, handle, path, refs)
+        shared = referring_places(backend, handle, path, refs, seen)
     first = 0
     for g in range(handle.metadata.num_row_groups):
         table = handle.read_row_group(g, columns=columns, use_threads=False)
@@ -337,7 +339,11 @@ def file_capture_lines(
 
 
 def referring_places(
-    backend: Backend, handle: pq.ParquetFile, path: str, refs: pa.ChunkedArray[Any]
+    backend: Backend,
+    handle: pq.ParquetFile,
+    path: str,
+    refs: pa.ChunkedArray[Any],
+    seen: dict[str, FileInfo] | None = None,
 ) -> dict[int, tuple[BodyPlace, str | None] | None]:
     """The holder's place (and month, when another file's) of each row of the file
     ``handle`` (at ``path``) that ``refs``, its ``payload_ref`` column, says refers
@@ -345,7 +351,7 @@ def referring_places(
     if refs.null_count == len(refs):
         return {}
     wanted = {i: ref for i, ref in enumerate(refs.to_pylist()) if ref is not None}
-    found = holder_places(backend, handle, path, wanted)
+    found = holder_places(backend, handle, path, wanted, seen)
     return {i: found.get(i) for i in wanted}
 
 

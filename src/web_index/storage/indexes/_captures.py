@@ -101,6 +101,7 @@ def write_capture_index(
     partition's other indexes. Return the index's path."""
     path, data = capture_index_bytes(partition, covered, superseded, lines)
     backend.write_bytes(path, data)
+    forget_capture_index(backend, path)  # written again (refresh_held_places): not the old copy
     if prune:
         remove_indexes(backend, partition, keep={capture_index_name(partition, covered)})
     return path
@@ -218,23 +219,31 @@ class CaptureIndexes:
                 self._files -= gone.file_backed
 
 
-def open_capture_index(backend: Backend, path: str) -> CaptureIndex:
+def open_capture_index(backend: Backend, path: str, *, fresh: bool = False) -> CaptureIndex:
     """The capture index at ``path``, checked; raises ``FileNotFoundError``,
-    :class:`CorruptFileError` or another ``OSError``."""
+    :class:`CorruptFileError` or another ``OSError``. ``fresh``: as the store
+    holds it now, not this machine's copy of an object store's index."""
     if isinstance(backend, LocalBackend):
-        local = backend.file_path(path)
-    else:
-        # An object store's index is copied once: the name says which version of
-        # the covered file it describes, so its lines never change (the places of
-        # payloads other months hold may: forget_capture_index).
-        local = _cached_copy(backend, path)
-        if not local.exists():
-            tmp = local.parent / f"{local.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-            try:
-                backend.copy_out(path, tmp)
-                tmp.replace(local)
-            finally:
-                tmp.unlink(missing_ok=True)
+        return CaptureIndex(path, _opened(backend.file_path(path)))
+    # An object store's index is copied once: the name says which version of
+    # the covered file it describes, so its lines never change (the places of
+    # payloads other months hold may: written again, the copy is dropped).
+    local = _cached_copy(backend, path)
+    if fresh:
+        local.unlink(missing_ok=True)
+    if not local.exists():
+        tmp = local.parent / f"{local.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            copied = backend.copy_out(path, tmp)
+            tmp.replace(local)
+            opened = _opened(local)
+        finally:
+            tmp.unlink(missing_ok=True)
+        # Written again while copied: the writer may have dropped the machine's copy
+        # before this one was put in its place. Used once, not kept.
+        if backend.file_info(path).version != copied:
+            local.unlink(missing_ok=True)
+        return CaptureIndex(path, opened)
     return CaptureIndex(path, _opened(local))
 
 

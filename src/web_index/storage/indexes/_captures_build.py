@@ -18,7 +18,7 @@ from web_index.models import RecordType
 from web_index.storage._files import list_partition_files, read_superseded
 from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage._schema import REF_COLUMN
-from web_index.storage.backends import Backend, handle_version
+from web_index.storage.backends import Backend, FileInfo, handle_version
 from web_index.storage.indexes._capture_lines import (
     capture_lines,
     file_capture_lines,
@@ -30,7 +30,6 @@ from web_index.storage.indexes._captures import (
     capture_index_folder,
     capture_index_name,
     capture_index_path,
-    forget_capture_index,
     index_domain,
     index_names,
     open_capture_index,
@@ -52,6 +51,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("web_index.storage")
+_TRIES = 4  # reads of the holders' places, each made stale by a compaction of one of them
 
 
 def build_capture_index(
@@ -89,24 +89,44 @@ def _build(
         have = index_names(backend, folder, partition.domain)
     if capture_index_name(partition, covered) in have:
         return False
-    try:
-        handle = backend.open_parquet(covered.path)
-    except FileNotFoundError:  # compacted again meanwhile: that compaction writes its own
-        return False
-    if handle_version(handle) not in (None, covered.version):
-        return False
-    superseded = read_superseded(handle, covered.path)
-    lines = file_lines(partition.type, handle, backend, covered.path)
-    # The file read must be the one listed (a local handle has no version to
-    # ask): an index named for one version never describes another.
-    try:
-        now = backend.file_info(covered.path)
-    except FileNotFoundError:
-        return False
-    if (now.size, now.version) != (covered.size, covered.version):
-        return False
-    write_capture_index(backend, partition, covered, superseded, lines, prune=prune)
+    for _ in range(_TRIES):
+        try:
+            handle = backend.open_parquet(covered.path)
+        except FileNotFoundError:  # compacted again meanwhile: that compaction writes its own
+            return False
+        if handle_version(handle) not in (None, covered.version):
+            return False
+        superseded = read_superseded(handle, covered.path)
+        holders: dict[str, FileInfo] = {}
+        lines = file_lines(partition.type, handle, backend, covered.path, holders)
+        # The file read must be the one listed (a local handle has no version to
+        # ask): an index named for one version never describes another.
+        try:
+            now = backend.file_info(covered.path)
+        except FileNotFoundError:
+            return False
+        if (now.size, now.version) != (covered.size, covered.version):
+            return False
+        write_capture_index(backend, partition, covered, superseded, lines, prune=prune)
+        # A holder compacted again after its places were read, and before this index
+        # was there for its compaction to write again (refresh_held_places): read anew.
+        # One compacted later finds this index, and writes it again itself.
+        if not _moved(backend, holders):
+            return True
+    log.warning("capture index of %s: the months holding its payloads kept changing", partition)
     return True
+
+
+def _moved(backend: Backend, files: Mapping[str, FileInfo]) -> bool:
+    """Whether any of ``files`` is not the version it was (or is gone)."""
+    for path, was in files.items():
+        try:
+            now = backend.file_info(path)
+        except FileNotFoundError:
+            return True
+        if (now.size, now.version) != (was.size, was.version):
+            return True
+    return False
 
 
 def refresh_held_places(backend: Backend, partition: Partition, covered: StoredFile, month: str) -> bool:
@@ -120,16 +140,20 @@ def refresh_held_places(backend: Backend, partition: Partition, covered: StoredF
         return False
     if month not in index.meta.payload_months:
         return False
-    written = build_capture_index(backend, partition, [covered], prune=False, have=())
-    if written:
-        forget_capture_index(backend, capture_index_path(partition, covered))
-    return written
+    return build_capture_index(backend, partition, [covered], prune=False, have=())
 
 
-def file_lines(type: RecordType, handle: pq.ParquetFile, backend: Backend, path: str) -> list[bytes]:
+def file_lines(
+    type: RecordType,
+    handle: pq.ParquetFile,
+    backend: Backend,
+    path: str,
+    holders: dict[str, FileInfo] | None = None,
+) -> list[bytes]:
     """A store file's capture lines (the file at ``path``) as its index holds
-    them (format 2): sorted, each once."""
-    groups = file_capture_lines(type, handle, stored=True, backend=backend, path=path)
+    them (format 2): sorted, each once; ``holders`` gets the versions of the other
+    files whose payloads they place, as read."""
+    groups = file_capture_lines(type, handle, stored=True, backend=backend, path=path, seen=holders)
     return unique_lines(line for group in groups for line in group)
 
 

@@ -45,7 +45,7 @@ def capture_index_findings(
         )
     fix = f"delete {path} (derived data) and run `web-index compact`"
     try:
-        index = open_capture_index(backend, path)
+        index = open_capture_index(backend, path, fresh=True)
     except FileNotFoundError:
         return [
             *found,

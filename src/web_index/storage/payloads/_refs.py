@@ -31,7 +31,7 @@ from web_index.errors import CorruptFileError
 from web_index.models import RecordType, from_us, payload_sha1
 from web_index.storage._layout import Partition
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN
-from web_index.storage.backends import Backend
+from web_index.storage.backends import Backend, FileInfo
 from web_index.urls import domain_of
 
 if TYPE_CHECKING:
@@ -125,13 +125,19 @@ def locate_holders(handle: pq.ParquetFile, holders: Iterable[Holder]) -> dict[Ho
 
 
 def holder_places(
-    backend: Backend, handle: pq.ParquetFile, path: str, refs: Mapping[int, str]
+    backend: Backend,
+    handle: pq.ParquetFile,
+    path: str,
+    refs: Mapping[int, str],
+    seen: dict[str, FileInfo] | None = None,
 ) -> dict[int, tuple[BodyPlace, str | None]]:
     """Where the payload each referring row of the file ``handle`` (at ``path``)
     names is, for its capture line: the holder's body place, and the month
     (``yyyy/mm``) of the holder's file when it is not this one. A reference whose
     holder cannot be placed is left out (its line then has no place: reading it
-    resolves the reference, or fails naming the records)."""
+    resolves the reference, or fails naming the records). ``seen`` gets each
+    other holder file's version as it was before it was read: a place learnt from
+    a file compacted again since is out of date (``refresh_held_places``)."""
     from web_index.storage.pages import body_places
 
     by_file: dict[str, dict[Holder, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -142,6 +148,8 @@ def holder_places(
     out: dict[int, tuple[BodyPlace, str | None]] = {}
     for where, holders in by_file.items():
         try:
+            if seen is not None and where != path:
+                seen[where] = backend.file_info(where)
             source = handle if where == path else backend.open_parquet(where)
             found = locate_holders(source, holders)
             groups: dict[int, list[BodyPlace | None] | None] = {}
