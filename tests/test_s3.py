@@ -229,3 +229,38 @@ def test_a_copy_of_an_index_written_again_while_copied_is_not_kept(
     backend.write_bytes(path, now)
     _captures.open_capture_index(backend, path)
     assert local.read_bytes() == now  # the store's version now, kept
+
+
+def test_a_holder_compacted_again_refreshes_a_month_another_process_compacted(seaweed: SeaweedFS) -> None:
+    """The places a month's index holds of another month's payloads are written again
+    when that month is compacted again: of the month's file as the store holds it, not as
+    this process's cache last listed it (another process compacted it since)."""
+    from web_index.storage.backends import CacheConfig
+
+    loc = seaweed.new_store()
+    url, body = "https://a.example.com/page", b"<html>" + b"payload " * 100
+    slow = CacheConfig(ttl_s=3600)  # listings kept: what another process wrote is not seen
+    policy = FlushPolicy(max_rows=10**9, compact_parts=0)
+    with WebIndex(loc, policy=policy) as index:
+        for day in (0, 40):  # August holds the payload, September refers to it
+            index.insert_many([attempt(url, T0 + timedelta(days=day), body=body)])
+            index.flush()
+            index.compact()
+    from web_index.models import RecordType
+    from web_index.storage.buffer import MethodPartition
+
+    august = MethodPartition(RecordType.GET, 2024, 8, "example.com")
+    with WebIndex(loc, policy=policy, cache=slow) as x, WebIndex(loc, policy=policy) as y:
+        y.insert_many([attempt(url, T0 + timedelta(days=41), body=body)])
+        y.flush()
+        assert x.query([SimplePageQuery(url=url)])[0] is not None  # x lists September's folder
+        y.compact()  # September written again by another process (no flush: x's listing stays)
+        x.insert_many([attempt("https://a.example.com/a", T0 + timedelta(hours=1), body=b"x" * 999)])
+        x.flush()
+        x.compact(partitions=[august])  # a late capture before the holder moves its place
+    with WebIndex(loc, read_only=True) as index:
+        report = index.verify()
+        assert report.problems == []
+        assert not [n for n in report.notes if "place their payload" in n.message], report.notes
+        held = [line for line in index.captures(url) if '"held":"2024/08"' in line]
+        assert len(held) == 2 and all(index.capture_response(line).data == body for line in held)  # type: ignore[union-attr]

@@ -258,7 +258,9 @@ class Compaction(Listing):
             if other == partition:
                 continue
             try:
-                info = self.backend.file_info(other.compacted_path)
+                # As the store has it now: a listing this process cached may be of a file
+                # compacted again since by another, whose index would not be the one written.
+                info = self.backend.file_info(other.compacted_path, fresh=True)
             except FileNotFoundError:
                 continue
             covered = StoredFile(other, None, other.compacted_path, info.size, info.version)

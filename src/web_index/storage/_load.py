@@ -48,13 +48,14 @@ from web_index.models import (
 )
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, columns_to_table, partition_file_args, write_partition_file
-from web_index.storage._layout import TMP_DIR, Partition
+from web_index.storage._layout import TMP_DIR, Partition, StoredFile
 from web_index.storage._listing import Listing
 from web_index.storage._load_work import Pool, Spooled, Task, gathered, shared_table, spool_partition
 from web_index.storage._locks import Locks
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SORT_KEYS
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
+from web_index.storage.indexes import build_capture_index, holders_moved
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -230,7 +231,7 @@ def _write_local(
 ) -> set[MethodPartition]:
     written: list[Spooled] = []
     parted: set[MethodPartition] = set()
-    indexes: list[tuple[Path, str]] = []
+    indexes: list[tuple[Path, str, Spooled]] = []
     try:
         for s in spooled:
             written.append(s)
@@ -241,7 +242,14 @@ def _write_local(
             with locks.hold("compact", str(mp)):
                 # Held: no compaction commits this partition meanwhile, so its
                 # compacted file cannot appear between the check and the rename.
-                for partition, spool, refers, captures, where in group:
+                for s in group:
+                    partition, spool, refers, captures, where = (
+                        s.partition,
+                        s.spool,
+                        s.refers,
+                        s.captures,
+                        s.captures_path,
+                    )
                     path = partition.compacted_path
                     if had_files(partition) or backend.has_file(path):
                         if refers:  # compacted meanwhile: a part, which never refers
@@ -259,14 +267,19 @@ def _write_local(
                     backend.place(spool, path)
                     crash_point("load-while-naming")
                     if captures is not None and where is not None:
-                        indexes.append((captures, where))
+                        indexes.append((captures, where, s))
         if durable:
             backend.sync_all()  # the names above, and the capture indexes' bytes
         crash_point("load-before-capture-indexes")
-        for spool, where in indexes:
+        for spool, where, _ in indexes:
             backend.place(spool, where)
         if durable:
-            backend.sync_folders(where for _, where in indexes)
+            backend.sync_folders(where for _, where, _ in indexes)
+        for _, _, s in indexes:
+            if s.holders and holders_moved(backend, s.holders):  # see build_capture_index
+                info = backend.file_info(s.partition.compacted_path)
+                covered = StoredFile(s.partition, None, s.partition.compacted_path, info.size, info.version)
+                build_capture_index(backend, s.partition, [covered], prune=False, have=())
         return parted
     finally:
         for s in written:

@@ -30,7 +30,7 @@ from web_index.models import RecordType
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args, sort_dedupe
 from web_index.storage._layout import Partition, StoredFile
-from web_index.storage.backends import Backend, LocalBackend
+from web_index.storage.backends import Backend, FileInfo, LocalBackend
 from web_index.storage.indexes import capture_index_bytes, table_lines
 from web_index.storage.payloads import find_holders, share_payloads, wanted_payloads
 
@@ -61,6 +61,7 @@ class Spooled(NamedTuple):
     refers: bool  # rows of it refer to payloads held elsewhere (it must not become a part)
     captures: Path | None  # its capture index, spooled: placed if the file is named the compacted file
     captures_path: str | None  # where that index goes
+    holders: dict[str, FileInfo] | None = None  # the files whose payloads its lines place, as read
 
 
 def shared_table(
@@ -103,11 +104,12 @@ def spool_partition(
         path = partition.compacted_path
         # The lines carry the bodies' places: learnt from the file as written.
         with pa.memory_map(str(spool)) as source:
-            lines = table_lines(partition.type, table, CheckedFile(source, path=path), backend, path)
+            holders: dict[str, FileInfo] = {}
+            lines = table_lines(partition.type, table, CheckedFile(source, path=path), backend, path, holders)
         info = backend.spooled_info(spool)
         covered = StoredFile(partition, None, path, info.size, info.version)
         where, body = capture_index_bytes(partition, covered, frozenset(), lines)
-        return Spooled(partition, spool, refers, backend.spool_bytes(body), where)
+        return Spooled(partition, spool, refers, backend.spool_bytes(body), where, holders)
     except BaseException:
         spool.unlink(missing_ok=True)
         raise

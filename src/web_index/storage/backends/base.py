@@ -63,8 +63,10 @@ class Backend(Protocol):
         empty if missing."""
         ...
 
-    def file_info(self, path: str) -> FileInfo:
-        """The file at ``path`` as :meth:`list_files` lists it (``FileNotFoundError`` if none)."""
+    def file_info(self, path: str, *, fresh: bool = False) -> FileInfo:
+        """The file at ``path`` as :meth:`list_files` lists it (``FileNotFoundError`` if none);
+        ``fresh``: as the store holds it now, never from a cache's listing (another process
+        may have written it since), and what is read of it next is that version or newer."""
         ...
 
     def list_folders(self, folder: str) -> list[str]: ...

@@ -220,8 +220,21 @@ class CachingBackend:
                 self._negative.put(key, value, 1, expires)
         return files, folders
 
-    def file_info(self, path: str) -> FileInfo:
-        return listed_file(self, path)
+    def file_info(self, path: str, *, fresh: bool = False) -> FileInfo:
+        if not fresh:
+            return listed_file(self, path)
+        try:
+            info = self.inner.file_info(path)
+        except FileNotFoundError:
+            self.invalidate(path)
+            raise
+        with self._lock:
+            known = self._etags.get(path)
+        if known != (info.version or None):  # written by another process: read it anew
+            self.invalidate(path)
+            with self._lock:
+                self._etags[path] = info.version or None
+        return info
 
     def list_files(self, folder: str, prefix: str = "") -> list[FileInfo]:
         return [file_info(o) for o in self._listing(folder)[0] if o.name.startswith(prefix)]

@@ -203,7 +203,7 @@ class LocalBackend:
     def has_file(self, path: str) -> bool:
         return self._path(path).is_file()
 
-    def file_info(self, path: str) -> FileInfo:
+    def file_info(self, path: str, *, fresh: bool = False) -> FileInfo:
         # One stat, not a listing of a month folder of thousands to find one file; what the
         # listing skips (a link, a folder) is not a file here either.
         target = self._path(path)

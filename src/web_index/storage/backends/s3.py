@@ -159,8 +159,8 @@ class S3Backend:
         folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"]]
         return files, folders
 
-    def file_info(self, path: str) -> FileInfo:
-        return listed_file(self, path)
+    def file_info(self, path: str, *, fresh: bool = False) -> FileInfo:
+        return listed_file(self, path)  # a listing of the store's, always fresh
 
     def list_files(self, folder: str, prefix: str = "") -> list[FileInfo]:
         return [file_info(o) for o in self.list_objects(folder)[0] if o.name.startswith(prefix)]

@@ -46,6 +46,7 @@ __all__ = [
     "build_capture_index",
     "ensure_capture_indexes",
     "file_lines",
+    "holders_moved",
     "refresh_held_places",
     "table_lines",
 ]
@@ -102,7 +103,7 @@ def _build(
         # The file read must be the one listed (a local handle has no version to
         # ask): an index named for one version never describes another.
         try:
-            now = backend.file_info(covered.path)
+            now = backend.file_info(covered.path, fresh=True)
         except FileNotFoundError:
             return False
         if (now.size, now.version) != (covered.size, covered.version):
@@ -111,17 +112,19 @@ def _build(
         # A holder compacted again after its places were read, and before this index
         # was there for its compaction to write again (refresh_held_places): read anew.
         # One compacted later finds this index, and writes it again itself.
-        if not _moved(backend, holders):
+        if not holders_moved(backend, holders):
             return True
     log.warning("capture index of %s: the months holding its payloads kept changing", partition)
     return True
 
 
-def _moved(backend: Backend, files: Mapping[str, FileInfo]) -> bool:
-    """Whether any of ``files`` is not the version it was (or is gone)."""
+def holders_moved(backend: Backend, files: Mapping[str, FileInfo]) -> bool:
+    """Whether any of ``files`` (holders of payloads whose places an index's lines
+    carry, as read) is not the version it was (or is gone): the index is then written
+    again, since its compaction may have looked for it before it was there."""
     for path, was in files.items():
         try:
-            now = backend.file_info(path)
+            now = backend.file_info(path, fresh=True)
         except FileNotFoundError:
             return True
         if (now.size, now.version) != (was.size, was.version):
@@ -158,11 +161,16 @@ def file_lines(
 
 
 def table_lines(
-    type: RecordType, table: pa.Table, handle: pq.ParquetFile, backend: Backend, path: str
+    type: RecordType,
+    table: pa.Table,
+    handle: pq.ParquetFile,
+    backend: Backend,
+    path: str,
+    holders: dict[str, FileInfo] | None = None,
 ) -> list[bytes]:
     """The capture lines of ``table`` as the index of the file it was just
     written to (``handle``, for its bodies' places; to be named ``path``) holds
-    them: sorted, each once."""
+    them: sorted, each once; ``holders``: see :func:`file_lines`."""
     places: list[BodyPlace | None] | None = None
     held: dict[int, str] = {}
     if type is RecordType.GET:
@@ -170,7 +178,7 @@ def table_lines(
         for g in range(handle.metadata.num_row_groups):
             group = body_places(handle, g)
             places += group if group is not None else [None] * handle.metadata.row_group(g).num_rows
-        shared = referring_places(backend, handle, path, table.column(REF_COLUMN))
+        shared = referring_places(backend, handle, path, table.column(REF_COLUMN), holders)
         held = shared_places(shared, 0, len(places), places)
     return unique_lines(capture_lines(type, table, first_row=0, places=places, held=held))
 

@@ -149,7 +149,7 @@ def holder_places(
     for where, holders in by_file.items():
         try:
             if seen is not None and where != path:
-                seen[where] = backend.file_info(where)
+                seen[where] = backend.file_info(where, fresh=True)
             source = handle if where == path else backend.open_parquet(where)
             found = locate_holders(source, holders)
             groups: dict[int, list[BodyPlace | None] | None] = {}
