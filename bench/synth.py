@@ -423,6 +423,12 @@ def ensure_dataset(
         and info["params"] == dataclasses.asdict(p)
         and info.get("generator_version") == GENERATOR_VERSION
     ):
+        # Derived indexes of an older format (written by older code) are not read: compact()
+        # writes those of this code's formats and removes the others (nothing to do otherwise).
+        t0 = time.perf_counter()
+        with WebIndex(folder / "store") as idx:
+            idx.compact()
+        log(f"reusing {folder}: its indexes brought up to date in {time.perf_counter() - t0:.1f}s")
         return info
     if folder.exists():
         shutil.rmtree(folder)  # a half-built or different dataset: start again

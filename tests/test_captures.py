@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from unittest.mock import patch
 
+import msgspec
 import pytest
 import surt
 import zstandard
@@ -239,7 +240,7 @@ def test_compaction_writes_one_index_per_compacted_file(tmp_path: Path) -> None:
         opened = CaptureIndex(str(path), path.read_bytes())
         meta = opened.meta
         assert meta.covers == "example.com.parquet" and meta.lines == 300 and meta.rows == 300
-        assert len(opened._blocks) == -(-300 // BLOCK_LINES)
+        assert meta.blocks == len(opened._block_ends()) == -(-300 // BLOCK_LINES)
         # The file is a zstd stream of the lines (its header a skippable frame).
         with path.open("rb") as fh:
             text = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True).read()
@@ -380,7 +381,23 @@ def _damaged(data: bytes, at: int) -> bytes:
     return bytes(raw)
 
 
-_GOOD = _index_bytes([b"a 1 {}", b"b 2 {}"])
+_GOOD = _index_bytes([b'a 1 {"row":0}', b'b 2 {"row":1}'])
+
+
+def _section_start(data: bytes, section: str) -> int:
+    """Where a section of the index ``data``'s header starts in it (format 3)."""
+    import struct
+
+    from web_index.storage.indexes._captures_format import IndexMeta
+
+    (length,) = struct.unpack_from("<I", data, 4)
+    meta_end = data.index(b"\n", 8)
+    meta = msgspec.json.decode(data[8 + len(b"!meta ") : meta_end], type=IndexMeta)
+    blocks = meta_end + 1
+    rows = blocks + 2 * meta.blocks * meta.row_bytes + meta.heads_bytes
+    bloom = rows + meta.rows * meta.row_bytes
+    assert bloom + meta.bloom_bits // 8 == 8 + length
+    return {"heads": rows - 1, "rows": rows, "bloom": bloom}[section]
 
 
 @pytest.mark.parametrize(
@@ -388,9 +405,12 @@ _GOOD = _index_bytes([b"a 1 {}", b"b 2 {}"])
     [
         (b"!meta {}\nx 1 {}\n", "no header frame"),
         (_GOOD[:8] + b"!meta {not json" + _GOOD[8 + 15 :], "unreadable !meta"),
-        (_damaged(_GOOD, _GOOD.index(b"!blocks") + 12), "CRC-32"),
+        (_damaged(_GOOD, _section_start(_GOOD, "heads")), "CRC-32 of its blocks' entries"),
+        (_damaged(_GOOD, _section_start(_GOOD, "rows")), "CRC-32 of its row table"),
+        (_damaged(_GOOD, _section_start(_GOOD, "bloom")), "CRC-32 of its key filter"),
         (_damaged(_GOOD, 9), "no !meta line"),
         (_GOOD[:-1], "do not fill the file"),
+        (_GOOD[:8] + _GOOD[8:].replace(b'"blocks":1', b'"blocks":2'), "sections of other sizes"),
         (b"a 1 {}\n", "no header frame"),
     ],
 )
@@ -398,7 +418,29 @@ def test_a_damaged_index_is_refused(data: bytes, problem: str) -> None:
     from web_index.errors import CorruptFileError
 
     with pytest.raises(CorruptFileError, match=problem):
-        CaptureIndex("i", data)
+        CaptureIndex("i", data).check()
+
+
+def test_each_section_is_checked_when_first_used() -> None:
+    """Opening decodes the !meta line only (its cost does not grow with the index); a
+    section is checked by its CRC-32 the first time a read needs it, so a damaged one
+    is an error there, and the sections a read does not need cost nothing."""
+    from web_index.errors import CorruptFileError
+
+    lines = sorted(f"k{n:03d} 2024{n:010d} {{}}".encode() for n in range(100))
+    data = _index_bytes(lines)
+    rowed = _index_bytes([line.replace(b"{}", b'{"row":%d}' % n) for n, line in enumerate(lines)])
+    rows = CaptureIndex("i", _damaged(rowed, _section_start(rowed, "rows")))  # opened
+    assert [line[:15] for line in rows.lines((b"k05",))] == [line[:15] for line in lines[50:60]]
+    with pytest.raises(CorruptFileError, match="row table"):
+        rows.line_number(0)
+    bloom = CaptureIndex("i", _damaged(data, _section_start(data, "bloom")))
+    assert list(bloom.lines((b"k05",))) == lines[50:60]  # a prefix asks no filter
+    with pytest.raises(CorruptFileError, match="key filter"):
+        list(bloom.lines((b"k050 ",)))
+    heads = CaptureIndex("i", _damaged(data, _section_start(data, "heads")))
+    with pytest.raises(CorruptFileError, match="blocks' entries"):
+        list(heads.lines((b"k05",)))
 
 
 def test_a_damaged_block_is_an_error_when_read() -> None:

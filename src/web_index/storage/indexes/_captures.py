@@ -13,8 +13,9 @@ sorted CDXJ lines (one a response, ``_capture_lines``) in zstd blocks
 index's format, so a reader finds the index of the file it listed by name,
 and a compacted file rewritten since has no index until compaction writes it
 (a stale index is never read; one of an older format is stale too). Indexes
-are read from the local file, mapped when large (an object store's index is
-copied to a local cache folder once: it never changes). This module names,
+are read from the local file, kept open when large (an object store's index is
+copied to a local cache folder once, and again when its places are written
+again: ``refresh_held_places``). This module names,
 writes, removes and opens them, and keeps those a store has opened.
 
 Derived data, as the month index: a missing or damaged index costs speed (the
@@ -28,6 +29,7 @@ import io
 import logging
 import os
 import re
+import resource
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -59,10 +61,19 @@ log = logging.getLogger("web_index.storage")
 # ``.cdxj``: such names are listed too, to be removed as stale).
 _NAME = re.compile(r"(.+)\.[0-9a-f]{16}\.cdxj(?:\.zst)?")
 _SUFFIX = ".cdxj.zst"
-_OPEN_MIN = 1 << 20  # an index this large is kept open and read by block, a smaller one read whole
+# An index this large is kept open, its header held and its blocks read as needed; a smaller one
+# is read whole. A batch over a big store opens thousands of indexes of a few hundred KiB: read
+# whole they outgrow _HELD_MAX, so that the next batch opens them all again.
+_OPEN_MIN = 64 << 10
 _OPEN_MAX = 16_384  # indexes a store keeps open,
-_FILES_MAX = 256  # of them kept open (each holds a file descriptor),
-_HELD_MAX = 256 << 20  # and bytes of the smaller ones held in memory
+_FILES_MAX = 4096  # of them with a descriptor (fewer under a lower limit: _files_max)
+_HELD_MAX = 256 << 20  # and the bytes they hold in memory
+
+
+def _files_max() -> int:
+    """Indexes kept open: a quarter of the descriptors this process may hold, at most ``_FILES_MAX``."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return _FILES_MAX if soft == resource.RLIM_INFINITY else max(16, min(_FILES_MAX, soft // 4))
 
 
 def _tag(version: str) -> str:
@@ -155,6 +166,7 @@ class CaptureIndexes:
         self._held = 0  # bytes of the small indexes read into memory
         self._files = 0  # indexes kept open
         self._refused: set[str] = set()  # unusable: not opened again
+        self._files_max = _files_max()
         self._paths: dict[StoredFile, str] = {}
         self._lock = threading.Lock()
 
@@ -190,7 +202,7 @@ class CaptureIndexes:
             self._files += found.file_backed
             # Oldest opened first out: cheaper than an LRU's bookkeeping on every hit.
             while self._opened and (
-                self._held > _HELD_MAX or self._files > _FILES_MAX or len(self._opened) > _OPEN_MAX
+                self._held > _HELD_MAX or self._files > self._files_max or len(self._opened) > _OPEN_MAX
             ):
                 gone = self._opened.pop(next(iter(self._opened)))
                 self._held -= gone.held

@@ -6,27 +6,31 @@ content checksum: the file is a zstd stream, and ``zstd -d`` (or ``zstdcat``)
 gives the CDXJ lines whole. They come behind one *skippable* frame (magic
 ``0x184D2A50``: every zstd decoder passes it over) that holds::
 
-    !meta {...}\\n            format, covered file, line and row counts, CRC-32 of what follows
-    !blocks [[at, size, head], ...]\\n   each block's frame (offset after the header, length)
-                              and its first line's SURT key and time
-    <row table>               per row of the covered file, the number of its line
-                              (little-endian, 4 bytes each, 8 past 2**32 lines)
-    <key filter>              a Bloom filter of the SURT keys (10 bits a key, 4 hashes
-                              from BLAKE2b-64): a lookup of a URL the partition
-                              does not hold that month reads no block
+    !meta {...}\n      format, covered file, counts, the sections' sizes and CRC-32s
+    <block ends>       per block, where its frame ends (after the header)
+    <head ends>        per block, where its head ends in the heads
+    <heads>            each block's first line's SURT key and time, one after another
+    <row table>        per row of the covered file, the number of its line
+    <key filter>       a Bloom filter of the SURT keys (10 bits a key, 4 hashes
+                       from BLAKE2b-64): a lookup of a URL the partition
+                       does not hold that month reads no block
 
-pywb's ZipNum index is the same idea (gzip blocks of lines and a plain index
-of their first keys); blocks here are small (32 lines: ~9 us to decompress)
+(little-endian; ends and row numbers 4 bytes each, 8 past 2**32). pywb's
+ZipNum index is the same idea (gzip blocks of lines and a plain index of
+their first keys); blocks here are small (32 lines: ~9 us to decompress)
 because a lookup decompresses one of them, and the row table lets a batch that
-found its winners' rows through the month index read their lines by row. Lines
-compress about 4.5 times (docs/performance.md): an index costs ~110 bytes a
-capture where its plain lines cost ~520.
+found its winners' rows through the month index read their lines by row.
+Lines compress about 4.5 times (docs/performance.md): an index costs ~110
+bytes a capture where its plain lines cost ~520.
 
-Opening checks the CRC-32 of the header after its ``!meta`` line (once a
-process: a store keeps what it opened) and that blocks and heads are in
-order; reading a block checks its own checksum, line count and head: a
-damaged index is a :class:`~web_index.errors.CorruptFileError`, never a line
-skipped (its callers then read the partition's files instead).
+Opening reads the header and decodes its ``!meta`` line only: what it costs
+does not grow with the index (format 2 decoded and checked every block's
+entry first, which a batch touching thousands of partitions paid for each).
+Each section is checked by its CRC-32 when first used (the row table by a
+batch, blocks and heads by any read, the filter by an exact lookup), and
+each block by its own checksum and head when it is read: a damaged index is a
+:class:`~web_index.errors.CorruptFileError`, never a line skipped (its
+callers then read the partition's files instead).
 """
 
 from __future__ import annotations
@@ -52,11 +56,10 @@ from web_index.storage.indexes._capture_lines import line_row
 
 __all__ = ["BLOCK_LINES", "FORMAT", "CaptureIndex", "IndexMeta", "encode_index"]
 
-FORMAT = 2
+FORMAT = 3
 BLOCK_LINES = 32
 _SKIPPABLE = 0x184D2A50
 _META = b"!meta "
-_BLOCKS = b"!blocks "
 _NO_LINE = -1  # a row without a line (never in a store's own file)
 _ZSTD_LEVEL = 3
 _BLOOM_BITS_A_KEY = 10
@@ -71,10 +74,14 @@ class IndexMeta(msgspec.Struct, frozen=True):
     superseded: list[str]  # sorted: the same file, the same bytes
     lines: int
     rows: int  # of the covered file: the row table's entries
-    row_bytes: int  # 4 or 8
+    row_bytes: int  # 4 or 8: of the row table, the block ends and the head ends
     block_lines: int
+    blocks: int
+    heads_bytes: int
     bloom_bits: int  # of the filter of the SURT keys (a multiple of 8)
-    crc32: int  # of the header after the !meta line
+    crc_blocks: int  # of the block ends, head ends and heads
+    crc_rows: int
+    crc_bloom: int
     # The months (``yyyy/mm``) of the domain's other files whose payloads lines place
     # (``"held"``): compacting one of those moves the places, and writes this index again.
     payload_months: list[str] = []
@@ -82,7 +89,6 @@ class IndexMeta(msgspec.Struct, frozen=True):
 
 _decode_meta = msgspec.json.Decoder(IndexMeta).decode
 _HELD = re.compile(rb'"held":"([0-9]{4}/[0-9]{2})"')
-_decode_blocks = msgspec.json.Decoder(list[tuple[int, int, str]]).decode
 _LOCAL = threading.local()
 
 
@@ -90,34 +96,56 @@ def encode_index(covers: str, size: int, version: str, superseded: list[str], li
     """The bytes of an index of ``lines`` (sorted, unique, with their rows) of the file ``covers``."""
     compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, write_checksum=True)
     frames: list[bytes] = []
-    blocks: list[tuple[int, int, str]] = []
+    ends: list[int] = []
+    heads: list[bytes] = []
+    head_ends: list[int] = []
     rows: dict[int, int] = {}
-    at = 0
+    at = heads_at = 0
     for first in range(0, len(lines), BLOCK_LINES):
         chunk = lines[first : first + BLOCK_LINES]
         frame = compressor.compress(b"".join(line + b"\n" for line in chunk))
-        blocks.append((at, len(frame), _head(chunk[0]).decode()))
         frames.append(frame)
         at += len(frame)
+        ends.append(at)
+        heads.append(_head(chunk[0]))
+        heads_at += len(heads[-1])
+        head_ends.append(heads_at)
         for n, line in enumerate(chunk, start=first):
             rows[line_row(line)] = n
-    width = 4 if len(lines) < 1 << 32 else 8
+    width = 4 if max(len(lines), at, heads_at) < 1 << 32 else 8
     table = array.array(_CODE[width], [_NO_LINE % (1 << 8 * width)]) * (max(rows, default=-1) + 1)
     for row, n in rows.items():
         if row >= 0:
             table[row] = n
+    blocks = array.array(_CODE[width], ends + head_ends)
     if sys.byteorder != "little":
         table.byteswap()
+        blocks.byteswap()
     keys = {line[: line.index(b" ")] for line in lines}
     bloom = _bloom(keys)
-    after = _BLOCKS + msgspec.json.encode(blocks) + b"\n" + table.tobytes() + bloom
-    body = b"".join(frames)
-    crc = zlib.crc32(after)
-    counts = (len(lines), len(table), width, BLOCK_LINES, 8 * len(bloom))
+    placed = blocks.tobytes() + b"".join(heads)
+    row_table = table.tobytes()
     months = sorted({m.decode() for line in lines if b'"held":"' in line for m in _HELD.findall(line)})
-    meta = IndexMeta(FORMAT, covers, size, version, superseded, *counts, crc, months)
-    header = _META + msgspec.json.encode(meta) + b"\n" + after
-    return struct.pack("<II", _SKIPPABLE, len(header)) + header + body
+    meta = IndexMeta(
+        FORMAT,
+        covers,
+        size,
+        version,
+        superseded,
+        len(lines),
+        len(table),
+        width,
+        BLOCK_LINES,
+        len(ends),
+        heads_at,
+        8 * len(bloom),
+        zlib.crc32(placed),
+        zlib.crc32(row_table),
+        zlib.crc32(bloom),
+        months,
+    )
+    header = _META + msgspec.json.encode(meta) + b"\n" + placed + row_table + bloom
+    return struct.pack("<II", _SKIPPABLE, len(header)) + header + b"".join(frames)
 
 
 _CODE = {4: "I", 8: "Q"}
@@ -133,9 +161,10 @@ def _head(line: bytes) -> bytes:
 class CaptureIndex:
     """An opened capture index: its coverage, its lines by SURT prefix, and by row.
 
-    ``data`` is the whole file, or (a large one) the open file, whose blocks are
-    then read with ``pread`` as they are needed: the page cache holds them, not
-    this process (a mapping's pages would count as its memory once touched).
+    ``data`` is the whole file, or (a larger one) the open file, whose header is
+    read and whose blocks are then read with ``pread`` as they are needed: the
+    page cache holds them, not this process (a mapping's pages would count as
+    its memory once touched).
     """
 
     def __init__(self, path: str, data: bytes | io.FileIO) -> None:
@@ -156,35 +185,31 @@ class CaptureIndex:
             raise CorruptFileError(path, f"unreadable !meta line: {exc}") from None
         if meta.format != FORMAT:
             raise CorruptFileError(path, f"capture index format {meta.format}, this version reads {FORMAT}")
-        # The header is checked once, when opened (a store keeps what it opened); each block is
-        # checked by its own checksum, its line count and its head when it is read.
-        if len(header) != length or zlib.crc32(memoryview(header)[meta_end + 1 :]) != meta.crc32:
-            raise CorruptFileError(path, "capture index damaged (CRC-32 of its header differs)")
-        blocks_end = header.find(b"\n", meta_end + 1)
-        try:
-            if header[meta_end + 1 : meta_end + 1 + len(_BLOCKS)] != _BLOCKS or blocks_end < 0:
-                raise ValueError("no !blocks line")
-            blocks = _decode_blocks(header[meta_end + 1 + len(_BLOCKS) : blocks_end])
-            table_end = blocks_end + 1 + meta.rows * meta.row_bytes
-            bloom_bytes = meta.bloom_bits // 8
-            if meta.row_bytes not in _CODE or meta.bloom_bits % 8 or length - table_end != bloom_bytes:
-                raise ValueError("a row table or key filter of another size")
-            _check_blocks(blocks, meta.lines, meta.block_lines, size - 8 - length)
-        except (ValueError, msgspec.MsgspecError) as exc:
-            raise CorruptFileError(path, f"capture index damaged ({exc})") from None
+        width = meta.row_bytes
+        placed = meta_end + 1 + 2 * meta.blocks * width + meta.heads_bytes
+        table = placed + meta.rows * width
+        if (
+            width not in _CODE
+            or meta.bloom_bits % 8
+            or meta.block_lines < 1
+            or meta.blocks != -(-meta.lines // meta.block_lines)
+            or len(header) != length
+            or length != table + meta.bloom_bits // 8
+        ):
+            raise CorruptFileError(path, "capture index damaged (sections of other sizes than it says)")
         self.meta = meta
         self.superseded = frozenset(meta.superseded)  # the part ids the covered file absorbed
         self.held = size if isinstance(data, bytes) else length  # bytes this index keeps in memory
+        self._header = header
         self._first = 8 + length  # where the blocks start
-        self._blocks = [(at, size) for at, size, _head in blocks]
-        self._heads = [head.encode() for _at, _size, head in blocks]
-        self._bloom = header[table_end:]
-        rows = memoryview(header)[blocks_end + 1 : table_end]
-        if sys.byteorder != "little":
-            swapped = array.array(_CODE[meta.row_bytes], rows)
-            swapped.byteswap()
-            rows = memoryview(swapped)
-        self._rows: memoryview[int] = rows.cast("I" if meta.row_bytes == 4 else "Q")
+        self._room = size - self._first
+        self._sections = (meta_end + 1, placed, table)
+        # Each section checked when first used (see the module's docstring).
+        self._head_ends: memoryview[int] | None = None
+        self._ends: memoryview[int] | None = None
+        self._heads: list[bytes] | None = None
+        self._rows: memoryview[int] | None = None
+        self._bloom: bytes | None = None
         self._last: tuple[int, bytes] = (-1, b"")  # the block read last: a lookup's next line is in it
 
     @property
@@ -198,18 +223,70 @@ class CaptureIndex:
             return data[at : at + length]
         return os.pread(data.fileno(), length, at)
 
+    def _section(self, start: int, end: int, crc: int, name: str) -> memoryview:
+        section = memoryview(self._header)[start:end]
+        if zlib.crc32(section) != crc:
+            raise CorruptFileError(self.path, f"capture index damaged (CRC-32 of its {name} differs)")
+        return section
+
+    def _block_ends(self) -> memoryview[int]:
+        """Where each block's frame ends; its heads' ends, then, in ``_head_ends``."""
+        ends = self._ends
+        if ends is None:
+            start, placed, _table = self._sections
+            section = self._section(start, placed, self.meta.crc_blocks, "blocks' entries")
+            n = self.meta.blocks
+            numbers = _numbers(section[: 2 * n * self.meta.row_bytes], self.meta.row_bytes)
+            ends, head_ends = numbers[:n], numbers[n:]
+            if (ends[-1] if n else 0) != self._room or (head_ends[-1] if n else 0) != self.meta.heads_bytes:
+                raise CorruptFileError(self.path, "capture index damaged (blocks that do not fill the file)")
+            self._head_ends = head_ends
+            self._ends = ends
+        return ends
+
+    def _head(self, b: int) -> bytes:
+        """Block ``b``'s first line's SURT key and time."""
+        self._block_ends()
+        head_ends = self._head_ends
+        assert head_ends is not None
+        at = self._sections[1] - self.meta.heads_bytes
+        return self._header[at + (head_ends[b - 1] if b else 0) : at + head_ends[b]]
+
+    def _head_list(self) -> list[bytes]:
+        """Every block's head, for bisection: made once, when a lookup first needs them
+        (a batch reads lines by row, and never does)."""
+        heads = self._heads
+        if heads is None:
+            heads = self._heads = [self._head(b) for b in range(self.meta.blocks)]
+        return heads
+
+    def _bloom_bytes(self) -> bytes:
+        bloom = self._bloom
+        if bloom is None:
+            table = self._sections[2]
+            bloom = self._bloom = bytes(
+                self._section(table, len(self._header), self.meta.crc_bloom, "key filter")
+            )
+        return bloom
+
+    def check(self) -> None:
+        """Check every section now, not when first used (``verify``)."""
+        self._block_ends()
+        self.line_number(0)
+        self._bloom_bytes()
+
     def covers(self, file: StoredFile) -> bool:
         return (file.name, file.size, file.version) == (self.meta.covers, self.meta.size, self.meta.version)
 
     def lines(self, prefixes: tuple[bytes, ...]) -> Iterator[bytes]:
         """The lines starting with one of ``prefixes``, in order."""
         key = min(prefixes)
-        if len(prefixes) == 1 and key.endswith(b" ") and not _may_hold(self._bloom, key[:-1]):
+        if len(prefixes) == 1 and key.endswith(b" ") and not _may_hold(self._bloom_bytes(), key[:-1]):
             return  # a key (an exact match) this index does not hold: no block read
-        heads = self._heads
+        heads = self._head_list()
         # Blocks before this one hold only lines below the key (their successor's head is).
         first = max(bisect.bisect_left(heads, key) - 1, 0)
-        for b in range(first, len(self._blocks)):
+        for b in range(first, len(heads)):
             head = heads[b]
             if b > first and not head.startswith(prefixes) and all(head[: len(p)] > p for p in prefixes):
                 return  # this block and the rest are past every prefix's lines
@@ -239,9 +316,15 @@ class CaptureIndex:
     def line_number(self, row: int) -> int | None:
         """Where the line of the covered file's row ``row`` is among the index's
         lines (rows in this order share blocks), if it has one."""
-        if not 0 <= row < len(self._rows):
+        rows = self._rows
+        if rows is None:
+            _start, placed, table = self._sections
+            rows = self._rows = _numbers(
+                self._section(placed, table, self.meta.crc_rows, "row table"), self.meta.row_bytes
+            )
+        if not 0 <= row < len(rows):
             return None
-        n = self._rows[row]
+        n = rows[row]
         return n if n < self.meta.lines else None  # _NO_LINE, or not one of this index's
 
     def _text(self, b: int) -> bytes:
@@ -249,23 +332,33 @@ class CaptureIndex:
         last = self._last
         if last[0] == b:
             return last[1]
-        at, size = self._blocks[b]
+        ends = self._block_ends()
+        at = ends[b - 1] if b else 0
         try:
             dctx = _LOCAL.zstd
         except AttributeError:
             dctx = _LOCAL.zstd = zstandard.ZstdDecompressor()
         try:
-            text: bytes = dctx.decompress(self._read(self._first + at, size))
+            text: bytes = dctx.decompress(self._read(self._first + at, ends[b] - at))
         except zstandard.ZstdError as exc:
             raise CorruptFileError(self.path, f"capture index damaged (block {b}: {exc})") from None
         # Its bytes are checked by the frame's checksum (zstd verifies it as it decodes) and
         # its place among the blocks by its head; its lines are not counted (5 us a block,
         # a tenth of a winner's cost in a batch): only a writer's bug could miscount them,
         # and ``verify`` compares every line and row with the file's.
-        if not text.endswith(b"\n") or not text.startswith(self._heads[b]):
+        if not text.endswith(b"\n") or not text.startswith(self._head(b)):
             raise CorruptFileError(self.path, f"capture index damaged (block {b} is not as its header says)")
         self._last = (b, text)
         return text
+
+
+def _numbers(section: memoryview, width: int) -> memoryview[int]:
+    """Little-endian unsigned numbers of ``width`` bytes, as they are."""
+    if sys.byteorder != "little":
+        swapped = array.array(_CODE[width], section)
+        swapped.byteswap()
+        section = memoryview(swapped)
+    return section.cast("I" if width == 4 else "Q")
 
 
 def _bloom(keys: set[bytes]) -> bytes:
@@ -308,15 +401,3 @@ def _lower_bound(text: bytes, key: bytes, prefixes: tuple[bytes, ...]) -> int:
     lines = text.split(b"\n")
     n = bisect.bisect_left(lines, key, hi=len(lines) - 1)
     return sum(len(line) + 1 for line in lines[:n])
-
-
-def _check_blocks(blocks: list[tuple[int, int, str]], lines: int, block_lines: int, room: int) -> None:
-    if block_lines < 1 or len(blocks) != -(-lines // block_lines):
-        raise ValueError("a block count that its lines do not make")
-    at = 0
-    for n, (start, size, head) in enumerate(blocks):
-        if start != at or size <= 0 or (n and blocks[n - 1][2] > head):
-            raise ValueError("blocks out of order")
-        at += size
-    if at != room:
-        raise ValueError("blocks that do not fill the file")

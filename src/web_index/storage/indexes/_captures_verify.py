@@ -66,14 +66,15 @@ def capture_index_findings(
             (False, path, f"capture index describes another file than {covered.path}: not used; {fix}"),
         ]
     try:
+        index.check()
         held = list(index.lines((b"",)))
+        astray = sum(line_row(index.row_line(r) or b"- - {}") != r for r in range(index.meta.rows))
     except CorruptFileError as exc:
         return [
             *found,
             (False, path, f"capture index unusable ({exc}): CDX queries read the partition; {fix}"),
         ]
     expected = file_lines(partition.type, backend.open_parquet(covered.path), backend, covered.path)
-    astray = sum(line_row(index.row_line(r) or b"- - {}") != r for r in range(index.meta.rows))
     if astray or index.meta.rows != len(expected):
         found.append(
             (
