@@ -421,6 +421,34 @@ def test_a_damaged_index_is_refused(data: bytes, problem: str) -> None:
         CaptureIndex("i", data).check()
 
 
+def test_a_large_index_is_read_by_block_from_its_open_file(tmp_path: Path) -> None:
+    """An index of 64 KiB or more is kept open: its header alone is held in memory and
+    its blocks are read as needed, with the answers of the same index read whole, also
+    once its file was replaced by another (an index written again keeps its name)."""
+    import random
+
+    from web_index.storage.indexes import _captures
+
+    rng = random.Random(5)
+    lines = sorted(
+        f'com,example)/p/{n:05d} 2024{n:010d} {{"row":{n},"x":"{rng.getrandbits(128):032x}"}}'.encode()
+        for n in range(3000)
+    )
+    data = _index_bytes(lines)
+    path = tmp_path / "i.cdxj.zst"
+    path.write_bytes(data)
+    assert len(data) >= _captures._OPEN_MIN
+    whole, kept = CaptureIndex("i", data), CaptureIndex("i", _captures._opened(path))
+    assert kept.file_backed and not whole.file_backed
+    assert kept.held < len(data) // 4 and whole.held == len(data)
+    other = tmp_path / "other"
+    other.write_bytes(_index_bytes(lines[:10]))
+    other.replace(path)  # as a store replaces a file: the open one is still the one read
+    for prefix in (b"com,example)/p/0", b"com,example)/p/02999 ", b"com,example)/p/1234", b"com,example)/q"):
+        assert list(kept.lines((prefix,))) == list(whole.lines((prefix,)))
+    assert [kept.row_line(r) for r in range(0, 3000, 7)] == [whole.row_line(r) for r in range(0, 3000, 7)]
+
+
 def test_each_section_is_checked_when_first_used() -> None:
     """Opening decodes the !meta line only (its cost does not grow with the index); a
     section is checked by its CRC-32 the first time a read needs it, so a damaged one

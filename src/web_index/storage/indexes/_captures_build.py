@@ -154,7 +154,7 @@ def file_lines(
     holders: dict[str, FileInfo] | None = None,
 ) -> list[bytes]:
     """A store file's capture lines (the file at ``path``) as its index holds
-    them (format 2): sorted, each once; ``holders`` gets the versions of the other
+    them: sorted, each once; ``holders`` gets the versions of the other
     files whose payloads they place, as read."""
     groups = file_capture_lines(type, handle, stored=True, backend=backend, path=path, seen=holders)
     return unique_lines(line for group in groups for line in group)
