@@ -332,8 +332,13 @@ def synthetic(args: argparse.Namespace) -> dict[str, Any]:
 def lookups(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
+    from web_index import WebIndex
+
     root = args.workdir / "synthetic"
     stores = {"shared": root / "next-month-shared", "unshared": root / "next-month-unshared"}
+    for store in stores.values():  # indexes of an older format (older code wrote them) written anew
+        with WebIndex(store) as index:
+            index.compact()
     pages = plan(job["pages"], job["domains"], job["seed"])
     new, place = changed(job), {u: i for i, (u, *_rest) in enumerate(pages)}
     refs, holds = set(), set()  # final rows of the re-crawl's month by their payload_ref
