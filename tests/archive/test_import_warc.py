@@ -324,15 +324,21 @@ def _warc(tmp: Path, name: str, events: list) -> Path:
     return w.save(tmp / name)
 
 
+@pytest.mark.parametrize("at_once", [2048, 1])
 @settings(max_examples=12, deadline=None)
 @given(events=events, cuts=st.lists(st.integers(1, 11), max_size=2))
 def test_a_bulk_import_resolves_revisits_against_the_whole_import(
-    tmp_path_factory: pytest.TempPathFactory, events: list, cuts: list[int]
+    tmp_path_factory: pytest.TempPathFactory, events: list, cuts: list[int], at_once: int
 ) -> None:
     """A bulk import (the default) resolves its revisits once everything else it stores is
     written: it ends with the pages and the report of an import through the insert buffer of its
     captures first and its revisits after (revisits of revisits, of captures in other files or
-    later in a file, captures months apart), and leaves nothing buffered and no part file."""
+    later in a file, captures months apart), and leaves nothing buffered and no part file; also
+    when its revisits are resolved a few at a time (``at_once``: their bodies not all held)."""
+    from unittest.mock import patch
+
+    from web_index.archive import _import
+
     tmp = tmp_path_factory.mktemp("bulk")
     bounds = [0, *sorted(set(c for c in cuts if c < len(events))), len(events)]
     files = [
@@ -342,7 +348,7 @@ def test_a_bulk_import_resolves_revisits_against_the_whole_import(
     in_order.append(_warc(tmp, "revisits.warc.gz", [e for e in events if e[0] == "revisit"]))
     reports, answers = [], []
     for bulk, paths in ((True, files), (False, in_order)):
-        with WebIndex(tmp / f"s-{bulk}") as index:
+        with WebIndex(tmp / f"s-{bulk}") as index, patch.object(_import, "_RESOLVED_AT_ONCE", at_once):
             report = import_warcs(index, paths, bulk=bulk)
             if bulk:
                 assert index.stats().buffered_attempts == 0

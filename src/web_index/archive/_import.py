@@ -26,6 +26,7 @@ record stored already and stores nothing twice.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 __all__ = ["ImportReport", "import_warcs"]
 
 _DEFAULT_FETCHER = ("warc-import", "unknown")
+_RESOLVED_AT_ONCE = 2048  # revisits of a bulk import resolved together (their bodies held meanwhile)
 
 
 @dataclass
@@ -298,18 +300,35 @@ class _Run:
         one stored the round before; with ``bulk``, each round that finds any a bulk load of its
         own); return the request ids of those not resolved, each counted."""
         while waiting:
-            found, waiting = self._resolve_round(waiting)
+            found, waiting = self._resolve_and_insert(waiting, bulk=bulk)
             if not found:
                 for _ in waiting:
                     self.report.skip("revisit not resolved")
                 return {rid for _, rid in waiting}
-            if bulk:
-                with self.index.bulk_load(jobs=self.jobs) as self.load:
-                    self._insert(found)
-                self.taken.clear()
-            else:
-                self._insert(found)
         return set()
+
+    def _resolve_and_insert(
+        self, waiting: list[tuple[_Capture, str]], *, bulk: bool
+    ) -> tuple[int, list[tuple[_Capture, str]]]:
+        """Store the revisits of ``waiting`` whose captures are found; return how many, and
+        the others. With ``bulk``, into a load of their own, opened once one is found, and
+        resolved a slice at a time (none of them readable before that load commits, as if
+        at once), so that their bodies are not all held together."""
+        stored, rest = 0, []
+        at_once = _RESOLVED_AT_ONCE if bulk else len(waiting)
+        with contextlib.ExitStack() as load:
+            for at in range(0, len(waiting), at_once):
+                found, left = self._resolve_round(waiting[at : at + at_once])
+                if found and bulk and not stored:
+                    self.load = load.enter_context(self.index.bulk_load(jobs=self.jobs))
+                self._insert(found)
+                for c, _ in found:
+                    c.body = b""  # handed on: not held until every revisit is resolved
+                stored += len(found)
+                rest += left
+        if bulk and stored:
+            self.taken.clear()
+        return stored, rest
 
     def _resolve_round(
         self, waiting: list[tuple[_Capture, str]]
