@@ -185,7 +185,7 @@ class WebIndex:
 
         Use it as a context manager and :meth:`BulkLoad.add` items as to
         :meth:`insert_many`; they are spilled ``chunk`` attempts at a time
-        (sooner if their bodies pass 256 MiB), sorted by partition, into files of
+        (sooner if their bodies pass 64 MiB), sorted by partition, into files of
         the store's spool folder; once ``commit_bytes`` are spilled, and at the
         end of the ``with`` block, every partition spilled is written in one
         file. The end of the block also compacts every partition the load added
