@@ -104,7 +104,9 @@ class Spill:
                         self._where.setdefault(partition, []).append((len(self._files) - 1, n))
                     if writer is not None:
                         writer.close()
-                self._files[-1] = (path, pa.ipc.open_file(pa.memory_map(str(path))))
+                # Read, not mapped: a batch read is this process's memory until dropped, where
+                # mapped pages once touched stay in its RSS till the file is closed.
+                self._files[-1] = (path, pa.ipc.open_file(pa.OSFile(str(path))))
                 self.bytes += path.stat().st_size
         except BaseException:
             # This chunk is dropped whole; the chunks before it stay spilled.

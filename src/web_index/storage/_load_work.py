@@ -7,7 +7,7 @@ and deduplicated), its payloads shared with the compacted files of other months
 (a ``get`` table to be a partition's compacted file), its file written unsynced
 into the spool folder, and, for a ``get``/``head`` file, its capture index made
 from the table and the file as written (the bodies' places), spooled too. A
-worker reads the spill files itself (memory-mapped) and returns only paths, so
+worker reads the spill files itself (read, not mapped) and returns only paths, so
 the committing process never holds more than one partition's table, and nothing
 a worker writes is visible: the committing process names every file.
 
@@ -155,7 +155,7 @@ def _reader(commit: str, path: str) -> pa.ipc.RecordBatchFileReader:
         _readers_of[0] = commit
     reader = _readers.get(path)
     if reader is None:
-        reader = _readers[path] = pa.ipc.open_file(pa.memory_map(path))
+        reader = _readers[path] = pa.ipc.open_file(pa.OSFile(path))  # read, not mapped: see _load.Spill
     return reader
 
 
