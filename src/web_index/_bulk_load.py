@@ -15,7 +15,7 @@ from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptio
 
 __all__ = ["BulkLoad"]
 
-_CHUNK_BYTES = 64 << 20  # bodies held before a chunk is spilled, whatever its count (each held ~3 times while spilled)
+_CHUNK_BYTES = 64 << 20  # bodies held before a chunk is spilled (each ~3 times while it is)
 _GET_ROW = 15  # values in a GET response row (its body last); a HEAD row has 14
 
 
