@@ -106,7 +106,7 @@ class Spill:
                         writer.close()
                 # Read, not mapped: a batch read is this process's memory until dropped, where
                 # mapped pages once touched stay in its RSS till the file is closed.
-                self._files[-1] = (path, pa.ipc.open_file(pa.OSFile(str(path))))
+                self._files[-1] = (path, pa.ipc.open_file(pa.OSFile(str(path), "rb")))
                 self.bytes += path.stat().st_size
         except BaseException:
             # This chunk is dropped whole; the chunks before it stay spilled.

@@ -155,7 +155,7 @@ def _reader(commit: str, path: str) -> pa.ipc.RecordBatchFileReader:
         _readers_of[0] = commit
     reader = _readers.get(path)
     if reader is None:
-        reader = _readers[path] = pa.ipc.open_file(pa.OSFile(path))  # read, not mapped: see _load.Spill
+        reader = _readers[path] = pa.ipc.open_file(pa.OSFile(path, "rb"))  # read, not mapped: see _load.Spill
     return reader
 
 
