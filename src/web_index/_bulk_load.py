@@ -22,7 +22,7 @@ _GET_ROW = 15  # values in a GET response row (its body last); a HEAD row has 14
 class BulkLoad:
     """A bulk load in progress (from :meth:`WebIndex.bulk_load`).
 
-    Attempts wait in memory until ``chunk`` of them (or 256 MiB of bodies) are
+    Attempts wait in memory until ``chunk`` of them (or 64 MiB of bodies) are
     held, then are spilled to local disk sorted by partition; each partition's
     file is written once, when ``commit_bytes`` have been spilled and at the
     end (see ``storage/_load.py``), by ``jobs`` processes.

@@ -12,7 +12,7 @@ from web_index.errors import ConflictError, CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, outdated, row_groups, write_partition_file
-from web_index.storage._layout import Partition, StoredFile, compacted_file
+from web_index.storage._layout import Partition, StoredFile, compacted_file, compacted_stored
 from web_index.storage._listing import Listing
 from web_index.storage._locks import Locks
 from web_index.storage._merge import merge_sorted
@@ -263,7 +263,7 @@ class Compaction(Listing):
                 info = self.backend.file_info(other.compacted_path, fresh=True)
             except FileNotFoundError:
                 continue
-            covered = StoredFile(other, None, other.compacted_path, info.size, info.version)
+            covered = compacted_stored(other, info.size, info.version)
             if refresh_held_places(self.backend, other, covered, month):
                 self.capture_indexes.forget(capture_index_path(other, covered))
 

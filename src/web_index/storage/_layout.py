@@ -81,6 +81,11 @@ class StoredFile(NamedTuple):
         return self.path.rsplit("/", 1)[-1]
 
 
+def compacted_stored(partition: Partition, size: int, version: str) -> StoredFile:
+    """The partition's compacted file, of that size and version."""
+    return StoredFile(partition, None, partition.compacted_path, size, version)
+
+
 def compacted_file(files: list[StoredFile]) -> StoredFile | None:
     """The compacted file among a partition's files, if it has one."""
     return next((f for f in files if f.part is None), None)

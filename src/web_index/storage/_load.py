@@ -48,7 +48,7 @@ from web_index.models import (
 )
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, columns_to_table, partition_file_args, write_partition_file
-from web_index.storage._layout import TMP_DIR, Partition, StoredFile
+from web_index.storage._layout import TMP_DIR, Partition, compacted_stored
 from web_index.storage._listing import Listing
 from web_index.storage._load_work import Pool, Spooled, Task, gathered, shared_table, spool_partition
 from web_index.storage._locks import Locks
@@ -245,16 +245,10 @@ def _write_local(
                 # Held: no compaction commits this partition meanwhile, so its
                 # compacted file cannot appear between the check and the rename.
                 for s in group:
-                    partition, spool, refers, captures, where = (
-                        s.partition,
-                        s.spool,
-                        s.refers,
-                        s.captures,
-                        s.captures_path,
-                    )
+                    partition, spool = s.partition, s.spool
                     path = partition.compacted_path
                     if had_files(partition) or backend.has_file(path):
-                        if refers:  # compacted meanwhile: a part, which never refers
+                        if s.refers:  # compacted meanwhile: a part, which never refers
                             data, write_options = partition_file_args(partition, original(partition), options)
                             spool = backend.spool_parquet(data, **write_options)
                             written.append(
@@ -268,8 +262,8 @@ def _write_local(
                         continue
                     backend.place(spool, path)
                     crash_point("load-while-naming")
-                    if captures is not None and where is not None:
-                        indexes.append((captures, where, s))
+                    if s.captures is not None and s.captures_path is not None:
+                        indexes.append((s.captures, s.captures_path, s))
         if durable:
             backend.sync_all()  # the names above, and the capture indexes' bytes
         crash_point("load-before-capture-indexes")
@@ -280,7 +274,7 @@ def _write_local(
         for _, _, s in indexes:
             if s.holders and holders_moved(backend, s.holders):  # see build_capture_index
                 info = backend.file_info(s.partition.compacted_path)
-                covered = StoredFile(s.partition, None, s.partition.compacted_path, info.size, info.version)
+                covered = compacted_stored(s.partition, info.size, info.version)
                 build_capture_index(backend, s.partition, [covered], prune=False, have=())
         return parted
     finally:

@@ -29,7 +29,7 @@ from web_index.errors import StoreError
 from web_index.models import RecordType
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args, sort_dedupe
-from web_index.storage._layout import Partition, StoredFile
+from web_index.storage._layout import Partition, compacted_stored
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
 from web_index.storage.indexes import capture_index_bytes, table_lines
 from web_index.storage.payloads import find_holders, share_payloads, wanted_payloads
@@ -107,7 +107,7 @@ def spool_partition(
             holders: dict[str, FileInfo] = {}
             lines = table_lines(partition.type, table, CheckedFile(source, path=path), backend, path, holders)
         info = backend.spooled_info(spool)
-        covered = StoredFile(partition, None, path, info.size, info.version)
+        covered = compacted_stored(partition, info.size, info.version)
         where, body = capture_index_bytes(partition, covered, frozenset(), lines)
         return Spooled(partition, spool, refers, backend.spool_bytes(body), where, holders)
     except BaseException:
@@ -142,11 +142,11 @@ def _backend(root: str) -> LocalBackend:
 
 
 _readers: dict[str, pa.ipc.RecordBatchFileReader] = {}
-_readers_of = [""]  # the commit whose spill files ``_readers`` maps
+_readers_of = [""]  # the commit whose spill files ``_readers`` holds open
 
 
 def _reader(commit: str, path: str) -> pa.ipc.RecordBatchFileReader:
-    """A spill file, opened once a commit: a mapping kept longer would keep the
+    """A spill file, opened once a commit: held open longer, it would keep the
     disk space of a file the commit has removed."""
     import pyarrow as pa
 

@@ -17,7 +17,7 @@ from web_index.storage._files import (
     rows_to_table,
     write_partition_file,
 )
-from web_index.storage._layout import LOCK_DIR, Partition, StoredFile
+from web_index.storage._layout import LOCK_DIR, Partition, StoredFile, compacted_stored
 from web_index.storage._load import Spill
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._marker import open_or_create
@@ -112,7 +112,7 @@ class Store(Compaction):
         left out: see :func:`~web_index.storage.indexes.rows_by_place`)."""
         _type, year, month, name = path.split("/")
         partition = Partition(type, int(year), int(month), name.removesuffix(".parquet"))
-        index = self.capture_indexes.get(partition, StoredFile(partition, None, path, size, version))
+        index = self.capture_indexes.get(partition, compacted_stored(partition, size, version))
         if index is None:
             return None
         try:
