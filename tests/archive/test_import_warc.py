@@ -159,6 +159,39 @@ def test_importing_again_stores_nothing_twice(tmp_path: Path) -> None:
     assert records == 14  # 7 pages, 7 metadata records
 
 
+def test_importing_again_reads_no_http_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record the store holds is known by its WARC headers: parsing its HTTP message and
+    decoding its body would be most of a re-import's time for nothing."""
+    w = Warc()
+    for i in range(5):
+        w.capture(f"https://example.com/{i}", b"x" * i, headers=[("Content-Encoding", "identity")])
+    path = w.save(tmp_path / "a.warc.gz")
+    with WebIndex(tmp_path / "s") as index:
+        assert import_warcs(index, [path], batch=2).stored == 5
+
+        def parsed(block: bytes) -> object:
+            raise AssertionError("an HTTP message parsed for a record already stored")
+
+        monkeypatch.setattr("web_index.archive._import.parse_http_response", parsed)
+        again = import_warcs(index, [path], batch=2)
+    assert (again.stored, again.already_stored) == (0, 5)
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_a_problem_mid_batch_stores_what_came_before_it_only(tmp_path: Path, bulk: bool) -> None:
+    w = Warc(gzip=False)
+    for i in range(5):
+        w.capture(f"https://example.com/{i}", b"page %d" % i, status="099 Odd" if i == 2 else "200 OK")
+    path = w.save(tmp_path / "a.warc")
+    with WebIndex(tmp_path / "s") as index:
+        with pytest.raises(WarcError, match="status_code"):
+            import_warcs(index, [path], bulk=bulk)
+        index.flush()
+        assert [_get(index, f"https://example.com/{i}") is not None for i in range(5)] == [True, True] + [False] * 3
+        report = import_warcs(index, [path], bulk=bulk, skip_invalid=True)
+        assert (report.stored, report.already_stored, len(report.problems)) == (2, 2, 1)
+
+
 @pytest.mark.parametrize("form", ["per-record gzip", "whole-file gzip", "plain"])
 def test_every_gzip_form(tmp_path: Path, form: str) -> None:
     w = Warc(gzip=form == "per-record gzip")

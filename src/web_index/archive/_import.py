@@ -85,15 +85,18 @@ class ImportReport:
 
 @dataclass
 class _Capture:
+    """A record to store. Its HTTP message is parsed and its body decoded only once the
+    store says it does not hold it (``read``): importing a file again costs its reading."""
+
     record: WarcRecord
     url: str
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes
     fetcher: tuple[str, str]
     method: RecordType = RecordType.GET
-    note: str | None = None  # for the attempt's logs
     refers: RevisitTarget | None = None  # what a revisit refers to
+    status: int = 0
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    note: str | None = None  # for the attempt's logs
 
 
 def import_warcs(
@@ -122,7 +125,7 @@ def import_warcs(
     (:meth:`WebIndex.bulk_load`).
     """
     report = ImportReport()
-    run = _Run(index, calibre, batch, report, jobs)
+    run = _Run(index, calibre, batch, report, jobs, skip_invalid)
     files: list[ArchiveFile] = []
     for p in paths:
         files += [p] if isinstance(p, ArchiveFile) else archive_files([p])
@@ -151,7 +154,7 @@ def _import_files(
     for file in files:
         report.files += 1
         with file.local() if file.is_arc else file.open() as source:
-            _import_file(run, file, source, skip_invalid, finished, on_progress)
+            _import_file(run, file, source, finished, on_progress)
         run.store()
         finished += file.size
         report.bytes = finished
@@ -163,7 +166,6 @@ def _import_file(
     run: _Run,
     file: ArchiveFile,
     source: Path | IO[bytes],
-    skip_invalid: bool,
     finished: int,
     on_progress: Callable[[ImportReport], None] | None,
 ) -> None:
@@ -173,7 +175,7 @@ def _import_file(
     for item in records:
         report.records += 1
         if isinstance(item, WarcError):
-            run.fail(item, skip_invalid)
+            run.fail(item)
             continue
         if item.type == "warcinfo":
             fetcher = warcinfo_software(item.block) or fetcher
@@ -181,10 +183,7 @@ def _import_file(
         elif item.type == "request":
             run.request(item)
         elif item.type in ("response", "revisit", "resource"):
-            try:
-                run.capture(item, fetcher)
-            except InvalidRecordError as exc:
-                run.fail(WarcError(item.path, item.offset, f"{exc.field}: {exc.problem}"), skip_invalid)
+            run.capture(item, fetcher)
         else:
             report.skip(item.type)
         if on_progress is not None and report.records % 256 == 0:
@@ -193,8 +192,11 @@ def _import_file(
 
 
 class _Run:
-    def __init__(self, index: WebIndex, calibre: int, batch: int, report: ImportReport, jobs: int) -> None:
+    def __init__(
+        self, index: WebIndex, calibre: int, batch: int, report: ImportReport, jobs: int, skip_invalid: bool
+    ) -> None:
         self.index = index
+        self.skip_invalid = skip_invalid
         self.jobs = jobs
         self.calibre = calibre
         self.batch = batch
@@ -208,9 +210,9 @@ class _Run:
         self.taken: set[str] = set()
         self.deferred: list[tuple[_Capture, str]] | None = None
 
-    def fail(self, problem: WarcError, skip_invalid: bool) -> None:
-        if not skip_invalid:
-            self.store()
+    def fail(self, problem: WarcError) -> None:
+        self.store()  # the records before it first, and their own problems
+        if not self.skip_invalid:
             raise problem
         self.report.problems.append(problem)
 
@@ -227,28 +229,34 @@ class _Run:
             # Crawlers archive their DNS lookups (dns:), FTP and more: not web pages.
             self.report.skip(f"{scheme or 'no'} URL")
             return
-        if record.type == "resource":
-            content_type = record.header("Content-Type") or "application/octet-stream"
-            found = _Capture(record, url, 200, [("Content-Type", content_type)], record.block, fetcher)
-        else:
-            status, wire, body = parse_http_response(record.block)
-            note, refers = None, None
-            if record.type == "revisit":
-                refers = revisit_target(record)
-                if refers is None:
-                    self.report.skip("revisit not resolved")
-                    return
-                body = b""  # the body it refers to, found when the batch is stored
-            else:  # decoded as the fields on the wire say, then stored under the original ones
-                body, note = store_body(wire, body, self.index.limits.max_body_bytes)
-            found = _Capture(
-                record, url, status, restore_headers(wire), body, fetcher, note=note, refers=refers
-            )
-        # Refused alone (a dns: URL, a status out of range), not with its batch.
-        validate_attempt(*self._attempt(found), limits=self.index.limits)
-        self.pending.append(found)
+        refers = None
+        if record.type == "revisit":
+            refers = revisit_target(record)
+            if refers is None:
+                self.report.skip("revisit not resolved")
+                return
+        self.pending.append(_Capture(record, url, fetcher, refers=refers))
         if len(self.pending) > self.batch:
             self.store(keep=1)  # the last one's request record may come next
+
+    def _read(self, c: _Capture) -> WarcError | None:
+        """Parse ``c``'s HTTP message and decode its body, and check the attempt it makes;
+        the problem, if any, refused alone (a status out of range), not with its batch."""
+        record = c.record
+        try:
+            if record.type == "resource":
+                content_type = record.header("Content-Type") or "application/octet-stream"
+                c.status, c.headers, c.body = 200, [("Content-Type", content_type)], record.block
+            else:
+                c.status, wire, body = parse_http_response(record.block)
+                c.headers = restore_headers(wire)
+                if c.refers is None:  # decoded as the fields on the wire say, stored under the original ones
+                    c.body, c.note = store_body(wire, body, self.index.limits.max_body_bytes)
+                # else the body it refers to, found when the batch is stored
+            validate_attempt(*self._attempt(c), limits=self.index.limits)
+        except InvalidRecordError as exc:
+            return WarcError(record.path, record.offset, f"{exc.field}: {exc.problem}")
+        return None
 
     def store(self, keep: int = 0) -> None:
         todo, self.pending = (
@@ -257,19 +265,32 @@ class _Run:
         )
         if not todo:
             return
-        ids = []
+        ids: list[str] = []
+        keys: list[PageKey | None] = []
         for c in todo:
             rid = (c.record.header("WARC-Record-ID") or "").strip()
             c.method = self.methods.pop(rid, c.method)
             ids.append(record_request_id(rid, c.record.date))
-        keys = [
-            PageKey(url=c.url, timestamp=c.record.date, request_id=i, type=c.method.metadata)
-            for c, i in zip(todo, ids, strict=True)
-        ]
-        there = self.index.presence(keys)
+            at, kind = c.record.date, c.method.metadata
+            try:
+                keys.append(PageKey(url=c.url, timestamp=at, request_id=ids[-1], type=kind))
+            except InvalidRecordError:
+                keys.append(None)  # not stored, then: its problem is found when it is read
+        asked = [k for k in keys if k is not None]
+        there = iter(self.index.presence(asked))
         taken = self.taken
-        new = [(c, rid) for c, rid, seen in zip(todo, ids, there, strict=True) if not (seen or rid in taken)]
-        self.report.already_stored += len(todo) - len(new)
+        new: list[tuple[_Capture, str]] = []
+        problem = None
+        for c, rid, key in zip(todo, ids, keys, strict=True):
+            if key is not None and (next(there) or rid in taken):
+                self.report.already_stored += 1
+            elif (problem := self._read(c)) is None:
+                new.append((c, rid))
+            elif self.skip_invalid:
+                self.report.problems.append(problem)
+            else:
+                self.pending.clear()  # read after the problem: not stored
+                break
         # Revisits last: the captures they refer to may be in this batch.
         self._insert([(c, rid) for c, rid in new if c.refers is None or c.method is RecordType.HEAD])
         waiting = [(c, rid) for c, rid in new if c.refers is not None and c.method is RecordType.GET]
@@ -277,6 +298,8 @@ class _Run:
             self.deferred += waiting
         else:
             self._resolve_all(waiting, bulk=False)
+        if problem is not None and not self.skip_invalid:
+            raise problem
 
     def store_deferred(self) -> None:
         """The revisits held back, once the bulk load that took the rest has committed."""
