@@ -1030,7 +1030,8 @@ def main() -> None:
         "import_vs_indexer": round(idx_s / imp_s, 3),
         "import_total_vs_indexer": round(idx_s / imp_total, 3),
         "reimport_vs_indexer": round(idx_s / median_of(reimport_runs, "seconds"), 3),
-        "target": 0.5,
+        "target": 1.0,  # issue 49's, for the import; the re-import's is 2.0
+        "reimport_target": 2.0,
     }
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
     dirty = subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True, cwd=HERE)
@@ -1072,7 +1073,8 @@ def main() -> None:
         },
         "notes": [
             f"import ÷ cdxj-indexer (MB/s): {ratios['import_vs_indexer']} for import_warcs() alone, "
-            f"{ratios['import_total_vs_indexer']} with open, flush() and close (target ≥ 0.5)",
+            f"{ratios['import_total_vs_indexer']} with open, flush() and close (target ≥ 1); "
+            f"re-import {ratios['reimport_vs_indexer']} (target ≥ 2)",
             f"store after import: {store_bytes / MIB:,.0f} MiB on disk",
             f"expected stored: {expect_stored:,} (responses with http(s) URLs + revisits); "
             f"the import skips {counts.get('dns', 0):,} dns: records, requests and warcinfo",
