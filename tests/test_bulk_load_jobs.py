@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from web_index.models import (
     SimplePageQuery,
     TimeAwarePageQuery,
 )
+from web_index.storage import _load as load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 _PAYLOADS = [f"payload {n} ".encode() * 40 for n in range(3)] + [b"short"]  # 400+ bytes: shared
@@ -392,3 +394,55 @@ def test_the_commands_print_their_totals_as_json_under_jobs(tmp_path: Path) -> N
     )
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout) | {"seconds": 0} == {"stored": 1, "skipped": 0, "seconds": 0}
+
+
+def _placeless(out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with each capture line's body place left out: a partition merged as read is
+    written in other row groups and pages than one gathered whole, the same rows."""
+    place = re.compile(r',"body":\[[0-9,]*\]')
+    return {
+        k: [place.sub("", line) for line in v] if k.startswith("captures ") else v for k, v in out.items()
+    }
+
+
+@settings(max_examples=5, deadline=None)
+@given(loads=st.lists(attempts, min_size=1, max_size=2), seed=st.integers(0, 2**32))
+def test_a_partition_merged_as_read_answers_as_one_gathered(
+    tmp_path_factory: pytest.TempPathFactory, loads: list[list[tuple[Any, ...]]], seed: int
+) -> None:
+    """Every partition past the commit's limit (0 bytes here), spilled in batches of a row
+    or two, merged as read in the loader and in workers: the same rows, answers and capture
+    lines (but for the bodies' places) as partitions gathered whole."""
+    tmp = tmp_path_factory.mktemp("merged")
+    rng = random.Random(seed)
+    batches = []
+    for load in loads:
+        items, ids = [], []
+        for domain, path, month, method, state, hops, payload in load:
+            if items and rng.random() < 0.2:
+                again = rng.randrange(len(items))
+                items.append(items[again])
+                ids.append(ids[again])
+                continue
+            when = T0 + timedelta(days=40 * month, seconds=rng.randrange(86400))
+            url = f"https://{domain}/p{path}"
+            items.append(attempt(url, when, method=method, state=state, hops=hops, body=_PAYLOADS[payload]))
+            ids.append(str(uuid.UUID(int=rng.getrandbits(128), version=4)))
+        batches.append((items, ids))
+    urls = sorted({item[1] for items, _ in batches for item in items})
+    got = {}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, limit, jobs in (("gathered", None, 1), ("merged", 0, 1), ("merged-jobs", 0, 2)):
+            if limit is not None:
+                patch.setattr(load_module, "GATHER_MAX", limit)
+                patch.setattr(load_module, "BATCH_BYTES", 600)
+            with WebIndex(tmp / name) as index:
+                keys = []
+                for items, ids in batches:
+                    with index.bulk_load(chunk=3, jobs=jobs) as load:
+                        for i in range(0, len(items), 4):
+                            keys += load.add(items[i : i + 4], request_ids=ids[i : i + 4])
+                got[name] = _placeless(answers(index, urls, keys))
+            assert _spool_files(tmp / name) == []
+    assert got["merged"] == got["gathered"]
+    assert got["merged-jobs"] == got["gathered"]

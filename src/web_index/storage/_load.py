@@ -2,10 +2,12 @@
 a file a partition, past the insert buffer.
 
 Chunks of attempts are *spilled*: each becomes one sorted table per record type,
-written to an Arrow IPC file in the spool folder as a record batch per
-partition. A *commit* then visits every partition spilled so far once, takes
-its batches from every chunk (one batch needs no sort; several are merged) and
-writes its file, so a partition that many chunks touched is still written once.
+written to an Arrow IPC file in the spool folder as a run of record batches per
+partition (one batch, but for a partition of more than ``BATCH_BYTES``). A *commit*
+then visits every partition spilled so far once, takes its runs from every chunk
+(one run needs no sort; several are merged: past ``GATHER_MAX`` bytes as they are
+read, never held whole, see ``_load_work``) and writes its file, so a partition
+that many chunks touched is still written once.
 
 On a local store the commit writes every file unsynced into the spool folder,
 syncs the filesystem once (four fsyncs a partition were most of a flush's
@@ -30,8 +32,10 @@ partitions stored and others not, each partition whole.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -50,7 +54,18 @@ from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, columns_to_table, partition_file_args, write_partition_file
 from web_index.storage._layout import TMP_DIR, Partition, compacted_stored
 from web_index.storage._listing import Listing
-from web_index.storage._load_work import Pool, Spooled, Task, gathered, shared_table, spool_partition
+from web_index.storage._load_work import (
+    BATCH_BYTES,
+    GATHER_MAX,
+    Merged,
+    Pool,
+    Run,
+    Spooled,
+    Task,
+    partition_rows,
+    shared_table,
+    spool_partition,
+)
 from web_index.storage._locks import Locks
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SORT_KEYS
 from web_index.storage.backends import Backend, LocalBackend, new_spool
@@ -61,6 +76,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["Spill"]
+
+_ROW_BYTES = 512  # a row's bytes besides its body, about: what a run's size counts it for
 
 _COLUMNS = {
     RecordType.GET: GET_COLUMNS,
@@ -81,7 +98,7 @@ class Spill:
             self._pool.start()
         self._folder = backend.local_folder(TMP_DIR)
         self._files: list[tuple[Path, pa.ipc.RecordBatchFileReader | None]] = []
-        self._where: dict[Partition, list[tuple[int, int]]] = {}  # (file, batch) of each chunk
+        self._where: dict[Partition, list[tuple[int, Run]]] = {}  # each chunk's run, and its file
         self.attempts = 0
         self.bytes = 0  # in the spill files so far
 
@@ -96,12 +113,18 @@ class Spill:
                 self._files.append((path, None))
                 with pa.OSFile(str(path), "wb") as sink:
                     writer = None
-                    for n, (partition, table) in enumerate(tables):
+                    written = 0
+                    for partition, table, nbytes in tables:
                         if writer is None:
                             options = pa.ipc.IpcWriteOptions(compression=None)
                             writer = pa.ipc.new_file(sink, table.schema, options=options)
-                        writer.write_batch(table.combine_chunks().to_batches()[0])
-                        self._where.setdefault(partition, []).append((len(self._files) - 1, n))
+                        rows = max(1, table.num_rows * BATCH_BYTES // max(nbytes, 1))
+                        batches = table.combine_chunks().to_batches(max_chunksize=rows)
+                        for batch in batches:
+                            writer.write_batch(batch)
+                        run = Run(str(path), written, len(batches), nbytes)
+                        self._where.setdefault(partition, []).append((len(self._files) - 1, run))
+                        written += len(batches)
                     if writer is not None:
                         writer.close()
                 # Read, not mapped: a batch read is this process's memory until dropped, where
@@ -114,7 +137,7 @@ class Spill:
                 path.unlink(missing_ok=True)
             del self._files[start:]
             for partition in list(self._where):
-                kept = [(f, b) for f, b in self._where[partition] if f < start]
+                kept = [(f, run) for f, run in self._where[partition] if f < start]
                 if kept:
                     self._where[partition] = kept
                 else:
@@ -158,13 +181,21 @@ class Spill:
 
             if isinstance(self._backend, LocalBackend):
                 spooled = self._spooled(self._backend, options, order, sharing, months)
+                original = functools.partial(self._rows, options=options)
                 parted = _write_local(
-                    self._backend, locks, options, spooled, had_files, self._table, durable=durable
+                    self._backend, locks, options, spooled, had_files, original, durable=durable
                 )
             else:
-                tables = (shared_table(self._backend, p, self._table(p), sharing(p), months) for p in order)
+                # Whole tables: an object store's commit writes each file in one request.
+                tables = (
+                    shared_table(self._backend, p, self._table(p, options), sharing(p), months) for p in order
+                )
                 parted = _write_remote(
-                    self._backend, options, zip(order, tables, strict=True), had_files, self._table
+                    self._backend,
+                    options,
+                    zip(order, tables, strict=True),
+                    had_files,
+                    functools.partial(self._table, options=options),
                 )
             return {_method_partition(p) for p in self._where}, parted
         finally:
@@ -181,23 +212,32 @@ class Spill:
         """Each partition's file spooled, in ``order``: here, or by the pool's workers."""
         if self._pool is None or len(order) < 2:
             for p in order:
-                yield spool_partition(backend, options, p, self._table(p), share=sharing(p), months=months)
+                rows = self._rows(p, options)
+                yield spool_partition(backend, options, p, rows, share=sharing(p), months=months)
             return
         commit = str(uuid.uuid4())
-        files = [str(path) for path, _ in self._files]
+        gather_max = GATHER_MAX
         tasks = (
-            Task(p, tuple((files[f], b) for f, b in self._where[p]), sharing(p), months, commit)
+            Task(p, tuple(run for _, run in self._where[p]), sharing(p), months, commit, gather_max)
             for p in order
         )
         yield from self._pool.map(str(backend.root), options, tasks)
 
-    def _table(self, partition: Partition) -> pa.Table:
-        batches = []
-        for f, b in self._where[partition]:
+    def _rows(self, partition: Partition, options: WriteOptions, *, whole: bool = False) -> pa.Table | Merged:
+        """The partition's rows: a table, or merged as read when big (and not ``whole``)."""
+        readers = {}
+        for f, run in self._where[partition]:
             reader = self._files[f][1]
             assert reader is not None  # set once its file is written
-            batches.append(reader.get_batch(b))
-        return gathered(partition.type, batches)
+            readers[run.path] = reader
+        runs = [run for _, run in self._where[partition]]
+        limit = sys.maxsize if whole else GATHER_MAX
+        return partition_rows(partition.type, runs, readers.__getitem__, options, limit)
+
+    def _table(self, partition: Partition, options: WriteOptions) -> pa.Table:
+        table = self._rows(partition, options, whole=True)
+        assert not isinstance(table, Merged)
+        return table
 
 
 def _had_files(listing: Listing) -> Callable[[Partition], bool]:
@@ -227,7 +267,7 @@ def _write_local(
     options: WriteOptions,
     spooled: Iterator[Spooled],
     had_files: Callable[[Partition], bool],
-    original: Callable[[Partition], pa.Table],
+    original: Callable[[Partition], pa.Table | Merged],
     *,
     durable: bool,
 ) -> set[MethodPartition]:
@@ -307,9 +347,10 @@ def _write_remote(
     return parted
 
 
-def _partition_tables(attempts: Sequence[AttemptRows]) -> Iterator[tuple[Partition, pa.Table]]:
+def _partition_tables(attempts: Sequence[AttemptRows]) -> Iterator[tuple[Partition, pa.Table, int]]:
     """One table per partition, each sorted by the type's sort key with each
-    record once (the last given wins, as in a flush): slices of one table a type."""
+    record once (the last given wins, as in a flush): slices of one table a type;
+    and its bytes, about (its bodies', and ``_ROW_BYTES`` a row)."""
     by_type: dict[RecordType, dict[tuple[Any, ...], tuple[tuple[str, int, int], tuple[Any, ...]]]] = {}
     for a in attempts:
         where = (a.domain, a.year, a.month)
@@ -324,15 +365,19 @@ def _partition_tables(attempts: Sequence[AttemptRows]) -> Iterator[tuple[Partiti
         rows = sorted(by_type[type].values(), key=lambda wr: (wr[0], sort_key(wr[1])))
         values = zip(*(r for _, r in rows), strict=True)
         columns: dict[str, Sequence[Any]] = dict(zip(names, values, strict=True))
+        sizes = [0] * (len(rows) + 1)
         if BODY_COLUMN in columns:
-            pairs = [payload_digests(body or b"") for body in columns[BODY_COLUMN]]
+            bodies = columns[BODY_COLUMN]
+            pairs = [payload_digests(body or b"") for body in bodies]
             columns[DIGEST_COLUMNS[0]] = [p[0] for p in pairs]
             columns[DIGEST_COLUMNS[1]] = [p[1] for p in pairs]
+            sizes = list(itertools.accumulate((len(body or b"") for body in bodies), initial=0))
         table = columns_to_table(type, columns)
         start = 0
         for (domain, year, month), group in itertools.groupby(w for w, _ in rows):
             n = sum(1 for _ in group)
-            yield Partition(type, year, month, domain), table.slice(start, n)
+            nbytes = sizes[start + n] - sizes[start] + _ROW_BYTES * n
+            yield Partition(type, year, month, domain), table.slice(start, n), nbytes
             start += n
 
 

@@ -11,6 +11,12 @@ worker reads the spill files itself (read, not mapped) and returns only paths, s
 the committing process never holds more than one partition's table, and nothing
 a worker writes is visible: the committing process names every file.
 
+A partition bigger than :data:`GATHER_MAX` (one site's archive is one partition a
+month) is never a table: its runs, spilled in batches of about :data:`BATCH_BYTES`,
+are merged as they are read (``_merge``, as compaction merges files), shared and
+written a row group at a time, and its capture index made from the file read back.
+What a commit holds is then a batch of each chunk, whatever the partition's size.
+
 A capture index names the version of the file it covers (inode and mtime on a
 local disk), which renaming the spooled file keeps: the index made here covers
 the file once it is named as the partition's compacted file, and is dropped if
@@ -30,8 +36,10 @@ from web_index.models import RecordType
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args, sort_dedupe
 from web_index.storage._layout import Partition, compacted_stored
+from web_index.storage._merge import merge_sorted
+from web_index.storage._schema import DIGEST_COLUMNS
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
-from web_index.storage.indexes import capture_index_bytes, table_lines
+from web_index.storage.indexes import capture_index_bytes, file_lines, table_lines
 from web_index.storage.payloads import find_holders, share_payloads, wanted_payloads
 
 if TYPE_CHECKING:
@@ -40,17 +48,103 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-__all__ = ["Pool", "Spooled", "Task", "gathered", "run_task", "shared_table", "spool_partition"]
+__all__ = [
+    "BATCH_BYTES",
+    "GATHER_MAX",
+    "Merged",
+    "Pool",
+    "Run",
+    "Spooled",
+    "Task",
+    "partition_rows",
+    "run_task",
+    "shared_table",
+    "spool_partition",
+]
+
+BATCH_BYTES = 4 << 20  # a partition's rows in a chunk are spilled in record batches of about this
+GATHER_MAX = 256 << 20  # a partition's spilled bytes past which it is merged as read, not gathered
+
+Reader = Callable[[str], "pa.ipc.RecordBatchFileReader"]  # a spill file's reader, by its path
+
+
+class Run(NamedTuple):
+    """A partition's rows in one spilled chunk (sorted, each record once): batches
+    ``first`` to ``first + batches - 1`` of the spill file at ``path``."""
+
+    path: str
+    first: int
+    batches: int
+    nbytes: int  # about: its bodies' bytes and 512 a row
 
 
 class Task(NamedTuple):
     """A partition of a spill, as a worker process is given it."""
 
     partition: Partition
-    batches: tuple[tuple[str, int], ...]  # (spill file, batch) of each chunk that holds it
+    runs: tuple[Run, ...]  # its rows in each chunk that holds it, in the order spilled
     share: bool  # its payloads stored in other months become references
     months: tuple[tuple[int, int], ...]  # the months holding ``get`` files, to look them up in
     commit: str  # which commit: a worker keeps its spill files open for that commit only
+    gather_max: int  # GATHER_MAX as the committing process has it
+
+
+class Merged:
+    """A partition too big to be held as a table: its runs merged as they are read,
+    each record once (the last given wins), in row groups of ``options``. Iterable
+    again (each time from the spill files)."""
+
+    def __init__(self, type: RecordType, runs: Sequence[Run], reader: Reader, options: WriteOptions) -> None:
+        self.type = type
+        self._runs = runs
+        self._reader = reader
+        self._options = options
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        # The latest run first: of two copies of a record, the merge keeps the first.
+        inputs = [self._tables(run) for run in reversed(self._runs)]
+        return merge_sorted(self.type, inputs, functools.partial(self._options.group_rows, self.type))
+
+    def _tables(self, run: Run) -> Iterator[pa.Table]:
+        import pyarrow as pa
+
+        reader = self._reader(run.path)
+        for b in range(run.first, run.first + run.batches):
+            yield pa.Table.from_batches([reader.get_batch(b)])
+
+    def digests(self) -> Iterator[pa.Table]:
+        """The payloads' SHA-256 column of every run, the rest of the rows not read."""
+        import pyarrow as pa
+
+        for run in self._runs:
+            at = self._reader(run.path).schema.get_field_index(DIGEST_COLUMNS[1])
+            if at < 0:
+                return
+            options = pa.ipc.IpcReadOptions(included_fields=[at])
+            with pa.OSFile(run.path, "rb") as source:
+                reader = pa.ipc.open_file(source, options=options)
+                for b in range(run.first, run.first + run.batches):
+                    yield pa.Table.from_batches([reader.get_batch(b)])
+
+
+def partition_rows(
+    type: RecordType, runs: Sequence[Run], reader: Reader, options: WriteOptions, gather_max: int
+) -> pa.Table | Merged:
+    """A partition's rows in a spill: a table gathered from its runs (one run is
+    sorted already; several are merged, each record once, the last given wins), or
+    :class:`Merged` when they hold more than ``gather_max`` bytes."""
+    import pyarrow as pa
+
+    if sum(run.nbytes for run in runs) > gather_max:
+        return Merged(type, runs, reader, options)
+    batches = []
+    for run in runs:
+        read = reader(run.path)
+        batches += [read.get_batch(b) for b in range(run.first, run.first + run.batches)]
+    table = pa.Table.from_batches(batches)
+    if len(runs) > 1:
+        return sort_dedupe(type, table)
+    return table.combine_chunks() if len(batches) > 1 else table
 
 
 class Spooled(NamedTuple):
@@ -85,7 +179,7 @@ def spool_partition(
     backend: LocalBackend,
     options: WriteOptions,
     partition: Partition,
-    table: pa.Table,
+    rows: pa.Table | Merged,
     *,
     share: bool,
     months: Sequence[tuple[int, int]],
@@ -95,8 +189,17 @@ def spool_partition(
 
     from web_index.storage.pages import CheckedFile
 
-    table, refers = shared_table(backend, partition, table, share, months)
-    data, write_options = partition_file_args(partition, table, options)
+    table: pa.Table | None = None
+    if isinstance(rows, Merged):
+        stream: Iterable[pa.Table] = rows
+        refers = share
+        if share:
+            wanted = wanted_payloads(rows.digests())
+            stream = share_payloads(rows, find_holders(backend, partition, months, wanted), wanted)
+        data, write_options = partition_file_args(partition, stream, options)
+    else:
+        table, refers = shared_table(backend, partition, rows, share, months)
+        data, write_options = partition_file_args(partition, table, options)
     spool = backend.spool_parquet(data, **write_options)
     if partition.type.is_metadata:
         return Spooled(partition, spool, refers, None, None)
@@ -105,7 +208,11 @@ def spool_partition(
         # The lines carry the bodies' places: learnt from the file as written.
         with pa.memory_map(str(spool)) as source:
             holders: dict[str, FileInfo] = {}
-            lines = table_lines(partition.type, table, CheckedFile(source, path=path), backend, path, holders)
+            handle = CheckedFile(source, path=path)
+            if table is None:  # merged as read: its lines from the file, a row group at a time
+                lines = file_lines(partition.type, handle, backend, path, holders)
+            else:
+                lines = table_lines(partition.type, table, handle, backend, path, holders)
         info = backend.spooled_info(spool)
         covered = compacted_stored(partition, info.size, info.version)
         where, body = capture_index_bytes(partition, covered, frozenset(), lines)
@@ -115,22 +222,13 @@ def spool_partition(
         raise
 
 
-def gathered(type: RecordType, batches: Sequence[pa.RecordBatch]) -> pa.Table:
-    """A partition's table from its batch in each chunk that holds it: one batch is
-    sorted already; several are merged, each record once (the last given wins)."""
-    import pyarrow as pa
-
-    table = pa.Table.from_batches(batches)
-    return table if len(batches) == 1 else sort_dedupe(type, table)
-
-
 def run_task(root: str, options: WriteOptions, task: Task) -> Spooled:
-    """:func:`spool_partition` in a worker process: the partition's table read from
+    """:func:`spool_partition` in a worker process: the partition's rows read from
     the spill files by their paths."""
-    batches = [_reader(task.commit, path).get_batch(b) for path, b in task.batches]
-    table = gathered(task.partition.type, batches)
+    reader = functools.partial(_reader, task.commit)
+    rows = partition_rows(task.partition.type, task.runs, reader, options, task.gather_max)
     spooled = spool_partition(
-        _backend(root), options, task.partition, table, share=task.share, months=task.months
+        _backend(root), options, task.partition, rows, share=task.share, months=task.months
     )
     crash_point("load-worker")  # its spooled files left by a dead process, for remove_orphans
     return spooled

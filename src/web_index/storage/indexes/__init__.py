@@ -28,6 +28,7 @@ from web_index.storage.indexes._captures import capture_index_bytes as capture_i
 from web_index.storage.indexes._captures import capture_index_path as capture_index_path
 from web_index.storage.indexes._captures_build import build_capture_index as build_capture_index
 from web_index.storage.indexes._captures_build import ensure_capture_indexes as ensure_capture_indexes
+from web_index.storage.indexes._captures_build import file_lines as file_lines
 from web_index.storage.indexes._captures_build import holders_moved as holders_moved
 from web_index.storage.indexes._captures_build import refresh_held_places as refresh_held_places
 from web_index.storage.indexes._captures_build import table_lines as table_lines
