@@ -91,8 +91,8 @@ class Task(NamedTuple):
 
 class Merged:
     """A partition too big to be held as a table: its runs merged as they are read,
-    each record once (the last given wins), in row groups of ``options``. Iterable
-    again (each time from the spill files)."""
+    each record once (its copy in the earliest run, as :func:`partition_rows` keeps
+    it), in row groups of ``options``. Iterable again (each time from the spill files)."""
 
     def __init__(self, type: RecordType, runs: Sequence[Run], reader: Reader, options: WriteOptions) -> None:
         self.type = type
@@ -101,8 +101,7 @@ class Merged:
         self._options = options
 
     def __iter__(self) -> Iterator[pa.Table]:
-        # The latest run first: of two copies of a record, the merge keeps the first.
-        inputs = [self._tables(run) for run in reversed(self._runs)]
+        inputs = [self._tables(run) for run in self._runs]
         return merge_sorted(self.type, inputs, functools.partial(self._options.group_rows, self.type))
 
     def _tables(self, run: Run) -> Iterator[pa.Table]:
@@ -131,8 +130,8 @@ def partition_rows(
     type: RecordType, runs: Sequence[Run], reader: Reader, options: WriteOptions, gather_max: int
 ) -> pa.Table | Merged:
     """A partition's rows in a spill: a table gathered from its runs (one run is
-    sorted already; several are merged, each record once, the last given wins), or
-    :class:`Merged` when they hold more than ``gather_max`` bytes."""
+    sorted already; several are merged, each record once: its copy in the earliest
+    run), or :class:`Merged` when they hold more than ``gather_max`` bytes."""
     import pyarrow as pa
 
     if sum(run.nbytes for run in runs) > gather_max:
@@ -205,8 +204,9 @@ def spool_partition(
         return Spooled(partition, spool, refers, None, None)
     try:
         path = partition.compacted_path
-        # The lines carry the bodies' places: learnt from the file as written.
-        with pa.memory_map(str(spool)) as source:
+        # The lines carry the bodies' places: learnt from the file as written, read (not
+        # mapped: every page of a big file would stay in this process's RSS while mapped).
+        with pa.OSFile(str(spool), "rb") as source:
             holders: dict[str, FileInfo] = {}
             handle = CheckedFile(source, path=path)
             if table is None:  # merged as read: its lines from the file, a row group at a time
