@@ -20,12 +20,13 @@ import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -51,6 +52,7 @@ from web_index.models import (
     TimeAwarePageQuery,
 )
 from web_index.storage import PostgresBuffer
+from web_index.storage import _load as load_module
 from web_index.storage.indexes._month_verify import index_disagreement
 from web_index.urls import domain_of, url_key
 
@@ -273,15 +275,34 @@ class StoreMachine(RuleBasedStateMachine):
         chunk=st.sampled_from([1, 3, 50_000]),
         commit_bytes=st.sampled_from([1, 4 << 30]),
         again=st.booleans(),
+        merged=st.booleans(),
     )
     def bulk_load(
-        self, adds: list[list[tuple[str, datetime, str, int]]], chunk: int, commit_bytes: int, again: bool
+        self,
+        adds: list[list[tuple[str, datetime, str, int]]],
+        chunk: int,
+        commit_bytes: int,
+        again: bool,
+        merged: bool,
     ) -> None:
         """A bulk load of several adds, spilled every ``chunk`` attempts and
         committed at once or (``commit_bytes=1``) after every spill; ``again``:
-        with an importer's request ids, each add given twice, stored once."""
+        with an importer's request ids, each add given twice, stored once;
+        ``merged``: every partition merged as read (as one past ``GATHER_MAX``),
+        spilled in batches of a row or two."""
         assert self.index is not None
         self.bulk_loads += 1
+        with ExitStack() as patched:
+            if merged:
+                patch = patched.enter_context(pytest.MonkeyPatch.context())
+                patch.setattr(load_module, "GATHER_MAX", 0)
+                patch.setattr(load_module, "BATCH_BYTES", 600)
+            self._bulk_load(adds, chunk, commit_bytes, again)
+
+    def _bulk_load(
+        self, adds: list[list[tuple[str, datetime, str, int]]], chunk: int, commit_bytes: int, again: bool
+    ) -> None:
+        assert self.index is not None
         with self.index.bulk_load(chunk=chunk, commit_bytes=commit_bytes) as load:
             for batch in adds:
                 items = []

@@ -35,9 +35,8 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,24 +178,16 @@ class Spill:
             def sharing(p: Partition) -> bool:
                 return share and p.type is RecordType.GET and not had_files(p)
 
+            original = functools.partial(self._rows, options=options)  # read again, if need be
             if isinstance(self._backend, LocalBackend):
                 spooled = self._spooled(self._backend, options, order, sharing, months)
-                original = functools.partial(self._rows, options=options)
                 parted = _write_local(
                     self._backend, locks, options, spooled, had_files, original, durable=durable
                 )
             else:
-                # Whole tables: an object store's commit writes each file in one request.
-                tables = (
-                    shared_table(self._backend, p, self._table(p, options), sharing(p), months) for p in order
-                )
-                parted = _write_remote(
-                    self._backend,
-                    options,
-                    zip(order, tables, strict=True),
-                    had_files,
-                    functools.partial(self._table, options=options),
-                )
+                tables = (shared_table(self._backend, p, original(p), sharing(p), months) for p in order)
+                written = zip(order, tables, strict=True)
+                parted = _write_remote(self._backend, options, written, had_files, original)
             return {_method_partition(p) for p in self._where}, parted
         finally:
             self.discard()
@@ -223,21 +214,15 @@ class Spill:
         )
         yield from self._pool.map(str(backend.root), options, tasks)
 
-    def _rows(self, partition: Partition, options: WriteOptions, *, whole: bool = False) -> pa.Table | Merged:
-        """The partition's rows: a table, or merged as read when big (and not ``whole``)."""
+    def _rows(self, partition: Partition, options: WriteOptions) -> pa.Table | Merged:
+        """The partition's rows: a table, or merged as read when big."""
         readers = {}
         for f, run in self._where[partition]:
             reader = self._files[f][1]
             assert reader is not None  # set once its file is written
             readers[run.path] = reader
         runs = [run for _, run in self._where[partition]]
-        limit = sys.maxsize if whole else GATHER_MAX
-        return partition_rows(partition.type, runs, readers.__getitem__, options, limit)
-
-    def _table(self, partition: Partition, options: WriteOptions) -> pa.Table:
-        table = self._rows(partition, options, whole=True)
-        assert not isinstance(table, Merged)
-        return table
+        return partition_rows(partition.type, runs, readers.__getitem__, options, GATHER_MAX)
 
 
 def _had_files(listing: Listing) -> Callable[[Partition], bool]:
@@ -328,9 +313,9 @@ def _write_local(
 def _write_remote(
     backend: Backend,
     options: WriteOptions,
-    tables: Iterator[tuple[Partition, tuple[pa.Table, bool]]],
+    tables: Iterator[tuple[Partition, tuple[pa.Table | Iterable[pa.Table], bool]]],
     had_files: Callable[[Partition], bool],
-    original: Callable[[Partition], pa.Table],
+    original: Callable[[Partition], pa.Table | Merged],
 ) -> set[MethodPartition]:
     parted: set[MethodPartition] = set()
     for partition, (table, refers) in tables:

@@ -158,20 +158,27 @@ class Spooled(NamedTuple):
 
 
 def shared_table(
-    backend: Backend, partition: Partition, table: pa.Table, share: bool, months: Sequence[tuple[int, int]]
-) -> tuple[pa.Table, bool]:
-    """``table``, and whether its payloads stored elsewhere became references
-    (storage/payloads/_sharing.py): only with ``share``, which the commit gives a
-    ``get`` table to be the compacted file of a partition without files. Parts never
-    refer: a compaction may make their rows references, which would leave a reference
-    to one of them without its body."""
+    backend: Backend,
+    partition: Partition,
+    rows: pa.Table | Merged,
+    share: bool,
+    months: Sequence[tuple[int, int]],
+) -> tuple[pa.Table | Iterable[pa.Table], bool]:
+    """``rows`` (a table, or :class:`Merged` row groups), and whether its payloads stored
+    elsewhere became references (storage/payloads/_sharing.py): only with ``share``, which
+    the commit gives a ``get`` partition to be the compacted file of a partition without
+    files. Parts never refer: a compaction may make their rows references, which would
+    leave a reference to one of them without its body."""
     if not share:
-        return table, False
+        return rows, False
     import pyarrow as pa
 
-    wanted = wanted_payloads([table])
+    if isinstance(rows, Merged):
+        wanted = wanted_payloads(rows.digests())
+        return share_payloads(rows, find_holders(backend, partition, months, wanted), wanted), True
+    wanted = wanted_payloads([rows])
     holders = find_holders(backend, partition, months, wanted)
-    return pa.concat_tables(share_payloads([table], holders, wanted)), True
+    return pa.concat_tables(share_payloads([rows], holders, wanted)), True
 
 
 def spool_partition(
@@ -188,17 +195,8 @@ def spool_partition(
 
     from web_index.storage.pages import CheckedFile
 
-    table: pa.Table | None = None
-    if isinstance(rows, Merged):
-        stream: Iterable[pa.Table] = rows
-        refers = share
-        if share:
-            wanted = wanted_payloads(rows.digests())
-            stream = share_payloads(rows, find_holders(backend, partition, months, wanted), wanted)
-        data, write_options = partition_file_args(partition, stream, options)
-    else:
-        table, refers = shared_table(backend, partition, rows, share, months)
-        data, write_options = partition_file_args(partition, table, options)
+    table, refers = shared_table(backend, partition, rows, share, months)
+    data, write_options = partition_file_args(partition, table, options)
     spool = backend.spool_parquet(data, **write_options)
     if partition.type.is_metadata:
         return Spooled(partition, spool, refers, None, None)
@@ -209,10 +207,10 @@ def spool_partition(
         with pa.OSFile(str(spool), "rb") as source:
             holders: dict[str, FileInfo] = {}
             handle = CheckedFile(source, path=path)
-            if table is None:  # merged as read: its lines from the file, a row group at a time
-                lines = file_lines(partition.type, handle, backend, path, holders)
-            else:
+            if isinstance(table, pa.Table):
                 lines = table_lines(partition.type, table, handle, backend, path, holders)
+            else:  # merged as read: its lines from the file, a row group at a time
+                lines = file_lines(partition.type, handle, backend, path, holders)
         info = backend.spooled_info(spool)
         covered = compacted_stored(partition, info.size, info.version)
         where, body = capture_index_bytes(partition, covered, frozenset(), lines)
