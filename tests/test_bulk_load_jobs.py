@@ -225,8 +225,11 @@ if __name__ == "__main__":
         with index.bulk_load(jobs=1) as load:
             load.add(_items(0, 20), request_ids=[str(uuid.UUID(int=i, version=4)) for i in range(20)])
         print("first", flush=True)
-        if len(sys.argv) > 3:
+        if sys.argv[3] != "-":
             os.environ["WEB_INDEX_CRASH_AT"] = sys.argv[3]  # this load's, and its workers'
+        if sys.argv[4] == "merged":  # every partition merged as read (as one past GATHER_MAX)
+            from web_index.storage import _load
+            _load.GATHER_MAX, _load.BATCH_BYTES = 0, 4096
         try:
             with index.bulk_load(jobs=int(sys.argv[2])) as load:
                 ids = [str(uuid.UUID(int=i, version=4)) for i in range(20, 20 + {n})]
@@ -238,10 +241,13 @@ if __name__ == "__main__":
 """
 
 
-def _load(store: Path, jobs: int, *crash_at: str, **popen: Any) -> subprocess.Popen[str]:
+def _load(
+    store: Path, jobs: int, crash_at: str = "-", *, merged: bool = False, **popen: Any
+) -> subprocess.Popen[str]:
     code = _LOAD.format(root=str(ROOT), n=_SECOND[0], hosts=_SECOND[1])
+    how = "merged" if merged else "gathered"
     return subprocess.Popen(
-        [sys.executable, "-c", code, str(store), str(jobs), *crash_at],
+        [sys.executable, "-c", code, str(store), str(jobs), crash_at, how],
         stdout=subprocess.PIPE,
         text=True,
         **popen,
@@ -287,9 +293,10 @@ def _whole_partitions(store: Path) -> int:
     return stored
 
 
-def test_a_worker_killed_fails_the_load_with_the_store_as_it_was(tmp_path: Path) -> None:
+@pytest.mark.parametrize("merged", [False, True], ids=["gathered", "merged"])
+def test_a_worker_killed_fails_the_load_with_the_store_as_it_was(tmp_path: Path, merged: bool) -> None:
     store = tmp_path / "s"
-    proc = _load(store, 2, "load-worker")
+    proc = _load(store, 2, "load-worker", merged=merged)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 3, out
     assert "a worker process of the bulk load died" in out
@@ -297,10 +304,11 @@ def test_a_worker_killed_fails_the_load_with_the_store_as_it_was(tmp_path: Path)
     assert _whole_partitions(store) == 0
 
 
+@pytest.mark.parametrize("merged", [False, True], ids=["gathered", "merged"])
 @pytest.mark.parametrize("point", ["load-before-naming", "load-while-naming", "load-before-capture-indexes"])
-def test_a_parallel_commit_killed_at_each_step(tmp_path: Path, point: str) -> None:
+def test_a_parallel_commit_killed_at_each_step(tmp_path: Path, point: str, merged: bool) -> None:
     store = tmp_path / "s"
-    proc = _load(store, 2, point)
+    proc = _load(store, 2, point, merged=merged)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 137, f"the crash point {point} was never reached: {out}"
     stored = _whole_partitions(store)
