@@ -159,6 +159,42 @@ def test_importing_again_stores_nothing_twice(tmp_path: Path) -> None:
     assert records == 14  # 7 pages, 7 metadata records
 
 
+@pytest.mark.parametrize("names", ["the request names its response", "the response names its request"])
+def test_a_head_request_is_matched_to_its_response_either_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: str
+) -> None:
+    """warcio's pairs give the request ``WARC-Concurrent-To`` its response; other writers give
+    the response the request's id. Requests never answered are not held without bound."""
+    monkeypatch.setattr("web_index.archive._import._METHODS_KEPT", 4)
+    w = Warc()
+    head = StatusAndHeaders("HEAD / HTTP/1.1", [("Host", "example.com")], is_http_request=True)
+    for i in range(10):  # requests whose responses never come (a fetch that failed)
+        w.writer.write_record(
+            w.writer.create_warc_record(
+                f"https://example.com/lost{i}", "request", payload=io.BytesIO(b""),
+                http_headers=head, warc_headers_dict={"WARC-Date": _iso(T0)},
+            )
+        )  # fmt: skip
+    request = w.writer.create_warc_record(
+        "https://example.com/h", "request", payload=io.BytesIO(b""),
+        http_headers=head, warc_headers_dict={"WARC-Date": _iso(T0)},
+    )  # fmt: skip
+    response = w.writer.create_warc_record(
+        "https://example.com/h", "response", payload=io.BytesIO(b""),
+        http_headers=StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1"),
+        warc_headers_dict={"WARC-Date": _iso(T0)},
+    )  # fmt: skip
+    naming, named = (request, response) if names == "the request names its response" else (response, request)
+    naming.rec_headers.add_header("WARC-Concurrent-To", named.rec_headers.get_header("WARC-Record-ID"))
+    w.writer.write_record(request)
+    w.writer.write_record(response)
+    path = w.save(tmp_path / "a.warc.gz")
+    with WebIndex(tmp_path / "s") as index:
+        assert import_warcs(index, [path]).stored == 1
+        head = _get(index, "https://example.com/h", RecordType.HEAD)
+    assert isinstance(head, Page) and head.type is RecordType.HEAD
+
+
 def test_importing_again_reads_no_http_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A record the store holds is known by its WARC headers: parsing its HTTP message and
     decoding its body would be most of a re-import's time for nothing."""
@@ -187,7 +223,8 @@ def test_a_problem_mid_batch_stores_what_came_before_it_only(tmp_path: Path, bul
         with pytest.raises(WarcError, match="status_code"):
             import_warcs(index, [path], bulk=bulk)
         index.flush()
-        assert [_get(index, f"https://example.com/{i}") is not None for i in range(5)] == [True, True] + [False] * 3
+        stored = [_get(index, f"https://example.com/{i}") is not None for i in range(5)]
+        assert stored == [True, True, False, False, False]
         report = import_warcs(index, [path], bulk=bulk, skip_invalid=True)
         assert (report.stored, report.already_stored, len(report.problems)) == (2, 2, 1)
 

@@ -27,6 +27,7 @@ record stored already and stores nothing twice.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -65,6 +66,7 @@ __all__ = ["ImportReport", "import_warcs"]
 
 _DEFAULT_FETCHER = ("warc-import", "unknown")
 _RESOLVED_AT_ONCE = 2048  # revisits of a bulk import resolved together (their bodies held meanwhile)
+_METHODS_KEPT = 1 << 16  # request records waiting for their response (it is mostly the next record)
 
 
 @dataclass
@@ -221,6 +223,15 @@ class _Run:
         for rid in (record.header("WARC-Record-ID"), record.header("WARC-Concurrent-To")):
             if rid:
                 self.methods[rid.strip()] = method
+        while len(self.methods) > _METHODS_KEPT:  # a request whose response never came
+            del self.methods[next(iter(self.methods))]
+
+    def _method(self, c: _Capture, rid: str) -> RecordType:
+        """The method of ``c``'s request: its record names the response, or the response it."""
+        named = self.methods.pop(rid, None)
+        other = (c.record.header("WARC-Concurrent-To") or "").strip()
+        naming = self.methods.pop(other, None) if other else None
+        return named if named is not None else naming if naming is not None else c.method
 
     def capture(self, record: WarcRecord, fetcher: tuple[str, str]) -> None:
         url = (record.header("WARC-Target-URI") or "").strip().strip("<>")
@@ -269,7 +280,7 @@ class _Run:
         keys: list[PageKey | None] = []
         for c in todo:
             rid = (c.record.header("WARC-Record-ID") or "").strip()
-            c.method = self.methods.pop(rid, c.method)
+            c.method = self._method(c, rid)
             ids.append(record_request_id(rid, c.record.date))
             at, kind = c.record.date, c.method.metadata
             try:
@@ -295,6 +306,8 @@ class _Run:
         self._insert([(c, rid) for c, rid in new if c.refers is None or c.method is RecordType.HEAD])
         waiting = [(c, rid) for c, rid in new if c.refers is not None and c.method is RecordType.GET]
         if self.deferred is not None:
+            for c, _ in waiting:  # held till the load commits: what it stores, not the record
+                c.record = dataclasses.replace(c.record, headers={}, block=b"")
             self.deferred += waiting
         else:
             self._resolve_all(waiting, bulk=False)
