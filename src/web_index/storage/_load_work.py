@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 BATCH_BYTES = 4 << 20  # a partition's rows in a chunk are spilled in record batches of about this
-GATHER_MAX = 256 << 20  # a partition's spilled bytes past which it is merged as read, not gathered
+GATHER_MAX = 64 << 20  # a partition's spilled bytes past which it is merged as read, not gathered
 
 Reader = Callable[[str], "pa.ipc.RecordBatchFileReader"]  # a spill file's reader, by its path
 
