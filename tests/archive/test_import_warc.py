@@ -165,7 +165,7 @@ def test_a_head_request_is_matched_to_its_response_either_way(
 ) -> None:
     """warcio's pairs give the request ``WARC-Concurrent-To`` its response; other writers give
     the response the request's id. Requests never answered are not held without bound."""
-    monkeypatch.setattr("web_index.archive._import._METHODS_KEPT", 4)
+    monkeypatch.setattr("web_index.archive._import_run._METHODS_KEPT", 4)
     w = Warc()
     head = StatusAndHeaders("HEAD / HTTP/1.1", [("Host", "example.com")], is_http_request=True)
     for i in range(10):  # requests whose responses never come (a fetch that failed)
@@ -208,7 +208,7 @@ def test_importing_again_reads_no_http_message(tmp_path: Path, monkeypatch: pyte
         def parsed(block: bytes) -> object:
             raise AssertionError("an HTTP message parsed for a record already stored")
 
-        monkeypatch.setattr("web_index.archive._import.parse_http_response", parsed)
+        monkeypatch.setattr("web_index.archive._import_run.parse_http_response", parsed)
         again = import_warcs(index, [path], batch=2)
     assert (again.stored, again.already_stored) == (0, 5)
 
@@ -407,7 +407,7 @@ def test_a_bulk_import_resolves_revisits_against_the_whole_import(
     when its revisits are resolved a few at a time (``at_once``: their bodies not all held)."""
     from unittest.mock import patch
 
-    from web_index.archive import _import
+    from web_index.archive import _import_run
 
     tmp = tmp_path_factory.mktemp("bulk")
     bounds = [0, *sorted(set(c for c in cuts if c < len(events))), len(events)]
@@ -418,7 +418,7 @@ def test_a_bulk_import_resolves_revisits_against_the_whole_import(
     in_order.append(_warc(tmp, "revisits.warc.gz", [e for e in events if e[0] == "revisit"]))
     reports, answers = [], []
     for bulk, paths in ((True, files), (False, in_order)):
-        with WebIndex(tmp / f"s-{bulk}") as index, patch.object(_import, "_RESOLVED_AT_ONCE", at_once):
+        with WebIndex(tmp / f"s-{bulk}") as index, patch.object(_import_run, "_RESOLVED_AT_ONCE", at_once):
             report = import_warcs(index, paths, bulk=bulk)
             if bulk:
                 assert index.stats().buffered_attempts == 0
