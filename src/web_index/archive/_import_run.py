@@ -240,6 +240,8 @@ class Run:
         stored, rest = 0, []
         with contextlib.ExitStack() as load:
             for part in waiting:
+                if not part:
+                    continue
                 found, left = self._resolve_round(part)
                 if found and bulk and not stored:
                     self.load = load.enter_context(self.index.bulk_load(jobs=self.jobs))
