@@ -76,12 +76,12 @@ def import_warcs(
     for p in paths:
         files += [p] if isinstance(p, ArchiveFile) else archive_files([p])
     if not bulk:
-        _import_files(run, files, skip_invalid, on_progress)
+        _import_files(run, files, on_progress)
         return report
     with Waiting() as run.deferred:  # revisits, till what they refer to is written
         try:
             with index.bulk_load(jobs=jobs) as run.load:
-                _import_files(run, files, skip_invalid, on_progress)
+                _import_files(run, files, on_progress)
         except WarcError:
             run.store_deferred()  # every record before the problem is stored
             raise
@@ -92,7 +92,6 @@ def import_warcs(
 def _import_files(
     run: Run,
     files: list[ArchiveFile],
-    skip_invalid: bool,
     on_progress: Callable[[ImportReport], None] | None,
 ) -> None:
     report = run.report

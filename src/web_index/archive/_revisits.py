@@ -109,7 +109,6 @@ class Waiting(Generic[_T]):
 
     def __init__(self) -> None:
         self._file = tempfile.TemporaryFile(prefix="web-index-waiting-")  # noqa: SIM115 (closed by __exit__)
-        self.count = 0
 
     def __enter__(self) -> Waiting[_T]:
         return self
@@ -121,7 +120,6 @@ class Waiting(Generic[_T]):
         if items:
             # Our own objects, read back only by this process from a file it made: not foreign data.
             pickle.dump(items, self._file, protocol=pickle.HIGHEST_PROTOCOL)
-            self.count += len(items)
 
     def slices(self, size: int) -> Iterator[list[_T]]:
         self._file.flush()
