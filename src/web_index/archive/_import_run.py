@@ -49,7 +49,7 @@ class ImportReport:
 @dataclass
 class _Capture:
     """A record to store. Its HTTP message is parsed and its body decoded only once the
-    store says it does not hold it (``read``): importing a file again costs its reading."""
+    store says it does not hold it (``Run._read``): importing a file again costs its reading."""
 
     record: WarcRecord
     url: str
@@ -63,6 +63,9 @@ class _Capture:
 
 
 class Run:
+    """One import's state across its files: the records waiting for a presence check, the
+    requests waiting for their response, the bulk load and the revisits waiting for it."""
+
     def __init__(
         self, index: WebIndex, calibre: int, batch: int, report: ImportReport, jobs: int, skip_invalid: bool
     ) -> None:

@@ -207,9 +207,8 @@ class Spill:
                 yield spool_partition(backend, options, p, rows, share=sharing(p), months=months)
             return
         commit = str(uuid.uuid4())
-        gather_max = GATHER_MAX
         tasks = (
-            Task(p, tuple(run for _, run in self._where[p]), sharing(p), months, commit, gather_max)
+            Task(p, tuple(run for _, run in self._where[p]), sharing(p), months, commit, GATHER_MAX)
             for p in order
         )
         yield from self._pool.map(str(backend.root), options, tasks)
