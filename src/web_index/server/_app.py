@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Route
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
@@ -24,6 +25,7 @@ from web_index.index import WebIndex
 from web_index.server import _api
 from web_index.server._cdx import DEFAULT_COLLECTION, cdx
 from web_index.server._errors import HANDLERS
+from web_index.server._lookups import Lookups
 from web_index.server._mementos import memento, timegate
 from web_index.server._resource import resource, resource_post
 from web_index.server._save import save
@@ -136,6 +138,7 @@ def create_app(
         ],
         lifespan=lifespan,
         exception_handlers=HANDLERS,
+        middleware=[Middleware(Lookups, handlers={"cdx": cdx, "index": cdx, "resource": resource})],
     )
     # No 307 to "path/" for a path that matches nothing: "/api/insert/" would be
     # a memento path, so an absent /api/insert (or a mistyped /api/querry) would

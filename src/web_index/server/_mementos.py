@@ -20,6 +20,7 @@ live web.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
@@ -41,7 +42,7 @@ from web_index.errors import InvalidRecordError
 from web_index.server._cdx import collection, not_found
 from web_index.server._errors import ApiError, bad_parameter
 
-__all__ = ["memento", "memento_base", "memento_headers", "target_url", "timegate"]
+__all__ = ["memento", "memento_base", "memento_headers", "server_root", "target_url", "timegate"]
 
 _STAMP = re.compile(r"([0-9]{1,14})(id_)?")
 
@@ -102,7 +103,26 @@ async def memento(request: Request) -> Response:
 
 def memento_base(request: Request, coll: str, fields: dict[str, str]) -> str:
     """The path, up to the URL, of the ``id_`` memento of the capture with these fields."""
-    return f"{str(request.base_url).rstrip('/')}/{coll}/{fields['timestamp']}id_/"
+    return f"{server_root(request)}/{coll}/{fields['timestamp']}id_/"
+
+
+def server_root(request: Request) -> str:
+    """This server's address as the request names it (``request.base_url``), without the
+    last ``/``: what the links of an answer start with."""
+    scope = request.scope
+    host = next((value for name, value in scope["headers"] if name == b"host"), None)
+    server = scope.get("server")
+    root_path = scope.get("app_root_path", scope.get("root_path", ""))
+    return _root(scope.get("scheme", "http"), host, None if server is None else tuple(server), root_path)
+
+
+@functools.lru_cache(maxsize=256)
+def _root(scheme: str, host: bytes | None, server: tuple[str, int] | None, root_path: str) -> str:
+    # Starlette's own reading of the scope (a Resource answer spent ~5 us a request on it),
+    # kept for the few addresses a server is called by.
+    headers = [] if host is None else [(b"host", host)]
+    scope = {"type": "http", "scheme": scheme, "server": server, "root_path": root_path, "path": root_path}
+    return str(Request({**scope, "headers": headers, "query_string": b""}).base_url).rstrip("/")
 
 
 def memento_headers(fields: dict[str, str], moment: datetime, base: str | None) -> list[tuple[str, str]]:
@@ -139,7 +159,7 @@ async def _timegate(request: Request, coll: Collection, url: str) -> Response:
     if not found:
         return not_found(url)
     fields, moment = found[0]
-    root = f"{str(request.base_url).rstrip('/')}/{coll.name}"
+    root = f"{server_root(request)}/{coll.name}"
     chosen = f"{root}/{fields['timestamp']}id_/{fields['url']}"
     date = format_datetime(moment, usegmt=True)
     link = (

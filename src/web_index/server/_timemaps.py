@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from web_index.archive import MAX_LIMIT, parse_cdx_query
 from web_index.server._cdx import collection, find_cut, not_found
 from web_index.server._errors import ApiError
-from web_index.server._mementos import target_url
+from web_index.server._mementos import server_root, target_url
 
 __all__ = ["timemap"]
 
@@ -33,7 +33,7 @@ async def timemap(request: Request) -> Response:
     captures, headers = await find_cut(coll, query, MAX_LIMIT)
     if not captures:
         return not_found(url)
-    root = f"{str(request.base_url).rstrip('/')}/{coll.name}"
+    root = f"{server_root(request)}/{coll.name}"
     mementos = [(f"{root}/{c['timestamp']}id_/{c['url']}", moment) for c, moment in captures]
     if form == "json":
         body = {
