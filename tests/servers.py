@@ -70,9 +70,10 @@ def weed_binary() -> str | None:
 class SeaweedFS:
     """``weed server -s3`` on free loopback ports; can be killed and restarted on the same dir."""
 
-    def __init__(self, binary: str, workdir: Path) -> None:
+    def __init__(self, binary: str, workdir: Path, volumes: int = 50) -> None:
         self.binary = binary
         self.workdir = workdir
+        self.volumes = volumes  # of 64 MB each: what it can hold (deleted objects count till vacuumed)
         (workdir / "data").mkdir(parents=True, exist_ok=True)
         (workdir / "s3.json").write_text(
             json.dumps(
@@ -141,7 +142,7 @@ class SeaweedFS:
             "-master.electionTimeout=1s",
             f"-volume.port={p['volume']}",
             f"-volume.port.grpc={p['volume_grpc']}",
-            "-volume.max=50",
+            f"-volume.max={self.volumes}",
             "-volume.preStopSeconds=0",
             f"-filer.port={p['filer']}",
             f"-filer.port.grpc={p['filer_grpc']}",

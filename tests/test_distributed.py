@@ -265,3 +265,172 @@ def test_compaction_on_the_cluster_equals_compaction_here(cluster: Any, seaweed:
     assert (records, stats, captures) == _contents(here)
     assert all(compacted and parts == 0 for *_, parts, compacted in stats)
     assert any(captures)
+
+
+# -- WARC imports on the cluster (import_warcs(..., scheduler=), import-warc --scheduler) ---------
+
+
+def _warc_files(folder: Path, seed: int, broken: bool = False) -> list[Path]:
+    """Four WARC files over five sites and three months (so most partitions are in several
+    files): GET and HEAD captures, and revisits of captures in other files, some of nothing."""
+    from tests.archive.test_import_warc import T0 as W0
+    from tests.archive.test_import_warc import Warc
+
+    rng = random.Random(seed)
+    made: list[tuple[str, Any]] = []
+    paths = []
+    for n in range(4):
+        w = Warc()
+        for _ in range(30):
+            url = f"https://site{rng.randrange(5)}.org/p/{rng.randrange(20)}"
+            when = W0 + timedelta(days=rng.randrange(75), seconds=rng.randrange(86_400))
+            w.capture(url, f"body {rng.randrange(6)}".encode(), when=when, method=rng.choice(["GET", "GET", "HEAD"]))
+            made.append((url, when))
+        for url, when in rng.sample(made, 4):
+            w.revisit(url, when + timedelta(days=2), refers_to=when + timedelta(seconds=rng.choice([0, 0, 7])))
+        paths.append(w.save(folder / f"{n}.warc.gz"))
+    if broken:  # the last record of the third file cut short
+        data = paths[2].read_bytes()
+        paths[2].write_bytes(data[: len(data) - 40])
+    return paths
+
+
+def _staged_left(location: str) -> list[str]:
+    from web_index.storage import open_backend
+
+    backend = open_backend(location)
+    if "://" not in location:
+        return [str(p) for p in (Path(location) / "_tmp").rglob("*")]
+    import obstore as obs
+
+    return [m["path"] for batch in obs.list(backend.store, "_tmp") for m in batch]  # type: ignore[attr-defined]
+
+
+def _set_env(name: str, value: str) -> None:
+    """On a worker (by reference: ``os.environ.__setitem__`` would carry this process's mapping)."""
+    os.environ[name] = value
+
+
+def _report(r: Any) -> tuple[Any, ...]:
+    return (r.files, r.bytes, r.records, r.stored, r.already_stored, r.skipped, [str(p) for p in r.problems])
+
+
+@pytest.mark.parametrize("where", ["s3", "local"])
+def test_an_import_on_the_cluster_stores_what_a_local_import_does(
+    cluster: Any, seaweed: SeaweedFS, tmp_path: Path, where: str
+) -> None:
+    from web_index.archive import import_warcs
+    from web_index.storage import open_backend
+
+    paths = _warc_files(tmp_path, seed=11)
+    here = seaweed.new_store() if where == "s3" else str(tmp_path / "here")
+    there = seaweed.new_store() if where == "s3" else str(tmp_path / "there")
+    sources: list[Any] = list(paths)
+    if where == "s3":  # one file read by the workers from the object store
+        warcs = seaweed.new_store()
+        open_backend(warcs).copy_in(paths[0], "in/0.warc.gz")
+        sources[0] = f"{warcs}/in/0.warc.gz"
+    with WebIndex(here) as index:
+        local = import_warcs(index, paths)
+    with WebIndex(there) as index, distributed.get_task_stream(cluster) as tasks:
+        spread = import_warcs(index, sources, scheduler=cluster.scheduler.address)
+    assert _report(spread) == _report(local)
+    assert local.stored > 100 and local.skipped.get("revisit not resolved")
+    assert _contents(there) == _contents(here)
+    ran = {t["worker"] for t in tasks.data}
+    assert ran == set(cluster.scheduler_info()["workers"])  # files, merges, compactions: on the cluster
+    assert _staged_left(there) == []
+    with WebIndex(there, read_only=True) as index:
+        assert all(p.compacted and p.part_files == 0 for p in index.stats().partitions)
+
+
+def test_a_worker_killed_while_staging_costs_its_file_only(
+    cluster: Any, seaweed: SeaweedFS, tmp_path: Path
+) -> None:
+    """A worker dies (as a SIGKILL) after staging one partition's file of its file: the
+    scheduler runs that file again on a worker, which stages the same names, and the import
+    ends as one that nothing interrupted."""
+    from web_index.archive import import_warcs
+
+    paths = _warc_files(tmp_path, seed=12)
+    here, there = seaweed.new_store(), seaweed.new_store()
+    with WebIndex(here) as index:
+        import_warcs(index, paths)
+    pids = cluster.run(os.getpid)
+    victim = sorted(pids)[0]
+    cluster.run(_set_env, "WEB_INDEX_CRASH_AT", "stage-while-writing", workers=[victim])
+    with WebIndex(there) as index:
+        import_warcs(index, paths, scheduler=cluster.scheduler.address)
+    cluster.wait_for_workers(2, timeout=60)
+    assert sorted(cluster.run(os.getpid).values()) != sorted(pids.values())  # it died; its nanny started another
+    assert _contents(there) == _contents(here)
+    assert _staged_left(there) == []
+
+
+def test_a_broken_file_stops_itself_only_and_is_raised_after_the_commit(
+    cluster: Any, seaweed: SeaweedFS, tmp_path: Path
+) -> None:
+    from web_index.archive import import_warcs
+    from web_index.errors import WarcError
+
+    paths = _warc_files(tmp_path, seed=13, broken=True)
+    here, there = seaweed.new_store(), seaweed.new_store()
+    with WebIndex(here) as index:
+        skipping = import_warcs(index, paths, skip_invalid=True)  # the broken record was the last
+    with WebIndex(there) as index, pytest.raises(WarcError, match=r"2\.warc\.gz"):
+        import_warcs(index, paths, scheduler=cluster.scheduler.address)
+    assert len(skipping.problems) == 1
+    assert _contents(there) == _contents(here)
+    assert _staged_left(there) == []
+
+
+def test_import_warc_scheduler_on_the_command_line(cluster: Any, seaweed: SeaweedFS, tmp_path: Path) -> None:
+    paths = _warc_files(tmp_path, seed=14)
+    here, there = seaweed.new_store(), seaweed.new_store()
+    args = [str(p) for p in paths]
+    assert runner.invoke(app, ["import-warc", *args, "--store", here]).exit_code == 0
+    with distributed.get_task_stream(cluster) as tasks:
+        result = runner.invoke(
+            app, ["import-warc", *args, "--store", there, "--scheduler", cluster.scheduler.address, "--json"]
+        )
+    assert result.exit_code == 0, result.output
+    assert tasks.data
+    assert _contents(there) == _contents(here)
+
+
+def test_a_dead_imports_staging_folder_is_removed_by_its_own_machine_only(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from web_index.storage import open_backend
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    with WebIndex(tmp_path / "s"):
+        pass
+    tmp = tmp_path / "s" / "_tmp"
+    for name, host in (("mine", socket.gethostname()), ("theirs", "another-machine")):
+        staged = tmp / f"{pid}-{name}" / "0" / "get" / "2024" / "05"
+        staged.mkdir(parents=True)
+        (staged / "example.com.parquet").write_bytes(b"x")
+        (tmp / f"{pid}-{name}" / "owner").write_text(host)
+    (tmp / f"{os.getpid()}-alive").mkdir()  # this process's: alive
+    (tmp / f"{os.getpid()}-alive" / "owner").write_text(socket.gethostname())
+    assert open_backend(str(tmp_path / "s")).remove_orphans() == 1
+    assert sorted(p.name for p in tmp.iterdir()) == sorted([f"{pid}-theirs", f"{os.getpid()}-alive"])
+
+
+def test_an_import_whose_file_cannot_be_read_leaves_the_store_as_it_was(
+    cluster: Any, seaweed: SeaweedFS, tmp_path: Path
+) -> None:
+    from web_index.archive import import_warcs
+
+    paths = _warc_files(tmp_path, seed=15)
+    there = seaweed.new_store()
+    with WebIndex(there) as index:
+        before = _contents(there)
+        with pytest.raises(FileNotFoundError, match="gone.warc.gz"):
+            import_warcs(index, [*paths, tmp_path / "gone.warc.gz"], scheduler=cluster.scheduler.address)
+    assert _contents(there) == before  # the other files' staged partitions were never named
+    assert _staged_left(there) == []

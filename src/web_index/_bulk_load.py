@@ -11,7 +11,7 @@ from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
 from web_index._on_cluster import worker_store
 from web_index.ingest import Limits
 from web_index.models import AttemptRows, PageKey
-from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptions
+from web_index.storage import MethodPartition, Partition, PartitionFiles, Store, WriteOptions
 
 __all__ = ["BulkLoad"]
 
@@ -26,6 +26,11 @@ class BulkLoad:
     held, then are spilled to local disk sorted by partition; each partition's
     file is written once, when ``commit_bytes`` have been spilled and at the
     end (see ``storage/_load.py``), by ``jobs`` processes.
+
+    With ``stage`` (a folder of the store), each partition's file is written there
+    instead, named nowhere a reader looks, and listed in :attr:`staged` for one
+    process to name with those of other loads (a cluster's import: ``storage/_staged.py``);
+    nothing is compacted and :attr:`stored` stays 0.
     """
 
     def __init__(
@@ -38,6 +43,7 @@ class BulkLoad:
         on_progress: Callable[[int, int], None] | None = None,
         jobs: int = 1,
         reopen: tuple[str, str | None] | None = None,
+        stage: str | None = None,
     ) -> None:
         from web_index.errors import InvalidRecordError
 
@@ -48,6 +54,10 @@ class BulkLoad:
         self._store = store
         self._spill = store.spill(jobs)
         self._reopen = reopen  # the store's location and its buffer's, for workers to compact it
+        self._stage = stage
+        self._commits = 0
+        self.staged: list[tuple[Partition, str]] = []
+        """With ``stage``: each partition written, and its staged file."""
         self._commit_bytes = commit_bytes
         self._limits = limits
         self._chunk = chunk
@@ -90,6 +100,10 @@ class BulkLoad:
             self._pending_bytes = 0
 
     def _commit(self) -> None:
+        if self._stage is not None:  # a folder a commit: a partition may be in several
+            self._commits += 1
+            self.staged += self._store.stage_spill(self._spill, f"{self._stage}/{self._commits}")
+            return
         attempts = self._spill.attempts
         written, parted = self._store.commit_spill(self._spill)
         self._written |= written
@@ -105,6 +119,8 @@ class BulkLoad:
                 with gc_paused():
                     self._spill_pending()
                     self._commit()
+                if self._stage is not None:
+                    return self.stored
                 self._store.compact(
                     self._parted, index_also=self._written, on_progress=self._on_progress, run=self._run()
                 )

@@ -28,21 +28,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from pathlib import Path
-from typing import IO
 
-from web_index.archive._arc_read import read_arc
-from web_index.archive._import_run import ImportReport, Run
+from web_index.archive._import_cluster import import_on_cluster
+from web_index.archive._import_run import ImportReport, Run, import_files
 from web_index.archive._revisits import Waiting
 from web_index.archive._sources import ArchiveFile, archive_files
-from web_index.archive._warc_fields import warcinfo_software
-from web_index.archive._warc_read import read_warc
-from web_index.errors import WarcError
+from web_index.errors import InvalidRecordError, WarcError
 from web_index.index import WebIndex
 
 __all__ = ["ImportReport", "import_warcs"]
-
-_DEFAULT_FETCHER = ("warc-import", "unknown")
 
 
 def import_warcs(
@@ -55,6 +49,7 @@ def import_warcs(
     on_progress: Callable[[ImportReport], None] | None = None,
     bulk: bool = True,
     jobs: int = 1,
+    scheduler: str | None = None,
 ) -> ImportReport:
     """Import every record of the WARC (and ARC) files ``paths`` into ``index``:
     files, folders, ``s3://`` prefixes (see :func:`archive_files`).
@@ -69,68 +64,40 @@ def import_warcs(
     few GiB); without it, into the insert buffer, each batch visible at once
     and left to ``flush()`` and ``compact()``. ``jobs``: the bulk load's processes
     (:meth:`WebIndex.bulk_load`).
+
+    ``scheduler`` (``tcp://host:port``): each file is imported by a worker of that Dask
+    cluster, which writes straight to the store (its location: an ``s3://`` URL, or a folder
+    every worker sees at the same path, as are the files), then committed once here and
+    compacted on the cluster (docs/scale.md). A file of a worker that dies is imported
+    again; a problem in one file (without ``skip_invalid``) stops that file, and is raised
+    once the other files are committed.
     """
     report = ImportReport()
     run = Run(index, calibre, batch, report, jobs, skip_invalid)
     files: list[ArchiveFile] = []
     for p in paths:
         files += [p] if isinstance(p, ArchiveFile) else archive_files([p])
+    if scheduler is not None:
+        if not bulk:
+            raise InvalidRecordError("scheduler", "a cluster's import is a bulk load: leave bulk on")
+        return import_on_cluster(
+            index,
+            files,
+            scheduler,
+            calibre=calibre,
+            skip_invalid=skip_invalid,
+            batch=batch,
+            on_progress=on_progress,
+        )
     if not bulk:
-        _import_files(run, files, on_progress)
+        import_files(run, files, on_progress)
         return report
     with Waiting() as run.deferred:  # revisits, till what they refer to is written
         try:
             with index.bulk_load(jobs=jobs) as run.load:
-                _import_files(run, files, on_progress)
+                import_files(run, files, on_progress)
         except WarcError:
             run.store_deferred()  # every record before the problem is stored
             raise
         run.store_deferred()
     return report
-
-
-def _import_files(
-    run: Run,
-    files: list[ArchiveFile],
-    on_progress: Callable[[ImportReport], None] | None,
-) -> None:
-    report = run.report
-    finished = 0  # bytes of the files done
-    for file in files:
-        report.files += 1
-        with file.local() if file.is_arc else file.open() as source:
-            _import_file(run, file, source, finished, on_progress)
-        run.store()
-        finished += file.size
-        report.bytes = finished
-        if on_progress is not None:
-            on_progress(report)
-
-
-def _import_file(
-    run: Run,
-    file: ArchiveFile,
-    source: Path | IO[bytes],
-    finished: int,
-    on_progress: Callable[[ImportReport], None] | None,
-) -> None:
-    report = run.report
-    fetcher = _DEFAULT_FETCHER
-    records = read_arc(source, file.name) if isinstance(source, Path) else read_warc(source, file.name)
-    for item in records:
-        report.records += 1
-        if isinstance(item, WarcError):
-            run.fail(item)
-            continue
-        if item.type == "warcinfo":
-            fetcher = warcinfo_software(item.block) or fetcher
-            report.skip("warcinfo")
-        elif item.type == "request":
-            run.request(item)
-        elif item.type in ("response", "revisit", "resource"):
-            run.capture(item, fetcher)
-        else:
-            report.skip(item.type)
-        if on_progress is not None and report.records % 256 == 0:
-            report.bytes = finished + item.offset
-            on_progress(report)

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
+from web_index.archive._arc_read import read_arc
 from web_index.archive._http import parse_http_response, restore_headers, store_body
 from web_index.archive._revisits import Waiting, resolve_revisits
-from web_index.archive._warc_fields import RevisitTarget, record_request_id, revisit_target
-from web_index.archive._warc_read import WarcRecord
+from web_index.archive._sources import ArchiveFile
+from web_index.archive._warc_fields import RevisitTarget, record_request_id, revisit_target, warcinfo_software
+from web_index.archive._warc_read import WarcRecord, read_warc
 from web_index.errors import InvalidRecordError, WarcError
 from web_index.fetch import join_headers
 from web_index.index import WebIndex
@@ -24,10 +28,11 @@ from web_index.models import AttemptMetadata, AttemptState, PageKey, RecordType,
 if TYPE_CHECKING:
     from web_index._bulk_load import BulkLoad
 
-__all__ = ["ImportReport", "Run"]
+__all__ = ["ImportReport", "Run", "import_files"]
 
 _RESOLVED_AT_ONCE = 2048  # revisits of a bulk import resolved together (their bodies held meanwhile)
 _METHODS_KEPT = 1 << 16  # request records waiting for their response (it is mostly the next record)
+_DEFAULT_FETCHER = ("warc-import", "unknown")
 
 
 @dataclass
@@ -83,6 +88,10 @@ class Run:
         self.load: BulkLoad | None = None
         self.taken: set[str] = set()
         self.deferred: Waiting[tuple[_Capture, str]] | None = None
+        # Where a round of resolved revisits goes, readable by the next round once it ends.
+        self.revisit_load: Callable[[], contextlib.AbstractContextManager[BulkLoad]] = functools.partial(
+            index.bulk_load, jobs=jobs
+        )
 
     def fail(self, problem: WarcError) -> None:
         self.store()  # the records before it first, and their own problems
@@ -247,7 +256,7 @@ class Run:
                     continue
                 found, left = self._resolve_round(part)
                 if found and bulk and not stored:
-                    self.load = load.enter_context(self.index.bulk_load(jobs=self.jobs))
+                    self.load = load.enter_context(self.revisit_load())
                 self._insert(found)
                 for c, _ in found:
                     c.body = b""  # handed on: not held until every revisit is resolved
@@ -309,3 +318,50 @@ class Run:
             fetcher_calibre=self.calibre,
         )
         return (c.method, c.url, c.record.date, meta, [response])
+
+
+def import_files(
+    run: Run,
+    files: list[ArchiveFile],
+    on_progress: Callable[[ImportReport], None] | None,
+) -> None:
+    report = run.report
+    finished = 0  # bytes of the files done
+    for file in files:
+        report.files += 1
+        with file.local() if file.is_arc else file.open() as source:
+            _import_file(run, file, source, finished, on_progress)
+        run.store()
+        finished += file.size
+        report.bytes = finished
+        if on_progress is not None:
+            on_progress(report)
+
+
+def _import_file(
+    run: Run,
+    file: ArchiveFile,
+    source: Path | IO[bytes],
+    finished: int,
+    on_progress: Callable[[ImportReport], None] | None,
+) -> None:
+    report = run.report
+    fetcher = _DEFAULT_FETCHER
+    records = read_arc(source, file.name) if isinstance(source, Path) else read_warc(source, file.name)
+    for item in records:
+        report.records += 1
+        if isinstance(item, WarcError):
+            run.fail(item)
+            continue
+        if item.type == "warcinfo":
+            fetcher = warcinfo_software(item.block) or fetcher
+            report.skip("warcinfo")
+        elif item.type == "request":
+            run.request(item)
+        elif item.type in ("response", "revisit", "resource"):
+            run.capture(item, fetcher)
+        else:
+            report.skip(item.type)
+        if on_progress is not None and report.records % 256 == 0:
+            report.bytes = finished + item.offset
+            on_progress(report)

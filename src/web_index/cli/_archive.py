@@ -21,6 +21,7 @@ from web_index.cli._app import (
     BufferOption,
     DurableOption,
     JobsOption,
+    SchedulerOption,
     StoreOption,
     app,
     cannot_read,
@@ -69,6 +70,7 @@ def import_warc(
     skip_invalid: SkipInvalidOption = False,
     jobs: JobsOption = None,
     as_json: JsonTotalsOption = False,
+    scheduler: SchedulerOption = None,
 ) -> None:
     """Import WARC or ARC captures into the store (idempotent: a record stored already is not stored again).
 
@@ -79,6 +81,9 @@ def import_warc(
     naming the file and byte offset, after storing every record before it.
     The import is one bulk load: the store ends compacted and indexed, with
     nothing to flush (revisits are resolved once the rest is written).
+    With --scheduler, each file is read by a worker of that Dask cluster, which
+    writes to the store itself (the store and the files where every worker reads
+    them: s3:// or one shared path), committed once here and compacted there.
     """
     from web_index.archive import archive_files
     from web_index.errors import InvalidRecordError, StoreError
@@ -96,7 +101,7 @@ def import_warc(
         raise fail(EXIT_USAGE, f"cannot read {missing[0]}: no such file")
     if not files:
         raise fail(EXIT_USAGE, "no WARC or ARC files (.warc, .warc.gz, .arc, .arc.gz) in " + ", ".join(paths))
-    run_import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json)
+    run_import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json, scheduler)
 
 
 @app.command("import-wacz")
@@ -109,6 +114,7 @@ def import_wacz(
     skip_invalid: SkipInvalidOption = False,
     jobs: JobsOption = None,
     as_json: JsonTotalsOption = False,
+    scheduler: SchedulerOption = None,
 ) -> None:
     """Import the WARC files inside WACZ packages, each record as import-warc imports it (idempotent too).
 
@@ -119,6 +125,7 @@ def import_wacz(
     that is not a WARC is exit 2 in one line naming the package and member, with
     the store as it was. The WARCs are read from the ZIP in place, never
     extracted. Page titles (pages/pages.jsonl) are not kept: the store has no place for them.
+    With --scheduler, as import-warc: the packages where every worker reads them.
     """
     from web_index.archive import wacz_files
     from web_index.errors import InvalidRecordError
@@ -133,7 +140,7 @@ def import_wacz(
             raise fail(EXIT_USAGE, cannot_read(exc)) from None
     if not files:
         raise fail(EXIT_USAGE, "no WARC files in " + ", ".join(map(str, paths)))
-    run_import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json)
+    run_import(files, store, buffer, durable, calibre, skip_invalid, jobs, as_json, scheduler)
 
 
 # The selectors export-warc and export-wacz share.

@@ -44,9 +44,11 @@ def run_import(
     skip_invalid: bool,
     jobs: int | None,
     as_json: bool,
+    scheduler: str | None = None,
 ) -> None:
     """Import ``files`` into the store with a progress bar (files, MB, MB/s, records, time
-    left) on a terminal, then the totals: a line, or one JSON object with ``as_json``."""
+    left) on a terminal, then the totals: a line, or one JSON object with ``as_json``;
+    with ``scheduler``, on that Dask cluster."""
     from web_index.archive import import_warcs
     from web_index.errors import InvalidRecordError
 
@@ -90,6 +92,7 @@ def run_import(
                 skip_invalid=skip_invalid,
                 on_progress=advance,
                 jobs=jobs_of(jobs, total),
+                scheduler=scheduler,
             )
         except InvalidRecordError as exc:
             raise fail(EXIT_USAGE, str(exc)) from None

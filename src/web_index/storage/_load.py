@@ -192,6 +192,23 @@ class Spill:
         finally:
             self.discard()
 
+    def stage(self, folder: str, options: WriteOptions) -> list[tuple[Partition, str]]:
+        """Write every spilled partition's file under the store's ``folder`` (its path there
+        that of the partition's compacted file), named nowhere a reader looks, and empty the
+        spill; return each partition and its file. What a cluster's import does on each
+        worker, for one process to name them all (``_staged``)."""
+        staged = []
+        try:
+            for p in sorted(self._where, key=_commit_order):
+                path = f"{folder}/{p.compacted_path}"
+                data, write_options = partition_file_args(p, self._rows(p, options), options)
+                self._backend.write_parquet(path, data, **write_options)
+                crash_point("stage-while-writing")
+                staged.append((p, path))
+            return staged
+        finally:
+            self.discard()
+
     def _spooled(
         self,
         backend: LocalBackend,

@@ -22,6 +22,7 @@ from web_index.storage._load import Spill
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._marker import open_or_create
 from web_index.storage._schema import SORT_KEYS
+from web_index.storage._staged import merge_staged, name_staged
 from web_index.storage.backends import Backend
 from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
 from web_index.storage.indexes import CaptureIndexes, StoredCapture, rows_by_place
@@ -168,6 +169,20 @@ class Store(Compaction):
         with ``jobs`` processes to write them."""
         self._writable_locks()
         return Spill(self.backend, jobs)
+
+    def stage_spill(self, spill: Spill, folder: str) -> list[tuple[Partition, str]]:
+        """Write a spill's partitions under ``folder`` of the store, for :meth:`name_staged`
+        (one process names what many staged: see ``_staged``); return each and its file."""
+        return spill.stage(folder, self.write_options)
+
+    def merge_staged(self, partition: Partition, paths: Sequence[str], to: str) -> None:
+        """The staged files of one partition as one staged file, at ``to``."""
+        merge_staged(self.backend, self.write_options, partition, paths, to)
+
+    def name_staged(self, partition: Partition, path: str) -> str:
+        """Name a staged file a part file of its partition (visible from then on)."""
+        self._writable_locks()
+        return name_staged(self.backend, partition, path)
 
     def commit_spill(self, spill: Spill) -> tuple[set[MethodPartition], set[MethodPartition]]:
         """Write a spill's partitions, past the buffer; return those written and

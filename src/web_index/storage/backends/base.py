@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import shutil
+import socket
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -126,6 +128,12 @@ class Backend(Protocol):
         """Remove ``path``; a missing file is not an error."""
         ...
 
+    def move(self, path: str, to: str) -> None:
+        """Give the file at ``path`` the name ``to`` (replacing any file there), durably: a
+        rename on a disk, a copy inside the object store then a delete of ``path`` on one (a
+        reader of ``to`` sees the whole file or none). ``FileNotFoundError`` if ``path`` is gone."""
+        ...
+
     def local_folder(self, name: str, *, create: bool = True) -> Path:
         """A local folder for the store's private state (buffer, locks)."""
         ...
@@ -160,9 +168,18 @@ def remove_dead_spools(folder: Path) -> int:
     with contextlib.suppress(FileNotFoundError):
         for spool in folder.iterdir():
             pid = spool.name.split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                spool.unlink(missing_ok=True)
-                removed += 1
+            if not pid.isdigit() or _alive(int(pid)):
+                continue
+            if spool.is_dir():
+                # A cluster import's staging folder (archive's _import_cluster): workers on other
+                # machines write in it, so only the machine whose process made it may judge it.
+                with contextlib.suppress(OSError):
+                    if (spool / "owner").read_text() == socket.gethostname():
+                        shutil.rmtree(spool)
+                        removed += 1
+                continue
+            spool.unlink(missing_ok=True)
+            removed += 1
     return removed
 
 

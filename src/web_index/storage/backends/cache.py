@@ -352,6 +352,13 @@ class CachingBackend:
         self.inner.delete(path)
         self.invalidate(path)
 
+    def move(self, path: str, to: str) -> None:
+        try:
+            self.inner.move(path, to)
+        finally:
+            self.invalidate(path)
+            self.invalidate(to)
+
     def local_folder(self, name: str, *, create: bool = True) -> Path:
         return self.inner.local_folder(name, create=create)
 

@@ -218,6 +218,10 @@ class LocalBackend:
         target.parent.mkdir(parents=True, exist_ok=True)
         spool.replace(target)
 
+    def move(self, path: str, to: str) -> None:
+        self.place(self._path(path), to)
+        self.sync_folders([to, path])
+
     def sync_all(self) -> None:
         """Make every write to the store's filesystem durable: its files' bytes and the names made
         in it (syncfs(2) on the store's filesystem; :func:`os.sync` where there is none)."""

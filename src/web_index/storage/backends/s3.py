@@ -348,6 +348,16 @@ class S3Backend:
         except BaseError as exc:
             raise self._fail(exc, f"deleting {path}") from None
 
+    def move(self, path: str, to: str) -> None:
+        self.requests.add("copy")
+        try:
+            obs.copy(self.store, store_path(path), store_path(to), overwrite=True)
+        except NotFoundError:
+            raise FileNotFoundError(path) from None
+        except BaseError as exc:
+            raise self._fail(exc, f"copying {path} to {to}") from None
+        self.delete(path)
+
     # -- the rest of the Backend protocol --------------------------------------
 
     def local_folder(self, name: str, *, create: bool = True) -> Path:

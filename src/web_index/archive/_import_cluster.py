@@ -1,0 +1,229 @@
+"""``import_warcs(..., scheduler=)``: the files imported on the workers of a Dask cluster,
+then committed once.
+
+Each file is a task. A worker opens the store itself (its location: an ``s3://`` URL, or a
+folder every worker sees at the same path), reads the file as a local import does (records
+the store holds already skipped, requests giving their responses' method) and writes what
+it takes as one file a partition under a staging folder of the store, where no reader looks
+(``storage/_staged.py``). It answers with those files, its report and its revisits, which
+may refer to captures of any file and so wait for the commit. A worker that dies mid-file
+takes only that task with it: the scheduler runs it again, and it stages the same names.
+
+Once every file is done, the partitions that several files touched are merged, a task
+each; this process names each partition's one file a part file of it (each partition gets
+all of the import's records or none, whenever the process dies), stores the revisits,
+resolved against what is now stored, and has the partitions compacted and indexed on the
+cluster. Without ``skip_invalid``, a problem in a file stops that file (what came before it
+there is committed) and is raised once the rest is. The staging folder is removed however
+the import ends; a local store's ``remove_orphans`` removes that of an import that died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from web_index._bulk_load import BulkLoad
+from web_index.archive._import_run import ImportReport, Run, _Capture, import_files
+from web_index.archive._revisits import Waiting
+from web_index.archive._sources import ArchiveFile, archive_files
+from web_index.errors import WarcError
+from web_index.index import WebIndex
+from web_index.query import map_on_cluster
+from web_index.storage import LocalBackend, MethodPartition, Partition
+
+__all__ = ["import_on_cluster"]
+
+_STAGING = "_tmp"  # the store's folder of temporary files (storage's TMP_DIR)
+
+
+@dataclass
+class _Done:
+    """What a worker did with one file."""
+
+    report: ImportReport
+    staged: list[tuple[Partition, str]]
+    revisits: list[tuple[_Capture, str]] = field(default_factory=list)
+
+
+def import_on_cluster(
+    index: WebIndex,
+    files: Sequence[ArchiveFile],
+    scheduler: str,
+    *,
+    calibre: int,
+    skip_invalid: bool,
+    batch: int,
+    on_progress: Callable[[ImportReport], None] | None,
+) -> ImportReport:
+    """``import_warcs`` of ``files`` into ``index``, each file a task on the cluster at
+    ``scheduler`` (``tcp://host:port``)."""
+    store = index._store
+    location = index.location if "://" in index.location else str(Path(index.location).resolve())
+    folder = f"{_STAGING}/{os.getpid()}-{uuid.uuid4()}"
+    if isinstance(store.backend, LocalBackend):
+        owner = store.backend.local_folder(folder)
+        (owner / "owner").write_text(socket.gethostname())  # see remove_dead_spools
+    report = ImportReport()
+    staged: dict[Partition, list[str]] = {}
+    ended = False
+    try:
+        with Waiting[tuple[_Capture, str]]() as waiting:
+            work = functools.partial(
+                _import_one, location, index._buffer_location, folder, calibre, skip_invalid, batch
+            )
+            items = [(n, _portable(f)) for n, f in enumerate(files)]
+            for done in map_on_cluster(scheduler, work, items):
+                _add(report, done.report)
+                for partition, path in done.staged:
+                    staged.setdefault(partition, []).append(path)
+                waiting.add(done.revisits)
+                if on_progress is not None:
+                    on_progress(report)
+            named = _commit(index, location, scheduler, folder, staged)
+            run = Run(index, calibre, batch, report, 1, skip_invalid)
+            run.deferred = waiting
+            rounds = _Rounds(index, f"{folder}/revisits", named)
+            run.revisit_load = rounds.load
+            run.store_deferred()  # the revisits, now that what they refer to is stored
+        index.compact(partitions=list(named), scheduler=scheduler)  # once, on the cluster
+        ended = True
+    finally:
+        _remove(index, folder, walk=not ended)
+    if report.problems and not skip_invalid:
+        first = report.problems[0]
+        report.problems = []
+        raise first
+    return report
+
+
+class _Rounds:
+    """The revisits' loads, a round each (a revisit may refer to one of the round before):
+    each staged, then named as parts when it ends, so that the next round reads it and the
+    cluster compacts them with the rest, not this process."""
+
+    def __init__(self, index: WebIndex, folder: str, named: set[MethodPartition]) -> None:
+        self.index, self.folder, self.named, self.count = index, folder, named, 0
+
+    @contextlib.contextmanager
+    def load(self) -> Iterator[BulkLoad]:
+        self.count += 1
+        staging = BulkLoad(self.index._store, self.index.limits, stage=f"{self.folder}/{self.count}")
+        with staging:
+            yield staging
+        for p, path in staging.staged:
+            self.index._store.name_staged(p, path)
+            self.named.add(MethodPartition(p.type.method, p.year, p.month, p.domain))
+
+
+def _portable(file: ArchiveFile) -> ArchiveFile:
+    """``file`` as a worker can open it: a local path made absolute; an object by its URL."""
+    if file.path is not None:
+        return dataclasses.replace(file, path=file.path.resolve(), backend=None)
+    return ArchiveFile(file.name, file.size)
+
+
+def _import_one(
+    location: str,
+    buffer: str | None,
+    folder: str,
+    calibre: int,
+    skip_invalid: bool,
+    batch: int,
+    item: tuple[int, ArchiveFile],
+) -> _Done:
+    """On a worker: one file read and staged under ``folder``/``n`` (a retry stages the same names)."""
+    n, file = item
+    if file.path is None and file.member is None:
+        (file,) = archive_files([file.name])
+    index = _worker_index(location, buffer)
+    report = ImportReport()
+    run = Run(index, calibre, batch, report, 1, skip_invalid)
+    with Waiting[tuple[_Capture, str]]() as deferred:
+        run.deferred = deferred
+        load = BulkLoad(index._store, index.limits, stage=f"{folder}/{n}")
+        run.load = load
+        try:
+            with load:  # staged as the block ends, also when it raised
+                import_files(run, [file], None)
+        except WarcError as exc:  # the records before it are staged; said once the rest is committed
+            report.problems.append(exc)
+        revisits: list[tuple[_Capture, str]] = []
+        for part in deferred.slices(4096):
+            revisits += part
+        return _Done(report, load.staged, revisits)
+
+
+_opened: dict[tuple[str, str | None], WebIndex] = {}
+
+
+def _worker_index(location: str, buffer: str | None) -> WebIndex:
+    """The store a worker process imports into, opened once for its life."""
+    key = (location, buffer)
+    if key not in _opened:
+        _opened[key] = WebIndex(location, buffer=buffer, create=False)
+    return _opened[key]
+
+
+def _add(report: ImportReport, done: ImportReport) -> None:
+    report.files += done.files
+    report.bytes += done.bytes
+    report.records += done.records
+    report.stored += done.stored
+    report.already_stored += done.already_stored
+    for why, count in done.skipped.items():
+        report.skipped[why] = report.skipped.get(why, 0) + count
+    report.problems += done.problems
+
+
+def _commit(
+    index: WebIndex, location: str, scheduler: str, folder: str, staged: dict[Partition, list[str]]
+) -> set[MethodPartition]:
+    """Each partition's staged files merged into one (on the cluster), then each named a part
+    file of its partition, a page's data before its metadata; return the partitions named."""
+    several = [
+        (p, paths, f"{folder}/merged/{p.compacted_path}") for p, paths in staged.items() if len(paths) > 1
+    ]
+    merge = functools.partial(_merge_one, location, index._buffer_location)
+    one = {p: paths[0] for p, paths in staged.items() if len(paths) == 1}
+    for p, to in map_on_cluster(scheduler, merge, several):
+        one[p] = to
+    named: set[MethodPartition] = set()
+    for p in sorted(one, key=lambda p: (p.type.method.value, p.year, p.month, p.domain, p.type.is_metadata)):
+        index._store.name_staged(p, one[p])
+        named.add(MethodPartition(p.type.method, p.year, p.month, p.domain))
+    return named
+
+
+def _merged(folder: str, partition: Partition) -> str:
+    return f"{folder}/merged/{partition.compacted_path}"
+
+
+def _merge_one(
+    location: str, buffer: str | None, item: tuple[Partition, list[str], str]
+) -> tuple[Partition, str]:
+    partition, paths, to = item
+    _worker_index(location, buffer)._store.merge_staged(partition, paths, to)
+    return partition, to
+
+
+def _remove(index: WebIndex, folder: str, *, walk: bool) -> None:
+    """The staging folder. An import that ended well named or merged away every file in it;
+    ``walk``: one that did not may have left any (on an object store: a listing a folder)."""
+    backend: Any = index._store.backend
+    if isinstance(backend, LocalBackend):
+        shutil.rmtree(backend.local_folder(folder, create=False), ignore_errors=True)
+    elif walk:
+        for sub in backend.list_folders(folder):
+            _remove(index, f"{folder}/{sub}", walk=True)
+        for info in backend.list_files(folder):
+            backend.delete(f"{folder}/{info.name}")
