@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from tests.servers import BUCKET, SeaweedFS, weed_binary  # noqa: E402
+
 from warc_bench import Params, ensure_warcs, warm  # noqa: E402
 
 SIDES = ("local disk, jobs=2", "SeaweedFS, jobs=2", "SeaweedFS, cluster of 2")
@@ -124,7 +125,11 @@ def main() -> None:
     try:
         for _ in range(args.rounds):
             for side in SIDES:
-                store = str(work / "local") if side.startswith("local") else f"s3://{BUCKET}/{uuid.uuid4().hex[:10]}"
+                store = (
+                    str(work / "local")
+                    if side.startswith("local")
+                    else f"s3://{BUCKET}/{uuid.uuid4().hex[:10]}"
+                )
                 shutil.rmtree(work / "local", ignore_errors=True)
                 warm([Path(f) for f in files])
                 runs[side].append(_run(side, store, files, env))
@@ -151,15 +156,17 @@ def main() -> None:
         f"{info['records']:,} records; {args.rounds} round(s), each side in a process of its own "
         f"(2 cores). Stores hold the same records: {'yes' if result['same_records'] else 'NO'}.",
         "",
-        "| side | s (median) | MB/s | peak RSS MiB (this process / its workers) | cluster ÷ this side, speed |",
+        "| side | s (median) | MB/s | peak RSS MiB (this process / its workers) "
+        "| cluster ÷ this side, speed |",
         "|---|---:|---:|---|---:|",
     ]
     for side in SIDES:
         last = runs[side][-1]
         ratio = result["cluster_against"].get(side)
+        workers = last["workers_peak_rss_mib"] or "-"
         lines.append(
             f"| {side} | {median[side]:.1f} | {info['bytes'] / median[side] / 1e6:.1f} | "
-            f"{last['peak_rss_mib']} / {last['workers_peak_rss_mib'] or '-'} | {f'{ratio}x' if ratio else ''} |"
+            f"{last['peak_rss_mib']} / {workers} | {f'{ratio}x' if ratio else ''} |"
         )
     (HERE / "results" / f"{args.out}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -284,10 +284,12 @@ def _warc_files(folder: Path, seed: int, broken: bool = False) -> list[Path]:
         for _ in range(30):
             url = f"https://site{rng.randrange(5)}.org/p/{rng.randrange(20)}"
             when = W0 + timedelta(days=rng.randrange(75), seconds=rng.randrange(86_400))
-            w.capture(url, f"body {rng.randrange(6)}".encode(), when=when, method=rng.choice(["GET", "GET", "HEAD"]))
+            method = rng.choice(["GET", "GET", "HEAD"])
+            w.capture(url, f"body {rng.randrange(6)}".encode(), when=when, method=method)
             made.append((url, when))
         for url, when in rng.sample(made, 4):
-            w.revisit(url, when + timedelta(days=2), refers_to=when + timedelta(seconds=rng.choice([0, 0, 7])))
+            refers_to = when + timedelta(seconds=rng.choice([0, 0, 7]))  # 7: a date that names nothing
+            w.revisit(url, when + timedelta(days=2), refers_to=refers_to)
         paths.append(w.save(folder / f"{n}.warc.gz"))
     if broken:  # the last record of the third file cut short
         data = paths[2].read_bytes()
@@ -362,7 +364,8 @@ def test_a_worker_killed_while_staging_costs_its_file_only(
     with WebIndex(there) as index:
         import_warcs(index, paths, scheduler=cluster.scheduler.address)
     cluster.wait_for_workers(2, timeout=60)
-    assert sorted(cluster.run(os.getpid).values()) != sorted(pids.values())  # it died; its nanny started another
+    # It died; its nanny started another.
+    assert sorted(cluster.run(os.getpid).values()) != sorted(pids.values())
     assert _contents(there) == _contents(here)
     assert _staged_left(there) == []
 
@@ -405,7 +408,8 @@ def test_a_dead_imports_staging_folder_is_removed_by_its_own_machine_only(tmp_pa
 
     from web_index.storage import open_backend
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    code = "import os; print(os.getpid())"
+    dead = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     pid = int(dead.stdout)
     with WebIndex(tmp_path / "s"):
         pass
@@ -430,7 +434,7 @@ def test_an_import_whose_file_cannot_be_read_leaves_the_store_as_it_was(
     there = seaweed.new_store()
     with WebIndex(there) as index:
         before = _contents(there)
-        with pytest.raises(FileNotFoundError, match="gone.warc.gz"):
+        with pytest.raises(FileNotFoundError, match=r"gone\.warc\.gz"):
             import_warcs(index, [*paths, tmp_path / "gone.warc.gz"], scheduler=cluster.scheduler.address)
     assert _contents(there) == before  # the other files' staged partitions were never named
     assert _staged_left(there) == []
