@@ -12,8 +12,9 @@ takes only that task with it: the scheduler runs it again, and it stages the sam
 Once every file is done, the partitions that several files touched are merged, a task
 each; this process names each partition's one file a part file of it (each partition gets
 all of the import's records or none, whenever the process dies), stores the revisits,
-resolved against what is now stored, and has the partitions compacted and indexed on the
-cluster. Without ``skip_invalid``, a problem in a file stops that file (what came before it
+resolved against what is now stored (in rounds of their own, as a local import does: a
+revisit is stored once what it refers to is), and has the partitions compacted and
+indexed on the cluster. Without ``skip_invalid``, a problem in a file stops that file (what came before it
 there is committed) and is raised once the rest is. The staging folder is removed however
 the import ends; a local store's ``remove_orphans`` removes that of an import that died.
 """
@@ -190,9 +191,7 @@ def _commit(
 ) -> set[MethodPartition]:
     """Each partition's staged files merged into one (on the cluster), then each named a part
     file of its partition, a page's data before its metadata; return the partitions named."""
-    several = [
-        (p, paths, f"{folder}/merged/{p.compacted_path}") for p, paths in staged.items() if len(paths) > 1
-    ]
+    several = [(p, paths, _merged(folder, p)) for p, paths in staged.items() if len(paths) > 1]
     merge = functools.partial(_merge_one, location, index._buffer_location)
     one = {p: paths[0] for p, paths in staged.items() if len(paths) == 1}
     for p, to in map_on_cluster(scheduler, merge, several):
@@ -205,6 +204,7 @@ def _commit(
 
 
 def _merged(folder: str, partition: Partition) -> str:
+    """Where the merge of a partition's staged files goes."""
     return f"{folder}/merged/{partition.compacted_path}"
 
 
