@@ -438,3 +438,21 @@ def test_an_import_whose_file_cannot_be_read_leaves_the_store_as_it_was(
             import_warcs(index, [*paths, tmp_path / "gone.warc.gz"], scheduler=cluster.scheduler.address)
     assert _contents(there) == before  # the other files' staged partitions were never named
     assert _staged_left(there) == []
+
+
+def test_a_wacz_import_on_the_cluster_reads_the_members_in_place(
+    cluster: Any, seaweed: SeaweedFS, tmp_path: Path
+) -> None:
+    from web_index.archive import export_wacz, import_wacz, import_warcs
+
+    paths = _warc_files(tmp_path, seed=16)
+    source, here, there = seaweed.new_store(), seaweed.new_store(), seaweed.new_store()
+    with WebIndex(source) as index:
+        import_warcs(index, paths)
+        export_wacz(index, tmp_path / "crawl.wacz", max_file_bytes=20_000)  # several WARC members
+    with WebIndex(here) as index:
+        local = import_wacz(index, [tmp_path / "crawl.wacz"])
+    with WebIndex(there) as index:
+        spread = import_wacz(index, [tmp_path / "crawl.wacz"], scheduler=cluster.scheduler.address)
+    assert local.files > 1 and _report(spread) == _report(local)
+    assert _contents(there) == _contents(here)

@@ -27,6 +27,7 @@ def import_wacz(
     on_progress: Callable[[ImportReport], None] | None = None,
     bulk: bool = True,
     jobs: int = 1,
+    scheduler: str | None = None,
 ) -> ImportReport:
     """Import every WARC record of the WACZ packages ``paths`` (local files)
     into ``index``, as :func:`import_warcs` imports WARC files; the report's
@@ -37,7 +38,8 @@ def import_wacz(
     bytes): a package that fails raises :class:`~web_index.errors.WaczError`
     before anything is stored. A problem inside a WARC then is a
     :class:`~web_index.errors.WarcError`, named ``<package>!<member>@<offset>``,
-    as with :func:`import_warcs`. ``jobs``: the bulk load's processes.
+    as with :func:`import_warcs`. ``jobs``: the bulk load's processes; ``scheduler``: a Dask
+    cluster's workers read the members instead (the packages where every worker reads them).
     """
     files: list[ArchiveFile] = []
     for path in paths:
@@ -51,4 +53,5 @@ def import_wacz(
         on_progress=on_progress,
         bulk=bulk,
         jobs=jobs,
+        scheduler=scheduler,
     )
