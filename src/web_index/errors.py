@@ -27,6 +27,18 @@ __all__ = [
 class WebIndexError(Exception):
     """Base class of every error web-index raises on purpose."""
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled as it is, not by calling __init__ again with ``args`` (which most subclasses
+        # do not take): a Dask worker's error reaches the client whole.
+        return (_rebuilt, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuilt(cls: type[WebIndexError], args: tuple[object, ...], state: dict[str, object]) -> WebIndexError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class InvalidRecordError(WebIndexError, ValueError):
     """A record, query or insertion request broke a rule of the standard.
