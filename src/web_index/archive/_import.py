@@ -68,9 +68,9 @@ def import_warcs(
     ``scheduler`` (``tcp://host:port``): each file is imported by a worker of that Dask
     cluster, which writes straight to the store (its location: an ``s3://`` URL, or a folder
     every worker sees at the same path, as are the files), then committed once here and
-    compacted on the cluster (docs/scale.md). A file of a worker that dies is imported
-    again; a problem in one file (without ``skip_invalid``) stops that file, and is raised
-    once the other files are committed.
+    compacted on the cluster (docs/scale.md); ``jobs`` does not apply (the cluster's workers
+    are the processes). A file of a worker that dies is imported again; a problem in one file
+    (without ``skip_invalid``) stops that file, and is raised once the other files are committed.
     """
     report = ImportReport()
     run = Run(index, calibre, batch, report, jobs, skip_invalid)
