@@ -121,9 +121,7 @@ class _Rounds:
         staging = BulkLoad(self.index._store, self.index.limits, stage=f"{self.folder}/{self.count}")
         with staging:
             yield staging
-        for p, path in staging.staged:
-            self.index._store.name_staged(p, path)
-            self.named.add(MethodPartition(p.type.method, p.year, p.month, p.domain))
+        self.named |= self.index._store.name_staged(staging.staged)
 
 
 def _portable(file: ArchiveFile) -> ArchiveFile:
@@ -190,17 +188,13 @@ def _commit(
     index: WebIndex, location: str, scheduler: str, folder: str, staged: dict[Partition, list[str]]
 ) -> set[MethodPartition]:
     """Each partition's staged files merged into one (on the cluster), then each named a part
-    file of its partition, a page's data before its metadata; return the partitions named."""
+    file of its partition; return the partitions named."""
     several = [(p, paths, _merged(folder, p)) for p, paths in staged.items() if len(paths) > 1]
     merge = functools.partial(_merge_one, location, index._buffer_location)
     one = {p: paths[0] for p, paths in staged.items() if len(paths) == 1}
     for p, to in map_on_cluster(scheduler, merge, several):
         one[p] = to
-    named: set[MethodPartition] = set()
-    for p in sorted(one, key=lambda p: (p.type.method.value, p.year, p.month, p.domain, p.type.is_metadata)):
-        index._store.name_staged(p, one[p])
-        named.add(MethodPartition(p.type.method, p.year, p.month, p.domain))
-    return named
+    return index._store.name_staged(one.items())
 
 
 def _merged(folder: str, partition: Partition) -> str:

@@ -74,7 +74,7 @@ from web_index.storage.indexes import build_capture_index, holders_moved
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Spill"]
+__all__ = ["Spill", "commit_order", "method_partition"]
 
 _ROW_BYTES = 512  # a row's bytes besides its body, about: what a run's size counts it for
 
@@ -171,7 +171,7 @@ class Spill:
         their compaction tidies what was there too."""
         had_files = _had_files(listing)
         try:
-            order = sorted(self._where, key=_commit_order)
+            order = sorted(self._where, key=commit_order)
             share = options.share_payloads
             months = tuple(listing.months(RecordType.GET)) if share else ()
 
@@ -188,7 +188,7 @@ class Spill:
                 tables = (shared_table(self._backend, p, original(p), sharing(p), months) for p in order)
                 written = zip(order, tables, strict=True)
                 parted = _write_remote(self._backend, options, written, had_files, original)
-            return {_method_partition(p) for p in self._where}, parted
+            return {method_partition(p) for p in self._where}, parted
         finally:
             self.discard()
 
@@ -199,7 +199,7 @@ class Spill:
         worker, for one process to name them all (``_staged``)."""
         staged = []
         try:
-            for p in sorted(self._where, key=_commit_order):
+            for p in sorted(self._where, key=commit_order):
                 path = f"{folder}/{p.compacted_path}"
                 data, write_options = partition_file_args(p, self._rows(p, options), options)
                 self._backend.write_parquet(path, data, **write_options)
@@ -254,11 +254,11 @@ def _had_files(listing: Listing) -> Callable[[Partition], bool]:
     return had_files
 
 
-def _commit_order(p: Partition) -> tuple[MethodPartition, bool]:
-    return _method_partition(p), p.type.is_metadata  # a page's data before its metadata, as a flush
+def commit_order(p: Partition) -> tuple[MethodPartition, bool]:
+    return method_partition(p), p.type.is_metadata  # a page's data before its metadata, as a flush
 
 
-def _method_partition(p: Partition) -> MethodPartition:
+def method_partition(p: Partition) -> MethodPartition:
     return MethodPartition(p.type.method, p.year, p.month, p.domain)
 
 
@@ -281,7 +281,7 @@ def _write_local(
         if durable:
             backend.sync_all()  # every spooled file's bytes, before any is named
         crash_point("load-before-naming")
-        for mp, group in itertools.groupby(list(written), key=lambda s: _method_partition(s.partition)):
+        for mp, group in itertools.groupby(list(written), key=lambda s: method_partition(s.partition)):
             with locks.hold("compact", str(mp)):
                 # Held: no compaction commits this partition meanwhile, so its
                 # compacted file cannot appear between the check and the rename.
@@ -344,7 +344,7 @@ def _write_remote(
                 if refers:
                     table = original(partition)  # a part never refers
         write_partition_file(backend, partition, table, options, part=str(uuid.uuid4()))
-        parted.add(_method_partition(partition))
+        parted.add(method_partition(partition))
     return parted
 
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from web_index.storage._files import WriteOptions, partition_file_args, row_groups
 from web_index.storage._layout import Partition
+from web_index.storage._load import commit_order, method_partition
 from web_index.storage._merge import merge_sorted
 from web_index.storage.backends import Backend
+from web_index.storage.buffer import MethodPartition
 
 __all__ = ["merge_staged", "name_staged"]
 
@@ -45,8 +47,11 @@ def merge_staged(
         backend.delete(path)
 
 
-def name_staged(backend: Backend, partition: Partition, path: str) -> str:
-    """Name the staged file ``path`` a part file of ``partition``; return its name."""
-    name = partition.part_path(str(uuid.uuid4()))
-    backend.move(path, name)
-    return name
+def name_staged(backend: Backend, staged: Iterable[tuple[Partition, str]]) -> set[MethodPartition]:
+    """Name each staged file a part file of its partition, in a commit's order (a page's data
+    before its metadata, as a flush); return the partitions named."""
+    named = set()
+    for partition, path in sorted(staged, key=lambda item: commit_order(item[0])):
+        backend.move(path, partition.part_path(str(uuid.uuid4())))
+        named.add(method_partition(partition))
+    return named

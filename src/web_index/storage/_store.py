@@ -179,10 +179,11 @@ class Store(Compaction):
         """The staged files of one partition as one staged file, at ``to``."""
         merge_staged(self.backend, self.write_options, partition, paths, to)
 
-    def name_staged(self, partition: Partition, path: str) -> str:
-        """Name a staged file a part file of its partition (visible from then on)."""
+    def name_staged(self, staged: Iterable[tuple[Partition, str]]) -> set[MethodPartition]:
+        """Name staged files part files of their partitions (visible from then on); return
+        the partitions named."""
         self._writable_locks()
-        return name_staged(self.backend, partition, path)
+        return name_staged(self.backend, staged)
 
     def commit_spill(self, spill: Spill) -> tuple[set[MethodPartition], set[MethodPartition]]:
         """Write a spill's partitions, past the buffer; return those written and
