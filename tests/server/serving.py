@@ -12,6 +12,7 @@ import uvicorn
 from tests.servers import free_port, wait_port
 from web_index import WebIndex
 from web_index.server import create_app
+from web_index.server._writes import OneWriteProtocol
 from web_index.ui import add_ui
 
 
@@ -23,7 +24,9 @@ def serving(index: WebIndex, *, ui: bool = False, **options: object) -> Iterator
     app = create_app(index, **options)  # type: ignore[arg-type]
     if ui:
         add_ui(app)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    # The protocol ``serve`` runs with: every test over HTTP goes through its writes.
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", http=OneWriteProtocol)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

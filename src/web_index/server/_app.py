@@ -33,6 +33,7 @@ from web_index.server._saving import DEFAULT_MAX_SAVES, DEFAULT_SAVE_TIMEOUT, Sa
 from web_index.server._search import SearchBackend, search
 from web_index.server._timemaps import timemap
 from web_index.server._wacz import DEFAULT_MAX_RECORDS, wacz
+from web_index.server._writes import OneWriteProtocol
 
 __all__ = ["create_app", "serve"]
 
@@ -181,6 +182,7 @@ def serve(
         lifespan="on",
         workers=workers,
         factory=not isinstance(app, Starlette),
+        http=OneWriteProtocol,
     )
     # uvicorn stops gracefully on these signals and then raises them again for
     # the handlers it found: these, which only note them.
