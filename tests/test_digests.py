@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from typer.testing import CliRunner
@@ -236,3 +236,14 @@ def test_a_month_of_files_with_and_without_digests(tmp_path: Path) -> None:
         assert kinds == [False, True]
         for body in (b"older", b"newer"):
             assert [h.sha1 for h in index.lookup_digest(sha1(body))] == [sha1(body)]
+
+
+@given(raw=st.binary(min_size=0, max_size=40))
+def test_base32_letters_of_a_digest_are_the_standard_librarys(raw: bytes) -> None:
+    from web_index.models import base32_sha1, sha1_base32, sha1_text
+
+    letters = sha1_base32(raw)
+    assert letters == base64.b32encode(raw).decode()
+    if len(raw) == 20:
+        assert base32_sha1(letters) == raw
+        assert sha1_text(raw) == "sha1:" + letters

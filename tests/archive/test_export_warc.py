@@ -344,3 +344,27 @@ def test_a_revisit_of_a_decoded_capture(tmp_path: Path) -> None:
         assert import_warcs(index, [w.save(tmp_path / "a.warc.gz")]).stored == 3
         latest = index.query([SimplePageQuery(url=url)])[0]
     assert isinstance(latest, Page) and latest.data == page  # the decoded capture, not the plain one
+
+
+@given(
+    ident=st.text(max_size=60),
+    kind=st.sampled_from(["response", "request", "revisit", "metadata"]),
+    moment=st.datetimes(
+        min_value=datetime(1000, 1, 1), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)
+    ),
+    offset=st.integers(-14 * 60, 14 * 60),
+)
+def test_record_ids_and_dates_are_uuid5_and_the_iso_form(
+    ident: str, kind: str, moment: datetime, offset: int
+) -> None:
+    import uuid
+    from datetime import timezone
+
+    from web_index.archive._warc_write import _NAMESPACE, record_id, warc_date
+
+    assert record_id(ident, kind) == f"<urn:uuid:{uuid.uuid5(_NAMESPACE, f'{kind}:{ident}')}>"
+    stamp = moment.strftime("%Y-%m-%dT%H:%M:%S") + (
+        f".{moment.microsecond:06d}" if moment.microsecond else ""
+    )
+    elsewhere = moment.astimezone(timezone(timedelta(minutes=offset)))
+    assert warc_date(moment) == warc_date(elsewhere) == stamp + "Z"

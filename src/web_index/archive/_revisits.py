@@ -10,7 +10,6 @@ narrows the search.
 
 from __future__ import annotations
 
-import base64
 import pickle
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -20,7 +19,7 @@ from typing import Generic, TypeVar
 from web_index.archive._http import decoded
 from web_index.archive._warc_fields import RevisitTarget, names_record
 from web_index.index import WebIndex
-from web_index.models import Page, TimeAwarePageQuery, from_us
+from web_index.models import Page, TimeAwarePageQuery, from_us, sha1_base32
 from web_index.storage import CaptureFields, parse_capture_line
 from web_index.urls import url_key
 
@@ -76,7 +75,7 @@ def _search(index: WebIndex, target: RevisitTarget, nearest: Page) -> bytes | No
         n for n in nearby if target.record_id is not None and names_record(n[1].request_id, target.record_id)
     ]
     if digest is not None and digest.algorithm == "sha1":
-        wanted = base64.b32encode(digest.raw).decode()
+        wanted = sha1_base32(digest.raw)
         exact = [n for n in nearby if n[1].digest == wanted]
     else:
         exact = []  # (a SHA-256, rare in WARCs, is checked against the bodies below)

@@ -17,6 +17,7 @@ from web_index.models._digest import Digest, DigestHit
 from web_index.models._digest import base32_sha1 as base32_sha1
 from web_index.models._digest import payload_digests as payload_digests
 from web_index.models._digest import payload_sha1 as payload_sha1
+from web_index.models._digest import sha1_base32 as sha1_base32
 from web_index.models._digest import sha1_text as sha1_text
 from web_index.models._digest import sha256_text as sha256_text
 from web_index.models._enums import AttemptState, Calibre, RecordType

@@ -22,7 +22,15 @@ from web_index.models._enums import RecordType
 from web_index.models._queries import PageKey
 from web_index.models._time import format_ts
 
-__all__ = ["Digest", "DigestHit", "payload_digests", "payload_sha1", "sha1_text", "sha256_text"]
+__all__ = [
+    "Digest",
+    "DigestHit",
+    "payload_digests",
+    "payload_sha1",
+    "sha1_base32",
+    "sha1_text",
+    "sha256_text",
+]
 
 Algorithm = Literal["sha1", "sha256"]
 _SIZES: dict[str, int] = {"sha1": 20, "sha256": 32}
@@ -40,7 +48,26 @@ def payload_digests(body: bytes) -> tuple[bytes, bytes]:
 
 def sha1_text(raw: bytes) -> str:
     """A raw SHA-1 as WARC writes it: ``sha1:`` and 32 base32 letters."""
-    return "sha1:" + base64.b32encode(raw).decode()
+    return "sha1:" + sha1_base32(raw)
+
+
+def sha1_base32(raw: bytes) -> str:
+    """The 32 base32 letters of a raw SHA-1 (20 bytes), as a capture line and a CDX
+    ``digest`` write it; :func:`base32_sha1` reads them back. The standard library's
+    encoder walks the bytes in Python (2.7 us a digest, two a Resource answer): here
+    two 80-bit numbers, ten bits a table lookup (1.0 us)."""
+    if len(raw) != 20:
+        return base64.b32encode(raw).decode()
+    t = _PAIRS
+    a, b = int.from_bytes(raw[:10], "big"), int.from_bytes(raw[10:], "big")
+    return "".join(
+        (
+            t[a >> 70], t[a >> 60 & 1023], t[a >> 50 & 1023], t[a >> 40 & 1023],
+            t[a >> 30 & 1023], t[a >> 20 & 1023], t[a >> 10 & 1023], t[a & 1023],
+            t[b >> 70], t[b >> 60 & 1023], t[b >> 50 & 1023], t[b >> 40 & 1023],
+            t[b >> 30 & 1023], t[b >> 20 & 1023], t[b >> 10 & 1023], t[b & 1023],
+        )
+    )  # fmt: skip
 
 
 def base32_sha1(letters: str) -> bytes:
@@ -49,7 +76,9 @@ def base32_sha1(letters: str) -> bytes:
     return int(letters.translate(_BASE32), 32).to_bytes(20, "big")
 
 
-_BASE32 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "0123456789abcdefghijklmnopqrstuv")
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+_BASE32 = str.maketrans(_LETTERS, "0123456789abcdefghijklmnopqrstuv")
+_PAIRS = [a + b for a in _LETTERS for b in _LETTERS]  # ten bits: two letters
 
 
 def sha256_text(raw: bytes) -> str:

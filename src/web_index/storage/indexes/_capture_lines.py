@@ -33,13 +33,12 @@ drops the second.
 from __future__ import annotations
 
 import time
-from base64 import b32encode
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from web_index.models import GET_COLUMNS, HEAD_COLUMNS, RecordType, payload_sha1
+from web_index.models import GET_COLUMNS, HEAD_COLUMNS, RecordType, payload_sha1, sha1_base32
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN
 from web_index.storage.backends import Backend, FileInfo
 from web_index.storage.pages import BodyPlace, body_places
@@ -273,7 +272,7 @@ def _line(
 ) -> bytes:
     url = target_uri(request_url)
     fields = _HEADERS(headers)
-    common = (url, capture_mime(fields), str(status), "-" if sha1 is None else b32encode(sha1).decode())
+    common = (url, capture_mime(fields), str(status), "-" if sha1 is None else sha1_base32(sha1))
     if stored is None:
         record: CaptureFields = CaptureFields(*common, request_id, position, page, attempt_us)
     else:
