@@ -73,6 +73,13 @@ class _Connection:
             raise ClusterError(f"no Dask scheduler at {address}: {problem}") from None
         self.killed: type[BaseException] = distributed.KilledWorker
         self.as_completed: Any = distributed.as_completed
+        from web_index.query._profiler import NoProfiler
+
+        try:
+            self.client.register_plugin(NoProfiler())
+        except Exception:
+            self.client.close()
+            raise
 
     def __enter__(self) -> _Connection:
         return self
