@@ -65,7 +65,9 @@ class _Spy:
         return getattr(self.transport, name)
 
 
-async def _exchange(steps: list[tuple[str, list[bytes]]], end: str) -> tuple[bytes, bytes, list[int]]:
+async def _exchange(
+    steps: list[tuple[str, list[bytes]]], end: str, limit: int
+) -> tuple[bytes, bytes, list[int]]:
     """The steps written through GatheredWrites on one end of a connected pair of
     sockets, ended by ``end``; what the other end received, what was written, and
     the sizes of the hand-ons the real transport got."""
@@ -75,7 +77,7 @@ async def _exchange(steps: list[tuple[str, list[bytes]]], end: str) -> tuple[byt
     transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, ours)
     await loop.connect_accepted_socket(lambda: peer, theirs)
     spy = _Spy(transport)
-    gathered = GatheredWrites(spy, loop)  # type: ignore[arg-type]
+    gathered = GatheredWrites(spy, loop, limit=limit)  # type: ignore[arg-type]
     written = bytearray()
     for kind, data in steps:
         if kind == "write":
@@ -98,23 +100,23 @@ async def _exchange(steps: list[tuple[str, list[bytes]]], end: str) -> tuple[byt
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @settings(max_examples=60, deadline=None)
-@given(steps=_STEPS, end=st.sampled_from(["close", "write_eof"]))
+@given(steps=_STEPS, end=st.sampled_from(["close", "write_eof"]), limit=st.integers(1, 2_000))
 def test_the_peer_receives_what_was_written_in_order(
-    loop: str, steps: list[tuple[str, list[bytes]]], end: str
+    loop: str, steps: list[tuple[str, list[bytes]]], end: str, limit: int
 ) -> None:
     run = uvloop.run if loop == "uvloop" else asyncio.run
-    received, written, handed = run(_exchange(steps, end))
+    received, written, handed = run(_exchange(steps, end, limit))
     assert received == written
-    # One hand-on for each step of the loop that wrote something, never one a write.
-    steps_writing = 0
-    wrote = False
+    # Handed on at each step's end, and at once when ``limit`` bytes are held: never a write each.
+    expected, held = 0, 0
     for kind, data in [*steps, ("yield", [])]:
-        if kind == "yield":
-            steps_writing += wrote
-            wrote = False
-        elif any(data):
-            wrote = True
-    assert len(handed) == steps_writing
+        for piece in data:
+            held += len(piece)
+            if held >= limit:
+                expected, held = expected + 1, 0
+        if kind == "yield" and held:
+            expected, held = expected + 1, 0
+    assert len(handed) == expected
 
 
 def test_abort_drops_what_is_held() -> None:

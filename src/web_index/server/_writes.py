@@ -15,7 +15,10 @@ the event loop's current step ends and then hands it on in one ``writelines``
 (one ``writev``, no copy). Nothing is reordered or held past that step: a
 response streamed across awaits goes out as it did, chunk by chunk; closing or
 aborting the transport, or ending the write side, hands on what was held first
-(or drops it, as ``abort`` does its own buffer).
+(or drops it, as ``abort`` does its own buffer). What a step writes past
+:data:`HAND_ON_AT` bytes is handed on at once, so the transport's flow control
+(``pause_writing`` when its buffer is full, which uvicorn waits on) sees a large
+answer as it always did, and the wrapper never holds more than that.
 """
 
 from __future__ import annotations
@@ -25,31 +28,46 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["GatheredWrites", "OneWriteProtocol"]
+__all__ = ["HAND_ON_AT", "GatheredWrites", "OneWriteProtocol"]
+
+HAND_ON_AT = 64 << 10  # bytes held before they go on without waiting for the step's end
 
 
 class GatheredWrites(asyncio.Transport):
     """``transport``, its writes within one step of the event loop handed on together."""
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, *, limit: int = HAND_ON_AT
+    ) -> None:
         super().__init__(extra=None)
         self._transport = transport
         self._loop = loop
+        self._limit = limit
         self._held: list[bytes | bytearray | memoryview] = []
+        self._held_bytes = 0
+        self._scheduled = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
-        if not self._held:
-            self._loop.call_soon(self._hand_on)
         self._held.append(data)
+        self._held_bytes += len(data)
+        if self._held_bytes >= self._limit:
+            self._hand_on()
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._at_step_end)
 
     def writelines(self, list_of_data: Any) -> None:
         for data in list_of_data:
             self.write(data)
 
+    def _at_step_end(self) -> None:
+        self._scheduled = False
+        self._hand_on()
+
     def _hand_on(self) -> None:
-        held, self._held = self._held, []
+        held, self._held, self._held_bytes = self._held, [], 0
         if held and not self._transport.is_closing():
             self._transport.writelines(held)
 
@@ -65,7 +83,7 @@ class GatheredWrites(asyncio.Transport):
         self._transport.close()
 
     def abort(self) -> None:
-        self._held = []
+        self._held, self._held_bytes = [], 0
         self._transport.abort()
 
     def is_closing(self) -> bool:
@@ -90,7 +108,7 @@ class GatheredWrites(asyncio.Transport):
         return self._transport.is_reading()
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(len(d) for d in self._held)
+        return self._transport.get_write_buffer_size() + self._held_bytes
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._transport.get_write_buffer_limits()
