@@ -14,6 +14,7 @@ import pytest
 
 from tests.factories import T0, attempt
 from web_index import WebIndex
+from web_index.errors import InvalidRecordError, StoreError
 from web_index.models import SimplePageQuery
 from web_index.storage import LocalBackend
 from web_index.storage import _load as load_module
@@ -40,11 +41,11 @@ def test_a_chunk_that_cannot_be_spilled_is_dropped_alone(
     real = load_module._partition_tables
     calls = {"n": 0}
 
-    def full_disk(attempts: Any) -> Any:
+    def full_disk(attempts: Any, payload_of: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError(28, "No space left on device")
-        return real(attempts)
+        return real(attempts, payload_of)
 
     monkeypatch.setattr(load_module, "_partition_tables", full_disk)
     first, second, third = _items(0, 10), _items(10, 10), _items(20, 10)
@@ -136,3 +137,55 @@ def test_a_commit_syncs_the_stores_filesystem_only(
             load.add(items)
         assert _present(index, items) == [True] * 12
     assert synced == ([] if has_syncfs else ["all", "all"])
+
+
+_HOLDER, _TOLD = "01910000-0000-7000-8000-000000000001", "01910000-0000-7000-8000-000000000002"
+_BODY = b"<p>" + b"z" * 2000 + b"</p>"
+
+
+def _told(url: str, body: bytes = b"") -> Any:
+    return attempt(url, T0 + timedelta(hours=1), body=body)
+
+
+@pytest.mark.parametrize("gather_max", [load_module.GATHER_MAX, 1])
+def test_a_response_told_its_payload_gets_its_holder_s_body(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gather_max: int
+) -> None:
+    """``payload_of``: the body of a response the load took before, in the same partition, given
+    when the partition is read back, whether gathered whole or merged as read (``gather_max``
+    1), and stored once; the holder spilled in another chunk than the row told of it."""
+    monkeypatch.setattr(load_module, "GATHER_MAX", gather_max)
+    with WebIndex(tmp_path / "s", create=True) as index:
+        with index.bulk_load(chunk=1) as load:
+            load.add([attempt("https://a.example.com/", body=_BODY)], request_ids=[_HOLDER])
+            load.add([_told("https://a.example.com/b")], request_ids=[_TOLD], payload_of={_TOLD: _HOLDER})
+        pages = index.query(
+            [SimplePageQuery(url=u) for u in ("https://a.example.com/", "https://a.example.com/b")]
+        )
+        assert [p.data if p is not None else None for p in pages] == [_BODY, _BODY]
+        assert index.verify().problems == []
+    from tests.test_shared_payloads import _references
+
+    assert _references(tmp_path / "s") == 1
+
+
+def test_payload_of_names_an_item_with_an_empty_body(tmp_path: Path) -> None:
+    with WebIndex(tmp_path / "s", create=True) as index, index.bulk_load() as load:
+        with pytest.raises(InvalidRecordError, match="payload_of"):
+            load.add([_told("https://a.example.com/b")], request_ids=[_TOLD], payload_of={"other": _HOLDER})
+        with pytest.raises(InvalidRecordError, match="empty body"):
+            load.add(
+                [_told("https://a.example.com/b", b"x")], request_ids=[_TOLD], payload_of={_TOLD: _HOLDER}
+            )
+        assert load.add([attempt("https://a.example.com/")]) != []  # the load goes on
+
+
+def test_a_holder_not_in_the_partition_fails_the_commit_naming_both(tmp_path: Path) -> None:
+    """The holder in another domain's partition: nothing of the load is committed."""
+    root = tmp_path / "s"
+    with WebIndex(root, create=True) as index:
+        with pytest.raises(StoreError, match=f"{_TOLD}.*{_HOLDER}"), index.bulk_load() as load:
+            load.add([attempt("https://b.example.org/", body=_BODY)], request_ids=[_HOLDER])
+            load.add([_told("https://a.example.com/b")], request_ids=[_TOLD], payload_of={_TOLD: _HOLDER})
+        assert not list(root.glob("get*/**/*.parquet"))
+        assert index.query([SimplePageQuery(url="https://b.example.org/")]) == [None]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -64,23 +64,39 @@ class BulkLoad:
         self._on_progress = on_progress
         self._pending: list[AttemptRows] = []
         self._pending_bytes = 0
+        self._payload_of: dict[str, str] = {}  # of the attempts pending: see add()
         self._written: set[MethodPartition] = set()
         self._parted: set[MethodPartition] = set()
         self._finished = False
         self.stored = 0
         """Attempts in the store's files so far (committed)."""
 
-    def add(self, items: Iterable[InsertItem], *, request_ids: Sequence[str] | None = None) -> list[PageKey]:
+    def add(
+        self,
+        items: Iterable[InsertItem],
+        *,
+        request_ids: Sequence[str] | None = None,
+        payload_of: Mapping[str, str] | None = None,
+    ) -> list[PageKey]:
         """Validate ``items`` (all or none, as :meth:`WebIndex.insert_many`) and
-        take them into the load; return their keys. Written when a chunk fills."""
+        take them into the load; return their keys. Written when a chunk fills.
+
+        ``payload_of`` maps the request id of an item (a GET attempt of one
+        response with an empty body) to that of a response this load took
+        before, in the same partition (domain and month) and not committed
+        since: the item's body is that response's, stored once (a WARC
+        revisit of a capture the same import read). A holder the commit does
+        not find there fails it, naming both."""
         if self._finished:
             from web_index.errors import StoreError
 
             raise StoreError("this bulk load has finished")
         with gc_paused():
             attempts = validate_items(items, request_ids, self._limits)
+            told = _told(attempts, payload_of) if payload_of else {}
             self._pending.extend(attempts)
             self._pending_bytes += _body_bytes(attempts)
+            self._payload_of.update(told)
             if len(self._pending) >= self._chunk or self._pending_bytes >= _CHUNK_BYTES:
                 try:
                     self._spill_pending()
@@ -88,6 +104,8 @@ class BulkLoad:
                     # This add is not taken (it raised); what earlier adds took stays, to be spilled later.
                     del self._pending[len(self._pending) - len(attempts) :]
                     self._pending_bytes = _body_bytes(self._pending)
+                    for rid in told:
+                        self._payload_of.pop(rid, None)
                     raise
                 if self._spill.bytes >= self._commit_bytes:
                     self._commit()
@@ -95,9 +113,10 @@ class BulkLoad:
 
     def _spill_pending(self) -> None:
         if self._pending:
-            self._spill.add(self._pending)
+            self._spill.add(self._pending, self._payload_of)
             self._pending = []
             self._pending_bytes = 0
+            self._payload_of = {}
 
     def _commit(self) -> None:
         if self._stage is not None:  # a folder a commit: a partition may be in several
@@ -162,3 +181,20 @@ def _compact(
 
 def _body_bytes(attempts: Iterable[AttemptRows]) -> int:
     return sum(len(r[-1]) for a in attempts for r in a.responses if len(r) == _GET_ROW and r[-1])
+
+
+def _told(attempts: Sequence[AttemptRows], payload_of: Mapping[str, str]) -> dict[str, str]:
+    """``payload_of`` checked against the attempts it names (see :meth:`BulkLoad.add`)."""
+    from web_index.errors import InvalidRecordError
+    from web_index.models import RecordType
+
+    given = {a.request_id: a for a in attempts}
+    for rid, holder in payload_of.items():
+        a = given.get(rid)
+        if a is None:
+            raise InvalidRecordError("payload_of", f"{rid} is not the request id of an item of this call")
+        if a.method is not RecordType.GET or len(a.responses) != 1 or a.responses[0][-1]:
+            raise InvalidRecordError("payload_of", f"{rid}: a GET attempt of one response with an empty body")
+        if holder == rid or holder in payload_of:
+            raise InvalidRecordError("payload_of", f"{rid}: its holder {holder} must hold its own body")
+    return dict(payload_of)

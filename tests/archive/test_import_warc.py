@@ -80,12 +80,13 @@ class Warc:
 
     def revisit(
         self, url: str, when: datetime, refers_to: datetime, record_id: str | None = None,
-        digest: str = "sha1:AAAA",
+        digest: str = "sha1:AAAA", refers_to_uri: str | None = None,
     ) -> None:  # fmt: skip
-        """A revisit of the capture of ``url`` at ``refers_to`` (``record_id``: WARC-Refers-To)."""
+        """A revisit of the capture of ``refers_to_uri`` (else ``url``) at ``refers_to``
+        (``record_id``: WARC-Refers-To)."""
         http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
         record = self.writer.create_revisit_record(
-            url, digest=digest, refers_to_uri=url,
+            url, digest=digest, refers_to_uri=refers_to_uri or url,
             refers_to_date=_iso(refers_to), http_headers=http,
         )  # fmt: skip
         record.rec_headers.replace_header("WARC-Date", _iso(when))

@@ -15,6 +15,7 @@ from typing import IO, TYPE_CHECKING
 
 from web_index.archive._arc_read import read_arc
 from web_index.archive._http import parse_http_response, restore_headers, store_body
+from web_index.archive._import_originals import Originals, body_again, partition_of
 from web_index.archive._revisits import Waiting, resolve_revisits
 from web_index.archive._sources import ArchiveFile
 from web_index.archive._warc_fields import RevisitTarget, record_request_id, revisit_target, warcinfo_software
@@ -88,6 +89,13 @@ class Run:
         self.load: BulkLoad | None = None
         self.taken: set[str] = set()
         self.deferred: Waiting[tuple[_Capture, str]] | None = None
+        # The responses the load took since it last committed, by what a revisit names: its
+        # URI and payload digest. A revisit of one of them is stored with the load, not held back
+        # for a load of its own (which would rewrite every partition it lands in): told its
+        # payload in the same partition (BulkLoad.add's payload_of), else given the body of
+        # the original's record read again.
+        self.originals = Originals()
+        self.source: Path | None = None  # the local WARC file being read, where an original can be read again
         # Where a round of resolved revisits goes, readable by the next round once it ends.
         self.revisit_load: Callable[[], contextlib.AbstractContextManager[BulkLoad]] = functools.partial(
             index.bulk_load, jobs=jobs
@@ -186,6 +194,8 @@ class Run:
         # Revisits last: the captures they refer to may be in this batch.
         self._insert([(c, rid) for c, rid in new if c.refers is None or c.method is RecordType.HEAD])
         waiting = [(c, rid) for c, rid in new if c.refers is not None and c.method is RecordType.GET]
+        if self.deferred is not None and self.originals:
+            waiting = self._with_originals(waiting)
         if self.deferred is not None:
             for c, _ in waiting:  # kept till the load commits: what it stores, not the record
                 c.record = dataclasses.replace(c.record, headers={}, block=b"")
@@ -199,6 +209,7 @@ class Run:
         """The revisits held back, once the bulk load that took the rest has committed."""
         deferred, self.deferred = self.deferred, None
         self.taken.clear()  # the load that took them has committed
+        self.originals.clear()
         if deferred is None:
             return
         seen: set[str] = set()
@@ -280,7 +291,7 @@ class Run:
                 found.append((c, rid))
         return found, rest
 
-    def _insert(self, captures: list[tuple[_Capture, str]]) -> None:
+    def _insert(self, captures: list[tuple[_Capture, str]], payload_of: dict[str, str] | None = None) -> None:
         if captures:
             items = [self._attempt(c) for c, _ in captures]
             ids = [rid for _, rid in captures]
@@ -288,12 +299,42 @@ class Run:
                 self.index.insert_many(items, request_ids=ids)
             else:
                 committed = self.load.stored
-                self.load.add(items, request_ids=ids)
+                self.load.add(items, request_ids=ids, payload_of=payload_of)
                 if self.load.stored != committed:  # it committed all it took: readable now
                     self.taken.clear()
+                    self.originals.clear()
                 else:
                     self.taken.update(ids)
+                    if self.deferred is not None:
+                        self._taken_originals(captures)
             self.report.stored += len(captures)
+
+    def _taken_originals(self, captures: list[tuple[_Capture, str]]) -> None:
+        for c, rid in captures:
+            if c.refers is None and c.method is RecordType.GET and c.body:
+                self.originals.took(c.url, c.record, rid, self.source)
+
+    def _with_originals(self, waiting: list[tuple[_Capture, str]]) -> list[tuple[_Capture, str]]:
+        """Store the revisits of ``waiting`` whose originals this load took (see ``originals``);
+        return the others."""
+        holders: dict[str, str] = {}
+        read_again: list[tuple[_Capture, str]] = []
+        rest: list[tuple[_Capture, str]] = []
+        for c, rid in waiting:
+            taken = None if c.refers is None else self.originals.find(c.refers)
+            where = partition_of(c.url, c.record.date)
+            if taken is None or (taken.where[0] == where[0] and taken.where != where):
+                rest.append((c, rid))  # another month of its domain: a reference once that is compacted
+            elif taken.where == where:
+                holders[rid] = taken.rid
+            elif (body := body_again(taken, self.index.limits.max_body_bytes)) is not None:
+                c.body = body
+                read_again.append((c, rid))
+            else:
+                rest.append((c, rid))
+        self._insert([(c, rid) for c, rid in waiting if rid in holders], payload_of=holders)
+        self._insert(read_again)
+        return rest
 
     def _attempt(self, c: _Capture) -> tuple[RecordType, str, datetime, AttemptMetadata, list[Response]]:
         name, version = c.fetcher
@@ -348,6 +389,7 @@ def _import_file(
     report = run.report
     fetcher = _DEFAULT_FETCHER
     records = read_arc(source, file.name) if isinstance(source, Path) else read_warc(source, file.name)
+    run.source = file.path if file.member is None and not file.is_arc else None
     for item in records:
         report.records += 1
         if isinstance(item, WarcError):

@@ -135,6 +135,21 @@ def read_warc(path: Path | IO[bytes], name: str | None = None) -> Iterator[WarcR
         yield tail
 
 
+def record_at(path: Path, offset: int) -> WarcRecord | None:
+    """The record that starts at ``offset`` of the local WARC file ``path`` (one
+    gzip member of a per-record-gzip file, or a plain file's record), read again;
+    ``None`` if none whole starts there."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            records = ArchiveIterator(fh, parse_http=False, record_types=WarcRecordType.any_type)
+            record = next(iter(records), None)
+            found = None if record is None else _checked(record, str(path), offset)
+    except OSError:
+        return None
+    return found if isinstance(found, WarcRecord) else None
+
+
 def _checked(record: object, name: str, offset: int) -> WarcRecord | WarcError:
     headers = dict(record.headers.items())  # type: ignore[attr-defined]
     block = record.reader.read()  # type: ignore[attr-defined]

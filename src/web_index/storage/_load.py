@@ -36,7 +36,7 @@ import functools
 import itertools
 import operator
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,10 +66,11 @@ from web_index.storage._load_work import (
     spool_partition,
 )
 from web_index.storage._locks import Locks
-from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, SORT_KEYS
+from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN, SORT_KEYS
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
 from web_index.storage.indexes import build_capture_index, holders_moved
+from web_index.storage.payloads import PENDING
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -101,13 +102,16 @@ class Spill:
         self.attempts = 0
         self.bytes = 0  # in the spill files so far
 
-    def add(self, attempts: Sequence[AttemptRows]) -> None:
-        """Spill one chunk: a file per record type, a record batch per partition."""
+    def add(self, attempts: Sequence[AttemptRows], payload_of: Mapping[str, str] | None = None) -> None:
+        """Spill one chunk: a file per record type, a record batch per partition.
+        ``payload_of``: request id -> that of the response whose body the attempt's
+        response takes (``payloads/_pending.py``)."""
         import pyarrow as pa
 
         start = len(self._files)
         try:
-            for _, tables in itertools.groupby(_partition_tables(attempts), key=lambda pt: pt[0].type):
+            tables_of = _partition_tables(attempts, payload_of or {})
+            for _, tables in itertools.groupby(tables_of, key=lambda pt: pt[0].type):
                 path = new_spool(self._folder)
                 self._files.append((path, None))
                 with pa.OSFile(str(path), "wb") as sink:
@@ -238,7 +242,7 @@ class Spill:
             assert reader is not None  # set once its file is written
             readers[run.path] = reader
         runs = [run for _, run in self._where[partition]]
-        return partition_rows(partition.type, runs, readers.__getitem__, options, GATHER_MAX)
+        return partition_rows(partition, runs, readers.__getitem__, options, GATHER_MAX)
 
 
 def _had_files(listing: Listing) -> Callable[[Partition], bool]:
@@ -348,10 +352,13 @@ def _write_remote(
     return parted
 
 
-def _partition_tables(attempts: Sequence[AttemptRows]) -> Iterator[tuple[Partition, pa.Table, int]]:
+def _partition_tables(
+    attempts: Sequence[AttemptRows], payload_of: Mapping[str, str]
+) -> Iterator[tuple[Partition, pa.Table, int]]:
     """One table per partition, each sorted by the type's sort key with each
     record once (the last given wins, as in a flush): slices of one table a type;
-    and its bytes, about (its bodies', and ``_ROW_BYTES`` a row)."""
+    and its bytes, about (its bodies', and ``_ROW_BYTES`` a row). A ``get``
+    response whose request id ``payload_of`` names is pending (``payloads/_pending.py``)."""
     by_type: dict[RecordType, dict[tuple[Any, ...], tuple[tuple[str, int, int], tuple[Any, ...]]]] = {}
     for a in attempts:
         where = (a.domain, a.year, a.month)
@@ -373,6 +380,11 @@ def _partition_tables(attempts: Sequence[AttemptRows]) -> Iterator[tuple[Partiti
             columns[DIGEST_COLUMNS[0]] = [p[0] for p in pairs]
             columns[DIGEST_COLUMNS[1]] = [p[1] for p in pairs]
             sizes = list(itertools.accumulate((len(body or b"") for body in bodies), initial=0))
+            if payload_of:
+                columns[REF_COLUMN] = [
+                    PENDING + payload_of[rid] if chain == 0 and rid in payload_of else None
+                    for rid, chain in zip(columns["request_id"], columns["chain_index"], strict=True)
+                ]
         table = columns_to_table(type, columns)
         start = 0
         for (domain, year, month), group in itertools.groupby(w for w, _ in rows):

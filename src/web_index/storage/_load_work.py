@@ -32,15 +32,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from web_index.errors import StoreError
-from web_index.models import RecordType
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args, sort_dedupe
 from web_index.storage._layout import Partition, compacted_stored
 from web_index.storage._merge import merge_sorted
-from web_index.storage._schema import DIGEST_COLUMNS
+from web_index.storage._schema import DIGEST_COLUMNS, REF_COLUMN
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
 from web_index.storage.indexes import capture_index_bytes, file_lines, table_lines
-from web_index.storage.payloads import find_holders, share_payloads, wanted_payloads
+from web_index.storage.payloads import (
+    fill_pending,
+    find_holders,
+    holder_values,
+    pending_holders,
+    share_payloads,
+    wanted_payloads,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -94,15 +100,25 @@ class Merged:
     each record once (its copy in the earliest run, as :func:`partition_rows` keeps
     it), in row groups of ``options``. Iterable again (each time from the spill files)."""
 
-    def __init__(self, type: RecordType, runs: Sequence[Run], reader: Reader, options: WriteOptions) -> None:
-        self.type = type
+    def __init__(
+        self, partition: Partition, runs: Sequence[Run], reader: Reader, options: WriteOptions
+    ) -> None:
+        self.type = partition.type
+        self._where = str(partition)
         self._runs = runs
         self._reader = reader
         self._options = options
+        self._wanted: set[str] | None = None
 
     def __iter__(self) -> Iterator[pa.Table]:
         inputs = [self._tables(run) for run in self._runs]
-        return merge_sorted(self.type, inputs, functools.partial(self._options.group_rows, self.type))
+        merged = merge_sorted(self.type, inputs, functools.partial(self._options.group_rows, self.type))
+        if self._wanted is None:  # (payloads/_pending.py) the references alone read, once
+            self._wanted = set().union(*(pending_holders(t) for t in self._column(REF_COLUMN)))
+        if not self._wanted:
+            return merged
+        holders = holder_values((t for run in self._runs for t in self._tables(run)), self._wanted)
+        return (fill_pending(t, holders, where=self._where) for t in merged)
 
     def _tables(self, run: Run) -> Iterator[pa.Table]:
         import pyarrow as pa
@@ -113,10 +129,13 @@ class Merged:
 
     def digests(self) -> Iterator[pa.Table]:
         """The payloads' SHA-256 column of every run, the rest of the rows not read."""
+        return self._column(DIGEST_COLUMNS[1])
+
+    def _column(self, name: str) -> Iterator[pa.Table]:
         import pyarrow as pa
 
         for run in self._runs:
-            at = self._reader(run.path).schema.get_field_index(DIGEST_COLUMNS[1])
+            at = self._reader(run.path).schema.get_field_index(name)
             if at < 0:
                 return
             options = pa.ipc.IpcReadOptions(included_fields=[at])
@@ -127,23 +146,26 @@ class Merged:
 
 
 def partition_rows(
-    type: RecordType, runs: Sequence[Run], reader: Reader, options: WriteOptions, gather_max: int
+    partition: Partition, runs: Sequence[Run], reader: Reader, options: WriteOptions, gather_max: int
 ) -> pa.Table | Merged:
     """A partition's rows in a spill: a table gathered from its runs (one run is
     sorted already; several are merged, each record once: its copy in the earliest
-    run), or :class:`Merged` when they hold more than ``gather_max`` bytes."""
+    run), or :class:`Merged` when they hold more than ``gather_max`` bytes; rows
+    whose payload the load was told of are given it (``payloads/_pending.py``)."""
     import pyarrow as pa
 
     if sum(run.nbytes for run in runs) > gather_max:
-        return Merged(type, runs, reader, options)
+        return Merged(partition, runs, reader, options)
     batches = []
     for run in runs:
         read = reader(run.path)
         batches += [read.get_batch(b) for b in range(run.first, run.first + run.batches)]
     table = pa.Table.from_batches(batches)
     if len(runs) > 1:
-        return sort_dedupe(type, table)
-    return table.combine_chunks() if len(batches) > 1 else table
+        table = sort_dedupe(partition.type, table)
+    elif len(batches) > 1:
+        table = table.combine_chunks()
+    return fill_pending(table, where=str(partition))
 
 
 class Spooled(NamedTuple):
@@ -224,7 +246,7 @@ def run_task(root: str, options: WriteOptions, task: Task) -> Spooled:
     """:func:`spool_partition` in a worker process: the partition's rows read from
     the spill files by their paths."""
     reader = functools.partial(_reader, task.commit)
-    rows = partition_rows(task.partition.type, task.runs, reader, options, task.gather_max)
+    rows = partition_rows(task.partition, task.runs, reader, options, task.gather_max)
     spooled = spool_partition(
         _backend(root), options, task.partition, rows, share=task.share, months=task.months
     )

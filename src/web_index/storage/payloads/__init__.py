@@ -2,11 +2,16 @@
 to a payload its domain already stores (``_sharing``: the search by digest, the
 rows made references), and how a reference is named and resolved when read
 (``_refs``: the holder found by its sort key, its body checked against both
-rows' digests; the holder's place for a capture line). Nothing here is public
+rows' digests; the holder's place for a capture line), and the payloads a bulk
+load is told of rather than given (``_pending``). Nothing here is public
 (``__all__`` is empty): the names imported ``as`` themselves are the internal
 API of the rest of storage.
 """
 
+from web_index.storage.payloads._pending import PENDING as PENDING
+from web_index.storage.payloads._pending import fill_pending as fill_pending
+from web_index.storage.payloads._pending import holder_values as holder_values
+from web_index.storage.payloads._pending import pending_holders as pending_holders
 from web_index.storage.payloads._refs import Holder as Holder
 from web_index.storage.payloads._refs import Wanted as Wanted
 from web_index.storage.payloads._refs import holder_places as holder_places
