@@ -7,12 +7,16 @@ from the store, gives it."""
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
+import shutil
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.archive.test_import_warc import T0, Warc
 from tests.test_shared_payloads import _references
@@ -99,3 +103,54 @@ def test_an_original_that_cannot_be_read_again_leaves_its_revisit_to_wait(
         assert import_warcs(index, [warc]).stored == 6
     assert sorted(asked) == sorted([PAGE, LATER])
     assert [body for body, _ in _bodies(tmp_path / "bulk")] == [body for *_, body in REVISITS]
+
+
+_DOMAINS = ("https://a.example.com", "https://b.example.org", "https://c.example.net")
+_BODIES = [b"<p>" + bytes([65 + n]) * size + b"</p>" for n, size in enumerate((10, 300, 900, 2000))]
+
+_captures = st.lists(  # domain, path, days after T0, body, gzipped on the wire, file
+    st.tuples(st.integers(0, 2), st.integers(0, 1), st.sampled_from([0, 1, 35]), st.integers(0, 3),
+              st.booleans(), st.integers(0, 1)),
+    min_size=1, max_size=5,
+)  # fmt: skip
+_revisits = st.lists(  # which capture, its own domain and path (or the capture's), days after it, file
+    st.tuples(st.integers(0, 4), st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(0, 1))),
+              st.sampled_from([0, 1, 33]), st.integers(0, 1)),
+    max_size=6,
+)  # fmt: skip
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(captures=_captures, revisits=_revisits)
+def test_any_revisit_gets_the_body_of_the_capture_it_names(
+    tmp_path: Path, captures: list[tuple[int, int, int, int, bool, int]], revisits: list[Any]
+) -> None:
+    """Captures in up to two files, gzipped on the wire or not, and revisits of them in either
+    file (after them or before, in their partition, another domain's or month's, another URL of
+    their domain): each capture and each revisit answers with its body, `verify` clean."""
+    shutil.rmtree(tmp_path, ignore_errors=True)
+    tmp_path.mkdir()
+    files = [Warc(), Warc()]
+    written: list[tuple[str, Any, bytes, bytes]] = []  # url, time, wire payload, body
+    expected: dict[tuple[str, Any], bytes] = {}
+    for n, (domain, path, days, body, zipped, file) in enumerate(captures):
+        url, when = f"{_DOMAINS[domain]}/p{path}", T0 + timedelta(days=days, seconds=n)
+        wire = gzip.compress(_BODIES[body], mtime=0) if zipped else _BODIES[body]
+        fields = [("Content-Type", "text/html"), *([("Content-Encoding", "gzip")] if zipped else [])]
+        files[file].capture(url, wire, when=when, headers=fields)
+        written.append((url, when, wire, _BODIES[body]))
+        expected[(url, when)] = _BODIES[body]
+    for n, (which, own, days, file) in enumerate(revisits):
+        target, then, wire, body = written[which % len(written)]
+        url = target if own is None else f"{_DOMAINS[own[0]]}/p{own[1]}"
+        when = then + timedelta(days=days, seconds=100 * (n + 1))  # no two at one second
+        digest = "sha1:" + base64.b32encode(hashlib.sha1(wire).digest()).decode()
+        files[file].revisit(url, when, refers_to=then, digest=digest, refers_to_uri=target)
+        expected[(url, when)] = body
+    warcs = [w.save(tmp_path / f"{n}.warc.gz") for n, w in enumerate(files)]
+    with WebIndex(tmp_path / "s", create=True) as index:
+        assert import_warcs(index, warcs).stored == len(expected)
+        asked = [TimeAwarePageQuery(url=u, timestamp=t, not_before=t, not_after=t) for u, t in expected]
+        got = [p.data if isinstance(p, Page) else None for p in index.query(asked)]
+        assert got == list(expected.values())
+        assert index.verify().problems == []
