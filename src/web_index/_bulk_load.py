@@ -118,9 +118,15 @@ class BulkLoad:
             self._pending_bytes = 0
             self._payload_of = {}
 
+    @property
+    def commits(self) -> int:
+        """The commits (or, staged, the folders written) so far: ``payload_of`` names responses
+        taken since the last."""
+        return self._commits
+
     def _commit(self) -> None:
+        self._commits += 1
         if self._stage is not None:  # a folder a commit: a partition may be in several
-            self._commits += 1
             self.staged += self._store.stage_spill(self._spill, f"{self._stage}/{self._commits}")
             return
         attempts = self._spill.attempts

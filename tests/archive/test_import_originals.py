@@ -154,3 +154,33 @@ def test_any_revisit_gets_the_body_of_the_capture_it_names(
         got = [p.data if isinstance(p, Page) else None for p in index.query(asked)]
         assert got == list(expected.values())
         assert index.verify().problems == []
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_commit_between_an_original_and_its_revisit_leaves_the_revisit_to_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, staged: bool
+) -> None:
+    """A load that commits (or, a cluster worker's, stages) at every add: an original is never in
+    the same commit as its revisit, which must not be told of it (the commit would not hold it)
+    and waits for the load to end instead."""
+    from web_index._bulk_load import BulkLoad
+    from web_index.archive._import_run import ImportReport, Run, import_files
+    from web_index.archive._revisits import Waiting
+    from web_index.archive._sources import archive_files
+
+    warc = _warc(tmp_path / "a.warc.gz")
+    asked = _looked_up(monkeypatch)
+    with WebIndex(tmp_path / "s", create=True) as index:
+        run = Run(index, 10, 1, ImportReport(), 1, False)
+        with Waiting[Any]() as run.deferred:
+            stage = "_tmp/staged-test" if staged else None
+            with BulkLoad(index._store, index.limits, chunk=1, commit_bytes=1, stage=stage) as load:
+                run.load = load
+                import_files(run, archive_files([warc]), None)
+            assert load.commits > 1
+            if staged:
+                assert load.staged and asked == []  # every revisit waits for the client
+                return
+            run.store_deferred()
+        assert sorted(asked) == sorted([PAGE, PAGE, PAGE, LATER])
+    assert [body for body, _ in _bodies(tmp_path / "s")] == [body for *_, body in REVISITS]

@@ -298,15 +298,16 @@ class Run:
             if self.load is None:
                 self.index.insert_many(items, request_ids=ids)
             else:
-                committed = self.load.stored
+                committed, commits = self.load.stored, self.load.commits
                 self.load.add(items, request_ids=ids, payload_of=payload_of)
                 if self.load.stored != committed:  # it committed all it took: readable now
                     self.taken.clear()
-                    self.originals.clear()
                 else:
                     self.taken.update(ids)
-                    if self.deferred is not None:
-                        self._taken_originals(captures)
+                if self.load.commits != commits:  # committed or staged: no holder for a revisit now
+                    self.originals.clear()
+                elif self.deferred is not None:
+                    self._taken_originals(captures)
             self.report.stored += len(captures)
 
     def _taken_originals(self, captures: list[tuple[_Capture, str]]) -> None:
