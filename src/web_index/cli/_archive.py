@@ -80,7 +80,8 @@ def import_warc(
     A record cut short or a truncated file stops the import with exit 2,
     naming the file and byte offset, after storing every record before it.
     The import is one bulk load: the store ends compacted and indexed, with
-    nothing to flush (revisits are resolved once the rest is written).
+    nothing to flush (a revisit is stored with the load that took the capture
+    it refers to, else resolved once the rest is written).
     With --scheduler, each file is read by a worker of that Dask cluster, which
     writes to the store itself (the store and the files where every worker reads
     them: s3:// or one shared path), committed once here and compacted there.
