@@ -189,3 +189,16 @@ def test_a_holder_not_in_the_partition_fails_the_commit_naming_both(tmp_path: Pa
             load.add([_told("https://a.example.com/b")], request_ids=[_TOLD], payload_of={_TOLD: _HOLDER})
         assert not list(root.glob("get*/**/*.parquet"))
         assert index.query([SimplePageQuery(url="https://b.example.org/")]) == [None]
+
+
+def test_a_commit_before_the_last_indexes_its_months(tmp_path: Path) -> None:
+    """What the rest of a load looks up (an import's presence checks) finds a commit's records
+    through its months' indexes, not by reading every file it wrote."""
+    root = tmp_path / "s"
+    month = root / "_index" / "get" / f"{T0.year:04d}" / f"{T0.month:02d}.parquet"
+    with WebIndex(root, create=True) as index, index.bulk_load(chunk=1, commit_bytes=1) as load:
+        load.add([attempt("https://a.example.com/")])
+        assert load.commits == 1 and month.exists()
+        assert index.presence([SimplePageQuery(url="https://a.example.com/")]) == [True]
+        load.add([attempt("https://a.example.com/b")])
+        assert load.commits == 2

@@ -108,7 +108,7 @@ class BulkLoad:
                         self._payload_of.pop(rid, None)
                     raise
                 if self._spill.bytes >= self._commit_bytes:
-                    self._commit()
+                    self._commit(indexed=True)
         return [key_of(a) for a in attempts]
 
     def _spill_pending(self) -> None:
@@ -124,7 +124,10 @@ class BulkLoad:
         taken since the last."""
         return self._commits
 
-    def _commit(self) -> None:
+    def _commit(self, *, indexed: bool = False) -> None:
+        """Write what is spilled; ``indexed``: and bring its months' indexes up to date (a commit
+        before the last: what the rest of the load looks up, an import's presence checks, would
+        otherwise read every file this commit wrote, a key column at a time)."""
         self._commits += 1
         if self._stage is not None:  # a folder a commit: a partition may be in several
             self.staged += self._store.stage_spill(self._spill, f"{self._stage}/{self._commits}")
@@ -134,6 +137,8 @@ class BulkLoad:
         self._written |= written
         self._parted |= parted
         self.stored += attempts
+        if indexed:
+            self._store.compact([], index_also=written)
 
     def finish(self) -> int:
         """Write what is held, compact the partitions that got part files and
