@@ -319,21 +319,26 @@ class Run:
         """Store the revisits of ``waiting`` whose originals this load took (see ``originals``);
         return the others."""
         holders: dict[str, str] = {}
+        told: list[tuple[_Capture, str]] = []
         read_again: list[tuple[_Capture, str]] = []
         rest: list[tuple[_Capture, str]] = []
         for c, rid in waiting:
             taken = None if c.refers is None else self.originals.find(c.refers)
+            if taken is None:
+                rest.append((c, rid))
+                continue
             where = partition_of(c.url, c.record.date)
-            if taken is None or (taken.where[0] == where[0] and taken.where != where):
-                rest.append((c, rid))  # another month of its domain: a reference once that is compacted
-            elif taken.where == where:
+            if taken.where == where:
                 holders[rid] = taken.rid
+                told.append((c, rid))
+            elif taken.where[0] == where[0]:
+                rest.append((c, rid))  # another month of its domain: a reference once that is compacted
             elif (body := body_again(taken, self.index.limits.max_body_bytes)) is not None:
                 c.body = body
                 read_again.append((c, rid))
             else:
                 rest.append((c, rid))
-        self._insert([(c, rid) for c, rid in waiting if rid in holders], payload_of=holders)
+        self._insert(told, payload_of=holders)
         self._insert(read_again)
         return rest
 

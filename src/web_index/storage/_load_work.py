@@ -40,6 +40,8 @@ from web_index.storage._schema import DIGEST_COLUMNS, REF_COLUMN
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
 from web_index.storage.indexes import capture_index_bytes, file_lines, table_lines
 from web_index.storage.payloads import (
+    HOLDER_COLUMNS,
+    Values,
     fill_pending,
     find_holders,
     holder_values,
@@ -108,17 +110,17 @@ class Merged:
         self._runs = runs
         self._reader = reader
         self._options = options
-        self._wanted: set[str] | None = None
+        self._holders: dict[str, Values] | None = None  # of its pending rows (payloads/_pending.py)
 
     def __iter__(self) -> Iterator[pa.Table]:
         inputs = [self._tables(run) for run in self._runs]
         merged = merge_sorted(self.type, inputs, functools.partial(self._options.group_rows, self.type))
-        if self._wanted is None:  # (payloads/_pending.py) the references alone read, once
-            self._wanted = set().union(*(pending_holders(t) for t in self._column(REF_COLUMN)))
-        if not self._wanted:
+        if self._holders is None:  # once: the references read alone, then the holders' columns
+            wanted = set().union(*(pending_holders(t) for t in self._columns([REF_COLUMN])))
+            self._holders = holder_values(self._columns(HOLDER_COLUMNS), wanted)
+        if not self._holders:
             return merged
-        holders = holder_values((t for run in self._runs for t in self._tables(run)), self._wanted)
-        return (fill_pending(t, holders, where=self._where) for t in merged)
+        return (fill_pending(t, self._holders, where=self._where) for t in merged)
 
     def _tables(self, run: Run) -> Iterator[pa.Table]:
         import pyarrow as pa
@@ -129,16 +131,17 @@ class Merged:
 
     def digests(self) -> Iterator[pa.Table]:
         """The payloads' SHA-256 column of every run, the rest of the rows not read."""
-        return self._column(DIGEST_COLUMNS[1])
+        return self._columns([DIGEST_COLUMNS[1]])
 
-    def _column(self, name: str) -> Iterator[pa.Table]:
+    def _columns(self, names: Sequence[str]) -> Iterator[pa.Table]:
         import pyarrow as pa
 
         for run in self._runs:
-            at = self._reader(run.path).schema.get_field_index(name)
-            if at < 0:
+            schema = self._reader(run.path).schema
+            at = [schema.get_field_index(name) for name in names]
+            if min(at) < 0:
                 return
-            options = pa.ipc.IpcReadOptions(included_fields=[at])
+            options = pa.ipc.IpcReadOptions(included_fields=at)
             with pa.OSFile(run.path, "rb") as source:
                 reader = pa.ipc.open_file(source, options=options)
                 for b in range(run.first, run.first + run.batches):

@@ -8,7 +8,9 @@ load is told of rather than given (``_pending``). Nothing here is public
 API of the rest of storage.
 """
 
+from web_index.storage.payloads._pending import HOLDER_COLUMNS as HOLDER_COLUMNS
 from web_index.storage.payloads._pending import PENDING as PENDING
+from web_index.storage.payloads._pending import Values as Values
 from web_index.storage.payloads._pending import fill_pending as fill_pending
 from web_index.storage.payloads._pending import holder_values as holder_values
 from web_index.storage.payloads._pending import pending_holders as pending_holders

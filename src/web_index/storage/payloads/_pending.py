@@ -27,11 +27,12 @@ from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["PENDING", "fill_pending", "holder_values", "pending_holders"]
+__all__ = ["HOLDER_COLUMNS", "PENDING", "Values", "fill_pending", "holder_values", "pending_holders"]
 
 # A reference proper starts with its holder's attempt time (digits): never with this.
 PENDING = "pending "
 _FILLED = (BODY_COLUMN, *DIGEST_COLUMNS)
+HOLDER_COLUMNS = ("request_id", "chain_index", REF_COLUMN, *_FILLED)  # what holder_values reads
 Values = tuple[bytes, bytes, bytes]  # a holder's body, SHA-1 and SHA-256
 
 
