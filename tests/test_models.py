@@ -3,6 +3,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
+import msgspec
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,11 +12,14 @@ from hypothesis import strategies as st
 from tests.factories import T0, chain, metadata
 from web_index.errors import InvalidRecordError
 from web_index.models import (
+    RESULT_SCHEMA,
     AttemptMetadata,
     AttemptState,
     Calibre,
     DeterministicQuery,
+    Page,
     PageKey,
+    Query,
     RecordType,
     Response,
     SimplePageQuery,
@@ -22,6 +27,7 @@ from web_index.models import (
     TimeBoundedQuery,
     query_from_dict,
     read_queries,
+    result_table,
     write_queries,
 )
 
@@ -287,3 +293,92 @@ def test_a_restored_response_is_the_response_of_its_values(
     restored = restored_response(*values.values())
     assert restored == built
     assert {f: getattr(restored, f) for f in values} == values
+
+
+def _reference_row(position: int, query: Query, result: Page | AttemptMetadata | None) -> dict[str, object]:
+    """A result's row as the standard's reader would build it: one dict, nested per response."""
+    row: dict[str, object] = {"query": position, "type": query.type.value, "url": query.url, "found": False}
+    if isinstance(result, Page):
+        final = result.final
+        row |= {
+            "found": True,
+            "request_id": result.request_id,
+            "timestamp": result.timestamp,
+            "fetcher_name": final.fetcher_name,
+            "fetcher_version": final.fetcher_version,
+            "fetcher_calibre": final.fetcher_calibre,
+            "responses": [
+                {
+                    "url": r.url,
+                    "request_url": r.request_url,
+                    "status_code": r.status_code,
+                    "headers": list(r.headers.items()),
+                    "timestamp": r.timestamp,
+                    "data": r.data,
+                    "retry_attempt": r.retry_attempt,
+                    "is_final": r.is_final,
+                }
+                for r in result.responses
+            ],
+        }
+    elif isinstance(result, AttemptMetadata):
+        row |= {
+            "found": True,
+            "request_id": result.request_id,
+            "timestamp": result.timestamp,
+            "fetcher_name": result.fetcher_name,
+            "fetcher_version": result.fetcher_version,
+            "fetcher_calibre": result.fetcher_calibre,
+            "state": result.state.value,
+            "logs": result.logs,
+            "traceback": result.traceback,
+            "run_time": result.run_time,
+        }
+    return row
+
+
+_header_fields = st.dictionaries(
+    st.sampled_from(["content-type", "location", "x-a", "set-cookie"]), st.text(max_size=5)
+)
+
+
+@st.composite
+def _results(draw: st.DrawFn) -> Page | AttemptMetadata | None:
+    kind = draw(st.sampled_from(["page", "head", "metadata", "none"]))
+    url = draw(urls)
+    ts = draw(aware)
+    if kind == "none":
+        return None
+    if kind == "metadata":
+        return metadata(
+            url,
+            draw(st.sampled_from([s.value for s in AttemptState])),
+            timestamp=ts,
+            request_id=draw(st.none() | st.uuids().map(str)),
+            logs=draw(st.none() | st.text(max_size=8)),
+            traceback=draw(st.none() | st.text(max_size=8)),
+            run_time=draw(st.none() | st.floats(0, 100)),
+        )
+    responses = [
+        msgspec.structs.replace(r, headers=draw(_header_fields), retry_attempt=draw(st.integers(0, 3)))
+        for r in chain(
+            url,
+            ts,
+            draw(st.integers(1, 3)),
+            draw(st.integers(0, 100)),
+            draw(st.binary(max_size=64)),
+            kind == "head",
+        )
+    ]
+    type = RecordType.HEAD if kind == "head" else RecordType.GET
+    return Page(type=type, url=url, timestamp=ts, request_id=str(draw(st.uuids())), responses=responses)
+
+
+@given(st.lists(st.tuples(queries, _results()), max_size=12))
+def test_a_result_table_holds_what_each_result_says(
+    pairs: list[tuple[Query, Page | AttemptMetadata | None]],
+) -> None:
+    """The columns laid out for Arrow equal the rows the results make one by one."""
+    triples = [(n * 3, q, r) for n, (q, r) in enumerate(pairs)]
+    expected = pa.Table.from_pylist([_reference_row(*t) for t in triples], schema=RESULT_SCHEMA)
+    assert result_table(triples).equals(expected)

@@ -21,10 +21,9 @@ from web_index.models._digest import sha1_base32 as sha1_base32
 from web_index.models._digest import sha1_text as sha1_text
 from web_index.models._digest import sha256_text as sha256_text
 from web_index.models._enums import AttemptState, Calibre, RecordType
-from web_index.models._io import iter_queries, read_queries, write_queries, write_results
+from web_index.models._io import iter_queries, read_queries, write_queries
 from web_index.models._io import queries_of as queries_of
 from web_index.models._io import query_table as query_table
-from web_index.models._io import result_table as result_table
 from web_index.models._queries import (
     DeterministicQuery,
     PageKey,
@@ -38,6 +37,8 @@ from web_index.models._records import AttemptMetadata, Page, Response
 from web_index.models._records import last_reason as last_reason
 from web_index.models._records import restored_response as restored_response
 from web_index.models._records import result_json as result_json
+from web_index.models._results_io import result_table as result_table
+from web_index.models._results_io import write_results
 from web_index.models._rows import GET_COLUMNS as GET_COLUMNS
 from web_index.models._rows import HEAD_COLUMNS as HEAD_COLUMNS
 from web_index.models._rows import METADATA_COLUMNS as METADATA_COLUMNS
@@ -54,7 +55,7 @@ from web_index.models._time import parse_when as parse_when
 from web_index.models._time import to_us as to_us
 
 if TYPE_CHECKING:
-    from web_index.models._io import RESULT_SCHEMA
+    from web_index.models._results_io import RESULT_SCHEMA
 
 __all__ = [
     "RESULT_SCHEMA",
@@ -82,7 +83,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "RESULT_SCHEMA":
-        from web_index.models._io import result_schema
+        from web_index.models._results_io import result_schema
 
         return result_schema()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

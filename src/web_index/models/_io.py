@@ -6,7 +6,6 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from web_index.models._queries import KIND_OF, Query, query_from_dict
-from web_index.models._records import AttemptMetadata, Page
 from web_index.models._time import clamp_us, from_us
 
 if TYPE_CHECKING:
@@ -14,20 +13,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "QUERY_SCHEMA",
-    "RESULT_SCHEMA",
     "iter_queries",
     "queries_of",
     "query_schema",
     "query_table",
     "read_queries",
-    "result_schema",
-    "result_table",
     "write_queries",
-    "write_results",
 ]
 
 
-# The schemas are built on first use (``QUERY_SCHEMA`` and ``RESULT_SCHEMA`` too, through
+# The schema is built on first use (``QUERY_SCHEMA`` too, through
 # ``__getattr__``): reading a capture imports no pyarrow (~45 MiB of a server worker).
 @functools.cache
 def query_schema() -> pa.Schema:
@@ -160,116 +155,11 @@ def read_queries(path: str | os.PathLike[str]) -> list[Query]:
     return list(iter_queries(path))
 
 
-@functools.cache
-def result_schema() -> pa.Schema:
-    """The columns of a Parquet file of results (:data:`RESULT_SCHEMA`)."""
-    import pyarrow as pa
-
-    ts = pa.timestamp("us", tz="UTC")
-    response = pa.struct(
-        [
-            pa.field("url", pa.string()),
-            pa.field("request_url", pa.string()),
-            pa.field("status_code", pa.int16()),
-            pa.field("headers", pa.map_(pa.string(), pa.string())),
-            pa.field("timestamp", ts),
-            pa.field("data", pa.large_binary()),
-            pa.field("retry_attempt", pa.uint8()),
-            pa.field("is_final", pa.bool_()),
-        ]
-    )
-    fields: list[pa.Field[Any]] = [
-        pa.field("query", pa.int64(), nullable=False),
-        pa.field("type", pa.string(), nullable=False),
-        pa.field("url", pa.string(), nullable=False),
-        pa.field("found", pa.bool_(), nullable=False),
-        pa.field("request_id", pa.string()),
-        pa.field("timestamp", ts),
-        pa.field("fetcher_name", pa.string()),
-        pa.field("fetcher_version", pa.string()),
-        pa.field("fetcher_calibre", pa.uint8()),
-        pa.field("responses", pa.list_(response)),
-        pa.field("state", pa.string()),
-        pa.field("logs", pa.large_string()),
-        pa.field("traceback", pa.large_string()),
-        pa.field("run_time", pa.float64()),
-    ]
-    return pa.schema(fields)
-
-
 if TYPE_CHECKING:
     QUERY_SCHEMA: pa.Schema
-    RESULT_SCHEMA: pa.Schema
-    """One row per query: ``query`` is its position in the input; ``found`` false
-    leaves the rest null. Pages fill ``responses`` (chain order), metadata fills
-    ``state``/``logs``/``traceback``/``run_time``."""
 
 
 def __getattr__(name: str) -> Any:
     if name == "QUERY_SCHEMA":
         return query_schema()
-    if name == "RESULT_SCHEMA":
-        return result_schema()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _result_row(position: int, query: Query, result: Page | AttemptMetadata | None) -> dict[str, Any]:
-    row: dict[str, Any] = {"query": position, "type": query.type.value, "url": query.url, "found": False}
-    if isinstance(result, Page):
-        final = result.final
-        row.update(
-            found=True,
-            request_id=result.request_id,
-            timestamp=result.timestamp,
-            fetcher_name=final.fetcher_name,
-            fetcher_version=final.fetcher_version,
-            fetcher_calibre=final.fetcher_calibre,
-            responses=[
-                {
-                    "url": r.url,
-                    "request_url": r.request_url,
-                    "status_code": r.status_code,
-                    "headers": list(r.headers.items()),
-                    "timestamp": r.timestamp,
-                    "data": r.data,
-                    "retry_attempt": r.retry_attempt,
-                    "is_final": r.is_final,
-                }
-                for r in result.responses
-            ],
-        )
-    elif isinstance(result, AttemptMetadata):
-        row.update(
-            found=True,
-            request_id=result.request_id,
-            timestamp=result.timestamp,
-            fetcher_name=result.fetcher_name,
-            fetcher_version=result.fetcher_version,
-            fetcher_calibre=result.fetcher_calibre,
-            state=result.state.value,
-            logs=result.logs,
-            traceback=result.traceback,
-            run_time=result.run_time,
-        )
-    return row
-
-
-def write_results(
-    path: str | os.PathLike[str],
-    results: Iterable[tuple[Query, Page | AttemptMetadata | None]],
-    *,
-    batch_size: int = 4096,
-) -> int:
-    """Write ``(query, result)`` pairs to a Parquet file (:data:`RESULT_SCHEMA`), streaming.
-
-    Rows are numbered in input order; return how many were written.
-    """
-    rows = (_result_row(n, query, result) for n, (query, result) in enumerate(results))
-    return _write_rows(path, result_schema(), rows, batch_size)
-
-
-def result_table(results: Iterable[tuple[int, Query, Page | AttemptMetadata | None]]) -> pa.Table:
-    """``(position, query, result)`` triples as a :data:`RESULT_SCHEMA` table, in the order given."""
-    import pyarrow as pa
-
-    return pa.Table.from_pylist([_result_row(n, q, r) for n, q, r in results], schema=result_schema())

@@ -34,10 +34,8 @@ from web_index.query._bulk import (
     _OUTPUT_ROWS,
     _answered,
     _batches,
-    _merge,
     _source_name,
-    _spool,
-    _spool_budget,
+    _Spool,
     _write_windows,
 )
 from web_index.query._results import Result
@@ -173,17 +171,13 @@ def _window_on_cluster(
 ) -> None:
     """One window: its batches answered on the cluster, spooled as they come, merged in input order."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from web_index.models import RESULT_SCHEMA
 
     batches = _batches(rows, batch_size)
     name = _source_name(source)
     # A batch travels as its query rows and output row numbers, taken when submitted.
     tasks = ((answer, rows.take(positions), pc.add(positions, start), name) for positions in batches)
-    sizes: list[int] = []
-    budget = _spool_budget(len(batches))
-    with pq.ParquetWriter(work / "spool.parquet", RESULT_SCHEMA, compression="lz4") as spooler:
+    done = 0
+    with _Spool(work / "spool.arrow", len(batches)) as spooled:
         for n, got in cluster.run(_answer_batch, tasks):
             if isinstance(got, InvalidRecordError):
                 raise got  # the input is wrong: no retry would help
@@ -192,12 +186,12 @@ def _window_on_cluster(
             if len(batches) == 1:
                 writer.write_table(got, row_group_size=_OUTPUT_ROWS)
             else:
-                _spool(spooler, got, budget)
-            sizes.append(got.num_rows)  # spooled in completion order: the merge takes any order
+                spooled.add(got)  # in completion order: the merge takes any order
+            done += got.num_rows
             if on_progress is not None:
-                on_progress(start + sum(sizes))
-    if len(batches) > 1:
-        _merge(pq.ParquetFile(work / "spool.parquet"), sizes, start, rows.num_rows, writer)
+                on_progress(start + done)
+        if len(batches) > 1:
+            spooled.merge(start, rows.num_rows, writer)
 
 
 def _answer_batch(
