@@ -279,7 +279,7 @@ class _Spool:
         import pyarrow.compute as pc
 
         self._close()
-        with pa.OSFile(str(self.path)) as source:  # not mapped: read pages would count as memory
+        with pa.OSFile(str(self.path), "rb") as source:  # not mapped: read pages would count as memory
             spool = pa.ipc.open_file(source)
             cursors = [_Cursor(spool, run) for run in self.runs]
             for lo in range(start, start + count, _OUTPUT_ROWS):
