@@ -232,13 +232,13 @@ def test_the_names_kept_without_pyarrow_are_the_schemas_own() -> None:
     without importing pyarrow) are those of the schemas built on first use, and the
     names kept importable (``SCHEMAS``, ``RESULT_SCHEMA``, ``SCHEMA``) are those schemas."""
     from web_index import models
-    from web_index.models import _io
+    from web_index.models import _io, _results_io
     from web_index.storage import _schema
     from web_index.storage.indexes import _month_format
 
     assert tuple(_io.query_schema().names) == _io._QUERY_COLUMNS
     assert _io.QUERY_SCHEMA is _io.query_schema()
-    assert models.RESULT_SCHEMA is _io.RESULT_SCHEMA is _io.result_schema()
+    assert models.RESULT_SCHEMA is _results_io.RESULT_SCHEMA is _results_io.result_schema()
     assert _month_format.schema().names[:7] == _month_format.LOOKUP_COLUMNS
     assert _month_format.SCHEMA is _month_format.schema()
     assert _schema.SCHEMAS is _schema.schemas()
