@@ -25,7 +25,7 @@ from msgspec.structs import replace
 from tests.factories import metadata
 from web_index import WebIndex
 from web_index.errors import InvalidRecordError
-from web_index.models import RecordType, Response
+from web_index.models import STORED_END_US, RecordType, Response
 from web_index.storage import CaptureFields, MethodPartition, parse_capture_line
 from web_index.storage.indexes._capture_lines import line_row
 from web_index.storage.indexes._captures import CaptureIndexes
@@ -806,3 +806,35 @@ def test_a_lookup_reads_no_body_of_the_buffered_records_of_its_domain(
             assert hashed == []
             decoded.clear()
             reader.close()
+
+
+_HOUR_US = 3600 * 1_000_000
+
+
+@given(
+    st.integers(1970, 9998),
+    st.integers(1, 12),
+    st.integers(-2 * _HOUR_US, 2 * _HOUR_US) | st.integers(0, 31 * 24 * _HOUR_US),
+    st.integers(0, 70 * 24 * _HOUR_US),
+)
+def test_a_narrow_window_names_the_months_a_listing_would_keep(
+    year: int, month: int, offset: int, width: int
+) -> None:
+    """A lookup's window of one or two months is answered from those months' folders
+    alone: exactly the months the store's listing, filtered by the window, would keep."""
+    from web_index.storage.indexes import _capture_scan
+
+    begins = int(datetime(year, month, 1, tzinfo=UTC).timestamp()) * 1_000_000
+    start = min(max(begins + offset, 0), STORED_END_US - 1)  # near a month's start, or anywhere in it
+    end = start + width
+    named = _capture_scan._window_months(start, end)
+    if named is None:
+        return
+    first = time.gmtime(max(start - 2 * _HOUR_US, 0) // 1_000_000)
+    y, m = first.tm_year, first.tm_mon
+    kept = []
+    for _ in range(5):  # every month from just before the window to past two of them
+        if y <= 9998 and _capture_scan._overlaps(y, m, start, end):
+            kept.append((y, m))
+        y, m = (y + 1, 1) if m == 12 else (y, m + 1)
+    assert named == kept[::-1]

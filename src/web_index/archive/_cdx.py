@@ -155,12 +155,29 @@ def _first_width(target: datetime) -> timedelta:
     """The widest window round ``target`` within its month, an hour short of the
     month's start (where the month before's chains end) and a second short of
     its end, at least a day: the one partition most lookups need."""
-    month = target.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    if target.tzinfo is UTC:  # every lookup's (3 us a lookup when made each time)
+        month, after = _utc_month(target.year, target.month)
+    else:
+        month, after = _month(target.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
+    if after is None:  # December 9999
+        return _DAY
+    return max(_DAY, min(target - month - _HOUR, after - target - _SECOND))
+
+
+_DAY, _HOUR, _SECOND = timedelta(days=1), timedelta(hours=1), timedelta(seconds=1)
+
+
+@functools.lru_cache(maxsize=1024)
+def _utc_month(year: int, month: int) -> tuple[datetime, datetime | None]:
+    return _month(datetime(year, month, 1, tzinfo=UTC))
+
+
+def _month(start: datetime) -> tuple[datetime, datetime | None]:
+    """A month's first moment and the next month's (``None`` past year 9999)."""
     try:
-        after = (month + timedelta(days=32)).replace(day=1) - target - timedelta(seconds=1)
-    except OverflowError:  # December 9999
-        return timedelta(days=1)
-    return max(timedelta(days=1), min(target - month - timedelta(hours=1), after))
+        return start, (start + timedelta(days=32)).replace(day=1)
+    except OverflowError:
+        return start, None
 
 
 def _nearest(

@@ -128,7 +128,9 @@ def _closest(value: str) -> datetime:
     year, month = int(padded[:4]), int(padded[4:6])
     if not 1 <= month <= 12 or year < 1:
         raise InvalidRecordError("closest", f"{value!r} is not a date")
-    day = min(int(padded[6:8]), calendar.monthrange(year, month)[1])
+    day = int(padded[6:8])
+    if day > 28:  # the month's length looked up only past the days every month has (1 us)
+        day = min(day, calendar.monthrange(year, month)[1])
     hour, minute, second = int(padded[8:10]), int(padded[10:12]), int(padded[12:14])
     try:
         return datetime(year, month, day, hour, minute, second, tzinfo=UTC)

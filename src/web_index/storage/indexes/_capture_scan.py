@@ -14,12 +14,13 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from web_index._retry import retrying
 from web_index.errors import CorruptFileError
-from web_index.models import RecordType, month_bounds
+from web_index.models import STORED_END_US, RecordType, month_bounds
 from web_index.storage._layout import Partition, StoredFile, compacted_file
 from web_index.storage.indexes._capture_lines import (
     capture_identity,
@@ -61,7 +62,9 @@ def find_capture_lines(
     if type.is_metadata:
         raise ValueError(f"{type.value} records are not captures")
     buffered = store.buffer.capture_lines(type.method, domain, prefixes)
-    listed = store.months(type)  # newest first
+    listed = _window_months(start_us, end_us)
+    if listed is None:
+        listed = store.months(type)  # newest first
     months = sorted({*listed, *buffered}) if buffered else listed[::-1]
     if start_us is not None or end_us is not None:
         months = [m for m in months if _overlaps(*m, start_us, end_us)]
@@ -89,6 +92,26 @@ def _overlaps(year: int, month: int, start_us: int | None, end_us: int | None) -
     lo, hi = month_bounds(year, month)
     # A month holds attempts begun in it: their responses come up to a chain's span later.
     return (start_us is None or hi + _CHAIN_SPAN_US > start_us) and (end_us is None or lo <= end_us)
+
+
+def _window_months(start_us: int | None, end_us: int | None) -> list[tuple[int, int]] | None:
+    """The months whose partitions may hold captures from ``start_us`` to ``end_us`` (as
+    ``_overlaps`` says, and that the store accepts), newest first, when they are one or two;
+    ``None`` for a wider or open range. Their folders are then looked at directly (a month
+    without one has no files) instead of through the type's and year's folders, a stat each
+    while unchanged: a closest lookup's first window is one month, and needs one stat, not three."""
+    if start_us is None or end_us is None:
+        return None
+    low, high = max(start_us - _CHAIN_SPAN_US, 0), min(end_us, STORED_END_US - 1)
+    if low > high:
+        return []
+    at, to = time.gmtime(low // 1_000_000), time.gmtime(high // 1_000_000)
+    first, last = (at.tm_year, at.tm_mon), (to.tm_year, to.tm_mon)
+    if first == last:
+        return [first]
+    if (first[0] + first[1] // 12, first[1] % 12 + 1) == last:
+        return [last, first]
+    return None
 
 
 def _stamp(line: bytes) -> bytes:
