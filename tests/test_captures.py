@@ -449,6 +449,36 @@ def test_a_large_index_is_read_by_block_from_its_open_file(tmp_path: Path) -> No
     assert [kept.row_line(r) for r in range(0, 3000, 7)] == [whole.row_line(r) for r in range(0, 3000, 7)]
 
 
+def test_a_batch_reads_each_rows_own_line(tmp_path: Path) -> None:
+    """Lines by row for a batch (``row_lines``): each row's own line, whatever the rows
+    asked (one a block or many, rows in no order of their lines, lines of any lengths),
+    from an index read whole and from one kept open; a row without a line is left out."""
+    import random
+
+    from web_index.storage.indexes import _captures
+
+    rng = random.Random(7)
+    order = list(range(3000))
+    rng.shuffle(order)
+    pads = [f"{rng.getrandbits(4 * w):0{w}x}" for w in (rng.randrange(1, 300) for _ in range(3000))]
+    lines = [
+        f'com,example)/p/{n:05d} 2024{n:010d} {{"row":{order[n]},"x":"{pad}"}}'.encode()
+        for n, pad in enumerate(pads)
+    ]
+    by_row = {order[n]: line for n, line in enumerate(lines)}
+    data = _index_bytes(lines)
+    path = tmp_path / "i.cdxj.zst"
+    path.write_bytes(data)
+    assert len(data) >= _captures._OPEN_MIN
+    whole, kept = CaptureIndex("i", data), CaptureIndex("i", _captures._opened(path))
+    assert kept.file_backed
+    for size in (1, 2, 40, 700, 3000):
+        for _ in range(3):
+            rows = rng.sample(range(3000), size)
+            for index in (whole, kept):
+                assert dict(index.row_lines([*rows, -1, 3000])) == {r: by_row[r] for r in rows}
+
+
 def test_each_section_is_checked_when_first_used() -> None:
     """Opening decodes the !meta line only (its cost does not grow with the index); a
     section is checked by its CRC-32 the first time a read needs it, so a damaged one

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from web_index.models import RecordType, Response, base32_sha1, from_us, payload_sha1, restored_response
 from web_index.storage._layout import Partition
@@ -57,32 +57,29 @@ def rows_by_place(
     """The line and response of each of these rows of the compacted file at
     ``path``, read through its capture index ``index``; a row it cannot give
     (no line, or a place that does not hold the body) is left out."""
-    numbers = {row: n for row in rows if (n := index.line_number(row)) is not None}
     fields: dict[int, StoredCapture] = {}
     # Lines in their order, so that rows whose lines share a block read it once; then bodies in
     # the rows' order, which is their pages' (a page is decompressed once for its bodies).
-    for row in sorted(numbers, key=numbers.__getitem__):
-        line = index.row_line(row)
-        if line is not None:
-            found = parse_stored_capture(line)
-            if found.row == row:
-                fields[row] = found
+    for row, line in index.row_lines(rows):
+        found = parse_stored_capture(line)
+        if found.row == row:
+            fields[row] = found
     pages: _Pages = {}
     out: dict[int, tuple[StoredCapture, Response]] = {}
-    for row in sorted(fields):
+    bodies = type is RecordType.GET
+    for row, stored in sorted(fields.items()):
         data = None
-        if type is RecordType.GET:
-            data = _body(backend, path, fields[row], pages)
+        if bodies:
+            data = _body(backend, path, stored, pages)
             if data is None:
                 continue
-        out[row] = (fields[row], stored_response(fields[row], data))
+        out[row] = (stored, stored_response(stored, data))
     return out
 
 
 def _body(backend: Backend, path: str, fields: StoredCapture, pages: _Pages) -> bytes | None:
     """The body a line's place holds, if its SHA-1 is the line's digest."""
-    place = fields.place
-    if place is None:
+    if fields.body is None:
         return None
     if fields.held is not None:  # a payload another month's file holds (storage/payloads/_refs.py)
         if not _MONTH.fullmatch(fields.held):
@@ -90,29 +87,31 @@ def _body(backend: Backend, path: str, fields: StoredCapture, pages: _Pages) -> 
         path = _held_path(path, fields.held)
         pages = {}  # another file's offsets
     want = base32_sha1(fields.digest)
+    at, _size, _raw, value = fields.body
     for fresh in (False, True):
         # A descriptor kept open may be of the file before a compaction: once more, anew.
-        read = functools.partial(_read_range, backend, path, fresh=fresh)
         try:
-            data = value_at(_page(pages, place, read), place)
+            # The place itself (a tuple built) only for a page not read yet: most bodies share one.
+            values = pages.get(at)
+            if values is None:
+                place = fields.place
+                assert place is not None  # it has a body
+                values = _page(backend, path, pages, place, fresh=fresh)
+            data = value_at(values, value)
         except (PlaceError, FileNotFoundError):
             return None
         if payload_sha1(data) == want:
             return data
-        pages.pop(place.at, None)
+        pages.pop(at, None)
     return None
 
 
-def _read_range(backend: Backend, path: str, at: int, size: int, *, fresh: bool) -> bytes:
-    return backend.read_range(path, at, size, fresh=fresh)
-
-
-def _page(pages: _Pages, place: BodyPlace, read: Callable[[int, int], bytes]) -> bytes:
-    values = pages.get(place.at)
-    if values is None:
-        if len(pages) >= _PAGES_KEPT:
-            pages.clear()
-        values = pages[place.at] = page_values(read, place)
+def _page(backend: Backend, path: str, pages: _Pages, place: BodyPlace, *, fresh: bool) -> bytes:
+    """The values of the page ``place`` is in, read now and kept in ``pages``."""
+    if len(pages) >= _PAGES_KEPT:
+        pages.clear()
+    read = functools.partial(backend.read_range, path, fresh=fresh)
+    values = pages[place.at] = page_values(read, place)
     return values
 
 

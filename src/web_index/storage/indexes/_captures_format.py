@@ -45,7 +45,7 @@ import struct
 import sys
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import msgspec
 import zstandard
@@ -304,28 +304,58 @@ class CaptureIndex:
     def row_line(self, row: int) -> bytes | None:
         """The line of the covered file's row ``row``, if it has one."""
         n = self.line_number(row)
-        if n is None:
-            return None
-        b, nth = divmod(n, self.meta.block_lines)
-        text = self._text(b)
-        at = 0
-        for _ in range(nth):  # a block holds a few dozen lines: found in C, not split
-            at = text.index(b"\n", at) + 1
-        return text[at : text.index(b"\n", at)]
+        return None if n is None else next(self._lines([(n, row)]))[1]
+
+    def row_lines(self, rows: Iterable[int]) -> Iterator[tuple[int, bytes]]:
+        """``(row, line)`` for each of these rows of the covered file that has a
+        line, in the lines' order: a block is decompressed once for its rows."""
+        table = self._row_table()
+        lines, size = self.meta.lines, len(table)
+        numbers = [(n, row) for row in rows if 0 <= row < size and (n := table[row]) < lines]
+        numbers.sort()
+        return self._lines(numbers)
+
+    def _lines(self, numbers: list[tuple[int, int]]) -> Iterator[tuple[int, bytes]]:
+        """``(row, line)`` of each ``(line number, row)`` (sorted by line number)."""
+        per_block = self.meta.block_lines
+        b = nth = at = last = -1  # the block, the line at ``at`` in it, its last line
+        text = b""
+        for n, row in numbers:
+            if n // per_block != b:
+                b, nth, at = n // per_block, 0, 0
+                text = self._text(b)
+                last = min(per_block, self.meta.lines - b * per_block) - 1
+            k = n - b * per_block
+            # A block holds a few dozen lines: found in C, not split, from the nearer of
+            # the line found before in the block (numbers come in order) and the block's end.
+            if last - k < k - nth:
+                end = len(text) - 1
+                for _ in range(last - k):
+                    end = text.rindex(b"\n", 0, end)
+                yield row, text[text.rfind(b"\n", 0, end) + 1 : end]
+                continue
+            for _ in range(k - nth):
+                at = text.index(b"\n", at) + 1
+            nth = k
+            yield row, text[at : text.index(b"\n", at)]
 
     def line_number(self, row: int) -> int | None:
         """Where the line of the covered file's row ``row`` is among the index's
         lines (rows in this order share blocks), if it has one."""
+        rows = self._row_table()
+        if not 0 <= row < len(rows):
+            return None
+        n = rows[row]
+        return n if n < self.meta.lines else None  # _NO_LINE, or not one of this index's
+
+    def _row_table(self) -> memoryview[int]:
         rows = self._rows
         if rows is None:
             _start, placed, table = self._sections
             rows = self._rows = _numbers(
                 self._section(placed, table, self.meta.crc_rows, "row table"), self.meta.row_bytes
             )
-        if not 0 <= row < len(rows):
-            return None
-        n = rows[row]
-        return n if n < self.meta.lines else None  # _NO_LINE, or not one of this index's
+        return rows
 
     def _text(self, b: int) -> bytes:
         """Block ``b``'s lines, decompressed (each line ending in a newline)."""

@@ -146,10 +146,9 @@ def page_values(read_range: Callable[[int, int], bytes], place: BodyPlace) -> by
         raise PlaceError(f"page at {place.at}: {exc}") from None
 
 
-def value_at(values: bytes, place: BodyPlace) -> bytes:
-    """The body at ``place`` in its page's ``values`` (:func:`page_values`),
-    unchecked: the caller compares its digest."""
-    at = place.value
+def value_at(values: bytes, at: int) -> bytes:
+    """The body whose length starts at ``at`` (a place's ``value``) in its page's
+    ``values`` (:func:`page_values`), unchecked: the caller compares its digest."""
     length = int.from_bytes(values[at : at + 4], "little")
     if at + 4 + length > len(values):
         raise PlaceError(f"value at {at} runs past its page")
