@@ -35,7 +35,8 @@ import pyarrow.parquet as pq  # noqa: E402
 from synth import BodyMaker  # noqa: E402
 from web_index.models import RecordType  # noqa: E402
 from web_index.storage import Partition, WriteOptions  # noqa: E402
-from web_index.storage._files import columns_to_table, write_partition_file  # noqa: E402
+from web_index.storage._files import write_partition_file  # noqa: E402
+from web_index.storage._tables import columns_to_table  # noqa: E402
 from web_index.storage.backends import LocalBackend  # noqa: E402
 from web_index.storage.pages._reader import body_pages, read_group  # noqa: E402
 

@@ -43,8 +43,9 @@ import pyarrow.parquet as pq
 from web_index import WebIndex
 from web_index.ingest import validate_attempt
 from web_index.models import AttemptMetadata, AttemptState, RecordType, Response
-from web_index.storage._files import WriteOptions, rows_to_table, sort_dedupe, write_partition_file
+from web_index.storage._files import WriteOptions, write_partition_file
 from web_index.storage._layout import Partition
+from web_index.storage._tables import rows_to_table, sort_dedupe
 from web_index.storage.backends import LocalBackend
 from web_index.storage.indexes._month_format import COVERS_KEY, read_covers
 

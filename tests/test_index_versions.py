@@ -26,8 +26,8 @@ from web_index import WebIndex
 from web_index.ingest import validate_attempt
 from web_index.models import RecordType, TimeAwarePageQuery
 from web_index.storage import Backend, Partition
-from web_index.storage._files import rows_to_table, sort_dedupe
 from web_index.storage._schema import FORMAT_VERSION
+from web_index.storage._tables import rows_to_table, sort_dedupe
 from web_index.storage.backends import sealed_bytes
 from web_index.storage.indexes import _month as _index
 from web_index.storage.indexes import _month_build as _build

@@ -31,7 +31,8 @@ from web_index import FlushPolicy, WebIndex
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType, SimplePageQuery
 from web_index.storage import Partition, WriteOptions
-from web_index.storage._files import columns_to_table, outdated, read_superseded, write_partition_file
+from web_index.storage._files import outdated, read_superseded, write_partition_file
+from web_index.storage._tables import columns_to_table
 from web_index.storage.backends import LocalBackend, S3Backend
 from web_index.storage.pages import _reader
 from web_index.storage.pages._checksum import CheckedFile

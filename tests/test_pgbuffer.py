@@ -18,7 +18,7 @@ from web_index import FlushPolicy, WebIndex
 from web_index.errors import StoreError
 from web_index.ingest import validate_attempt
 from web_index.models import RecordType
-from web_index.storage._files import rows_to_table
+from web_index.storage._tables import rows_to_table
 from web_index.storage.buffer import MethodPartition, PostgresBuffer, SqliteBuffer
 from web_index.storage.indexes._capture_lines import capture_lines
 

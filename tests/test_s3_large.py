@@ -16,8 +16,9 @@ from web_index import FlushPolicy, WebIndex
 from web_index.errors import ConflictError
 from web_index.models import RecordType
 from web_index.storage import Partition, WriteOptions
-from web_index.storage._files import rows_to_table, write_partition_file
+from web_index.storage._files import write_partition_file
 from web_index.storage._layout import TMP_DIR
+from web_index.storage._tables import rows_to_table
 from web_index.storage.backends import S3Backend
 
 MiB = 1 << 20

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from tests.factories import T0, attempt
 from web_index.ingest import validate_attempt
 from web_index.models import RecordType
-from web_index.storage._files import WriteOptions, rows_to_table, sort_dedupe
+from web_index.storage._files import WriteOptions
 from web_index.storage._merge import merge_sorted
 from web_index.storage._schema import SORT_KEYS
+from web_index.storage._tables import rows_to_table, sort_dedupe
 
 _RECORDS = []
 for n in range(6):

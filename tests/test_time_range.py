@@ -14,7 +14,8 @@ from web_index.ingest import validate_attempt
 from web_index.models import PageKey, RecordType, SimplePageQuery, TimeAwarePageQuery
 from web_index.models._time import month_bounds, to_us
 from web_index.storage import Partition
-from web_index.storage._files import rows_to_table, sort_dedupe, write_partition_file
+from web_index.storage._files import write_partition_file
+from web_index.storage._tables import rows_to_table, sort_dedupe
 
 FAR = datetime(9999, 12, 31, tzinfo=UTC)
 

@@ -13,8 +13,9 @@ from web_index import WebIndex, WriteOptions
 from web_index.ingest import validate_attempt
 from web_index.models import RecordType
 from web_index.storage import Partition
-from web_index.storage._files import rows_to_table, write_partition_file
+from web_index.storage._files import write_partition_file
 from web_index.storage._schema import SORT_KEYS
+from web_index.storage._tables import rows_to_table
 
 
 def _write(index: WebIndex, partition: Partition, rows: list[dict[str, object]], sort: bool = True) -> None:

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from web_index._retry import retrying
 from web_index.models import Digest, DigestHit, RecordType, from_us, payload_digests, sha1_text, sha256_text
-from web_index.storage._files import conform, read_small_files
+from web_index.storage._files import read_small_files
 from web_index.storage._layout import Partition, StoredFile
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS
 from web_index.storage._store import Store
+from web_index.storage._tables import conform
 from web_index.storage.backends import LocalBackend
 
 if TYPE_CHECKING:

@@ -50,7 +50,7 @@ from web_index.models import (
     payload_digests,
 )
 from web_index.storage._crash import crash_point
-from web_index.storage._files import WriteOptions, columns_to_table, partition_file_args, write_partition_file
+from web_index.storage._files import WriteOptions, partition_file_args, write_partition_file
 from web_index.storage._layout import TMP_DIR, Partition, compacted_stored
 from web_index.storage._listing import Listing
 from web_index.storage._load_work import (
@@ -67,6 +67,7 @@ from web_index.storage._load_work import (
 )
 from web_index.storage._locks import Locks
 from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN, SORT_KEYS
+from web_index.storage._tables import columns_to_table
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
 from web_index.storage.indexes import build_capture_index, holders_moved

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from web_index.errors import StoreError
 from web_index.storage._crash import crash_point
-from web_index.storage._files import WriteOptions, partition_file_args, sort_dedupe
+from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import Partition, compacted_stored
 from web_index.storage._merge import merge_sorted
 from web_index.storage._schema import DIGEST_COLUMNS, REF_COLUMN
+from web_index.storage._tables import sort_dedupe
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
 from web_index.storage.indexes import capture_index_bytes, file_lines, table_lines
 from web_index.storage.payloads import (

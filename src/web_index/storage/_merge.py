@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from web_index.models import RecordType
-from web_index.storage._files import conform
 from web_index.storage._schema import SORT_KEYS, TS_COLUMN
+from web_index.storage._tables import conform
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from web_index.errors import StoreError
 from web_index.models import RecordType, month_bounds
-from web_index.storage._files import row_groups, rows_to_table, sort_dedupe
+from web_index.storage._files import row_groups
 from web_index.storage._layout import Partition, StoredFile
 from web_index.storage._merge import merge_sorted, sort_keys
 from web_index.storage._schema import TS_COLUMN
 from web_index.storage._store import Store
+from web_index.storage._tables import rows_to_table, sort_dedupe
 from web_index.storage.buffer import BufferedAttempt, MethodPartition
 from web_index.storage.payloads import resolve_table
 

@@ -12,17 +12,14 @@ from web_index.models import AttemptRows, RecordType, Response
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._compaction import METHODS, Compaction, Listings
 from web_index.storage._crash import crash_point
-from web_index.storage._files import (
-    WriteOptions,
-    rows_to_table,
-    write_partition_file,
-)
+from web_index.storage._files import WriteOptions, write_partition_file
 from web_index.storage._layout import LOCK_DIR, Partition, StoredFile, compacted_stored
 from web_index.storage._load import Spill
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._marker import open_or_create
 from web_index.storage._schema import SORT_KEYS
 from web_index.storage._staged import merge_staged, name_staged
+from web_index.storage._tables import rows_to_table
 from web_index.storage.backends import Backend
 from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
 from web_index.storage.indexes import CaptureIndexes, StoredCapture, rows_by_place

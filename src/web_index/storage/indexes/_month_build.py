@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
-from web_index.storage._files import list_partition_files, read_small_files, sorted_unique, visible_files
+from web_index.storage._files import list_partition_files, read_small_files, visible_files
 from web_index.storage._layout import StoredFile
 from web_index.storage._schema import TS_COLUMN
+from web_index.storage._tables import sorted_unique
 from web_index.storage.backends import Backend, LocalBackend
 from web_index.storage.indexes._month import MonthIndex, open_month_index
 from web_index.storage.indexes._month_format import (
