@@ -771,7 +771,7 @@ def test_a_lookup_reads_no_body_of_the_buffered_records_of_its_domain(
     """With many records of a domain buffered, a CDX lookup (and the standard's queries) decode
     no buffered row (the blobs hold the bodies) but the ones it returns, and hash no body."""
     from web_index.models import PageKey, SimplePageQuery, TimeAwarePageQuery
-    from web_index.storage import _files
+    from web_index.storage import _tables
     from web_index.storage.buffer import _sqlite_reads, base, postgres
     from web_index.storage.indexes import _capture_lines
 
@@ -797,7 +797,7 @@ def test_a_lookup_reads_no_body_of_the_buffered_records_of_its_domain(
     keys = index.insert_many([page(i) for i in range(300)])  # type: ignore[misc]
     decoded: list[int] = []
     hashed: list[int] = []
-    real_decode, real_sha1, real_digests = base._decode, _capture_lines.payload_sha1, _files.payload_digests
+    real_decode, real_sha1, real_digests = base._decode, _capture_lines.payload_sha1, _tables.payload_digests
 
     def decode(blob: bytes) -> object:
         decoded.append(len(blob))
@@ -816,7 +816,7 @@ def test_a_lookup_reads_no_body_of_the_buffered_records_of_its_domain(
         patch.object(_sqlite_reads, "_decode", decode),
         patch.object(postgres, "_decode", decode),
         patch.object(_capture_lines, "payload_sha1", sha1),
-        patch.object(_files, "payload_digests", digests),
+        patch.object(_tables, "payload_digests", digests),
     ):
         # The writer's handle, and a server's.
         for reader in (index, WebIndex(tmp_path / "s", read_only=True, buffer=dsn)):
