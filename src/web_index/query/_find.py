@@ -106,11 +106,8 @@ def find_in_files(
         wanted = [i for i in active if plans[i].lo_us < end and plans[i].hi_us >= start]
         if wanted:
             _from_month(store, type, year, month, plans, wanted, found, no_index)
-        # A plan without a candidate is settled by its window alone (Plan.settled): no call for it.
         active = [
-            i
-            for i in active
-            if (plans[i].lo_us < start if i not in found else not plans[i].settled(found[i].candidate, start))
+            i for i in active if not plans[i].settled(found[i].candidate if i in found else None, start)
         ]
         if not active:
             break
