@@ -1,4 +1,5 @@
-"""What a Dask worker runs for :class:`~web_index.WebIndex` (``scheduler=``).
+"""What a worker runs for :class:`~web_index.WebIndex`: a Dask cluster's (``scheduler=``), or a
+worker process of this machine answering a query file's batches (``query_file(jobs=)``).
 
 A worker opens the store itself, from its location (an ``s3://`` URL, or a
 folder every worker sees at the same path) and the buffer's location, once per
@@ -20,7 +21,15 @@ from pathlib import Path
 
 from web_index._attempts import gc_paused
 from web_index.models import Query
-from web_index.query import Result, answer_on_cluster, map_on_cluster, run_queries
+from web_index.query import (
+    Elsewhere,
+    Processes,
+    Result,
+    answer_on_cluster,
+    answer_to_file,
+    map_on_cluster,
+    run_queries,
+)
 from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptions, open_store
 
 __all__ = ["answer_file", "compactor", "worker_store"]
@@ -35,7 +44,8 @@ def _shared(location: str) -> str:
 def answer_file(
     location: str,
     buffer: str | None,
-    scheduler: str,
+    workers: str | int,
+    here: Callable[[list[Query]], list[Result]],
     source: str | os.PathLike[str] | Iterable[Query],
     destination: str | os.PathLike[str],
     *,
@@ -43,11 +53,23 @@ def answer_file(
     on_progress: Callable[[int], None] | None,
 ) -> int:
     """``WebIndex.query_file(...)`` of the store at ``location`` (its buffer's DSN:
-    ``buffer``) with every batch answered on the cluster."""
+    ``buffer``) with its batches answered by ``workers``: the Dask cluster at that
+    address, or that many worker processes of this machine (a window of one batch
+    is answered ``here``, starting none)."""
     answer = functools.partial(_answer, _shared(location), buffer)
-    return answer_on_cluster(
-        scheduler, answer, source, destination, batch_size=batch_size, on_progress=on_progress
-    )
+    if isinstance(workers, str):
+        return answer_on_cluster(
+            workers, answer, source, destination, batch_size=batch_size, on_progress=on_progress
+        )
+    with Processes(workers) as processes:
+        return answer_to_file(
+            here,
+            source,
+            destination,
+            batch_size=batch_size,
+            on_progress=on_progress,
+            elsewhere=Elsewhere(processes.run, answer),
+        )
 
 
 def compactor(

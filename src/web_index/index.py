@@ -272,6 +272,7 @@ class WebIndex:
         batch_size: int = 20_000,
         on_progress: Callable[[int], None] | None = None,
         scheduler: str | None = None,
+        jobs: int = 1,
     ) -> int:
         """Answer every query of ``source`` (a Parquet file of queries, see
         :func:`~web_index.models.write_queries`, or any iterable of queries) into a
@@ -284,16 +285,23 @@ class WebIndex:
         input order; memory does not grow with the number of queries or the
         size of the store. The file appears complete or not at all.
         ``on_progress`` is called with the number answered so far.
-        ``scheduler`` (``tcp://host:port``) answers the batches on that Dask
-        cluster, whose workers open this store by its location (docs/scale.md).
+        ``jobs`` > 1 answers the batches in that many worker processes, each
+        opening this store by its location (a store with a ``Buffer`` object
+        cannot be opened again: its batches are answered here); they start only
+        for more than one batch. ``scheduler`` (``tcp://host:port``) answers the
+        batches on that Dask cluster, whose workers open this store by its
+        location (docs/scale.md).
         """
-        if scheduler is not None:
+        if jobs < 1:
+            raise ValueError("jobs must be at least 1")
+        if scheduler is not None or (jobs > 1 and self._reopenable):
             from web_index._on_cluster import answer_file
 
             return answer_file(
                 self.location,
                 self._buffer_location,
-                scheduler,
+                scheduler or jobs,
+                self.query,
                 source,
                 destination,
                 batch_size=batch_size,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 import typer
 from rich.console import Console
@@ -115,16 +115,15 @@ SchedulerOption = Annotated[
 ]
 
 
+def jobs_option(help: str) -> Any:
+    """``--jobs N`` (``WEB_INDEX_JOBS``), for a command whose work ``help`` says."""
+    return typer.Option("--jobs", "-j", min=1, envvar="WEB_INDEX_JOBS", help=help, show_default=False)
+
+
 JobsOption = Annotated[
     int | None,
-    typer.Option(
-        "--jobs",
-        "-j",
-        min=1,
-        envvar="WEB_INDEX_JOBS",
-        help="Processes that write the store's files (default: this machine's cores; 1 for an input "
-        "under 32 MB).",
-        show_default=False,
+    jobs_option(
+        "Processes that write the store's files (default: this machine's cores; 1 for an input under 32 MB)."
     ),
 ]
 

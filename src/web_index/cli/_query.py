@@ -21,6 +21,8 @@ from web_index.cli._app import (
     cannot_read,
     cli_errors,
     fail,
+    jobs_of,
+    jobs_option,
     open_index,
     plural,
     progress_bar,
@@ -122,6 +124,13 @@ FromFile = Annotated[
         "--from", help="A file of URLs or JSON query objects (one a line), or a .parquet of queries."
     ),
 ]
+QueryJobs = Annotated[
+    int | None,
+    jobs_option(
+        "Processes that answer --output's batches (default: this machine's cores; none are started for "
+        "a single batch)."
+    ),
+]
 FailMissing = Annotated[bool, typer.Option(help="Exit 1 if any query matched nothing.")]
 
 
@@ -142,10 +151,11 @@ def _run(
     fail_missing: bool,
     output: Path | None = None,
     scheduler: str | None = None,
+    jobs: int | None = None,
 ) -> None:
     stream = _collect_queries(urls, source, type, calibre, strict, at, not_before, not_after, request_id)
     if output is not None:
-        _run_to_parquet(stream, store, buffer, output, scheduler)
+        _run_to_parquet(stream, store, buffer, output, scheduler, jobs_of(jobs, None))
         return
     if scheduler is not None:
         raise fail(EXIT_USAGE, "--scheduler answers into a file: give --output FILE.parquet")
@@ -178,7 +188,7 @@ def _run(
 
 
 def _run_to_parquet(
-    queries: Iterator[Query], store: str, buffer: str | None, output: Path, scheduler: str | None
+    queries: Iterator[Query], store: str, buffer: str | None, output: Path, scheduler: str | None, jobs: int
 ) -> None:
     # Bounded memory however many queries: see WebIndex.query_file.
     if not output.parent.is_dir():
@@ -196,6 +206,7 @@ def _run_to_parquet(
             batch_size=_BULK_BATCH,
             on_progress=lambda n: progress.update(task, completed=n),
             scheduler=scheduler,
+            jobs=jobs,
         )
     say("", f"{plural(count, 'result')} written to {output}")
 
@@ -225,14 +236,15 @@ def query(
         ),
     ] = None,
     scheduler: SchedulerOption = None,
+    jobs: QueryJobs = None,
 ) -> None:
     """Look up pages or metadata; print one JSON line per query, in input order.
 
     Without time options a query is a simple (latest) query; --at / --not-before /
     --not-after make it time-aware; --request-id with --at makes it a page key.
     With --output, results go to a Parquet file instead, a batch at a time, so
-    millions of queries from --from FILE.parquet run in bounded memory; with --scheduler
-    too, the batches are answered on that Dask cluster.
+    millions of queries from --from FILE.parquet run in bounded memory, their batches
+    answered by --jobs worker processes; with --scheduler, on that Dask cluster.
     """
     _run(
         "query",
@@ -251,6 +263,7 @@ def query(
         fail_missing,
         output,
         scheduler,
+        jobs,
     )
 
 

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from web_index.errors import InvalidRecordError
 from web_index.models._queries import KIND_OF, Query, query_from_dict
 from web_index.models._time import clamp_us, from_us
 
@@ -108,16 +109,21 @@ def iter_queries(path: str | os.PathLike[str], *, batch_size: int = 65_536) -> I
     import pyarrow.parquet as pq
 
     file = pq.ParquetFile(os.fspath(path))
+    first = 0
     for batch in file.iter_batches(batch_size=batch_size):
-        yield from queries_of(batch, path)
+        yield from queries_of(batch, path, range(first, first + batch.num_rows))
+        first += batch.num_rows
 
 
 _TIME_FIELDS = ("timestamp", "not_before", "not_after")
 
 
-def queries_of(rows: pa.RecordBatch | pa.Table, source: object = "queries") -> list[Query]:
+def queries_of(
+    rows: pa.RecordBatch | pa.Table, source: object = "queries", numbers: Sequence[int] | None = None
+) -> list[Query]:
     """The queries of a table of query rows (the columns of :data:`QUERY_SCHEMA`, or
-    any subset :func:`iter_queries` reads); ``source`` names it in errors."""
+    any subset :func:`iter_queries` reads); ``source`` names it in errors, and
+    ``numbers`` each row's number in it (by default its position in ``rows``)."""
     import pyarrow as pa
 
     # Timestamp columns come out as microseconds: pyarrow makes a zone-aware
@@ -139,7 +145,12 @@ def queries_of(rows: pa.RecordBatch | pa.Table, source: object = "queries") -> l
                 # A query time beyond datetime's years 1-9999 answers as the
                 # nearest one that is not (no stored record is near either end).
                 row[name] = from_us(clamp_us(value))
-        out.append(query_from_dict(row))
+        try:
+            out.append(query_from_dict(row))
+        except InvalidRecordError as exc:
+            n = len(out) if numbers is None else numbers[len(out)]
+            where = os.fspath(source) if isinstance(source, os.PathLike) else source
+            raise InvalidRecordError(f"{where}, row {n}", str(exc)) from None
     return out
 
 

@@ -23,9 +23,9 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from web_index.errors import InvalidURLError
+from web_index.errors import InvalidRecordError, InvalidURLError
 from web_index.models import Query, queries_of, query_table, result_table
 from web_index.query._results import Result
 from web_index.urls import key_and_domain
@@ -34,20 +34,34 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["answer_to_file"]
+__all__ = ["Elsewhere", "answer_to_file"]
 
 _MERGE_BUDGET = 64 * 1024 * 1024  # bytes of spooled results the merge holds at once
 _OUTPUT_ROWS = 4096  # rows per row group of the result file (as write_results writes them)
 
+Answer = Callable[[list[Query]], list[Result]]
+# ``(n, fn(*args))`` for the ``n``-th of the tasks, in any order, as they complete.
+Run = Callable[[Callable[..., Any], Iterable[tuple[Any, ...]]], Iterator[tuple[int, Any]]]
+
+
+class Elsewhere(NamedTuple):
+    """Where a window's batches are answered when not in this process: ``run`` ships each
+    task to a worker, where ``answer`` (pickled: a module-level function, or a partial of
+    one, that opens the store itself) answers it."""
+
+    run: Run
+    answer: Answer
+
 
 def answer_to_file(
-    answer: Callable[[list[Query]], list[Result]],
+    answer: Answer,
     source: str | os.PathLike[str] | Iterable[Query],
     destination: str | os.PathLike[str],
     *,
     batch_size: int = 20_000,
     window: int = 1_000_000,
     on_progress: Callable[[int], None] | None = None,
+    elsewhere: Elsewhere | None = None,
 ) -> int:
     """Answer the queries of ``source`` (a Parquet file of queries, or any iterable
     of queries) with ``answer``, a batch at a time, into a Parquet file of
@@ -56,10 +70,15 @@ def answer_to_file(
     The file appears whole or not at all: it is written under a temporary name
     beside ``destination`` and renamed when complete, so an invalid query met
     half-way leaves no partial file. ``on_progress`` is called with the number
-    of queries answered so far after each batch.
+    of queries answered so far after each batch. ``elsewhere``: a window of more
+    than one batch is answered there (worker processes, a cluster), this process
+    reading, ordering and writing.
     """
 
     def each(rows: pa.Table, start: int, writer: pq.ParquetWriter, work: Path) -> None:
+        if elsewhere is not None and rows.num_rows > batch_size:
+            window_elsewhere(elsewhere, rows, source, start, writer, work, batch_size, on_progress)
+            return
         spool = work / "spool.arrow"
         _answer_window(answer, rows, source, start, writer, spool, batch_size, on_progress)
 
@@ -167,7 +186,7 @@ def _partition_order(rows: pa.Table) -> pa.Array[Any]:
 
 
 def _answer_window(
-    answer: Callable[[list[Query]], list[Result]],
+    answer: Answer,
     rows: pa.Table,
     source: object,
     start: int,
@@ -212,7 +231,7 @@ def _source_name(source: object) -> str:
 
 
 def _results(
-    answer: Callable[[list[Query]], list[Result]],
+    answer: Answer,
     rows: pa.Table,
     positions: pa.Array[Any],
     start: int,
@@ -222,13 +241,57 @@ def _results(
     return _answered(answer, rows.take(positions), [start + i for i in numbers], name)
 
 
-def _answered(
-    answer: Callable[[list[Query]], list[Result]], rows: pa.Table, numbers: Sequence[int], name: str
-) -> pa.Table:
+def _answered(answer: Answer, rows: pa.Table, numbers: Sequence[int], name: str) -> pa.Table:
     """The result rows of query ``rows`` (numbered ``numbers`` in the output), in their order."""
-    batch = queries_of(rows, name)
+    batch = queries_of(rows, name, numbers)
     got = answer(batch)
     return result_table(zip(numbers, batch, got, strict=True))
+
+
+def window_elsewhere(
+    elsewhere: Elsewhere,
+    rows: pa.Table,
+    source: object,
+    start: int,
+    writer: pq.ParquetWriter,
+    work: Path,
+    batch_size: int,
+    on_progress: Callable[[int], None] | None,
+) -> None:
+    """One window: its batches answered by workers, spooled as they come, merged in input order."""
+    import pyarrow.compute as pc
+
+    batches = _batches(rows, batch_size)
+    name = _source_name(source)
+    # A batch travels as its query rows and output row numbers, taken when submitted.
+    tasks = ((elsewhere.answer, rows.take(p), pc.add(p, start), name) for p in batches)
+    done = 0
+    with _Spool(work / "spool.arrow", len(batches)) as spooled:
+        for n, got in elsewhere.run(_answer_batch, tasks):
+            if isinstance(got, InvalidRecordError):
+                raise got  # the input is wrong: no retry would help
+            if got.num_rows != len(batches[n]):
+                raise AssertionError(f"bulk: {got.num_rows} results for a batch of {len(batches[n])}")
+            if len(batches) == 1:
+                writer.write_table(got, row_group_size=_OUTPUT_ROWS)
+            else:
+                spooled.add(got)  # in completion order: the merge takes any order
+            done += got.num_rows
+            if on_progress is not None:
+                on_progress(start + done)
+        if len(batches) > 1:
+            spooled.merge(start, rows.num_rows, writer)
+
+
+def _answer_batch(
+    answer: Answer, rows: pa.Table, numbers: pa.Array[Any], name: str
+) -> pa.Table | InvalidRecordError:
+    """In a worker: one batch's result rows, or the invalid query's error as a value
+    (raised, a cluster would retry what can only fail again)."""
+    try:
+        return _answered(answer, rows, cast(list[int], numbers.to_pylist()), name)
+    except InvalidRecordError as exc:
+        return exc
 
 
 class _Spool:

@@ -25,20 +25,12 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from web_index._extras import import_extra
-from web_index.errors import ClusterError, InvalidRecordError
+from web_index.errors import ClusterError
 from web_index.models import Query
-from web_index.query._bulk import (
-    _OUTPUT_ROWS,
-    _answered,
-    _batches,
-    _source_name,
-    _Spool,
-    _write_windows,
-)
-from web_index.query._results import Result
+from web_index.query._bulk import Answer, Elsewhere, _write_windows, window_elsewhere
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -136,7 +128,7 @@ def map_on_cluster(scheduler: str, fn: Callable[[T], R], items: Sequence[T]) -> 
 
 def answer_on_cluster(
     scheduler: str,
-    answer: Callable[[list[Query]], list[Result]],
+    answer: Answer,
     source: str | os.PathLike[str] | Iterable[Query],
     destination: str | os.PathLike[str],
     *,
@@ -151,55 +143,9 @@ def answer_on_cluster(
     ``functools.partial`` of one, that opens the store itself.
     """
     with _Connection(scheduler) as cluster:
+        elsewhere = Elsewhere(cluster.run, answer)
 
         def each(rows: pa.Table, start: int, writer: pq.ParquetWriter, work: Path) -> None:
-            _window_on_cluster(cluster, answer, rows, source, start, writer, work, batch_size, on_progress)
+            window_elsewhere(elsewhere, rows, source, start, writer, work, batch_size, on_progress)
 
         return _write_windows(source, destination, batch_size, window, each)
-
-
-def _window_on_cluster(
-    cluster: _Connection,
-    answer: Callable[[list[Query]], list[Result]],
-    rows: pa.Table,
-    source: object,
-    start: int,
-    writer: pq.ParquetWriter,
-    work: Path,
-    batch_size: int,
-    on_progress: Callable[[int], None] | None,
-) -> None:
-    """One window: its batches answered on the cluster, spooled as they come, merged in input order."""
-    import pyarrow.compute as pc
-
-    batches = _batches(rows, batch_size)
-    name = _source_name(source)
-    # A batch travels as its query rows and output row numbers, taken when submitted.
-    tasks = ((answer, rows.take(positions), pc.add(positions, start), name) for positions in batches)
-    done = 0
-    with _Spool(work / "spool.arrow", len(batches)) as spooled:
-        for n, got in cluster.run(_answer_batch, tasks):
-            if isinstance(got, InvalidRecordError):
-                raise got  # the input is wrong: no retry would help
-            if got.num_rows != len(batches[n]):
-                raise AssertionError(f"cluster: {got.num_rows} results for a batch of {len(batches[n])}")
-            if len(batches) == 1:
-                writer.write_table(got, row_group_size=_OUTPUT_ROWS)
-            else:
-                spooled.add(got)  # in completion order: the merge takes any order
-            done += got.num_rows
-            if on_progress is not None:
-                on_progress(start + done)
-        if len(batches) > 1:
-            spooled.merge(start, rows.num_rows, writer)
-
-
-def _answer_batch(
-    answer: Callable[[list[Query]], list[Result]], rows: pa.Table, numbers: pa.Array[Any], name: str
-) -> pa.Table | InvalidRecordError:
-    """On a worker: one batch's result rows, or the invalid query's error as a value
-    (raised, Dask would retry what can only fail again)."""
-    try:
-        return _answered(answer, rows, cast(list[int], numbers.to_pylist()), name)
-    except InvalidRecordError as exc:
-        return exc

@@ -38,6 +38,7 @@ from web_index.storage._layout import Partition, compacted_stored
 from web_index.storage._merge import merge_sorted
 from web_index.storage._schema import DIGEST_COLUMNS, REF_COLUMN
 from web_index.storage._tables import sort_dedupe
+from web_index.storage._workers import worker_processes
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
 from web_index.storage.indexes import capture_index_bytes, file_lines, table_lines
 from web_index.storage.payloads import (
@@ -294,24 +295,6 @@ _PRELOAD = (
 _CHUNK = 8  # partitions sent to a worker at a time: thousands of small ones cost one message each less
 
 
-def _exit_with_loader() -> None:
-    """Make this worker exit when the process that started it does: a worker holds its
-    own task queue open, so it would wait for tasks forever (and keep the fork server
-    alive) after a loader killed mid-commit."""
-    import multiprocessing
-    import os
-    import threading
-
-    loader = multiprocessing.parent_process()  # the loader, not the fork server: its pipe
-    if loader is not None:
-
-        def watch() -> None:
-            loader.join()  # returns once the loader's end of the pipe is closed: it has died
-            os._exit(1)
-
-        threading.Thread(target=watch, name="wi-loader-watch", daemon=True).start()
-
-
 class Pool:
     """The worker processes of a bulk load (``jobs`` of them), started on first use
     and kept until :meth:`close`: a worker's spooled files are named by its process id,
@@ -324,14 +307,7 @@ class Pool:
     def start(self) -> ProcessPoolExecutor:
         """The workers, started now (while the load spills, not when it commits)."""
         if self._executor is None:
-            import multiprocessing
-
-            # Not fork: the store may have threads (a server's, a read cache's).
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload([__name__, *_PRELOAD])
-            self._executor = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_exit_with_loader)
-            for _ in range(self.jobs):  # a worker is started for a task none is free to take
-                self._executor.submit(int)
+            self._executor = worker_processes(self.jobs, (__name__, *_PRELOAD))
         return self._executor
 
     def map(self, root: str, options: WriteOptions, tasks: Iterable[Task]) -> Iterator[Spooled]:

@@ -1,0 +1,97 @@
+"""Answering a query file's batches in worker processes of this machine.
+
+Answering is Python on one core (a million queries at scale S: ~30 µs a query
+in lines, pages and results built), so a query file answered in one process
+leaves the other cores idle while the scan it is measured against uses them
+all. Its batches are independent: each worker opens the store itself (as a
+cluster's workers do, ``web_index._on_cluster``), answers a batch, and sends its
+result rows back as Arrow; this process reads the queries, orders them, and
+spools and merges the results, as it does without workers.
+
+A worker that dies (killed, out of memory) takes the batches it held with it:
+they are answered again by new workers, up to ``_DEATHS`` times in one run, then
+the run fails with a :class:`~web_index.errors.StoreError` and writes no file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any
+
+from web_index.errors import StoreError
+from web_index.storage import worker_processes
+
+__all__ = ["Processes"]
+
+_IN_FLIGHT = 2  # batches submitted a worker: one answered, one waiting its turn
+_DEATHS = 2  # worker deaths a run survives
+# What a batch imports on first use, imported once in the fork server (see worker_processes).
+_PRELOAD = ("pyarrow", "pyarrow.compute", "pyarrow.ipc", "web_index._on_cluster", "web_index.query")
+
+
+class Processes:
+    """``jobs`` worker processes, started on the first :meth:`run`, stopped on exit."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self._executor: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> Processes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._executor is not None:
+            executor, self._executor = self._executor, None
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    def _started(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            self._executor = worker_processes(self.jobs, _PRELOAD)
+        return self._executor
+
+    def run(self, fn: Callable[..., Any], tasks: Iterable[tuple[Any, ...]]) -> Iterator[tuple[int, Any]]:
+        """``(n, fn(*args))`` for the ``n``-th of ``tasks``, as they complete, with at most
+        ``_IN_FLIGHT`` a worker submitted at once; a task's exception is raised here."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        pending = enumerate(tasks)
+        again: list[tuple[int, tuple[Any, ...]]] = []  # the tasks of workers that died
+        running: dict[Future[Any], tuple[int, tuple[Any, ...]]] = {}
+        deaths = 0
+        while True:
+            broken = False
+            while not broken and len(running) < _IN_FLIGHT * self.jobs:
+                task = again.pop() if again else next(pending, None)
+                if task is None:
+                    break
+                try:
+                    running[self._started().submit(fn, *task[1])] = task
+                except BrokenProcessPool:
+                    again.append(task)
+                    broken = True
+            if not running and not broken:
+                return
+            if running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    task = running.pop(future)
+                    try:
+                        value = future.result()
+                    except BrokenProcessPool:
+                        again.append(task)
+                        broken = True
+                        continue
+                    yield task[0], value
+            if broken:
+                deaths += 1
+                again += running.values()  # a broken pool fails every task it held
+                running.clear()
+                self._stop()
+                if deaths > _DEATHS:
+                    raise StoreError(
+                        f"worker processes answering the queries died {deaths} times (killed? out of memory?)"
+                    )

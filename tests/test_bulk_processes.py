@@ -1,0 +1,239 @@
+"""A query file answered by worker processes of this machine (``query_file(jobs=)``,
+``query --jobs``): the same file as one process writes, whatever order the batches
+come back in, a worker's death costing its batches again and nothing else."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from collections.abc import Callable, Iterable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from tests.factories import T0, attempt
+from web_index import WebIndex
+from web_index.cli import _query, app
+from web_index.errors import InvalidRecordError, StoreError
+from web_index.models import Query, SimplePageQuery, TimeAwarePageQuery, write_queries
+from web_index.query import _bulk, _processes
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Query]]:
+    """A store with compacted records and, beside them, records still in its buffer."""
+    root = tmp_path_factory.mktemp("processes") / "s"
+    rng = random.Random(11)
+
+    def items(first: int, count: int) -> list[Any]:
+        return [
+            attempt(
+                f"https://www.site{k % 9}.org/p/{k % 23}",
+                T0 + timedelta(days=k),
+                state="success" if rng.random() < 0.8 else "timeout",
+                hops=rng.choice([1, 2]),
+                body=bytes([k % 256]) * (k * 37 % 3000),
+            )
+            for k in range(first, first + count)
+        ]
+
+    with WebIndex(root) as index:
+        keys = index.insert_many(items(0, 120))
+        index.flush()
+        index.compact()
+        keys += index.insert_many(items(120, 40))  # buffered: the workers must see them too
+    queries: list[Query] = list(keys)
+    for k in keys:
+        queries.append(SimplePageQuery(url=k.url, type="get-metadata"))
+        queries.append(TimeAwarePageQuery(url=k.url, timestamp=k.timestamp + timedelta(days=3)))
+        queries.append(SimplePageQuery(url=k.url + "/missing"))
+    random.Random(5).shuffle(queries)
+    return root, queries
+
+
+@pytest.fixture(scope="module")
+def answered(
+    store: tuple[Path, list[Query]], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, pa.Table]:
+    """The store's queries as a file, and the results one process writes for them."""
+    root, queries = store
+    tmp = tmp_path_factory.mktemp("answered")
+    write_queries(tmp / "q.parquet", queries)
+    return tmp / "q.parquet", _one_process(root, tmp / "q.parquet", tmp / "r.parquet", 1000)
+
+
+def _one_process(root: Path, source: Path, out: Path, batch_size: int) -> pa.Table:
+    with WebIndex(root, read_only=True) as index:
+        index.query_file(source, out, batch_size=batch_size)
+    return pq.read_table(out)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch_size=st.integers(4, 60), window=st.integers(1, 400), seed=st.integers(0, 2**16))
+def test_batches_answered_elsewhere_in_any_order_make_the_same_file(
+    store: tuple[Path, list[Query]],
+    answered: tuple[Path, pa.Table],
+    tmp_path_factory: pytest.TempPathFactory,
+    batch_size: int,
+    window: int,
+    seed: int,
+) -> None:
+    """Whatever order the workers send their batches back in, and however the stream is cut
+    into windows and batches, the file is the one that one process writes."""
+    root, queries = store
+    source, expected = answered
+    out = tmp_path_factory.mktemp("order") / "r.parquet"
+
+    def shuffled(fn: Callable[..., Any], tasks: Iterable[tuple[Any, ...]]) -> Iterator[tuple[int, Any]]:
+        done = [(n, fn(*args)) for n, args in enumerate(tasks)]
+        random.Random(seed).shuffle(done)
+        yield from done
+
+    with WebIndex(root, read_only=True) as index:
+        elsewhere = _bulk.Elsewhere(shuffled, index.query)
+        n = _bulk.answer_to_file(
+            index.query, source, out, batch_size=batch_size, window=window, elsewhere=elsewhere
+        )
+    assert n == len(queries)
+    assert pq.read_table(out).equals(expected)
+
+
+def test_worker_processes_write_what_one_process_writes(
+    store: tuple[Path, list[Query]], tmp_path: Path
+) -> None:
+    root, queries = store
+    write_queries(tmp_path / "q.parquet", queries)
+    expected = _one_process(root, tmp_path / "q.parquet", tmp_path / "one.parquet", 13)
+    assert expected.column("found").to_pylist().count(True) > len(queries) // 2
+    workers: set[int] = set()
+
+    def answered(n: int) -> None:
+        workers.update(_pids())
+
+    with WebIndex(root, read_only=True) as index:
+        n = index.query_file(
+            tmp_path / "q.parquet", tmp_path / "r.parquet", batch_size=13, jobs=2, on_progress=answered
+        )
+    assert n == len(queries)
+    assert pq.read_table(tmp_path / "r.parquet").equals(expected)
+    assert len(workers) == 2 and os.getpid() not in workers  # answered by two other processes
+    assert _pids() == []  # stopped with the run
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.parquet", "q.parquet", "r.parquet"]
+
+
+_started: list[Any] = []
+
+
+def _pids() -> list[int]:
+    """The worker processes of the run going on (its executor's), if any."""
+    executor = _started[-1]._executor if _started else None
+    return [] if executor is None else list(executor._processes)
+
+
+@pytest.fixture(autouse=True)
+def _watch_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    real = _processes.Processes.__enter__
+
+    def enter(self: _processes.Processes) -> _processes.Processes:
+        _started.append(self)
+        return real(self)
+
+    monkeypatch.setattr(_processes.Processes, "__enter__", enter)
+    yield
+    _started.clear()
+
+
+def test_a_worker_killed_midway_costs_its_batches_again(
+    store: tuple[Path, list[Query]], tmp_path: Path
+) -> None:
+    root, queries = store
+    write_queries(tmp_path / "q.parquet", queries)
+    expected = _one_process(root, tmp_path / "q.parquet", tmp_path / "one.parquet", 9)
+    killed: list[int] = []
+
+    def answered(n: int) -> None:
+        if not killed:  # the first batch is back, the others are with the workers
+            killed.append(_pids()[0])
+            os.kill(killed[0], signal.SIGKILL)
+
+    with WebIndex(root, read_only=True) as index:
+        n = index.query_file(
+            tmp_path / "q.parquet", tmp_path / "r.parquet", batch_size=9, jobs=2, on_progress=answered
+        )
+    assert killed and n == len(queries)
+    assert pq.read_table(tmp_path / "r.parquet").equals(expected)  # every answer once, none lost
+
+
+def test_workers_that_keep_dying_fail_the_run_and_write_nothing(
+    store: tuple[Path, list[Query]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, queries = store
+    write_queries(tmp_path / "q.parquet", queries)
+    (tmp_path / "r.parquet").write_bytes(b"old results")
+    monkeypatch.setattr(_processes, "_DEATHS", 0)
+
+    killed: list[int] = []
+
+    def answered(n: int) -> None:
+        if not killed:
+            killed.append(_pids()[0])
+            os.kill(killed[0], signal.SIGKILL)
+
+    with WebIndex(root, read_only=True) as index, pytest.raises(StoreError, match="died 1 times"):
+        index.query_file(
+            tmp_path / "q.parquet", tmp_path / "r.parquet", batch_size=9, jobs=2, on_progress=answered
+        )
+    assert (tmp_path / "r.parquet").read_bytes() == b"old results"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.parquet", "r.parquet"]
+
+
+def test_a_bad_query_answered_by_a_worker_names_it_and_writes_nothing(
+    store: tuple[Path, list[Query]], tmp_path: Path
+) -> None:
+    root, queries = store
+    write_queries(tmp_path / "q.parquet", queries)
+    table = pq.read_table(tmp_path / "q.parquet")
+    urls = table.column("url").to_pylist()
+    urls[len(urls) // 2] = "http://exa mple.com/"
+    bad = table.set_column(table.schema.get_field_index("url"), "url", pa.array(urls, pa.string()))
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    with WebIndex(root, read_only=True) as index, pytest.raises(InvalidRecordError) as caught:
+        index.query_file(tmp_path / "bad.parquet", tmp_path / "r.parquet", batch_size=9, jobs=2)
+    problem = "url: invalid host 'exa mple.com' (got 'http://exa mple.com/')"
+    assert str(caught.value) == f"{tmp_path / 'bad.parquet'}, row {len(urls) // 2}: {problem}"
+    assert not (tmp_path / "r.parquet").exists()
+
+
+def test_cli_query_jobs_writes_what_one_process_writes(
+    store: tuple[Path, list[Query]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, queries = store
+    monkeypatch.setattr(_query, "_BULK_BATCH", 50)  # many batches, so that the workers start
+    write_queries(tmp_path / "q.parquet", queries)
+    files = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"r{jobs}.parquet"
+        args = [
+            "query",
+            "--store",
+            str(root),
+            "--from",
+            str(tmp_path / "q.parquet"),
+            "-o",
+            str(out),
+            "--jobs",
+            jobs,
+        ]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        files[jobs] = pq.read_table(out)
+        assert len(_started) == (jobs == "2")
+    assert files["1"].num_rows == len(queries) and files["2"].equals(files["1"])
