@@ -242,3 +242,44 @@ def test_query_file_refuses_naive_timestamps(bulk_store: tuple[Path, list[Query]
     with WebIndex(root, read_only=True) as idx, pytest.raises(ValueError, match="naive"):
         idx.query_file(tmp_path / "q.parquet", tmp_path / "r.parquet")
     assert not (tmp_path / "r.parquet").exists()
+
+
+_HOSTS = [
+    "example.com",
+    "WWW.Example.CO.UK",
+    "shop.bbc.co.uk.",
+    "bücher.de",
+    "[::1]",
+    "127.0.0.1",
+    "x",
+    "a..b",
+    "",
+]
+_URL_PARTS = st.tuples(
+    st.sampled_from(["http://", "HTTPS://", "https://", "ftp://", ""]),
+    st.sampled_from(["", "user:pw@", "@"]),
+    st.sampled_from(_HOSTS),
+    st.sampled_from(["", ":8080", ":443", ":"]),
+    st.sampled_from(["", "/", "/p/a b?q=1", "?x", "#f", "/ü"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=st.lists(_URL_PARTS, min_size=1, max_size=20), nulls=st.lists(st.booleans(), max_size=20))
+def test_a_windows_domains_are_each_urls_own(parts: list[tuple[str, ...]], nulls: list[bool]) -> None:
+    """Found a host at a time, the domains that order a window are what each URL's query
+    is partitioned by; none for a URL whose query cannot be built."""
+    from web_index.errors import InvalidURLError
+    from web_index.urls import key_and_domain
+
+    urls: list[str | None] = ["".join(p) for p in parts]
+    urls = [None if i < len(nulls) and nulls[i] else u for i, u in enumerate(urls)]
+
+    def expected(url: str | None) -> str | None:
+        try:
+            return None if url is None else key_and_domain(url)[1]
+        except InvalidURLError:
+            return None
+
+    got = _bulk._domains(pa.chunked_array([urls[:3], urls[3:]], pa.string())).to_pylist()
+    assert got == [expected(u) for u in urls]

@@ -164,12 +164,12 @@ DeterministicQuery = PageKey
 TimeBoundedQuery = TimeAwarePageQuery
 Query = PageKey | SimplePageQuery | TimeAwarePageQuery
 
-_KINDS: dict[str, type[PageKey] | type[SimplePageQuery] | type[TimeAwarePageQuery]] = {
+KINDS: dict[str, type[PageKey] | type[SimplePageQuery] | type[TimeAwarePageQuery]] = {
     "key": PageKey,
     "simple": SimplePageQuery,
     "time-aware": TimeAwarePageQuery,
 }
-KIND_OF: dict[type, str] = {cls: kind for kind, cls in _KINDS.items()}
+KIND_OF: dict[type, str] = {cls: kind for kind, cls in KINDS.items()}
 
 
 def _build(cls: type[Any], data: Mapping[str, Any]) -> Any:
@@ -206,8 +206,8 @@ def query_from_dict(data: Mapping[str, Any]) -> Query:
             kind = "time-aware"
         else:
             kind = "simple"
-    cls = _KINDS.get(kind) if isinstance(kind, str) else None
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise InvalidRecordError("kind", f"{kind!r} is not one of {sorted(_KINDS)}")
+        raise InvalidRecordError("kind", f"{kind!r} is not one of {sorted(KINDS)}")
     result: Query = _build(cls, data)
     return result

@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -47,10 +48,12 @@ Run = Callable[[Callable[..., Any], Iterable[tuple[Any, ...]]], Iterator[tuple[i
 class Elsewhere(NamedTuple):
     """Where a window's batches are answered when not in this process: ``run`` ships each
     task to a worker, where ``answer`` (pickled: a module-level function, or a partial of
-    one, that opens the store itself) answers it."""
+    one, that opens the store itself) answers it; ``start``, called as a window of more
+    than one batch begins, starts the workers while the window is put in order."""
 
     run: Run
     answer: Answer
+    start: Callable[[], object] = int
 
 
 def answer_to_file(
@@ -161,28 +164,54 @@ def _windows(source: str | os.PathLike[str] | Iterable[Query], window: int) -> I
 def _partition_order(rows: pa.Table) -> pa.Array[Any]:
     """Row numbers in the order a window is answered: by (type, domain), stably.
 
-    Built a slice at a time and sorted by Arrow: a million URLs as Python
-    strings, or a million sort-key tuples, would cost more memory than the window.
+    Sorted by Arrow: a million URLs as Python strings, or a million sort-key
+    tuples, would cost more memory than the window.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     n = rows.num_rows
     names = rows.column_names
-    domains: list[str] = []
-    for lo in range(0, n, _READ_ROWS):
-        urls = rows.column("url").slice(lo, _READ_ROWS).to_pylist() if "url" in names else []
-        for url in urls:
-            try:
-                domains.append(key_and_domain(url)[1] if isinstance(url, str) else "")
-            except InvalidURLError:
-                domains.append("")  # building the query raises, naming the URL
-    domains += [""] * (n - len(domains))  # no url column: building the queries raises
+    domains: Any = _domains(rows.column("url")) if "url" in names else pa.nulls(n, pa.string())
     types: Any = rows.column("type").cast(pa.string()) if "type" in names else pa.nulls(n, pa.string())
-    keys = pa.table({"type": pc.fill_null(types, "get"), "domain": pa.array(domains, pa.string())})
-    del domains
+    keys = pa.table({"type": pc.fill_null(types, "get"), "domain": pc.fill_null(domains, "")})
     order: pa.Array[Any] = pc.sort_indices(keys, [("type", "ascending"), ("domain", "ascending")])
     return order
+
+
+# A URL's host, lowercased, as most URLs spell it (no IDN, no IPv6 literal): what orders a
+# window needs, not a URL's validation, which building its query does.
+_HOST = r"^https?://(?:[^/?#@]*@)?(?P<host>[a-z0-9-]+(?:\.[a-z0-9-]+)*)\.?(?::[0-9]*)?(?:[/?#]|$)"
+
+
+def _domains(urls: pa.ChunkedArray[Any]) -> pa.Array[Any]:
+    """Each URL's partition domain, null for one that has none (its query raises when
+    built, naming it): found once a host (a million URLs of 100,000 hosts: 1.2 s, against
+    2.3 s one URL at a time), and one URL at a time for the few whose host the pattern
+    does not find."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_string(urls.type) and not pa.types.is_large_string(urls.type):
+        return pa.nulls(len(urls), pa.string())  # building the queries raises, naming the column
+    whole = urls.combine_chunks()
+    hosts = pc.struct_field(pc.extract_regex(pc.utf8_lower(whole), _HOST), [0]).dictionary_encode()
+    by_host = [_domain_or_none(f"http://{host}/") for host in hosts.dictionary.to_pylist()]
+    domains: pa.Array[Any] = pa.array(by_host, pa.string()).take(hosts.indices)
+    others = pc.is_null(hosts.indices)
+    if not pc.any(others).as_py():
+        return domains
+    odd = whole.filter(others).to_pylist()
+    found = pa.array([_domain_or_none(u) if isinstance(u, str) else None for u in odd], pa.string())
+    filled: pa.Array[Any] = pc.replace_with_mask(domains, others, found)
+    return filled
+
+
+def _domain_or_none(url: str) -> str | None:
+    try:
+        return key_and_domain(url)[1]
+    except InvalidURLError:
+        return None
 
 
 def _answer_window(
@@ -261,6 +290,7 @@ def window_elsewhere(
     """One window: its batches answered by workers, spooled as they come, merged in input order."""
     import pyarrow.compute as pc
 
+    elsewhere.start()
     batches = _batches(rows, batch_size)
     name = _source_name(source)
     # A batch travels as its query rows and output row numbers, taken when submitted.
@@ -339,19 +369,34 @@ class _Spool:
     def merge(self, start: int, count: int, writer: pq.ParquetWriter) -> None:
         """Write the window's rows (positions ``start .. start+count-1``, each once) in position order."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         self._close()
-        with pa.OSFile(str(self.path), "rb") as source:  # not mapped: read pages would count as memory
+        # One row group is sorted and encoded on a thread (both release the GIL) while the
+        # next is gathered here: the merge runs while the workers are idle.
+        with (
+            pa.OSFile(str(self.path), "rb") as source,  # not mapped: read pages would count as memory
+            ThreadPoolExecutor(1, thread_name_prefix="wi-merge") as encoder,
+        ):
             spool = pa.ipc.open_file(source)
             cursors = [_Cursor(spool, run) for run in self.runs]
+            written: Future[None] | None = None
             for lo in range(start, start + count, _OUTPUT_ROWS):
                 hi = min(lo + _OUTPUT_ROWS, start + count)
                 pieces = [piece for c in cursors for piece in c.take_below(hi)]
                 table = pa.Table.from_batches(pieces)
                 if table.num_rows != hi - lo:
                     raise AssertionError(f"bulk merge: {table.num_rows} rows for positions {lo}..{hi - 1}")
-                writer.write_table(table.take(pc.sort_indices(table, [("query", "ascending")])))
+                if written is not None:
+                    written.result()
+                written = encoder.submit(_write_in_order, writer, table)
+            if written is not None:
+                written.result()
+
+
+def _write_in_order(writer: pq.ParquetWriter, table: pa.Table) -> None:
+    import pyarrow.compute as pc
+
+    writer.write_table(table.take(pc.sort_indices(table, [("query", "ascending")])))
 
 
 class _Cursor:
@@ -361,6 +406,8 @@ class _Cursor:
         self.spool = spool
         self.batches = iter(batches)
         self.batch: pa.RecordBatch | None = None
+        self.positions: list[int] = []  # the batch's, as numbers once
+        self.at = 0  # the batch's first row not yet taken
 
     def take_below(self, end: int) -> list[pa.RecordBatch]:
         """Remove and return the rows whose position is below ``end``."""
@@ -371,11 +418,12 @@ class _Cursor:
                 if b is None:
                     return out
                 self.batch = self.spool.get_batch(b)
-            positions = cast(list[int], self.batch.column(0).to_pylist())  # "query": sorted, never null
-            below = bisect.bisect_left(positions, end)
-            if below:
-                out.append(self.batch.slice(0, below))
-            if below < self.batch.num_rows:
-                self.batch = self.batch.slice(below)
+                self.positions = cast(list[int], self.batch.column(0).to_pylist())  # "query": sorted
+                self.at = 0
+            below = bisect.bisect_left(self.positions, end, self.at)
+            if below > self.at:
+                out.append(self.batch.slice(self.at, below - self.at))
+            if below < len(self.positions):
+                self.at = below
                 return out
             self.batch = None

@@ -48,7 +48,8 @@ class Processes:
             executor, self._executor = self._executor, None
             executor.shutdown(wait=True, cancel_futures=True)
 
-    def _started(self) -> ProcessPoolExecutor:
+    def start(self) -> ProcessPoolExecutor:
+        """The workers, started now if they are not (a fork server and ``jobs`` processes: ~1 s)."""
         if self._executor is None:
             self._executor = worker_processes(self.jobs, _PRELOAD)
         return self._executor
@@ -69,7 +70,7 @@ class Processes:
                 if task is None:
                     break
                 try:
-                    running[self._started().submit(fn, *task[1])] = task
+                    running[self.start().submit(fn, *task[1])] = task
                 except BrokenProcessPool:
                     again.append(task)
                     broken = True
