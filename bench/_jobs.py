@@ -32,18 +32,28 @@ def run_sampled(command: list[str], **options: Any) -> tuple[subprocess.Complete
     return subprocess.CompletedProcess(command, proc.returncode, out, err), peak[0]
 
 
-def _tree_rss(pid: int) -> int:
+def _tree_rss(pid: int, field: tuple[str, str] = ("status", "VmRSS:")) -> int:
+    """Bytes of ``field`` (a /proc file of the process and the line it is on) summed over the
+    process and its descendants."""
     total, todo = 0, [pid]
+    name, key = field
     while todo:
         p = todo.pop()
         try:
-            with open(f"/proc/{p}/status") as fh:
-                total += next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:")), 0)
+            with open(f"/proc/{p}/{name}") as fh:
+                total += next((int(line.split()[1]) * 1024 for line in fh if line.startswith(key)), 0)
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError, ValueError):
             continue
     return total
+
+
+def tree_pss(pid: int) -> int:
+    """The proportional set size of the process and its descendants: each shared page (the
+    fork server's modules, a file mapped by two workers) counted once, where the RSS sum
+    counts it in every process that maps it."""
+    return _tree_rss(pid, ("smaps_rollup", "Pss:"))
 
 
 def answers_digest(root: Path) -> dict[str, Any]:
