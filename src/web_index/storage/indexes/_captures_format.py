@@ -1,7 +1,7 @@
 """A capture index's bytes: blocks of CDXJ lines, each a zstd frame, behind a header.
 
 The lines (``_capture_lines``: a response each, sorted as bytes) are cut into
-blocks of :data:`BLOCK_LINES` (32), and each block is one zstd frame with its
+blocks of :data:`BLOCK_LINES` (16), and each block is one zstd frame with its
 content checksum: the file is a zstd stream, and ``zstd -d`` (or ``zstdcat``)
 gives the CDXJ lines whole. They come behind one *skippable* frame (magic
 ``0x184D2A50``: every zstd decoder passes it over) that holds::
@@ -17,7 +17,7 @@ gives the CDXJ lines whole. They come behind one *skippable* frame (magic
 
 (little-endian; ends and row numbers 4 bytes each, 8 past 2**32). pywb's
 ZipNum index is the same idea (gzip blocks of lines and a plain index of
-their first keys); blocks here are small (32 lines: ~9 us to decompress)
+their first keys); blocks here are small (16 lines: ~4 us to decompress)
 because a lookup decompresses one of them, and the row table lets a batch that
 found its winners' rows through the month index read their lines by row.
 Lines compress about 4.5 times (docs/performance.md): an index costs ~110
@@ -57,7 +57,7 @@ from web_index.storage.indexes._capture_lines import line_row
 __all__ = ["BLOCK_LINES", "FORMAT", "CaptureIndex", "IndexMeta", "encode_index"]
 
 FORMAT = 3
-BLOCK_LINES = 32
+BLOCK_LINES = 16
 _SKIPPABLE = 0x184D2A50
 _META = b"!meta "
 _NO_LINE = -1  # a row without a line (never in a store's own file)
