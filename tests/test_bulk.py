@@ -29,7 +29,7 @@ from web_index.models import (
     iter_queries,
     write_queries,
 )
-from web_index.query import _bulk
+from web_index.query import _bulk, _spool
 from web_index.urls import domain_of
 
 
@@ -176,7 +176,7 @@ def test_answer_to_file_equals_query_in_input_order(
         write_queries(source, queries)
     seen: list[int] = []
     with WebIndex(root, read_only=True) as idx, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_bulk, "_MERGE_BUDGET", budget)
+        mp.setattr(_spool, "_MERGE_BUDGET", budget)
         n = _bulk.answer_to_file(
             idx.query, source, out, batch_size=batch_size, window=window, on_progress=seen.append
         )

@@ -11,24 +11,23 @@ order.
 
 Memory is bounded by the window (its queries as Arrow rows), one batch of
 queries and results as objects, and the merge, which holds at most one record batch of each
-batch's spool, sized so that all of them together stay under ``_MERGE_BUDGET``.
+batch's spool, sized so that all of them together stay under a budget (``_spool``).
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from web_index.errors import InvalidRecordError, InvalidURLError
 from web_index.models import Query, queries_of, query_table, result_table
 from web_index.query._results import Result
+from web_index.query._spool import OUTPUT_ROWS, Spool
 from web_index.urls import key_and_domain
 
 if TYPE_CHECKING:
@@ -37,8 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Elsewhere", "answer_to_file"]
 
-_MERGE_BUDGET = 64 * 1024 * 1024  # bytes of spooled results the merge holds at once
-_OUTPUT_ROWS = 4096  # rows per row group of the result file (as write_results writes them)
 
 Answer = Callable[[list[Query]], list[Result]]
 # ``(n, fn(*args))`` for the ``n``-th of the tasks, in any order, as they complete.
@@ -229,12 +226,12 @@ def _answer_window(
     batches = _batches(rows, batch_size)
     name = _source_name(source)
     if len(batches) == 1:  # nothing to gain from spooling
-        writer.write_table(_results(answer, rows, batches[0], start, name), row_group_size=_OUTPUT_ROWS)
+        writer.write_table(_results(answer, rows, batches[0], start, name), row_group_size=OUTPUT_ROWS)
         if on_progress is not None:
             on_progress(start + rows.num_rows)
         return
     done = 0
-    with _Spool(spool, len(batches)) as spooled:
+    with Spool(spool, len(batches)) as spooled:
         for positions in batches:
             # Positions ascending within a batch: its rows are spooled in input order.
             spooled.add(_results(answer, rows, positions, start, name))
@@ -296,14 +293,14 @@ def window_elsewhere(
     # A batch travels as its query rows and output row numbers, taken when submitted.
     tasks = ((elsewhere.answer, rows.take(p), pc.add(p, start), name) for p in batches)
     done = 0
-    with _Spool(work / "spool.arrow", len(batches)) as spooled:
+    with Spool(work / "spool.arrow", len(batches)) as spooled:
         for n, got in elsewhere.run(_answer_batch, tasks):
             if isinstance(got, InvalidRecordError):
                 raise got  # the input is wrong: no retry would help
             if got.num_rows != len(batches[n]):
                 raise AssertionError(f"bulk: {got.num_rows} results for a batch of {len(batches[n])}")
             if len(batches) == 1:
-                writer.write_table(got, row_group_size=_OUTPUT_ROWS)
+                writer.write_table(got, row_group_size=OUTPUT_ROWS)
             else:
                 spooled.add(got)  # in completion order: the merge takes any order
             done += got.num_rows
@@ -322,108 +319,3 @@ def _answer_batch(
         return _answered(answer, rows, cast(list[int], numbers.to_pylist()), name)
     except InvalidRecordError as exc:
         return exc
-
-
-class _Spool:
-    """A window's answered batches, each in input order, waiting to be merged back into
-    the window's order: an Arrow IPC file (LZ4 buffers), written and read back without
-    Parquet's encoding of the nested responses (which cost ~7% of a million-query run).
-
-    Each batch is cut into record batches small enough that the merge, which holds one
-    of each answered batch at once, stays under ``_MERGE_BUDGET``."""
-
-    def __init__(self, path: Path, batches: int) -> None:
-        import pyarrow as pa
-
-        from web_index.models import RESULT_SCHEMA
-
-        self.path = path
-        self.budget = max(1, _MERGE_BUDGET // batches)  # bytes of one batch held by the merge
-        self.runs: list[range] = []  # each answered batch's record batches in the file
-        self._sink = pa.OSFile(str(path), "wb")
-        self._writer = pa.ipc.new_file(
-            self._sink, RESULT_SCHEMA, options=pa.ipc.IpcWriteOptions(compression="lz4")
-        )
-        self._written = 0
-
-    def __enter__(self) -> _Spool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._close()
-
-    def _close(self) -> None:
-        if not self._sink.closed:
-            self._writer.close()
-            self._sink.close()
-
-    def add(self, table: pa.Table) -> None:
-        """Spool one batch's rows (in input order), in any order of batches."""
-        row_bytes = max(1, table.nbytes // max(1, table.num_rows))
-        first = self._written
-        for part in table.to_batches(max_chunksize=max(16, min(_OUTPUT_ROWS, self.budget // row_bytes))):
-            self._writer.write_batch(part)
-            self._written += 1
-        self.runs.append(range(first, self._written))
-
-    def merge(self, start: int, count: int, writer: pq.ParquetWriter) -> None:
-        """Write the window's rows (positions ``start .. start+count-1``, each once) in position order."""
-        import pyarrow as pa
-
-        self._close()
-        # One row group is sorted and encoded on a thread (both release the GIL) while the
-        # next is gathered here: the merge runs while the workers are idle.
-        with (
-            pa.OSFile(str(self.path), "rb") as source,  # not mapped: read pages would count as memory
-            ThreadPoolExecutor(1, thread_name_prefix="wi-merge") as encoder,
-        ):
-            spool = pa.ipc.open_file(source)
-            cursors = [_Cursor(spool, run) for run in self.runs]
-            written: Future[None] | None = None
-            for lo in range(start, start + count, _OUTPUT_ROWS):
-                hi = min(lo + _OUTPUT_ROWS, start + count)
-                pieces = [piece for c in cursors for piece in c.take_below(hi)]
-                table = pa.Table.from_batches(pieces)
-                if table.num_rows != hi - lo:
-                    raise AssertionError(f"bulk merge: {table.num_rows} rows for positions {lo}..{hi - 1}")
-                if written is not None:
-                    written.result()
-                written = encoder.submit(_write_in_order, writer, table)
-            if written is not None:
-                written.result()
-
-
-def _write_in_order(writer: pq.ParquetWriter, table: pa.Table) -> None:
-    import pyarrow.compute as pc
-
-    writer.write_table(table.take(pc.sort_indices(table, [("query", "ascending")])))
-
-
-class _Cursor:
-    """One batch's spooled rows (sorted by position), a record batch at a time."""
-
-    def __init__(self, spool: pa.ipc.RecordBatchFileReader, batches: range) -> None:
-        self.spool = spool
-        self.batches = iter(batches)
-        self.batch: pa.RecordBatch | None = None
-        self.positions: list[int] = []  # the batch's, as numbers once
-        self.at = 0  # the batch's first row not yet taken
-
-    def take_below(self, end: int) -> list[pa.RecordBatch]:
-        """Remove and return the rows whose position is below ``end``."""
-        out: list[pa.RecordBatch] = []
-        while True:
-            if self.batch is None:
-                b = next(self.batches, None)
-                if b is None:
-                    return out
-                self.batch = self.spool.get_batch(b)
-                self.positions = cast(list[int], self.batch.column(0).to_pylist())  # "query": sorted
-                self.at = 0
-            below = bisect.bisect_left(self.positions, end, self.at)
-            if below > self.at:
-                out.append(self.batch.slice(self.at, below - self.at))
-            if below < len(self.positions):
-                self.at = below
-                return out
-            self.batch = None
