@@ -123,12 +123,15 @@ def run_mode(
         )
         took = time.perf_counter() - started
         peak = int(proc.stderr.strip().splitlines()[-1]) * 1024
-        return {"seconds": took, "peak_rss": peak, "peak_rss_with_workers": tree}
+        return {"seconds": took, "peak_rss": peak, "peak_rss_with_workers": tree.rss, "peak_pss": tree.pss}
     code = _CHILD.format(bench=str(HERE))
     proc, tree = run_sampled(
         [sys.executable, "-c", code, mode, str(root), str(records), str(seed), str(jobs)], env=env
     )
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1])) | {"peak_rss_with_workers": tree}
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1])) | {
+        "peak_rss_with_workers": tree.rss,
+        "peak_pss": tree.pss,
+    }
 
 
 def store_shape(root: Path) -> dict[str, Any]:
@@ -217,6 +220,7 @@ def _report(args: argparse.Namespace, runs: dict[str, Any], shapes: dict[str, An
             "records_per_s": round(base["records"] / seconds),
             "peak_rss_mib": round(max(r["peak_rss"] for r in rounds) / 2**20),
             "peak_rss_with_workers_mib": round(max(r["peak_rss_with_workers"] for r in rounds) / 2**20),
+            "peak_pss_mib": round(max(r["peak_pss"] for r in rounds) / 2**20),
             "files": shapes[mode]["files"],
             "store_mb": round(shapes[mode]["bytes"] / 1e6, 1),
             "same_records_as_first": same[mode],
@@ -247,14 +251,14 @@ def markdown(r: dict[str, Any]) -> str:
         "process on a fresh store, timed to a compacted, indexed store.",
         "",
         "| mode | seconds | GET records/s | attempts/s | records/s | peak RSS MiB | with workers MiB "
-        "| files | store MB | same records | same answers | verify |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
+        "| PSS with workers MiB | files | store MB | same records | same answers | verify |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for mode, m in r["modes"].items():
         lines.append(
             f"| {mode} | {m['seconds']} | {m['pages_per_s']:,} | {m['attempts_per_s']:,} | "
             f"{m['records_per_s']:,} | "
-            f"{m['peak_rss_mib']:,} | {m['peak_rss_with_workers_mib']:,} | "
+            f"{m['peak_rss_mib']:,} | {m['peak_rss_with_workers_mib']:,} | {m.get('peak_pss_mib', '')} | "
             f"{m['files']:,} | {m['store_mb']} | "
             f"{'yes' if m['same_records_as_first'] else 'NO'} | "
             f"{ {None: '', True: 'yes', False: 'NO'}[m.get('same_answers_as_j1')] } | "

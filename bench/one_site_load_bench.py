@@ -75,7 +75,7 @@ def run_side(root: Path, count: int, jobs: int, src: Path | None) -> dict[str, A
         env["PYTHONPATH"] = str(src)
     code = _CHILD.format(body=BODY)
     proc, tree = run_sampled([sys.executable, "-c", code, str(root), str(count), str(jobs)], env=env)
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1])) | {"peak_rss_with_workers": tree}
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1])) | {"peak_rss_with_workers": tree.rss}
 
 
 def shape(root: Path) -> dict[str, Any]:

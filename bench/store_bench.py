@@ -272,21 +272,23 @@ def bulk_worker(side: str, store: Path, src: Path, out: Path, spec: dict[str, An
     """
     if side == "web-index":
         jobs = spec.get("bulk_jobs") or 1
-        with _TreePeak() as tree:
+        from _jobs import TreePeak
+
+        with TreePeak(os.getpid()) as tree:
             t = time.perf_counter()
             with WebIndex(store, read_only=True) as idx:
                 idx.query_file(src, out, jobs=jobs)  # its default batches of 20,000
             seconds = time.perf_counter() - t
         # The peak of the run itself (with its worker processes, summed): reading the results
         # back for the check (below) holds a million summaries and is the benchmark's.
-        rss = max(peak_rss_mb(), tree.peak_mb)
+        rss = max(peak_rss_mb(), tree.rss / 2**20)
         answers = _answers_of_result_file(out)
         return {
             "seconds": seconds,
             "answers": answers,
             "run_peak_rss_mb": rss,
             "jobs": jobs,
-            "pss_mb": tree.pss_mb,
+            "pss_mb": tree.pss / 2**20,
         }
     t = time.perf_counter()
     con = baseline.connect(spec.get("threads"))
@@ -294,35 +296,6 @@ def bulk_worker(side: str, store: Path, src: Path, out: Path, spec: dict[str, An
     with pq.ParquetWriter(out, _BULK_SCHEMA) as writer:
         answers = _write_bulk(writer, 0, got)
     return {"seconds": time.perf_counter() - t, "answers": answers}
-
-
-class _TreePeak:
-    """The peak of this process's RSS summed with its descendants' (worker processes), sampled
-    every 50 ms while in the ``with`` block, and of their PSS, every 0.5 s."""
-
-    def __enter__(self) -> _TreePeak:
-        import threading
-
-        from _jobs import _tree_rss, tree_pss
-
-        self.peak_mb = self.pss_mb = 0.0
-        self._done = threading.Event()
-
-        def sample() -> None:
-            n = 0
-            while not self._done.wait(0.05):
-                self.peak_mb = max(self.peak_mb, _tree_rss(os.getpid()) / 2**20)
-                n += 1
-                if n % 10 == 0:  # a PSS walks every page table: ~ms a process, not every 50 ms
-                    self.pss_mb = max(self.pss_mb, tree_pss(os.getpid()) / 2**20)
-
-        self._thread = threading.Thread(target=sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
 
 
 def _answers_of_result_file(path: Path) -> list[Any]:

@@ -619,7 +619,8 @@ def run_step(step: str, args: dict[str, Any]) -> dict[str, Any]:
         raise SystemExit(f"step {step} failed (exit {exc.returncode})") from None
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     result["process_seconds"] = time.perf_counter() - started
-    result["peak_rss_with_workers"] = tree  # the step's process and its worker processes, sampled
+    result["peak_rss_with_workers"] = tree.rss  # the step's process and its worker processes, sampled
+    result["peak_pss"] = tree.pss
     return result
 
 
@@ -736,13 +737,14 @@ def write_results(result: dict[str, Any], stem: str) -> None:
         f"seed {ds['seed']}.\n"
         f"MB/s: compressed input bytes (10^6) / wall seconds of the call; records/s: every WARC record "
         f"of the input / the same seconds; peak RSS: the step's own process (VmHWM); with workers: "
-        f"the step's process and its worker processes together (sampled every 50 ms); CPU: the step's "
+        f"the step's process and its worker processes together (sampled every 50 ms), and their PSS (each "
+        f"shared page counted once; every 0.5 s); CPU: the step's "
         f"process (its workers' not always counted).\n\n"
     )
     lines = [
         "| step | wall (s) | MB/s | records/s | stored | already stored | peak RSS | with workers "
-        "| CPU (s) | ÷ cdxj-indexer |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| PSS with workers | CPU (s) | ÷ cdxj-indexer |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def cell(row: dict[str, Any], key: str, unit: str = "") -> str:
@@ -761,6 +763,7 @@ def write_results(result: dict[str, Any], stem: str) -> None:
             cell(row, "already_stored"),
             cell(row, "peak_rss_mib", " MiB"),
             cell(row, "peak_rss_with_workers_mib", " MiB"),
+            cell(row, "peak_pss_mib", " MiB"),
             cell(row, "cpu_seconds"),
             cell(row, "ratio"),
         ]
@@ -795,6 +798,7 @@ def _row(step: str, seconds: float, ds: dict[str, Any], r: dict[str, Any], **mor
     row |= {"peak_rss_mib": round(r["peak_rss"] / MIB, 1), "cpu_seconds": round(r["cpu_seconds"], 1)}
     if "peak_rss_with_workers" in r:
         row["peak_rss_with_workers_mib"] = round(r["peak_rss_with_workers"] / MIB, 1)
+        row["peak_pss_mib"] = round(r["peak_pss"] / MIB, 1)
     return row | more
 
 
