@@ -25,6 +25,7 @@ from web_index.cli import _query, app
 from web_index.errors import InvalidRecordError, StoreError
 from web_index.models import Query, SimplePageQuery, TimeAwarePageQuery, write_queries
 from web_index.query import _bulk, _processes
+from web_index.storage import worker_processes
 
 
 @pytest.fixture(scope="module")
@@ -237,3 +238,16 @@ def test_cli_query_jobs_writes_what_one_process_writes(
         files[jobs] = pq.read_table(out)
         assert len(_started) == (jobs == "2")
     assert files["1"].num_rows == len(queries) and files["2"].equals(files["1"])
+
+
+def test_workers_work_in_the_environment_of_when_they_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker is forked from a fork server started earlier, with the environment of then:
+    what is set since (an object store's credentials) must reach it all the same."""
+    first = worker_processes(1, ())
+    first.shutdown()  # the fork server runs on
+    monkeypatch.setenv("WEB_INDEX_TEST_SET_LATE", "here")
+    workers = worker_processes(1, ())
+    try:
+        assert workers.submit(os.getenv, "WEB_INDEX_TEST_SET_LATE").result() == "here"
+    finally:
+        workers.shutdown()

@@ -159,6 +159,19 @@ def test_cluster_answers_equal_one_process_row_for_row(
     assert {t["worker"] for t in tasks.data} == set(cluster.scheduler_info()["workers"])
 
 
+def test_worker_processes_answer_an_object_store_as_one_process(
+    store: tuple[str, list[PageKey]], batch: tuple[Path, pa.Table], tmp_path: Path
+) -> None:
+    """``query_file(jobs=2)`` on the s3:// store (compacted files, parts, the buffer): the
+    workers open it by its location, as a cluster's do."""
+    location, _ = store
+    source, expected = batch
+    with WebIndex(location, read_only=True) as index:
+        n = index.query_file(source, tmp_path / "out.parquet", batch_size=100, jobs=2)
+    assert n == expected.num_rows
+    assert pq.read_table(tmp_path / "out.parquet").equals(expected)
+
+
 def _answer_or_die(location: str, marks: str, queries: list[Query]) -> list[Any]:
     """On a worker: the third batch to start kills its worker process (once)."""
     from web_index import _on_cluster

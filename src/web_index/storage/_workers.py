@@ -3,11 +3,13 @@
 
 They are ``forkserver`` children, not forks: the process that starts them may have threads (a
 server's, a read cache's), and a fork copies their locks held. Each exits with the process that
-started it, even when that one is killed.
+started it, even when that one is killed, and works in its environment as it was when the
+workers started.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
@@ -22,10 +24,20 @@ def worker_processes(jobs: int, preload: Sequence[str]) -> ProcessPoolExecutor:
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__, *preload])
-    executor = ProcessPoolExecutor(jobs, mp_context=context, initializer=_exit_with_parent)
+    # A worker is forked from the fork server, which keeps the environment it was started
+    # with: the variables set since (an object store's credentials) are handed to it here.
+    executor = ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=_start_worker, initargs=(dict(os.environ),)
+    )
     for _ in range(jobs):  # a worker is started for a task none is free to take
         executor.submit(int)
     return executor
+
+
+def _start_worker(environment: dict[str, str]) -> None:
+    os.environ.clear()
+    os.environ.update(environment)
+    _exit_with_parent()
 
 
 def _exit_with_parent() -> None:
@@ -33,7 +45,6 @@ def _exit_with_parent() -> None:
     own task queue open, so it would wait for tasks forever (and keep the fork server
     alive) after its parent was killed."""
     import multiprocessing
-    import os
     import threading
 
     parent = multiprocessing.parent_process()  # the starter, not the fork server: its pipe
