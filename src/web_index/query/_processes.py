@@ -31,7 +31,7 @@ _PRELOAD = ("pyarrow", "pyarrow.compute", "pyarrow.ipc", "web_index._on_cluster"
 
 
 class Processes:
-    """``jobs`` worker processes, started on the first :meth:`run`, stopped on exit."""
+    """``jobs`` worker processes, started by :meth:`start` or the first :meth:`run`, stopped on exit."""
 
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
