@@ -283,3 +283,23 @@ def test_a_windows_domains_are_each_urls_own(parts: list[tuple[str, ...]], nulls
 
     got = _bulk._domains(pa.chunked_array([urls[:3], urls[3:]], pa.string())).to_pylist()
     assert got == [expected(u) for u in urls]
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"kind": "key", "url": "https://www.site1.com/p/1", "request_id": None}, "timestamp"),
+        ({"kind": "simple", "url": None}, "url"),
+    ],
+)
+def test_a_query_row_without_a_required_field_is_named_by_row(
+    tmp_path: Path, row: dict[str, Any], field: str
+) -> None:
+    from web_index.models import queries_of
+
+    good = {"kind": "simple", "url": "https://www.site1.com/p/2"}
+    table = pa.Table.from_pylist([good, good, {**good, **row}])
+    with pytest.raises(InvalidRecordError) as caught:
+        queries_of(table, tmp_path / "q.parquet")
+    assert str(caught.value).startswith(f"{tmp_path / 'q.parquet'}, row 2: ")
+    assert field in str(caught.value)

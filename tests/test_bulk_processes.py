@@ -4,6 +4,7 @@ come back in, a worker's death costing its batches again and nothing else."""
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -153,12 +154,20 @@ def _watch_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_a_worker_killed_midway_costs_its_batches_again(
-    store: tuple[Path, list[Query]], tmp_path: Path
+    store: tuple[Path, list[Query]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root, queries = store
     write_queries(tmp_path / "q.parquet", queries)
     expected = _one_process(root, tmp_path / "q.parquet", tmp_path / "one.parquet", 9)
     killed: list[int] = []
+    pools: list[int] = []
+    real = _processes.worker_processes
+
+    def counted(jobs: int, preload: Any) -> Any:
+        pools.append(jobs)
+        return real(jobs, preload)
+
+    monkeypatch.setattr(_processes, "worker_processes", counted)
 
     def answered(n: int) -> None:
         if not killed:  # the first batch is back, the others are with the workers
@@ -170,7 +179,52 @@ def test_a_worker_killed_midway_costs_its_batches_again(
             tmp_path / "q.parquet", tmp_path / "r.parquet", batch_size=9, jobs=2, on_progress=answered
         )
     assert killed and n == len(queries)
+    assert pools == [2, 2]  # the workers started again after the death
     assert pq.read_table(tmp_path / "r.parquet").equals(expected)  # every answer once, none lost
+
+
+def test_deaths_are_counted_over_the_whole_run(
+    store: tuple[Path, list[Query]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One death a window, in a run of several windows: the run's second death is one too many."""
+    from web_index import _on_cluster
+
+    root, queries = store
+    write_queries(tmp_path / "q.parquet", queries)
+    monkeypatch.setattr(_processes, "_DEATHS", 1)
+    windows_killed: set[int] = set()
+
+    def answered(n: int) -> None:
+        window = (n - 1) // 200
+        if window not in windows_killed:
+            windows_killed.add(window)
+            os.kill(_pids()[0], signal.SIGKILL)
+
+    answer = functools.partial(_on_cluster._answer, str(root), None)
+    with WebIndex(root, read_only=True) as index, _processes.Processes(2) as workers:
+        _started.append(workers)
+        elsewhere = _bulk.Elsewhere(workers.run, answer, workers.start)
+        with pytest.raises(StoreError, match="died 2 times"):
+            _bulk.answer_to_file(
+                index.query,
+                tmp_path / "q.parquet",
+                tmp_path / "r.parquet",
+                batch_size=20,
+                window=200,
+                on_progress=answered,
+                elsewhere=elsewhere,
+            )
+    assert len(windows_killed) == 2 and not (tmp_path / "r.parquet").exists()
+
+
+def test_no_more_workers_start_than_a_window_has_batches(
+    store: tuple[Path, list[Query]], tmp_path: Path
+) -> None:
+    root, queries = store
+    write_queries(tmp_path / "q.parquet", queries[:30])
+    with WebIndex(root, read_only=True) as index:
+        index.query_file(tmp_path / "q.parquet", tmp_path / "r.parquet", batch_size=15, jobs=4)
+    assert [p._started for p in _started] == [2]
 
 
 def test_workers_that_keep_dying_fail_the_run_and_write_nothing(

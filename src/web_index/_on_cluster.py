@@ -68,7 +68,7 @@ def answer_file(
             destination,
             batch_size=batch_size,
             on_progress=on_progress,
-            elsewhere=Elsewhere(processes.run, answer, processes.start),
+            elsewhere=Elsewhere(processes.run, answer, processes.start, local=True),
         )
 
 

@@ -300,7 +300,7 @@ class WebIndex:
             return answer_file(
                 self.location,
                 self._buffer_location,
-                scheduler or jobs,
+                scheduler if scheduler is not None else jobs,
                 self.query,
                 source,
                 destination,

@@ -171,8 +171,12 @@ def _query_of(row: dict[str, Any]) -> Query:
     if cls is not None:
         del row["kind"]
         if row.keys() <= field_names(cls):
-            query: Query = cls(**row)
-            return query
+            try:
+                query: Query = cls(**row)
+            except TypeError:  # a field missing: said as query_from_dict says it
+                pass
+            else:
+                return query
         row["kind"] = kind
     return query_from_dict(row)
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from web_index.errors import InvalidRecordError, InvalidURLError
 from web_index.models import Query, queries_of, query_table, result_table
 from web_index.query._results import Result
-from web_index.query._spool import OUTPUT_ROWS, Spool
+from web_index.query._spool import OUTPUT_ROWS, Spool, spool_file
 from web_index.urls import key_and_domain
 
 if TYPE_CHECKING:
@@ -45,12 +45,14 @@ Run = Callable[[Callable[..., Any], Iterable[tuple[Any, ...]]], Iterator[tuple[i
 class Elsewhere(NamedTuple):
     """Where a window's batches are answered when not in this process: ``run`` ships each
     task to a worker, where ``answer`` (pickled: a module-level function, or a partial of
-    one, that opens the store itself) answers it; ``start``, called as a window of more
-    than one batch begins, starts the workers while the window is put in order."""
+    one, that opens the store itself) answers it; ``start(batches)``, called as a window
+    of more than one batch begins, starts the workers (no more than the batches) while the
+    window is put in order; ``local`` workers send their results back as spool files."""
 
     run: Run
     answer: Answer
-    start: Callable[[], object] = int
+    start: Callable[[int], object] = int
+    local: bool = False  # workers that share this machine's disk: results come back as spool files
 
 
 def answer_to_file(
@@ -185,10 +187,13 @@ def _domains(urls: pa.ChunkedArray[Any]) -> pa.Array[Any]:
     """Each URL's partition domain, null for one that has none (its query raises when
     built, naming it): found once a host (a million URLs of 100,000 hosts: 1.2 s, against
     2.3 s one URL at a time), and one URL at a time for the few whose host the pattern
-    does not find."""
+    does not find. The pattern checks a URL loosely (a port's range, for one): a URL it
+    passes that building its query refuses gets a domain here, which only orders it."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if pa.types.is_dictionary(urls.type):
+        urls = urls.cast(urls.type.value_type)
     if not pa.types.is_string(urls.type) and not pa.types.is_large_string(urls.type):
         return pa.nulls(len(urls), pa.string())  # building the queries raises, naming the column
     whole = urls.combine_chunks()
@@ -287,27 +292,42 @@ def window_elsewhere(
     """One window: its batches answered by workers, spooled as they come, merged in input order."""
     import pyarrow.compute as pc
 
-    elsewhere.start()
+    elsewhere.start(-(-rows.num_rows // batch_size))
     batches = _batches(rows, batch_size)
     name = _source_name(source)
-    # A batch travels as its query rows and output row numbers, taken when submitted.
-    tasks = ((elsewhere.answer, rows.take(p), pc.add(p, start), name) for p in batches)
     done = 0
     with Spool(work / "spool.arrow", len(batches)) as spooled:
-        for n, got in elsewhere.run(_answer_batch, tasks):
+        # A batch travels as its query rows and output row numbers, taken when submitted. A worker
+        # of this machine writes its results to a spool file and sends back its row count: a result
+        # sent through a pipe is cut short when its worker is killed mid-send, and the executor
+        # then waits for the rest of it forever.
+        files = [work / f"batch-{start}-{n}.arrow" for n in range(len(batches))] if elsewhere.local else None
+        fn: Callable[..., Any] = _answer_batch
+        tasks: Iterator[tuple[Any, ...]] = (
+            (elsewhere.answer, rows.take(p), pc.add(p, start), name) for p in batches
+        )
+        if files is not None:
+            fn = _answer_batch_to_file
+            tasks = ((*task, files[n], spooled.budget) for n, task in enumerate(tasks))
+        for n, got in elsewhere.run(fn, tasks):
             if isinstance(got, InvalidRecordError):
                 raise got  # the input is wrong: no retry would help
-            if got.num_rows != len(batches[n]):
-                raise AssertionError(f"bulk: {got.num_rows} results for a batch of {len(batches[n])}")
-            if len(batches) == 1:
+            rows_got = got if isinstance(got, int) else got.num_rows
+            if rows_got != len(batches[n]):
+                raise AssertionError(f"bulk: {rows_got} results for a batch of {len(batches[n])}")
+            if files is not None:
+                spooled.add_file(files[n])  # in completion order: the merge takes any order
+            elif len(batches) == 1:
                 writer.write_table(got, row_group_size=OUTPUT_ROWS)
             else:
-                spooled.add(got)  # in completion order: the merge takes any order
-            done += got.num_rows
+                spooled.add(got)
+            done += rows_got
             if on_progress is not None:
                 on_progress(start + done)
-        if len(batches) > 1:
+        if len(batches) > 1 or files is not None:
             spooled.merge(start, rows.num_rows, writer)
+    for path in files or ():
+        path.unlink(missing_ok=True)
 
 
 def _answer_batch(
@@ -319,3 +339,15 @@ def _answer_batch(
         return _answered(answer, rows, cast(list[int], numbers.to_pylist()), name)
     except InvalidRecordError as exc:
         return exc
+
+
+def _answer_batch_to_file(
+    answer: Answer, rows: pa.Table, numbers: pa.Array[Any], name: str, path: Path, budget: int
+) -> int | InvalidRecordError:
+    """In a worker of this machine: :func:`_answer_batch`, its rows written to the spool file
+    ``path`` (a retry writes it again whole); their count, or the error."""
+    got = _answer_batch(answer, rows, numbers, name)
+    if isinstance(got, InvalidRecordError):
+        return got
+    spool_file(got, path, budget)
+    return got.num_rows

@@ -36,6 +36,8 @@ class Processes:
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
         self._executor: ProcessPoolExecutor | None = None
+        self._started = 0  # how many workers the executor has
+        self._deaths = 0  # in this run, every window's
 
     def __enter__(self) -> Processes:
         return self
@@ -48,10 +50,12 @@ class Processes:
             executor, self._executor = self._executor, None
             executor.shutdown(wait=True, cancel_futures=True)
 
-    def start(self) -> ProcessPoolExecutor:
-        """The workers, started now if they are not (a fork server and ``jobs`` processes: ~1 s)."""
+    def start(self, tasks: int | None = None) -> ProcessPoolExecutor:
+        """The workers, started now if they are not (a fork server and the processes: ~1 s):
+        ``jobs`` of them, or one a task when ``tasks`` says there are fewer."""
         if self._executor is None:
-            self._executor = worker_processes(self.jobs, _PRELOAD)
+            self._started = self.jobs if tasks is None else max(1, min(self.jobs, tasks))
+            self._executor = worker_processes(self._started, _PRELOAD)
         return self._executor
 
     def run(self, fn: Callable[..., Any], tasks: Iterable[tuple[Any, ...]]) -> Iterator[tuple[int, Any]]:
@@ -62,19 +66,18 @@ class Processes:
         pending = enumerate(tasks)
         again: list[tuple[int, tuple[Any, ...]]] = []  # the tasks of workers that died
         running: dict[Future[Any], tuple[int, tuple[Any, ...]]] = {}
-        deaths = 0
         while True:
-            broken = False
-            while not broken and len(running) < _IN_FLIGHT * self.jobs:
+            broken: BaseException | None = None
+            while broken is None and len(running) < _IN_FLIGHT * (self._started or self.jobs):
                 task = again.pop() if again else next(pending, None)
                 if task is None:
                     break
                 try:
                     running[self.start().submit(fn, *task[1])] = task
-                except BrokenProcessPool:
+                except BrokenProcessPool as exc:
                     again.append(task)
-                    broken = True
-            if not running and not broken:
+                    broken = exc
+            if not running and broken is None:
                 return
             if running:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -82,17 +85,18 @@ class Processes:
                     task = running.pop(future)
                     try:
                         value = future.result()
-                    except BrokenProcessPool:
+                    except BrokenProcessPool as exc:
                         again.append(task)
-                        broken = True
+                        broken = exc
                         continue
                     yield task[0], value
-            if broken:
-                deaths += 1
+            if broken is not None:
+                self._deaths += 1
                 again += running.values()  # a broken pool fails every task it held
                 running.clear()
                 self._stop()
-                if deaths > _DEATHS:
+                if self._deaths > _DEATHS:
                     raise StoreError(
-                        f"worker processes answering the queries died {deaths} times (killed? out of memory?)"
-                    )
+                        f"worker processes answering the queries died {self._deaths} times (killed? out "
+                        f"of memory? a script without the __main__ guard?): {broken}"
+                    ) from broken

@@ -8,6 +8,7 @@ merge walks every batch's rows at once, a row group of the output at a time.
 from __future__ import annotations
 
 import bisect
+import contextlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["OUTPUT_ROWS", "Spool"]
+__all__ = ["OUTPUT_ROWS", "Spool", "spool_file"]
 
 _MERGE_BUDGET = 64 * 1024 * 1024  # bytes of spooled results the merge holds at once
 OUTPUT_ROWS = 4096  # rows per row group of the result file (as write_results writes them)
@@ -24,24 +25,21 @@ OUTPUT_ROWS = 4096  # rows per row group of the result file (as write_results wr
 
 class Spool:
     """A window's answered batches, each in input order, waiting to be merged back into
-    the window's order: an Arrow IPC file (LZ4 buffers), written and read back without
+    the window's order: Arrow IPC files (LZ4 buffers), written and read back without
     Parquet's encoding of the nested responses (which cost ~7% of a million-query run).
+    The batches answered here go into one file; a worker process writes each of its
+    batches to a file of its own (:func:`spool_file`), which is added as it is.
 
     Each batch is cut into record batches small enough that the merge, which holds one
     of each answered batch at once, stays under ``_MERGE_BUDGET``."""
 
     def __init__(self, path: Path, batches: int) -> None:
-        import pyarrow as pa
-
-        from web_index.models import RESULT_SCHEMA
-
         self.path = path
         self.budget = max(1, _MERGE_BUDGET // batches)  # bytes of one batch held by the merge
-        self.runs: list[range] = []  # each answered batch's record batches in the file
-        self._sink = pa.OSFile(str(path), "wb")
-        self._writer = pa.ipc.new_file(
-            self._sink, RESULT_SCHEMA, options=pa.ipc.IpcWriteOptions(compression="lz4")
-        )
+        self.files: list[Path] = [path]
+        self.runs: list[tuple[int, range | None]] = []  # each batch's file and record batches (None: all)
+        self._sink: pa.OSFile | None = None
+        self._writer: pa.ipc.RecordBatchFileWriter | None = None
         self._written = 0
 
     def __enter__(self) -> Spool:
@@ -51,18 +49,28 @@ class Spool:
         self._close()
 
     def _close(self) -> None:
-        if not self._sink.closed:
+        if self._writer is not None and self._sink is not None and not self._sink.closed:
             self._writer.close()
             self._sink.close()
 
     def add(self, table: pa.Table) -> None:
         """Spool one batch's rows (in input order), in any order of batches."""
-        row_bytes = max(1, table.nbytes // max(1, table.num_rows))
+        import pyarrow as pa
+
+        if self._writer is None:
+            self._sink = pa.OSFile(str(self.path), "wb")
+            self._writer = _new_writer(self._sink)
         first = self._written
-        for part in table.to_batches(max_chunksize=max(16, min(OUTPUT_ROWS, self.budget // row_bytes))):
+        for part in _parts(table, self.budget):
             self._writer.write_batch(part)
             self._written += 1
-        self.runs.append(range(first, self._written))
+        self.runs.append((0, range(first, self._written)))
+
+    def add_file(self, path: Path) -> None:
+        """Spool the batch a worker wrote to ``path`` with :func:`spool_file` (this
+        spool's ``budget``), in any order of batches."""
+        self.files.append(path)
+        self.runs.append((len(self.files) - 1, None))
 
     def merge(self, start: int, count: int, writer: pq.ParquetWriter) -> None:
         """Write the window's rows (positions ``start .. start+count-1``, each once) in position order."""
@@ -71,12 +79,17 @@ class Spool:
         self._close()
         # One row group is sorted and encoded on a thread (both release the GIL) while the
         # next is gathered here: the merge runs while the workers are idle.
-        with (
-            pa.OSFile(str(self.path), "rb") as source,  # not mapped: read pages would count as memory
-            ThreadPoolExecutor(1, thread_name_prefix="wi-merge") as encoder,
-        ):
-            spool = pa.ipc.open_file(source)
-            cursors = [_Cursor(spool, run) for run in self.runs]
+        with contextlib.ExitStack() as opened:
+            readers: dict[int, pa.ipc.RecordBatchFileReader] = {}
+            for f in sorted({f for f, _ in self.runs}):
+                # Not mapped: the pages read would count as this process's memory.
+                source = opened.enter_context(pa.OSFile(str(self.files[f]), "rb"))
+                readers[f] = pa.ipc.open_file(source)
+            cursors = [
+                _Cursor(readers[f], run if run is not None else range(readers[f].num_record_batches))
+                for f, run in self.runs
+            ]
+            encoder = opened.enter_context(ThreadPoolExecutor(1, thread_name_prefix="wi-merge"))
             written: Future[None] | None = None
             for lo in range(start, start + count, OUTPUT_ROWS):
                 hi = min(lo + OUTPUT_ROWS, start + count)
@@ -89,6 +102,30 @@ class Spool:
                 written = encoder.submit(_write_in_order, writer, table)
             if written is not None:
                 written.result()
+
+
+def spool_file(table: pa.Table, path: Path, budget: int) -> None:
+    """One batch's rows (in input order) as a spool file of its own, for :meth:`Spool.add_file`
+    of a spool whose ``budget`` this is."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(path), "wb") as sink, _new_writer(sink) as writer:
+        for part in _parts(table, budget):
+            writer.write_batch(part)
+
+
+def _new_writer(sink: pa.OSFile) -> pa.ipc.RecordBatchFileWriter:
+    import pyarrow as pa
+
+    from web_index.models import RESULT_SCHEMA
+
+    return pa.ipc.new_file(sink, RESULT_SCHEMA, options=pa.ipc.IpcWriteOptions(compression="lz4"))
+
+
+def _parts(table: pa.Table, budget: int) -> list[pa.RecordBatch]:
+    """``table`` in record batches of about ``budget`` bytes (16 to ``OUTPUT_ROWS`` rows)."""
+    row_bytes = max(1, table.nbytes // max(1, table.num_rows))
+    return table.to_batches(max_chunksize=max(16, min(OUTPUT_ROWS, budget // row_bytes)))
 
 
 def _write_in_order(writer: pq.ParquetWriter, table: pa.Table) -> None:
