@@ -4,9 +4,10 @@ Answering is Python on one core (a million queries at scale S: ~30 µs a query
 in lines, pages and results built), so a query file answered in one process
 leaves the other cores idle while the scan it is measured against uses them
 all. Its batches are independent: each worker opens the store itself (as a
-cluster's workers do, ``web_index._on_cluster``), answers a batch, and sends its
-result rows back as Arrow; this process reads the queries, orders them, and
-spools and merges the results, as it does without workers.
+cluster's workers do, ``web_index._on_cluster``), answers a batch, writes its
+result rows to a spool file and sends back their count (``_bulk.window_elsewhere``);
+this process reads the queries, orders them, and merges the spooled results, as
+it does without workers.
 
 A worker that dies (killed, out of memory) takes the batches it held with it:
 they are answered again by new workers, up to ``_DEATHS`` times in one run, then
