@@ -100,9 +100,9 @@ def test_batches_answered_elsewhere_in_any_order_make_the_same_file(
         yield from done
 
     with WebIndex(root, read_only=True) as index:
-        elsewhere = _bulk.Elsewhere(shuffled, index.query)
+        workers = _bulk.Workers(shuffled, index.query)
         n = _bulk.answer_to_file(
-            index.query, source, out, batch_size=batch_size, window=window, elsewhere=elsewhere
+            index.query, source, out, batch_size=batch_size, window=window, workers=workers
         )
     assert n == len(queries)
     assert pq.read_table(out).equals(expected)
@@ -203,7 +203,7 @@ def test_deaths_are_counted_over_the_whole_run(
     answer = functools.partial(_on_cluster._answer, str(root), None)
     with WebIndex(root, read_only=True) as index, _processes.Processes(2) as workers:
         _started.append(workers)
-        elsewhere = _bulk.Elsewhere(workers.run, answer, workers.start)
+        pool = _bulk.Workers(workers.run, answer, workers.start)
         with pytest.raises(StoreError, match="died 2 times"):
             _bulk.answer_to_file(
                 index.query,
@@ -212,7 +212,7 @@ def test_deaths_are_counted_over_the_whole_run(
                 batch_size=20,
                 window=200,
                 on_progress=answered,
-                elsewhere=elsewhere,
+                workers=pool,
             )
     assert len(windows_killed) == 2 and not (tmp_path / "r.parquet").exists()
 

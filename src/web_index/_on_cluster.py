@@ -22,9 +22,9 @@ from pathlib import Path
 from web_index._attempts import gc_paused
 from web_index.models import Query
 from web_index.query import (
-    Elsewhere,
     Processes,
     Result,
+    Workers,
     answer_on_cluster,
     answer_to_file,
     map_on_cluster,
@@ -68,7 +68,7 @@ def answer_file(
             destination,
             batch_size=batch_size,
             on_progress=on_progress,
-            elsewhere=Elsewhere(processes.run, answer, processes.start, local=True),
+            workers=Workers(processes.run, answer, processes.start, local=True),
         )
 
 

@@ -4,7 +4,7 @@
 internal one, for the other packages of web_index (never from a private module).
 """
 
-from web_index.query._bulk import Elsewhere as Elsewhere
+from web_index.query._bulk import Workers as Workers
 from web_index.query._bulk import answer_to_file as answer_to_file
 from web_index.query._cluster import answer_on_cluster as answer_on_cluster
 from web_index.query._cluster import map_on_cluster as map_on_cluster

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["Elsewhere", "answer_to_file"]
+__all__ = ["Workers", "answer_to_file"]
 
 
 Answer = Callable[[list[Query]], list[Result]]
@@ -42,17 +42,22 @@ Answer = Callable[[list[Query]], list[Result]]
 Run = Callable[[Callable[..., Any], Iterable[tuple[Any, ...]]], Iterator[tuple[int, Any]]]
 
 
-class Elsewhere(NamedTuple):
-    """Where a window's batches are answered when not in this process: ``run`` ships each
-    task to a worker, where ``answer`` (pickled: a module-level function, or a partial of
-    one, that opens the store itself) answers it; ``start(batches)``, called as a window
-    of more than one batch begins, starts the workers (no more than the batches) while the
-    window is put in order; ``local`` workers send their results back as spool files."""
+class Workers(NamedTuple):
+    """Who answers a window's batches: ``run`` hands each task to a worker, where ``answer``
+    (for workers of other processes pickled: a module-level function, or a partial of one,
+    that opens the store itself) answers it; ``start(batches)``, called as a window begins,
+    starts the workers (no more than the batches) while the window is put in order;
+    ``local`` workers send their results back as spool files."""
 
     run: Run
     answer: Answer
     start: Callable[[int], object] = int
     local: bool = False  # workers that share this machine's disk: results come back as spool files
+
+
+def _here(fn: Callable[..., Any], tasks: Iterable[tuple[Any, ...]]) -> Iterator[tuple[int, Any]]:
+    """This process as the one worker: each task in turn."""
+    return ((n, fn(*args)) for n, args in enumerate(tasks))
 
 
 def answer_to_file(
@@ -63,7 +68,7 @@ def answer_to_file(
     batch_size: int = 20_000,
     window: int = 1_000_000,
     on_progress: Callable[[int], None] | None = None,
-    elsewhere: Elsewhere | None = None,
+    workers: Workers | None = None,
 ) -> int:
     """Answer the queries of ``source`` (a Parquet file of queries, or any iterable
     of queries) with ``answer``, a batch at a time, into a Parquet file of
@@ -72,17 +77,17 @@ def answer_to_file(
     The file appears whole or not at all: it is written under a temporary name
     beside ``destination`` and renamed when complete, so an invalid query met
     half-way leaves no partial file. ``on_progress`` is called with the number
-    of queries answered so far after each batch. ``elsewhere``: a window of more
-    than one batch is answered there (worker processes, a cluster), this process
+    of queries answered so far after each batch. ``workers``: a window of more
+    than one batch is answered by them (worker processes, a cluster), this process
     reading, ordering and writing.
     """
 
+    here = Workers(_here, answer)
+
     def each(rows: pa.Table, start: int, writer: pq.ParquetWriter, work: Path) -> None:
-        if elsewhere is not None and rows.num_rows > batch_size:
-            window_elsewhere(elsewhere, rows, source, start, writer, work, batch_size, on_progress)
-            return
-        spool = work / "spool.arrow"
-        _answer_window(answer, rows, source, start, writer, spool, batch_size, on_progress)
+        # Workers cost their start: a window of one batch is answered here.
+        by = workers if workers is not None and rows.num_rows > batch_size else here
+        answer_window(by, rows, source, start, writer, work, batch_size, on_progress)
 
     return _write_windows(source, destination, batch_size, window, each)
 
@@ -216,36 +221,6 @@ def _domain_or_none(url: str) -> str | None:
         return None
 
 
-def _answer_window(
-    answer: Answer,
-    rows: pa.Table,
-    source: object,
-    start: int,
-    writer: pq.ParquetWriter,
-    spool: Path,
-    batch_size: int,
-    on_progress: Callable[[int], None] | None,
-) -> None:
-    """Answer one window in partition order, spool, and merge it into ``writer`` in input order."""
-
-    batches = _batches(rows, batch_size)
-    name = _source_name(source)
-    if len(batches) == 1:  # nothing to gain from spooling
-        writer.write_table(_results(answer, rows, batches[0], start, name), row_group_size=OUTPUT_ROWS)
-        if on_progress is not None:
-            on_progress(start + rows.num_rows)
-        return
-    done = 0
-    with Spool(spool, len(batches)) as spooled:
-        for positions in batches:
-            # Positions ascending within a batch: its rows are spooled in input order.
-            spooled.add(_results(answer, rows, positions, start, name))
-            done += len(positions)
-            if on_progress is not None:
-                on_progress(start + done)
-        spooled.merge(start, rows.num_rows, writer)
-
-
 def _batches(rows: pa.Table, batch_size: int) -> list[pa.Array[Any]]:
     """A window's row numbers cut into batches of ``batch_size`` in partition order,
     each batch's numbers ascending (so that its results come out in input order)."""
@@ -261,17 +236,6 @@ def _source_name(source: object) -> str:
     return os.fspath(source) if isinstance(source, str | os.PathLike) else "queries"
 
 
-def _results(
-    answer: Answer,
-    rows: pa.Table,
-    positions: pa.Array[Any],
-    start: int,
-    name: str,
-) -> pa.Table:
-    numbers = cast(list[int], positions.to_pylist())
-    return _answered(answer, rows.take(positions), [start + i for i in numbers], name)
-
-
 def _answered(answer: Answer, rows: pa.Table, numbers: Sequence[int], name: str) -> pa.Table:
     """The result rows of query ``rows`` (numbered ``numbers`` in the output), in their order."""
     batch = queries_of(rows, name, numbers)
@@ -279,8 +243,8 @@ def _answered(answer: Answer, rows: pa.Table, numbers: Sequence[int], name: str)
     return result_table(zip(numbers, batch, got, strict=True))
 
 
-def window_elsewhere(
-    elsewhere: Elsewhere,
+def answer_window(
+    workers: Workers,
     rows: pa.Table,
     source: object,
     start: int,
@@ -289,10 +253,10 @@ def window_elsewhere(
     batch_size: int,
     on_progress: Callable[[int], None] | None,
 ) -> None:
-    """One window: its batches answered by workers, spooled as they come, merged in input order."""
+    """One window: its batches answered by ``workers``, spooled as they come, merged in input order."""
     import pyarrow.compute as pc
 
-    elsewhere.start(-(-rows.num_rows // batch_size))
+    workers.start(-(-rows.num_rows // batch_size))
     batches = _batches(rows, batch_size)
     name = _source_name(source)
     done = 0
@@ -301,15 +265,15 @@ def window_elsewhere(
         # of this machine writes its results to a spool file and sends back its row count: a result
         # sent through a pipe is cut short when its worker is killed mid-send, and the executor
         # then waits for the rest of it forever.
-        files = [work / f"batch-{start}-{n}.arrow" for n in range(len(batches))] if elsewhere.local else None
+        files = [work / f"batch-{start}-{n}.arrow" for n in range(len(batches))] if workers.local else None
         fn: Callable[..., Any] = _answer_batch
         tasks: Iterator[tuple[Any, ...]] = (
-            (elsewhere.answer, rows.take(p), pc.add(p, start), name) for p in batches
+            (workers.answer, rows.take(p), pc.add(p, start), name) for p in batches
         )
         if files is not None:
             fn = _answer_batch_to_file
             tasks = ((*task, files[n], spooled.budget) for n, task in enumerate(tasks))
-        for n, got in elsewhere.run(fn, tasks):
+        for n, got in workers.run(fn, tasks):
             if isinstance(got, InvalidRecordError):
                 raise got  # the input is wrong: no retry would help
             rows_got = got if isinstance(got, int) else got.num_rows

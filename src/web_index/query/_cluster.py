@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from web_index._extras import import_extra
 from web_index.errors import ClusterError
 from web_index.models import Query
-from web_index.query._bulk import Answer, Elsewhere, _write_windows, window_elsewhere
+from web_index.query._bulk import Answer, Workers, _write_windows, answer_window
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -143,9 +143,9 @@ def answer_on_cluster(
     ``functools.partial`` of one, that opens the store itself.
     """
     with _Connection(scheduler) as cluster:
-        elsewhere = Elsewhere(cluster.run, answer)
+        workers = Workers(cluster.run, answer)
 
         def each(rows: pa.Table, start: int, writer: pq.ParquetWriter, work: Path) -> None:
-            window_elsewhere(elsewhere, rows, source, start, writer, work, batch_size, on_progress)
+            answer_window(workers, rows, source, start, writer, work, batch_size, on_progress)
 
         return _write_windows(source, destination, batch_size, window, each)

@@ -5,7 +5,7 @@ in lines, pages and results built), so a query file answered in one process
 leaves the other cores idle while the scan it is measured against uses them
 all. Its batches are independent: each worker opens the store itself (as a
 cluster's workers do, ``web_index._on_cluster``), answers a batch, writes its
-result rows to a spool file and sends back their count (``_bulk.window_elsewhere``);
+result rows to a spool file and sends back their count (``_bulk.answer_window``);
 this process reads the queries, orders them, and merges the spooled results, as
 it does without workers.
 
