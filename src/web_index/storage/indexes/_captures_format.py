@@ -61,7 +61,9 @@ BLOCK_LINES = 16
 _SKIPPABLE = 0x184D2A50
 _META = b"!meta "
 _NO_LINE = -1  # a row without a line (never in a store's own file)
-_ZSTD_LEVEL = 3
+# A fast level: its blocks decode in ~2.8 us, not ~5 (Huffman-coded literals cost the rest),
+# for 26% more index bytes; 10,000 latest lookups as one batch spend a block a winner (6% less time).
+_ZSTD_LEVEL = -2
 _BLOOM_BITS_A_KEY = 10
 _BLOOM_HASHES = 4
 
