@@ -248,3 +248,47 @@ def _responses(index: WebIndex) -> dict[tuple[str, int], Response | None]:
         where = parse_capture_line(line)[2]
         out[(where.request_id, where.position)] = index.capture_response(line, type=kind)
     return out
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_a_batch_spread_over_threads_reads_every_body_right(tmp_path: Path, dense: bool) -> None:
+    """A batch's bodies read by place are spread over the reader threads (``_rows_by_place``):
+    each answer is the body its capture holds, the referring ones' included (a re-crawl of the
+    same bodies a month later), whether their files are read whole as small and dense ones
+    (``dense``) or each row by its place; and the reads did run on more than one thread."""
+    import threading
+
+    import web_index.query._results as results
+    from web_index.models import SimplePageQuery, TimeAwarePageQuery
+    from web_index.storage import Store
+
+    rng = random.Random(5)
+    bodies = {f"https://d{d}.example.org/p{p}": _text(rng, 9_000 + 700 * p) for d in range(8) for p in range(5)}
+    with WebIndex(tmp_path / "s") as index:
+        for month in (5, 6):  # the second crawl's rows refer to the first's payloads
+            for n, (url, body) in enumerate(bodies.items()):
+                at = datetime(2024, month, 2, tzinfo=UTC) + timedelta(seconds=n)
+                index.insert("get", url, at, metadata(url, calibre=10 + n % 3), _chain(url, at, body, 1, n))
+            index.flush()
+            index.compact()
+        latest = [SimplePageQuery(url=u) for u in bodies]
+        first = [TimeAwarePageQuery(url=u, timestamp=datetime(2024, 5, 2, tzinfo=UTC)) for u in bodies]
+        threads: set[str] = set()
+        read = Store.bodies_by_place
+
+        def spy(self: Store, wanted: list[tuple[str, object]]) -> list[bytes | None]:
+            threads.add(threading.current_thread().name)
+            return read(self, wanted)  # type: ignore[arg-type]
+
+        many = 1 if dense else 1 << 30
+        with (
+            patch.object(results, "_SPREAD_BODIES", 2),
+            patch.object(results, "_MANY_SMALL_FILES", many),
+            patch.object(Store, "bodies_by_place", spy),
+        ):
+            for batch in (latest, first):
+                got = index.query(batch)
+                assert [p.final.data if p else None for p in got] == list(bodies.values())  # type: ignore[union-attr]
+    assert len(threads) > 1 and any(name.startswith("wi-read") for name in threads)
+    refs = pq.read_table(next((tmp_path / "s" / "get" / "2024" / "06").glob("*.parquet")), columns=["payload_ref"])
+    assert all(refs.column("payload_ref").to_pylist())  # the second crawl's rows do refer

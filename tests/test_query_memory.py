@@ -110,3 +110,27 @@ def test_no_release_while_another_batch_is_answered_or_another_release_is_under_
         pass
     everyone = sorted([threading.current_thread().name, *_readers()])
     assert _released_by(watched, len(everyone)) == everyone
+
+
+def test_work_in_chunks_keeps_its_order_and_runs_inline_in_a_reader_thread(tmp_path: Path) -> None:
+    """``in_chunks`` cuts work over the reader threads and this one, in order; asked from a
+    reader thread (a batch answered there) it does the work there, never waiting on a run
+    queued behind its own thread."""
+    with WebIndex(tmp_path / "s") as index:
+        store = index._store
+        pool = _pool.reader_pool(store)
+        seen: list[tuple[str, int]] = []
+
+        def work(items: Any) -> list[int]:
+            seen.extend((threading.current_thread().name, n) for n in items)
+            return [n * n for n in items]
+
+        items = list(range(pool._max_workers * 10))
+        assert _pool.in_chunks(store, work, items, least=3) == [n * n for n in items]
+        if pool._max_workers > 1:
+            assert len({name for name, _n in seen}) > 1
+        assert _pool.in_chunks(store, work, items[:5], least=3) == [n * n for n in items[:5]]
+        seen.clear()
+        inner = pool.submit(_pool.in_chunks, store, work, items, least=1).result(timeout=10)
+        assert inner == [n * n for n in items]
+        assert len({name for name, _n in seen}) == 1

@@ -11,18 +11,23 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from web_index.storage import LocalBackend, Store
 
-__all__ = ["answering", "reader_pool", "release_memory"]
+__all__ = ["answering", "in_chunks", "reader_pool", "release_memory"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 _POOLS: dict[bool, ThreadPoolExecutor] = {}  # by whether the store is local
 _POOLS_LOCK = threading.Lock()
 # A batch of this many distinct queries leaves tens of MiB of decoding buffers in
 # the allocator's heaps (~100 MiB after 10,000 lookups of one big site): given
 # back after it. Smaller ones (a server's single lookups) would pay ~1 ms a call.
+_NAMES = ("wi-read", "wi-read-remote")  # the reader threads' name prefixes
 _RELEASE_AFTER = 1000
 _BARRIER_S = 0.1
 _IN_FLIGHT = 0  # batches being answered in this process
@@ -44,9 +49,29 @@ def reader_pool(store: Store) -> ThreadPoolExecutor:
         if pool is None:
             cores = os.cpu_count() or 1
             threads = cores if local else min(16, 4 * cores)
-            name = "wi-read" if local else "wi-read-remote"  # one name a thread
+            name = _NAMES[0] if local else _NAMES[1]  # one name a thread
             pool = _POOLS[local] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
     return pool
+
+
+def in_chunks(
+    store: Store, fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], *, least: int
+) -> list[R]:
+    """``fn(items)``: with ``least`` items or more for each, the items cut into one run a
+    reader thread, this thread answering the first (for work that lets other threads
+    run: reads, decompression, hashing); the results in the items' order. In a reader
+    thread, all of them there: a run queued behind its own thread would wait forever."""
+    pool = reader_pool(store)
+    parts = min(pool._max_workers, len(items) // max(least, 1))
+    if parts < 2 or threading.current_thread().name.startswith(_NAMES):
+        return fn(items)
+    size = -(-len(items) // parts)
+    runs = [items[i : i + size] for i in range(0, len(items), size)]
+    later = [pool.submit(fn, run) for run in runs[1:]]
+    out = fn(runs[0])
+    for job in later:
+        out += job.result()
+    return out
 
 
 @contextlib.contextmanager

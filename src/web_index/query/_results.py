@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from web_index.models import AttemptMetadata, Page, RecordType, Response, from_us
 from web_index.query._find import FileRows, Found
 from web_index.query._plan import Candidate, Plan
-from web_index.query._pool import reader_pool
+from web_index.query._pool import in_chunks, reader_pool
 from web_index.storage import (
     BODY_COLUMN,
     REF_COLUMN,
@@ -28,6 +28,7 @@ from web_index.storage import (
     read_group,
     read_small_files,
     resolve_rows,
+    stored_response,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +55,10 @@ _MANY_SMALL_FILES = 8
 # read costs less than a line and a page decoded in Python for each winner (a
 # million queries at S, ~10 winners a file: 207.6 s by place).
 _DENSE_SMALL_FILE = 4
+# Bodies read by place are spread over the reader threads from this many a thread (fewer
+# cost more to hand over than they save), when their pages average this many bytes a body.
+_SPREAD_BODIES = 64
+_SPREAD_BYTES = 8192
 
 
 def load_results(
@@ -174,18 +179,19 @@ def _answer_by_place(
     if not by_file:
         return set()
 
-    def read(
-        key: tuple[str, int, str], winners: list[tuple[int, Found, FileRows]]
-    ) -> dict[int, tuple[StoredCapture, Response]] | None:
-        rows = sorted({r for _i, _f, src in winners for r in src.rows})
-        return store.rows_by_place(plans[winners[0][0]].type, *key, rows)
-
-    # In this thread: the reading is Python's work under the GIL, which reader threads only
-    # contend for (10,000 latest lookups of one site: 0.66-0.78 s here, 1.1-1.2 s in the pool).
-    read_files = {key: read(key, winners) for key, winners in by_file.items()}
+    # Lines in this thread (Python's work under the GIL, which reader threads only contend
+    # for), then the bodies, spread over the reader threads: their reads, zstd and SHA-1 let
+    # each other run.
+    read_files = _rows_by_place(
+        store,
+        {
+            key: (plans[winners[0][0]].type, sorted({r for _i, _f, src in winners for r in src.rows}))
+            for key, winners in by_file.items()
+        },
+    )
     done: set[int] = set()
     for key, winners in by_file.items():
-        rows_read = read_files[key]
+        rows_read = read_files.get(key)
         if rows_read is None:
             continue
         for i, f, src in winners:
@@ -217,6 +223,40 @@ def _answer_by_place(
     return done
 
 
+_FileKey = tuple[str, int, str]  # a compacted file's path, size and version
+
+
+def _rows_by_place(
+    store: Store, files: dict[_FileKey, tuple[RecordType, list[int]]]
+) -> dict[_FileKey, dict[int, tuple[StoredCapture, Response]]]:
+    """The line and response of these rows of these files, read through their capture
+    indexes; a file without one is left out, and so is a row it cannot give (no line, a
+    place that does not hold its body)."""
+    lines: dict[_FileKey, tuple[RecordType, dict[int, StoredCapture]]] = {}
+    for key, (type, rows) in files.items():
+        got = store.captures_by_row(type, *key, rows)
+        if got is not None:
+            lines[key] = (type, got)
+    wanted = [
+        (key[0], c) for key, (type, got) in lines.items() if type is RecordType.GET for c in got.values()
+    ]
+    # Spread when decompressing is most of the work: small bodies sharing pages are Python's
+    # work under the GIL, which threads only fight over (10,000 latest lookups of one site's
+    # 72-byte bodies: 2-3% slower spread).
+    pages = {(path, c.body[0]): c.body[2] for path, c in wanted if c.body is not None}
+    heavy = sum(pages.values()) >= _SPREAD_BYTES * len(wanted)
+    least = _SPREAD_BODIES if heavy else len(wanted) + 1
+    bodies = iter(in_chunks(store, store.bodies_by_place, wanted, least=least))
+    out: dict[_FileKey, dict[int, tuple[StoredCapture, Response]]] = {}
+    for key, (type, got) in lines.items():
+        rows_read = out[key] = {}
+        for row, line in got.items():
+            data = next(bodies) if type is RecordType.GET else None
+            if data is not None or type is not RecordType.GET:
+                rows_read[row] = (line, stored_response(line, data))
+    return out
+
+
 def _payloads_by_place(
     store: Store,
     plans: list[Plan],
@@ -237,11 +277,12 @@ def _payloads_by_place(
             if row.get(REF_COLUMN) is not None and "_row" in row:
                 wanted[(src.path, src.size, src.version)][row["_row"]] = row
                 type = plans[i].type
+    assert type is not None or not wanted
+    got = _rows_by_place(store, {key: (type, sorted(rows)) for key, rows in wanted.items() if type})
     for key, rows in wanted.items():
-        assert type is not None
-        got = store.rows_by_place(type, *key, sorted(rows)) or {}
+        read = got.get(key, {})
         for n, row in rows.items():
-            line = got.get(n)
+            line = read.get(n)
             if line is not None and (line[0].request_id, line[0].position) == (
                 row["request_id"],
                 row["chain_index"],

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from web_index.errors import CorruptFileError, StoreError
-from web_index.models import AttemptRows, RecordType, Response
+from web_index.models import AttemptRows, RecordType
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage._compaction import METHODS, Compaction, Listings
 from web_index.storage._crash import crash_point
@@ -22,7 +22,7 @@ from web_index.storage._staged import merge_staged, name_staged
 from web_index.storage._tables import rows_to_table
 from web_index.storage.backends import Backend
 from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
-from web_index.storage.indexes import CaptureIndexes, StoredCapture, rows_by_place
+from web_index.storage.indexes import CaptureIndexes, StoredCapture, bodies_by_place, row_captures
 
 if TYPE_CHECKING:
     from web_index.storage.backends import S3Backend
@@ -101,23 +101,27 @@ class Store(Compaction):
         self._last_age_check = -float("inf")
         self.capture_indexes = CaptureIndexes(backend)
 
-    def rows_by_place(
+    def captures_by_row(
         self, type: RecordType, path: str, size: int, version: str, rows: Iterable[int]
-    ) -> dict[int, tuple[StoredCapture, Response]] | None:
-        """These rows of the compacted file at ``path`` (of that size and
-        version), read through its capture index's lines and their bodies'
-        places; ``None`` if it has no index (a row the index cannot give is
-        left out: see :func:`~web_index.storage.indexes.rows_by_place`)."""
+    ) -> dict[int, StoredCapture] | None:
+        """The lines of these rows of the compacted file at ``path`` (of that size
+        and version), from its capture index; ``None`` if it has none (a row its
+        index cannot give is left out). Their bodies: :meth:`bodies_by_place`."""
         _type, year, month, name = path.split("/")
         partition = Partition(type, int(year), int(month), name.removesuffix(".parquet"))
         index = self.capture_indexes.get(partition, compacted_stored(partition, size, version))
         if index is None:
             return None
         try:
-            return rows_by_place(self.backend, index, type, path, rows)
+            return row_captures(index, rows)
         except CorruptFileError as exc:  # a damaged block of the index: read the older way
             self.capture_indexes.refuse(exc, partition)
             return None
+
+    def bodies_by_place(self, wanted: Sequence[tuple[str, StoredCapture]]) -> list[bytes | None]:
+        """The body each ``(path, line)`` of :meth:`captures_by_row` names, or ``None``
+        where its place no longer holds it (the file compacted again, damaged)."""
+        return bodies_by_place(self.backend, wanted)
 
     @property
     def remote(self) -> bool:

@@ -20,8 +20,10 @@ from web_index.storage.indexes._capture_lines import StoredCapture as StoredCapt
 from web_index.storage.indexes._capture_lines import capture_mime as capture_mime
 from web_index.storage.indexes._capture_lines import parse_capture_line as parse_capture_line
 from web_index.storage.indexes._capture_lines import response_capture_line as response_capture_line
+from web_index.storage.indexes._capture_records import bodies_by_place as bodies_by_place
 from web_index.storage.indexes._capture_records import capture_response as capture_response
-from web_index.storage.indexes._capture_records import rows_by_place as rows_by_place
+from web_index.storage.indexes._capture_records import row_captures as row_captures
+from web_index.storage.indexes._capture_records import stored_response as stored_response
 from web_index.storage.indexes._capture_scan import find_capture_lines as find_capture_lines
 from web_index.storage.indexes._captures import CaptureIndexes as CaptureIndexes
 from web_index.storage.indexes._captures import capture_index_bytes as capture_index_bytes

@@ -7,8 +7,8 @@ frame, a slice, and the body's SHA-1 compared with the line's digest. Nothing
 else is looked up: not the month index, not the query engine, not the file's
 footer. A single lookup comes with its line (:func:`capture_response`); a
 batch that found its winners' rows through the month index reads their lines
-by row (:func:`rows_by_place`), each page once however many of its bodies it
-wants.
+by row (:func:`row_captures`), then their bodies (:func:`bodies_by_place`), each
+page once however many of its bodies it wants.
 
 A line with no values (buffered, of a part file) or a place that no longer
 holds its body (the file compacted again, a byte flipped) gives nothing here:
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from web_index.models import RecordType, Response, base32_sha1, from_us, payload_sha1, restored_response
 from web_index.storage._layout import Partition
@@ -30,10 +30,10 @@ from web_index.storage.indexes._captures import CaptureIndex
 from web_index.storage.pages import BodyPlace, PlaceError, page_values, value_at
 from web_index.urls import key_and_domain
 
-__all__ = ["capture_response", "rows_by_place", "stored_response"]
+__all__ = ["bodies_by_place", "capture_response", "row_captures", "stored_response"]
 
 _MONTH = re.compile(r"[0-9]{4}/[0-9]{2}")
-_Pages = dict[int, bytes]  # a page's offset in its file -> its values, decompressed
+_Pages = dict[tuple[str, int], bytes]  # (file, a page's offset in it) -> its values, decompressed
 _PAGES_KEPT = 64
 
 
@@ -51,30 +51,25 @@ def capture_response(backend: Backend, type: RecordType, line: bytes) -> Respons
     return stored_response(fields, data)
 
 
-def rows_by_place(
-    backend: Backend, index: CaptureIndex, type: RecordType, path: str, rows: Iterable[int]
-) -> dict[int, tuple[StoredCapture, Response]]:
-    """The line and response of each of these rows of the compacted file at
-    ``path``, read through its capture index ``index``; a row it cannot give
-    (no line, or a place that does not hold the body) is left out."""
+def row_captures(index: CaptureIndex, rows: Iterable[int]) -> dict[int, StoredCapture]:
+    """The lines of these rows of the compacted file ``index`` covers, parsed; a row
+    without a line, or whose line names another row, is left out."""
     fields: dict[int, StoredCapture] = {}
-    # Lines in their order, so that rows whose lines share a block read it once; then bodies in
-    # the rows' order, which is their pages' (a page is decompressed once for its bodies).
+    # Lines in their order, so that rows whose lines share a block read it once.
     for row, line in index.row_lines(rows):
         found = parse_stored_capture(line)
         if found.row == row:
             fields[row] = found
+    return fields
+
+
+def bodies_by_place(backend: Backend, wanted: Sequence[tuple[str, StoredCapture]]) -> list[bytes | None]:
+    """The body each ``(compacted file's path, its line)`` names, in order: ``None``
+    for one its place does not hold (see the module's docstring). Wants in their
+    pages' order decompress a page once for its bodies. Positioned reads, zstd and
+    SHA-1, which let other threads run: a batch spreads its wants over threads."""
     pages: _Pages = {}
-    out: dict[int, tuple[StoredCapture, Response]] = {}
-    bodies = type is RecordType.GET
-    for row, stored in sorted(fields.items()):
-        data = None
-        if bodies:
-            data = _body(backend, path, stored, pages)
-            if data is None:
-                continue
-        out[row] = (stored, stored_response(stored, data))
-    return out
+    return [_body(backend, path, fields, pages) for path, fields in wanted]
 
 
 def _body(backend: Backend, path: str, fields: StoredCapture, pages: _Pages) -> bytes | None:
@@ -85,14 +80,13 @@ def _body(backend: Backend, path: str, fields: StoredCapture, pages: _Pages) -> 
         if not _MONTH.fullmatch(fields.held):
             return None
         path = _held_path(path, fields.held)
-        pages = {}  # another file's offsets
     want = base32_sha1(fields.digest)
     at, _size, _raw, value = fields.body
     for fresh in (False, True):
         # A descriptor kept open may be of the file before a compaction: once more, anew.
         try:
             # The place itself (a tuple built) only for a page not read yet: most bodies share one.
-            values = pages.get(at)
+            values = pages.get((path, at))
             if values is None:
                 place = fields.place
                 assert place is not None  # it has a body
@@ -102,7 +96,7 @@ def _body(backend: Backend, path: str, fields: StoredCapture, pages: _Pages) -> 
             return None
         if payload_sha1(data) == want:
             return data
-        pages.pop(at, None)
+        pages.pop((path, at), None)
     return None
 
 
@@ -111,7 +105,7 @@ def _page(backend: Backend, path: str, pages: _Pages, place: BodyPlace, *, fresh
     if len(pages) >= _PAGES_KEPT:
         pages.clear()
     read = functools.partial(backend.read_range, path, fresh=fresh)
-    values = pages[place.at] = page_values(read, place)
+    values = pages[(path, place.at)] = page_values(read, place)
     return values
 
 
