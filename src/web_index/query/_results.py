@@ -277,8 +277,9 @@ def _payloads_by_place(
             if row.get(REF_COLUMN) is not None and "_row" in row:
                 wanted[(src.path, src.size, src.version)][row["_row"]] = row
                 type = plans[i].type
-    assert type is not None or not wanted
-    got = _rows_by_place(store, {key: (type, sorted(rows)) for key, rows in wanted.items() if type})
+    if type is None:  # no referring row
+        return
+    got = _rows_by_place(store, {key: (type, sorted(rows)) for key, rows in wanted.items()})
     for key, rows in wanted.items():
         read = got.get(key, {})
         for n, row in rows.items():
