@@ -263,7 +263,9 @@ def test_a_batch_spread_over_threads_reads_every_body_right(tmp_path: Path, dens
     from web_index.storage import Store
 
     rng = random.Random(5)
-    bodies = {f"https://d{d}.example.org/p{p}": _text(rng, 9_000 + 700 * p) for d in range(8) for p in range(5)}
+    bodies = {
+        f"https://d{d}.example.org/p{p}": _text(rng, 9_000 + 700 * p) for d in range(8) for p in range(5)
+    }
     with WebIndex(tmp_path / "s") as index:
         for month in (5, 6):  # the second crawl's rows refer to the first's payloads
             for n, (url, body) in enumerate(bodies.items()):
@@ -290,5 +292,7 @@ def test_a_batch_spread_over_threads_reads_every_body_right(tmp_path: Path, dens
                 got = index.query(batch)
                 assert [p.final.data if p else None for p in got] == list(bodies.values())  # type: ignore[union-attr]
     assert len(threads) > 1 and any(name.startswith("wi-read") for name in threads)
-    refs = pq.read_table(next((tmp_path / "s" / "get" / "2024" / "06").glob("*.parquet")), columns=["payload_ref"])
+    refs = pq.read_table(
+        next((tmp_path / "s" / "get" / "2024" / "06").glob("*.parquet")), columns=["payload_ref"]
+    )
     assert all(refs.column("payload_ref").to_pylist())  # the second crawl's rows do refer

@@ -38,13 +38,24 @@ _RACY_NS = 2_000_000_000
 _PATHS_KEPT = 65_536
 _MAP_BYTES = 64 << 20  # files up to this size are memory-mapped for reading
 _FOOTERS_KEPT = 4096  # parsed footers of mapped files kept for reopening (a few KB each)
-# Files kept open for positioned reads (read_range): an eighth of what the process may open.
+# Files kept open for positioned reads (read_range): an eighth of what the process may open,
+# as it may open now (a server raises its limit: web_index.server.serve), at most this many.
+_DESCRIPTORS_MAX = 8192
 try:
     import resource
 
-    _DESCRIPTORS_KEPT = max(16, min(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 8))
+    def _descriptors_kept() -> int:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return (
+            _DESCRIPTORS_MAX if soft == resource.RLIM_INFINITY else max(16, min(_DESCRIPTORS_MAX, soft // 8))
+        )
+
 except ImportError:  # not Unix
-    _DESCRIPTORS_KEPT = 64
+
+    def _descriptors_kept() -> int:
+        return 64
+
+
 # syncfs(2): Python has os.sync only, which waits for every filesystem of the machine.
 _SYNCFS: Any
 try:
@@ -60,7 +71,7 @@ class LocalBackend:
         self.root = root.resolve()
         self._paths: dict[str, Path] = {}  # checked once: a lookup reaches the same folders again and again
         self._footers: dict[tuple[str, int, int, int, int], pq.FileMetaData] = {}  # see open_parquet
-        self._descriptors = _Descriptors(_DESCRIPTORS_KEPT)
+        self._descriptors = _Descriptors(_descriptors_kept)
 
     remote = False  # a folder of this machine
 
@@ -316,8 +327,9 @@ class _Descriptors:
     be another file's a moment later).
     """
 
-    def __init__(self, kept: int) -> None:
-        self._kept = kept
+    def __init__(self, kept: Callable[[], int]) -> None:
+        self._kept = kept  # asked when one is let go: the process's limit may have been raised
+        self._limit = 0
         self._open: OrderedDict[str, io.FileIO] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -333,6 +345,8 @@ class _Descriptors:
             with self._lock:
                 self._open[key] = fh
                 self._open.move_to_end(key)
-                while len(self._open) > self._kept:
-                    self._open.popitem(last=False)
+                if len(self._open) > self._limit:
+                    self._limit = self._kept()
+                    while len(self._open) > self._limit:
+                        self._open.popitem(last=False)
         return os.pread(fh.fileno(), length, start)
