@@ -291,7 +291,8 @@ def test_a_batch_spread_over_threads_reads_every_body_right(tmp_path: Path, dens
             for batch in (latest, first):
                 got = index.query(batch)
                 assert [p.final.data if p else None for p in got] == list(bodies.values())  # type: ignore[union-attr]
-    assert len(threads) > 1 and any(name.startswith("wi-read") for name in threads)
+    if results.reader_pool(index._store)._max_workers > 1:  # one core: all in this thread
+        assert len(threads) > 1 and any(name.startswith("wi-read") for name in threads)
     refs = pq.read_table(
         next((tmp_path / "s" / "get" / "2024" / "06").glob("*.parquet")), columns=["payload_ref"]
     )

@@ -56,7 +56,8 @@ _MANY_SMALL_FILES = 8
 # million queries at S, ~10 winners a file: 207.6 s by place).
 _DENSE_SMALL_FILE = 4
 # Bodies read by place are spread over the reader threads from this many a thread (fewer
-# cost more to hand over than they save), when their pages average this many bytes a body.
+# cost more to hand over than they save), when their pages average this many bytes a body
+# (or the store is remote).
 _SPREAD_BODIES = 64
 _SPREAD_BYTES = 8192
 
@@ -237,20 +238,25 @@ def _rows_by_place(
         got = store.captures_by_row(type, *key, rows)
         if got is not None:
             lines[key] = (type, got)
+    # Bodies in their rows' order, which is their pages' (a page decompressed once for its
+    # bodies); the lines came in theirs (SURT order).
     wanted = [
-        (key[0], c) for key, (type, got) in lines.items() if type is RecordType.GET for c in got.values()
+        (key[0], c)
+        for key, (type, got) in lines.items()
+        if type is RecordType.GET
+        for _row, c in sorted(got.items())
     ]
-    # Spread when decompressing is most of the work: small bodies sharing pages are Python's
-    # work under the GIL, which threads only fight over (10,000 latest lookups of one site's
-    # 72-byte bodies: 2-3% slower spread).
-    pages = {(path, c.body[0]): c.body[2] for path, c in wanted if c.body is not None}
-    heavy = sum(pages.values()) >= _SPREAD_BYTES * len(wanted)
+    # Spread when the reads wait on the network, or when decompressing is most of the work:
+    # small bodies sharing pages are Python's work under the GIL, which threads only fight
+    # over (10,000 latest lookups of one site's 72-byte bodies: 2-3% slower spread).
+    pages = {(path, c.held, c.body[0]): c.body[2] for path, c in wanted if c.body is not None}
+    heavy = store.remote or sum(pages.values()) >= _SPREAD_BYTES * len(wanted)
     least = _SPREAD_BODIES if heavy else len(wanted) + 1
     bodies = iter(in_chunks(store, store.bodies_by_place, wanted, least=least))
     out: dict[_FileKey, dict[int, tuple[StoredCapture, Response]]] = {}
     for key, (type, got) in lines.items():
         rows_read = out[key] = {}
-        for row, line in got.items():
+        for row, line in sorted(got.items()):
             data = next(bodies) if type is RecordType.GET else None
             if data is not None or type is not RecordType.GET:
                 rows_read[row] = (line, stored_response(line, data))

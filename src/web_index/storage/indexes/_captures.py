@@ -200,6 +200,8 @@ class CaptureIndexes:
             self._opened[path] = found
             self._held += found.held
             self._files += found.file_backed
+            if self._files > self._files_max:  # the process's limit may have been raised since
+                self._files_max = _files_max()
             # Oldest opened first out: cheaper than an LRU's bookkeeping on every hit.
             while self._opened and (
                 self._held > _HELD_MAX or self._files > self._files_max or len(self._opened) > _OPEN_MAX
