@@ -57,9 +57,12 @@ _MANY_SMALL_FILES = 8
 _DENSE_SMALL_FILE = 4
 # Bodies read by place are spread over the reader threads from this many a thread (fewer
 # cost more to hand over than they save), when their pages average this many bytes a body
-# (or the store is remote).
+# (or the store is remote): see _heavy.
 _SPREAD_BODIES = 64
 _SPREAD_BYTES = 8192
+_SPREAD_SAMPLE = 256  # wants whose pages decide it
+
+_FileKey = tuple[str, int, str]  # a compacted file's path, size and version
 
 
 def load_results(
@@ -167,7 +170,7 @@ def _answer_by_place(
     with a capture index: each row's line, and its body by its place, with no
     row group decoded (``storage.indexes._capture_records``). Return the plans
     answered; the others (no index, a row it cannot give) are read by row group."""
-    by_file: dict[tuple[str, int, str], list[tuple[int, Found, FileRows]]] = defaultdict(list)
+    by_file: dict[_FileKey, list[tuple[int, Found, FileRows]]] = defaultdict(list)
     for i, f in found.items():
         src = f.source
         if src is not None and src.from_index and src.version and not plans[i].type.is_metadata:
@@ -224,9 +227,6 @@ def _answer_by_place(
     return done
 
 
-_FileKey = tuple[str, int, str]  # a compacted file's path, size and version
-
-
 def _rows_by_place(
     store: Store, files: dict[_FileKey, tuple[RecordType, list[int]]]
 ) -> dict[_FileKey, dict[int, tuple[StoredCapture, Response]]]:
@@ -246,12 +246,7 @@ def _rows_by_place(
         if type is RecordType.GET
         for _row, c in sorted(got.items())
     ]
-    # Spread when the reads wait on the network, or when decompressing is most of the work:
-    # small bodies sharing pages are Python's work under the GIL, which threads only fight
-    # over (10,000 latest lookups of one site's 72-byte bodies: 2-3% slower spread).
-    pages = {(path, c.held, c.body[0]): c.body[2] for path, c in wanted if c.body is not None}
-    heavy = store.remote or sum(pages.values()) >= _SPREAD_BYTES * len(wanted)
-    least = _SPREAD_BODIES if heavy else len(wanted) + 1
+    least = _SPREAD_BODIES if store.remote or _heavy(wanted) else len(wanted) + 1
     bodies = iter(in_chunks(store, store.bodies_by_place, wanted, least=least))
     out: dict[_FileKey, dict[int, tuple[StoredCapture, Response]]] = {}
     for key, (type, got) in lines.items():
@@ -261,6 +256,18 @@ def _rows_by_place(
             if data is not None or type is not RecordType.GET:
                 rows_read[row] = (line, stored_response(line, data))
     return out
+
+
+def _heavy(wanted: list[tuple[str, StoredCapture]]) -> bool:
+    """Whether decompressing is most of reading these bodies, worth spreading over threads:
+    their pages average ``_SPREAD_BYTES`` a body (judged on an even sample of them). Small
+    bodies sharing pages are Python's work under the GIL, which threads only fight over
+    (10,000 latest lookups of one site's 72-byte bodies: 2-3% slower spread)."""
+    if len(wanted) < 2 * _SPREAD_BODIES:
+        return False  # too few to spread anyway
+    sample = wanted[:: max(1, len(wanted) // _SPREAD_SAMPLE)]
+    pages = {(path, c.held, c.body[0]): c.body[2] for path, c in sample if c.body is not None}
+    return sum(pages.values()) >= _SPREAD_BYTES * len(sample)
 
 
 def _payloads_by_place(
@@ -273,7 +280,7 @@ def _payloads_by_place(
     payloads through their files' capture indexes: each line names the place of
     the payload its row refers to, one read, where resolving the reference
     would open the holder's file and search it."""
-    wanted: dict[tuple[str, int, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    wanted: dict[_FileKey, dict[int, dict[str, Any]]] = defaultdict(dict)
     type = None
     for i, f in found.items():
         src = f.source

@@ -31,7 +31,7 @@ from web_index.storage.backends.base import (
     write_table,
 )
 from web_index.storage.backends.cache import CacheConfig, CacheStats, CachingBackend
-from web_index.storage.backends.local import LocalBackend
+from web_index.storage.backends.local import LocalBackend, open_files_share
 
 if TYPE_CHECKING:
     from web_index.storage.backends.s3 import S3Backend
@@ -51,6 +51,7 @@ __all__ = [
     "handle_version",
     "new_spool",
     "open_backend",
+    "open_files_share",
     "remove_dead_spools",
     "sealed_bytes",
     "write_sealed",

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "open_files_share"]
 
 _RACY_NS = 2_000_000_000
 _PATHS_KEPT = 65_536
@@ -41,19 +41,22 @@ _FOOTERS_KEPT = 4096  # parsed footers of mapped files kept for reopening (a few
 # Files kept open for positioned reads (read_range): an eighth of what the process may open,
 # as it may open now (a server raises its limit: web_index.server.serve), at most this many.
 _DESCRIPTORS_MAX = 8192
-try:
-    import resource
 
-    def _descriptors_kept() -> int:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        return (
-            _DESCRIPTORS_MAX if soft == resource.RLIM_INFINITY else max(16, min(_DESCRIPTORS_MAX, soft // 8))
-        )
 
-except ImportError:  # not Unix
-
-    def _descriptors_kept() -> int:
+def open_files_share(divisor: int, most: int) -> int:
+    """``1/divisor`` of the files this process may open now, between 16 and ``most``
+    (``most`` with no limit; 64 where the limit cannot be read, not Unix). Asked again
+    as files are let go: a server raises its limit (``web_index.server.serve``)."""
+    try:
+        import resource
+    except ImportError:  # not Unix
         return 64
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return most if soft == resource.RLIM_INFINITY else max(16, min(most, soft // divisor))
+
+
+def _descriptors_kept() -> int:
+    return open_files_share(8, _DESCRIPTORS_MAX)
 
 
 # syncfs(2): Python has os.sync only, which waits for every filesystem of the machine.

@@ -29,7 +29,6 @@ import io
 import logging
 import os
 import re
-import resource
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -37,7 +36,7 @@ from pathlib import Path
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._layout import CAPTURES_DIR, Partition, StoredFile
-from web_index.storage.backends import Backend, LocalBackend
+from web_index.storage.backends import Backend, LocalBackend, open_files_share
 from web_index.storage.indexes._captures_format import FORMAT, CaptureIndex, encode_index
 
 __all__ = [
@@ -72,8 +71,7 @@ _HELD_MAX = 256 << 20  # and the bytes they hold in memory
 
 def _files_max() -> int:
     """Indexes kept open: a quarter of the descriptors this process may hold, at most ``_FILES_MAX``."""
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return _FILES_MAX if soft == resource.RLIM_INFINITY else max(16, min(_FILES_MAX, soft // 4))
+    return open_files_share(4, _FILES_MAX)
 
 
 def _tag(version: str) -> str:
