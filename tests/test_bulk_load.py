@@ -38,7 +38,7 @@ def _spool_files(store: Path) -> list[Path]:
 def test_a_chunk_that_cannot_be_spilled_is_dropped_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = load_module._partition_tables
+    real = load_module.partition_tables
     calls = {"n": 0}
 
     def full_disk(attempts: Any, payload_of: Any) -> Any:
@@ -47,7 +47,7 @@ def test_a_chunk_that_cannot_be_spilled_is_dropped_alone(
             raise OSError(28, "No space left on device")
         return real(attempts, payload_of)
 
-    monkeypatch.setattr(load_module, "_partition_tables", full_disk)
+    monkeypatch.setattr(load_module, "partition_tables", full_disk)
     first, second, third = _items(0, 10), _items(10, 10), _items(20, 10)
     store = tmp_path / "s"
     with WebIndex(store) as index:

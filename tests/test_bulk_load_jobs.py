@@ -27,6 +27,7 @@ from tests.factories import T0, attempt
 from web_index import WebIndex
 from web_index.archive import import_warcs
 from web_index.cli import app
+from web_index.errors import WarcError
 from web_index.models import (
     AttemptMetadata,
     Page,
@@ -158,11 +159,24 @@ events = st.lists(
 )
 
 
-@settings(max_examples=6, deadline=None)
-@given(files=st.lists(events, min_size=1, max_size=3))
+@settings(max_examples=10, deadline=None)
+@given(
+    files=st.lists(events, min_size=1, max_size=3),
+    twice=st.booleans(),
+    broken=st.none() | st.integers(0, 2),
+    skip_invalid=st.booleans(),
+)
 def test_an_import_with_workers_answers_as_one_without(
-    tmp_path_factory: pytest.TempPathFactory, files: list[list[tuple[Any, ...]]]
+    tmp_path_factory: pytest.TempPathFactory,
+    files: list[list[tuple[Any, ...]]],
+    twice: bool,
+    broken: int | None,
+    skip_invalid: bool,
 ) -> None:
+    """Files read by the load's workers (jobs=2, more than one file) store and count what one
+    process does: revisits of captures in the same file and in others, a file named twice
+    (``twice``: its records counted already stored), a file cut short (``broken``: the records
+    before the cut stored; without ``skip_invalid`` the files after it not, the problem raised)."""
     tmp = tmp_path_factory.mktemp("import-jobs")
     paths, urls = [], set()
     for n, file in enumerate(files):
@@ -175,14 +189,63 @@ def test_an_import_with_workers_answers_as_one_without(
             else:  # of the capture a second before, if any: else not resolved
                 w.revisit(url, when, refers_to=when - timedelta(seconds=1))
         paths.append(w.save(tmp / f"{n}.warc.gz"))
+    if broken is not None and broken < len(paths):
+        data = paths[broken].read_bytes()
+        paths[broken].write_bytes(data[: len(data) * 2 // 3])
+    if twice:
+        paths.append(paths[0])
     got = []
     for jobs in (1, 2):
         with WebIndex(tmp / f"s{jobs}") as index:
-            report = import_warcs(index, paths, jobs=jobs)
-            got.append(
-                ((report.stored, report.already_stored, report.skipped), answers(index, sorted(urls), []))
-            )
+            try:
+                report = import_warcs(index, paths, jobs=jobs, skip_invalid=skip_invalid)
+                outcome: object = (
+                    report.stored,
+                    report.already_stored,
+                    report.skipped,
+                    report.records,
+                    [str(p) for p in report.problems],
+                )
+            except WarcError as exc:
+                outcome = str(exc)
+            got.append((outcome, answers(index, sorted(urls), [])))
+        assert _spool_files(tmp / f"s{jobs}") == []
     assert got[0] == got[1]
+
+
+def test_a_reading_worker_killed_fails_the_import_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A worker killed as it hands over a file's chunks: the import fails naming the dead worker,
+    stores none of the files, and leaves no spill file once its writers are gone."""
+    paths = []
+    for n in range(3):
+        w = Warc()
+        for i in range(5):
+            w.capture(f"https://example.com/{n}/{i}", b"page %d " % i * 100)
+        paths.append(w.save(tmp_path / f"{n}.warc.gz"))
+    store = tmp_path / "s"
+    code = (
+        "import sys\nfrom web_index import WebIndex\nfrom web_index.archive import import_warcs\n"
+        "if __name__ == '__main__':\n"
+        "    with WebIndex(sys.argv[1]) as index:\n"
+        "        import_warcs(index, sys.argv[2:], jobs=2)\n"
+    )
+    env = {**os.environ, "WEB_INDEX_CRASH_AT": "load-hand-over"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(store), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "a worker process of the bulk load died" in done.stderr
+    _wait_for_writers(store)
+    with WebIndex(store) as index:
+        queries = [SimplePageQuery(url=f"https://example.com/{n}/{i}") for n in range(3) for i in range(5)]
+        assert index.presence(queries) == [False] * 15
+        index.compact()
+        assert index.verify().ok
+    assert _spool_files(store) == []
 
 
 def _items(start: int, n: int, hosts: int = 7) -> list[Any]:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
 from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
 from web_index._on_cluster import worker_store
 from web_index.ingest import Limits
 from web_index.models import AttemptRows, PageKey
-from web_index.storage import MethodPartition, Partition, PartitionFiles, Store, WriteOptions
+from web_index.storage import Chunks, MethodPartition, Partition, PartitionFiles, Store, WriteOptions
 
 __all__ = ["BulkLoad"]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 _CHUNK_BYTES = 64 << 20  # bodies held before a chunk is spilled (each ~3 times while it is)
 _GET_ROW = 15  # values in a GET response row (its body last); a HEAD row has 14
@@ -87,10 +90,7 @@ class BulkLoad:
         since: the item's body is that response's, stored once (a WARC
         revisit of a capture the same import read). A holder the commit does
         not find there fails it, naming both."""
-        if self._finished:
-            from web_index.errors import StoreError
-
-            raise StoreError("this bulk load has finished")
+        self._check_open()
         with gc_paused():
             attempts = validate_items(items, request_ids, self._limits)
             told = _told(attempts, payload_of) if payload_of else {}
@@ -117,6 +117,48 @@ class BulkLoad:
             self._pending = []
             self._pending_bytes = 0
             self._payload_of = {}
+
+    @property
+    def has_workers(self) -> bool:
+        """Whether the load has worker processes (``jobs`` > 1 on a local store)."""
+        return self._spill.pool is not None
+
+    def on_workers(self, work: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
+        """``work`` (a module-level function, or a partial of one) of each item, in order, by
+        the load's workers, an item at a time and a few ahead of the one taken (a commit
+        meanwhile waits behind those only); a worker that died is a ``StoreError``."""
+        pool = self._spill.pool
+        if pool is None:
+            raise ValueError("this bulk load has no worker processes")
+        return pool.run_each(work, items, chunk=1, ahead=2 * pool.jobs)
+
+    def hand_over(self) -> Chunks:
+        """End this load without committing: what it took, spilled, for another process's
+        load to :meth:`absorb` (a worker's reading of one file of an import). Once only."""
+        self._check_open()
+        self._finished = True
+        try:
+            with gc_paused():
+                self._spill_pending()
+            return self._spill.hand_over()
+        finally:
+            self._spill.close()
+
+    def absorb(self, chunks: Chunks) -> None:
+        """Take what another process's load handed over as if added here now (committed
+        with the rest, and when the spill reaches ``commit_bytes``)."""
+        self._check_open()
+        with gc_paused():
+            self._spill_pending()  # this load's own first, in the order taken
+            self._spill.absorb(chunks)
+            if self._spill.bytes >= self._commit_bytes:
+                self._commit(indexed=True)
+
+    def _check_open(self) -> None:
+        if self._finished:
+            from web_index.errors import StoreError
+
+            raise StoreError("this bulk load has finished")
 
     @property
     def commits(self) -> int:

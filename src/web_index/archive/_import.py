@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 
 from web_index.archive._import_cluster import import_on_cluster
 from web_index.archive._import_run import ImportReport, Run, import_files
+from web_index.archive._import_workers import import_on_workers
 from web_index.archive._revisits import Waiting
 from web_index.archive._sources import ArchiveFile, archive_files
 from web_index.errors import InvalidRecordError, WarcError
@@ -63,7 +64,8 @@ def import_warcs(
     :meth:`WebIndex.bulk_load`, visible once it commits (at the end, or every
     few GiB); without it, into the insert buffer, each batch visible at once
     and left to ``flush()`` and ``compact()``. ``jobs``: the bulk load's processes
-    (:meth:`WebIndex.bulk_load`).
+    (:meth:`WebIndex.bulk_load`), which on a local store also read the files, one each
+    at a time (a record in two files is stored once, counted stored once).
 
     ``scheduler`` (``tcp://host:port``): each file is imported by a worker of that Dask
     cluster, which writes straight to the store (its location: an ``s3://`` URL, or a folder
@@ -95,7 +97,10 @@ def import_warcs(
     with Waiting() as run.deferred:  # revisits, till what they refer to is written
         try:
             with index.bulk_load(jobs=jobs) as run.load:
-                import_files(run, files, on_progress)
+                if run.load.has_workers and len(files) > 1:
+                    import_on_workers(run, files, on_progress)
+                else:
+                    import_files(run, files, on_progress)
         except WarcError:
             run.store_deferred()  # every record before the problem is stored
             raise

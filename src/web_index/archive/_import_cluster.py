@@ -22,22 +22,20 @@ the import ends; a local store's ``remove_orphans`` removes that of an import th
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import os
 import shutil
 import socket
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from web_index._bulk_load import BulkLoad
-from web_index.archive._import_run import ImportReport, Run, _Capture, import_files
+from web_index.archive._import_file import FileRead, portable, read_file, worker_index
+from web_index.archive._import_run import ImportReport, Run, _Capture
 from web_index.archive._revisits import Waiting
-from web_index.archive._sources import ArchiveFile, archive_files
-from web_index.errors import WarcError
+from web_index.archive._sources import ArchiveFile
 from web_index.index import WebIndex
 from web_index.query import map_on_cluster
 from web_index.storage import LocalBackend, MethodPartition, Partition
@@ -45,15 +43,6 @@ from web_index.storage import LocalBackend, MethodPartition, Partition
 __all__ = ["import_on_cluster"]
 
 _STAGING = "_tmp"  # the store's folder of temporary files (storage's TMP_DIR)
-
-
-@dataclass
-class _Done:
-    """What a worker did with one file."""
-
-    report: ImportReport
-    staged: list[tuple[Partition, str]]
-    revisits: list[tuple[_Capture, str]] = field(default_factory=list)
 
 
 def import_on_cluster(
@@ -80,12 +69,12 @@ def import_on_cluster(
     try:
         with Waiting[tuple[_Capture, str]]() as waiting:
             work = functools.partial(
-                _import_one, location, index._buffer_location, folder, calibre, skip_invalid, batch
+                _import_one, location, index._buffer_location, folder, (calibre, skip_invalid, batch)
             )
-            items = [(n, _portable(f)) for n, f in enumerate(files)]
-            for done in map_on_cluster(scheduler, work, items):
-                _add(report, done.report)
-                for partition, path in done.staged:
+            items = [(n, portable(f)) for n, f in enumerate(files)]
+            for done, written in map_on_cluster(scheduler, work, items):
+                report.include(done.report)
+                for partition, path in written:
                     staged.setdefault(partition, []).append(path)
                 waiting.add(done.revisits)
                 if on_progress is not None:
@@ -124,64 +113,29 @@ class _Rounds:
         self.named |= self.index._store.name_staged(staging.staged)
 
 
-def _portable(file: ArchiveFile) -> ArchiveFile:
-    """``file`` as a worker can open it: a local path made absolute; an object by its URL."""
-    if file.path is not None:
-        return dataclasses.replace(file, path=file.path.resolve(), backend=None)
-    return ArchiveFile(file.name, file.size)
-
-
 def _import_one(
     location: str,
     buffer: str | None,
     folder: str,
-    calibre: int,
-    skip_invalid: bool,
-    batch: int,
+    settings: tuple[int, bool, int],
     item: tuple[int, ArchiveFile],
-) -> _Done:
-    """On a worker: one file read and staged under ``folder``/``n`` (a retry stages the same names)."""
+) -> tuple[FileRead, list[tuple[Partition, str]]]:
+    """On a worker: one file read and staged under ``folder``/``n`` (a retry stages the same
+    names; what it read before an error is staged too)."""
     n, file = item
-    if file.path is None and file.member is None:
-        (file,) = archive_files([file.name])
-    index = _worker_index(location, buffer)
-    report = ImportReport()
-    run = Run(index, calibre, batch, report, 1, skip_invalid)
-    with Waiting[tuple[_Capture, str]]() as deferred:
-        run.deferred = deferred
-        load = BulkLoad(index._store, index.limits, stage=f"{folder}/{n}")
-        run.load = load
-        try:
-            with load:  # staged as the block ends, also when it raised
-                import_files(run, [file], None)
-        except WarcError as exc:  # the records before it are staged; said once the rest is committed
-            report.problems.append(exc)
-        revisits: list[tuple[_Capture, str]] = []
-        for part in deferred.slices(4096):
-            revisits += part
-        return _Done(report, load.staged, revisits)
 
+    def staged(load: BulkLoad, _: bool) -> list[tuple[Partition, str]]:
+        load.finish()
+        return load.staged
 
-_opened: dict[tuple[str, str | None], WebIndex] = {}
-
-
-def _worker_index(location: str, buffer: str | None) -> WebIndex:
-    """The store a worker process imports into, opened once for its life."""
-    key = (location, buffer)
-    if key not in _opened:
-        _opened[key] = WebIndex(location, buffer=buffer, create=False)
-    return _opened[key]
-
-
-def _add(report: ImportReport, done: ImportReport) -> None:
-    report.files += done.files
-    report.bytes += done.bytes
-    report.records += done.records
-    report.stored += done.stored
-    report.already_stored += done.already_stored
-    for why, count in done.skipped.items():
-        report.skipped[why] = report.skipped.get(why, 0) + count
-    report.problems += done.problems
+    return read_file(
+        location,
+        buffer,
+        settings,
+        file,
+        lambda index: BulkLoad(index._store, index.limits, stage=f"{folder}/{n}"),
+        staged,
+    )
 
 
 def _commit(
@@ -206,7 +160,7 @@ def _merge_one(
     location: str, buffer: str | None, item: tuple[Partition, list[str], str]
 ) -> tuple[Partition, str]:
     partition, paths, to = item
-    _worker_index(location, buffer)._store.merge_staged(partition, paths, to)
+    worker_index(location, buffer)._store.merge_staged(partition, paths, to)
     return partition, to
 
 

@@ -51,6 +51,17 @@ class ImportReport:
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
+    def include(self, other: ImportReport) -> None:
+        """Add what ``other`` (another process's part of the import) counted."""
+        self.files += other.files
+        self.bytes += other.bytes
+        self.records += other.records
+        self.stored += other.stored
+        self.already_stored += other.already_stored
+        for why, count in other.skipped.items():
+            self.skipped[why] = self.skipped.get(why, 0) + count
+        self.problems += other.problems
+
 
 @dataclass
 class _Capture:

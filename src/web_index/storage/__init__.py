@@ -8,6 +8,7 @@ internal one, for the other packages of web_index (never from a private module).
 from typing import TYPE_CHECKING
 
 from web_index._extras import lazy_names
+from web_index.storage._chunks import Chunks as Chunks
 from web_index.storage._clock import SYSTEM_CLOCK as SYSTEM_CLOCK
 from web_index.storage._clock import Clock
 from web_index.storage._compaction import PartitionFiles as PartitionFiles

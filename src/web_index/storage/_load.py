@@ -34,21 +34,14 @@ from __future__ import annotations
 
 import functools
 import itertools
-import operator
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from web_index.errors import ConflictError
-from web_index.models import (
-    GET_COLUMNS,
-    HEAD_COLUMNS,
-    METADATA_COLUMNS,
-    AttemptRows,
-    RecordType,
-    payload_digests,
-)
+from web_index.models import AttemptRows, RecordType
+from web_index.storage._chunks import Chunks, partition_tables
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args, write_partition_file
 from web_index.storage._layout import TMP_DIR, Partition, compacted_stored
@@ -66,26 +59,14 @@ from web_index.storage._load_work import (
     spool_partition,
 )
 from web_index.storage._locks import Locks
-from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN, SORT_KEYS
-from web_index.storage._tables import columns_to_table
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
 from web_index.storage.indexes import build_capture_index, holders_moved
-from web_index.storage.payloads import PENDING
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Spill", "commit_order", "method_partition"]
-
-_ROW_BYTES = 512  # a row's bytes besides its body, about: what a run's size counts it for
-
-_COLUMNS = {
-    RecordType.GET: GET_COLUMNS,
-    RecordType.HEAD: HEAD_COLUMNS,
-    RecordType.GET_METADATA: METADATA_COLUMNS,
-    RecordType.HEAD_METADATA: METADATA_COLUMNS,
-}
+__all__ = ["Chunks", "Spill", "commit_order", "method_partition"]
 
 
 class Spill:
@@ -111,7 +92,7 @@ class Spill:
 
         start = len(self._files)
         try:
-            tables_of = _partition_tables(attempts, payload_of or {})
+            tables_of = partition_tables(attempts, payload_of or {})
             for _, tables in itertools.groupby(tables_of, key=lambda pt: pt[0].type):
                 path = new_spool(self._folder)
                 self._files.append((path, None))
@@ -155,6 +136,42 @@ class Spill:
         for path, _ in self._files:
             path.unlink(missing_ok=True)
         self._files, self._where, self.attempts, self.bytes = [], {}, 0, 0
+
+    def hand_over(self) -> Chunks:
+        """The chunks spilled so far, for another process's spill to :meth:`absorb` (a
+        worker's reading of one file of an import); this spill forgets them, and must
+        not outlive their absorbing."""
+        crash_point("load-hand-over")  # its chunks left by a dead process, for remove_orphans
+        chunks = Chunks(
+            tuple(str(path) for path, _ in self._files),
+            tuple((p, f, run) for p, runs in self._where.items() for f, run in runs),
+            self.attempts,
+            self.bytes,
+        )
+        self._files, self._where, self.attempts, self.bytes = [], {}, 0, 0
+        return chunks
+
+    def absorb(self, chunks: Chunks) -> None:
+        """Take another spill's chunks (:meth:`hand_over`) as if spilled here, after this
+        one's: their files renamed as this process's (see ``remove_dead_spools``)."""
+        import pyarrow as pa
+
+        start, paths = len(self._files), {}
+        try:
+            for name in chunks.files:
+                path = new_spool(self._folder)
+                Path(name).rename(path)
+                paths[name] = str(path)
+                self._files.append((path, pa.ipc.open_file(pa.OSFile(str(path), "rb"))))
+        except BaseException:
+            for path, _ in self._files[start:]:
+                path.unlink(missing_ok=True)
+            del self._files[start:]
+            raise
+        for partition, f, run in chunks.runs:
+            self._where.setdefault(partition, []).append((start + f, run._replace(path=paths[run.path])))
+        self.attempts += chunks.attempts
+        self.bytes += chunks.bytes
 
     @property
     def pool(self) -> Pool | None:
@@ -351,51 +368,3 @@ def _write_remote(
         write_partition_file(backend, partition, table, options, part=str(uuid.uuid4()))
         parted.add(method_partition(partition))
     return parted
-
-
-def _partition_tables(
-    attempts: Sequence[AttemptRows], payload_of: Mapping[str, str]
-) -> Iterator[tuple[Partition, pa.Table, int]]:
-    """One table per partition, each sorted by the type's sort key with each
-    record once (the last given wins, as in a flush): slices of one table a type;
-    and its bytes, about (its bodies', and ``_ROW_BYTES`` a row). A ``get``
-    response whose request id ``payload_of`` names is pending (``payloads/_pending.py``)."""
-    by_type: dict[RecordType, dict[tuple[Any, ...], tuple[tuple[str, int, int], tuple[Any, ...]]]] = {}
-    for a in attempts:
-        where = (a.domain, a.year, a.month)
-        by_type.setdefault(a.method.metadata, {})[(where, a.request_id)] = (where, a.metadata)
-        if a.responses:
-            data = by_type.setdefault(a.method, {})
-            for r in a.responses:
-                data[(where, a.request_id, r[4])] = (where, r)  # 4: chain_index
-    for type in sorted(by_type, key=lambda t: t.value):
-        names = _COLUMNS[type]
-        sort_key = _row_key(names, SORT_KEYS[type])
-        # One flat tuple a row: comparing nested ones took twice as long (a chunk's sorts were
-        # a sixth of its spill, profiled).
-        rows = sorted(by_type[type].values(), key=lambda wr: wr[0] + sort_key(wr[1]))
-        values = zip(*(r for _, r in rows), strict=True)
-        columns: dict[str, Sequence[Any]] = dict(zip(names, values, strict=True))
-        sizes = [0] * (len(rows) + 1)
-        if BODY_COLUMN in columns:
-            bodies = columns[BODY_COLUMN]
-            pairs = [payload_digests(body or b"") for body in bodies]
-            columns[DIGEST_COLUMNS[0]] = [p[0] for p in pairs]
-            columns[DIGEST_COLUMNS[1]] = [p[1] for p in pairs]
-            sizes = list(itertools.accumulate((len(body or b"") for body in bodies), initial=0))
-            if payload_of:
-                columns[REF_COLUMN] = [
-                    PENDING + payload_of[rid] if chain == 0 and rid in payload_of else None
-                    for rid, chain in zip(columns["request_id"], columns["chain_index"], strict=True)
-                ]
-        table = columns_to_table(type, columns)
-        start = 0
-        for (domain, year, month), group in itertools.groupby(w for w, _ in rows):
-            n = sum(1 for _ in group)
-            nbytes = sizes[start + n] - sizes[start] + _ROW_BYTES * n
-            yield Partition(type, year, month, domain), table.slice(start, n), nbytes
-            start += n
-
-
-def _row_key(names: Sequence[str], keys: Sequence[str]) -> Callable[[tuple[Any, ...]], Any]:
-    return operator.itemgetter(*(names.index(k) for k in keys))

@@ -25,9 +25,10 @@ the file becomes a part instead.
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
@@ -314,14 +315,27 @@ class Pool:
         """Each task's :class:`Spooled`, in the tasks' order, as the workers finish them."""
         return self.run_each(functools.partial(run_task, root, options), tasks)
 
-    def run_each(self, work: Callable[[_T], _R], items: Iterable[_T], chunk: int = _CHUNK) -> Iterator[_R]:
+    def run_each(
+        self, work: Callable[[_T], _R], items: Iterable[_T], chunk: int = _CHUNK, ahead: int | None = None
+    ) -> Iterator[_R]:
         """``work`` (a module-level function, or a partial of one) of each item, in order, by
         the workers; a worker's exception raised here, and a worker that died a
-        :class:`StoreError`."""
+        :class:`StoreError`. ``ahead``: at most that many items given to the workers before
+        their results are taken (else all at once), so that work the caller gives the pool
+        meanwhile (a commit's) waits behind no more."""
         from concurrent.futures.process import BrokenProcessPool
 
         try:
-            yield from self.start().map(work, items, chunksize=chunk)
+            if ahead is None:
+                yield from self.start().map(work, items, chunksize=chunk)
+            else:
+                given: collections.deque[Future[_R]] = collections.deque()
+                for item in items:
+                    given.append(self.start().submit(work, item))
+                    if len(given) >= ahead:
+                        yield given.popleft().result()
+                while given:
+                    yield given.popleft().result()
         except BrokenProcessPool as exc:
             self.close()
             raise StoreError(
