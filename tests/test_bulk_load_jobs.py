@@ -4,6 +4,8 @@ with the store as it was."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import random
 import re
@@ -25,9 +27,11 @@ from typer.testing import CliRunner
 from tests.archive.test_import_warc import Warc
 from tests.factories import T0, attempt
 from web_index import WebIndex
-from web_index.archive import import_warcs
+from web_index.archive import _import_workers as import_workers
+from web_index.archive import archive_files, import_warcs
 from web_index.cli import app
 from web_index.errors import WarcError
+from web_index.ingest import Limits
 from web_index.models import (
     AttemptMetadata,
     Page,
@@ -159,12 +163,14 @@ events = st.lists(
 )
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(
     files=st.lists(events, min_size=1, max_size=3),
     twice=st.booleans(),
     broken=st.none() | st.integers(0, 2),
     skip_invalid=st.booleans(),
+    per_file=st.booleans(),
+    small_bodies=st.booleans(),
 )
 def test_an_import_with_workers_answers_as_one_without(
     tmp_path_factory: pytest.TempPathFactory,
@@ -172,11 +178,15 @@ def test_an_import_with_workers_answers_as_one_without(
     twice: bool,
     broken: int | None,
     skip_invalid: bool,
+    per_file: bool,
+    small_bodies: bool,
 ) -> None:
-    """Files read by the load's workers (jobs=2, more than one file) store and count what one
-    process does: revisits of captures in the same file and in others, a file named twice
-    (``twice``: its records counted already stored), a file cut short (``broken``: the records
-    before the cut stored; without ``skip_invalid`` the files after it not, the problem raised)."""
+    """Files read by the load's workers (jobs=2, more than one file; ``per_file``: each file a
+    task, else one task for all) store and count what one process does: revisits of captures
+    in the same file and in others, a file named twice (``twice``: its records counted already
+    stored), a file cut short (``broken``: the records before the cut stored; without
+    ``skip_invalid`` the files after it not, the problem raised), the store's limits
+    (``small_bodies``: every body but the shortest refused)."""
     tmp = tmp_path_factory.mktemp("import-jobs")
     paths, urls = [], set()
     for n, file in enumerate(files):
@@ -194,23 +204,83 @@ def test_an_import_with_workers_answers_as_one_without(
         paths[broken].write_bytes(data[: len(data) * 2 // 3])
     if twice:
         paths.append(paths[0])
+    limits = Limits(max_body_bytes=100) if small_bodies else None
     got = []
     for jobs in (1, 2):
-        with WebIndex(tmp / f"s{jobs}") as index:
-            try:
-                report = import_warcs(index, paths, jobs=jobs, skip_invalid=skip_invalid)
-                outcome: object = (
-                    report.stored,
-                    report.already_stored,
-                    report.skipped,
-                    report.records,
-                    [str(p) for p in report.problems],
-                )
-            except WarcError as exc:
-                outcome = str(exc)
-            got.append((outcome, answers(index, sorted(urls), [])))
+        with pytest.MonkeyPatch.context() as patch, WebIndex(tmp / f"s{jobs}", limits=limits) as index:
+            if per_file:
+                patch.setattr(import_workers, "_TASK_BYTES", 1)
+            got.append((_imported(index, paths, jobs, skip_invalid), answers(index, sorted(urls), [])))
         assert _spool_files(tmp / f"s{jobs}") == []
     assert got[0] == got[1]
+
+
+def _imported(index: WebIndex, paths: list[Any], jobs: int, skip_invalid: bool = False) -> object:
+    """What an import says: its report's counts, or the problem it raised."""
+    try:
+        report = import_warcs(index, paths, jobs=jobs, skip_invalid=skip_invalid)
+    except WarcError as exc:
+        return str(exc)
+    return (
+        report.stored,
+        report.already_stored,
+        report.skipped,
+        report.records,
+        [str(p) for p in report.problems],
+    )
+
+
+def test_files_after_a_problem_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file cut short stops the import there, whatever the files after it would have done
+    (here one removed after it was listed): its problem is what is raised, as with one process."""
+    monkeypatch.setattr(import_workers, "_TASK_BYTES", 1)
+    paths = []
+    for n in range(3):
+        w = Warc()
+        w.capture(f"https://example.com/{n}", b"page %d " % n * 100)
+        w.capture(f"https://example.com/{n}/b", b"other %d " % n * 100)
+        paths.append(w.save(tmp_path / f"{n}.warc.gz"))
+    paths[1].write_bytes(paths[1].read_bytes()[:-40])
+    last = paths[2].read_bytes()
+    urls = [f"https://example.com/{n}{end}" for n in range(3) for end in ("", "/b")]
+    got = []
+    for jobs in (1, 2):
+        paths[2].write_bytes(last)
+        files = archive_files(paths)
+        paths[2].unlink()
+        with WebIndex(tmp_path / f"s{jobs}") as index:
+            got.append(
+                (_imported(index, files, jobs), index.presence([SimplePageQuery(url=u) for u in urls]))
+            )
+    assert got[0] == got[1]
+    assert "truncated" in str(got[0][0]) and got[0][1] == [True] * 4 + [False] * 2  # the cut: a request
+
+
+def test_a_revisit_another_task_stored_is_counted_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revisit stored by one task with its capture, and the same record in a later file
+    without it (held back there): stored once, counted once, as with one process."""
+    monkeypatch.setattr(import_workers, "_TASK_BYTES", 1)
+    w = Warc()
+    w.capture("https://example.com/", _PAYLOADS[0], when=T0)
+    start = len(w.buf.getvalue())
+    digest = "sha1:" + base64.b32encode(hashlib.sha1(_PAYLOADS[0]).digest()).decode()  # its capture's
+    w.revisit("https://example.com/", T0 + timedelta(seconds=5), refers_to=T0, digest=digest)
+    whole = w.save(tmp_path / "a.warc.gz").read_bytes()
+    alone = tmp_path / "b.warc.gz"
+    alone.write_bytes(whole[start:])  # the revisit's own gzip member
+    got = []
+    for jobs in (1, 2):
+        with WebIndex(tmp_path / f"s{jobs}") as index:
+            got.append(
+                (
+                    _imported(index, [tmp_path / "a.warc.gz", alone], jobs),
+                    answers(index, ["https://example.com/"], []),
+                )
+            )
+    assert got[0] == got[1]
+    assert got[0][0][:2] == (2, 1)
 
 
 def test_a_reading_worker_killed_fails_the_import_and_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -125,12 +125,13 @@ class BulkLoad:
 
     def on_workers(self, work: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
         """``work`` (a module-level function, or a partial of one) of each item, in order, by
-        the load's workers, an item at a time and a few ahead of the one taken (a commit
-        meanwhile waits behind those only); a worker that died is a ``StoreError``."""
+        the load's workers, an item at a time and ``jobs + 1`` of them given ahead of the one
+        taken (a commit meanwhile waits behind those only; ``items`` is read as they are
+        given); a worker that died is a ``StoreError``."""
         pool = self._spill.pool
         if pool is None:
             raise ValueError("this bulk load has no worker processes")
-        return pool.run_each(work, items, chunk=1, ahead=2 * pool.jobs)
+        return pool.run_each(work, items, chunk=1, ahead=pool.jobs + 1)
 
     def hand_over(self) -> Chunks:
         """End this load without committing: what it took, spilled, for another process's

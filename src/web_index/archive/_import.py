@@ -97,7 +97,7 @@ def import_warcs(
     with Waiting() as run.deferred:  # revisits, till what they refer to is written
         try:
             with index.bulk_load(jobs=jobs) as run.load:
-                if run.load.has_workers and len(files) > 1:
+                if run.load.has_workers and len(files) > 1 and index._reopenable:
                     import_on_workers(run, files, on_progress)
                 else:
                     import_files(run, files, on_progress)

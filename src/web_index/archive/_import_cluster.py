@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from web_index._bulk_load import BulkLoad
-from web_index.archive._import_file import FileRead, portable, read_file, worker_index
+from web_index.archive._import_file import FileRead, ReadSettings, portable, read_files, worker_index
 from web_index.archive._import_run import ImportReport, Run, _Capture
 from web_index.archive._revisits import Waiting
 from web_index.archive._sources import ArchiveFile
@@ -69,7 +69,11 @@ def import_on_cluster(
     try:
         with Waiting[tuple[_Capture, str]]() as waiting:
             work = functools.partial(
-                _import_one, location, index._buffer_location, folder, (calibre, skip_invalid, batch)
+                _import_one,
+                location,
+                index._buffer_location,
+                folder,
+                ReadSettings(calibre, skip_invalid, batch, index.limits),
             )
             items = [(n, portable(f)) for n, f in enumerate(files)]
             for done, written in map_on_cluster(scheduler, work, items):
@@ -117,25 +121,23 @@ def _import_one(
     location: str,
     buffer: str | None,
     folder: str,
-    settings: tuple[int, bool, int],
+    settings: ReadSettings,
     item: tuple[int, ArchiveFile],
 ) -> tuple[FileRead, list[tuple[Partition, str]]]:
     """On a worker: one file read and staged under ``folder``/``n`` (a retry stages the same
     names; what it read before an error is staged too)."""
     n, file = item
 
+    def new_load(index: WebIndex) -> BulkLoad:
+        return BulkLoad(index._store, index.limits, stage=f"{folder}/{n}")
+
     def staged(load: BulkLoad, _: bool) -> list[tuple[Partition, str]]:
         load.finish()
         return load.staged
 
-    return read_file(
-        location,
-        buffer,
-        settings,
-        file,
-        lambda index: BulkLoad(index._store, index.limits, stage=f"{folder}/{n}"),
-        staged,
-    )
+    read, written = read_files(location, buffer, settings, [file], new_load, staged)
+    read.taken = set()  # a staged load's records are told apart by the commit
+    return read, written
 
 
 def _commit(

@@ -1,11 +1,11 @@
-"""One file of an import read by another process (a worker of the bulk load, a Dask
-worker) into a load of that process's own, and what it hands back."""
+"""Files of an import read by another process (a worker of the bulk load, a Dask worker)
+into a load of that process's own, and what it hands back."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, TypeVar
 
 from web_index._bulk_load import BulkLoad
 from web_index.archive._import_run import ImportReport, Run, _Capture, import_files
@@ -13,15 +13,25 @@ from web_index.archive._revisits import Waiting
 from web_index.archive._sources import ArchiveFile, archive_files
 from web_index.errors import WarcError
 from web_index.index import WebIndex
+from web_index.ingest import Limits
 
-__all__ = ["FileRead", "portable", "read_file", "worker_index"]
+__all__ = ["FileRead", "ReadSettings", "portable", "read_files", "worker_index"]
 
 _T = TypeVar("_T")
 
 
+class ReadSettings(NamedTuple):
+    """What an import's reading of a file depends on besides the file: as the caller's."""
+
+    calibre: int
+    skip_invalid: bool
+    batch: int
+    limits: Limits
+
+
 @dataclasses.dataclass
 class FileRead:
-    """What a process made of one file: its report, the revisits that wait for what they
+    """What a process made of its files: their report, the revisits that wait for what they
     refer to (in another file, or committed), and the request ids its load took."""
 
     report: ImportReport
@@ -36,29 +46,27 @@ def portable(file: ArchiveFile) -> ArchiveFile:
     return ArchiveFile(file.name, file.size)
 
 
-def read_file(
+def read_files(
     location: str,
     buffer: str | None,
-    settings: tuple[int, bool, int],
-    file: ArchiveFile,
+    settings: ReadSettings,
+    files: Sequence[ArchiveFile],
     new_load: Callable[[WebIndex], BulkLoad],
     end: Callable[[BulkLoad, bool], _T],
 ) -> tuple[FileRead, _T]:
-    """``file`` (:func:`portable`) read as a one-process import reads it into
-    ``new_load(index)`` of the store at ``location``, with ``settings`` (calibre,
-    skip_invalid, batch); then ``end(load, True)``, or ``end(load, False)`` before an error
-    other than the file's first problem (which the report holds) is raised."""
-    if file.path is None and file.member is None:
-        (file,) = archive_files([file.name])
-    index = worker_index(location, buffer)
-    calibre, skip_invalid, batch = settings
+    """``files`` (:func:`portable`), in order, read as a one-process import reads them into
+    ``new_load(index)`` of the store at ``location``; then ``end(load, True)``, or
+    ``end(load, False)`` before an error other than the first problem of a file (which
+    the report holds, the files after it not read) is raised."""
+    files = [f if f.path is not None or f.member is not None else archive_files([f.name])[0] for f in files]
+    index = worker_index(location, buffer, settings.limits)
     report = ImportReport()
-    run = Run(index, calibre, batch, report, 1, skip_invalid)
+    run = Run(index, settings.calibre, settings.batch, report, 1, settings.skip_invalid)
     with Waiting[tuple[_Capture, str]]() as deferred:
         run.deferred = deferred
         run.load = load = new_load(index)
         try:
-            import_files(run, [file], None)
+            import_files(run, list(files), None)
         except WarcError as exc:  # the records before it are kept; said once the rest is committed
             report.problems.append(exc)
         except BaseException:
@@ -69,12 +77,13 @@ def read_file(
     return FileRead(report, revisits, run.taken), kept
 
 
-_opened: dict[tuple[str, str | None], WebIndex] = {}
+_opened: dict[tuple[str, str | None, Limits], WebIndex] = {}
 
 
-def worker_index(location: str, buffer: str | None) -> WebIndex:
-    """The store a worker process imports into, opened once for its life."""
-    key = (location, buffer)
+def worker_index(location: str, buffer: str | None, limits: Limits | None = None) -> WebIndex:
+    """The store a worker process imports into, opened once for its life (a handle a
+    ``limits``: what an import checks is the caller's)."""
+    key = (location, buffer, limits or Limits())
     if key not in _opened:
-        _opened[key] = WebIndex(location, buffer=buffer, create=False)
+        _opened[key] = WebIndex(location, buffer=buffer, create=False, limits=key[2])
     return _opened[key]

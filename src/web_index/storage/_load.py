@@ -154,15 +154,13 @@ class Spill:
     def absorb(self, chunks: Chunks) -> None:
         """Take another spill's chunks (:meth:`hand_over`) as if spilled here, after this
         one's: their files renamed as this process's (see ``remove_dead_spools``)."""
-        import pyarrow as pa
-
         start, paths = len(self._files), {}
         try:
             for name in chunks.files:
                 path = new_spool(self._folder)
                 Path(name).rename(path)
                 paths[name] = str(path)
-                self._files.append((path, pa.ipc.open_file(pa.OSFile(str(path), "rb"))))
+                self._files.append((path, None))
         except BaseException:
             for path, _ in self._files[start:]:
                 path.unlink(missing_ok=True)
@@ -254,10 +252,14 @@ class Spill:
 
     def _rows(self, partition: Partition, options: WriteOptions) -> pa.Table | Merged:
         """The partition's rows: a table, or merged as read when big."""
+        import pyarrow as pa
+
         readers = {}
         for f, run in self._where[partition]:
-            reader = self._files[f][1]
-            assert reader is not None  # set once its file is written
+            path, reader = self._files[f]
+            if reader is None:  # absorbed: opened when read (the workers that commit read by path)
+                reader = pa.ipc.open_file(pa.OSFile(str(path), "rb"))
+                self._files[f] = (path, reader)
             readers[run.path] = reader
         runs = [run for _, run in self._where[partition]]
         return partition_rows(partition, runs, readers.__getitem__, options, GATHER_MAX)
