@@ -297,3 +297,44 @@ def test_a_batch_spread_over_threads_reads_every_body_right(tmp_path: Path, dens
         next((tmp_path / "s" / "get" / "2024" / "06").glob("*.parquet")), columns=["payload_ref"]
     )
     assert all(refs.column("payload_ref").to_pylist())  # the second crawl's rows do refer
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    bodies=st.lists(st.none() | _sizes.map(lambda n: min(n, 64 << 10)), min_size=1, max_size=60),
+    page_bytes=st.sampled_from([256, 4 << 10, 16 << 10]),
+    group_rows=st.sampled_from([1, 3, 128]),
+)
+def test_places_from_the_bodies_lengths_are_those_read_from_the_pages(
+    bodies: list[int | None], page_bytes: int, group_rows: int
+) -> None:
+    """A writer's places, learnt from its bodies' lengths and the pages' headers, are those
+    learnt by decompressing every page (nulls, empty bodies, pages of one value or many)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from web_index.storage.pages import CheckedFile, body_places
+
+    column = pa.array([None if n is None else b"x" * n for n in bodies], type=pa.binary())
+    table = pa.table({"data": column, "n": pa.array(range(len(bodies)))})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "f.parquet"
+        pq.write_table(
+            table,
+            path,
+            compression={"data": "zstd", "n": "lz4"},
+            row_group_size=group_rows,
+            data_page_size=page_bytes,
+            write_batch_size=1,
+            use_dictionary=False,
+        )
+        sizes = pc.binary_length(column).to_pylist()
+        with pa.OSFile(str(path), "rb") as source:
+            handle = CheckedFile(source, path="get/2024/05/example.com.parquet")
+            first = 0
+            for g in range(handle.metadata.num_row_groups):
+                rows = handle.metadata.row_group(g).num_rows
+                read = body_places(handle, g)
+                assert read is not None
+                assert body_places(handle, g, sizes[first : first + rows]) == read
+                first += rows

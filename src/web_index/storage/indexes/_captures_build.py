@@ -17,7 +17,7 @@ from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._files import list_partition_files, read_superseded
 from web_index.storage._layout import Partition, StoredFile, compacted_file
-from web_index.storage._schema import REF_COLUMN
+from web_index.storage._schema import BODY_COLUMN, REF_COLUMN
 from web_index.storage.backends import Backend, FileInfo, handle_version
 from web_index.storage.indexes._capture_lines import (
     capture_lines,
@@ -174,10 +174,15 @@ def table_lines(
     places: list[BodyPlace | None] | None = None
     held: dict[int, str] = {}
     if type is RecordType.GET:
+        import pyarrow.compute as pc
+
         places = []
+        # The bodies' lengths in hand: a page's places follow from them, not its values read back.
+        sizes = pc.binary_length(table.column(BODY_COLUMN)).to_pylist()
         for g in range(handle.metadata.num_row_groups):
-            group = body_places(handle, g)
-            places += group if group is not None else [None] * handle.metadata.row_group(g).num_rows
+            rows = handle.metadata.row_group(g).num_rows
+            group = body_places(handle, g, sizes[len(places) : len(places) + rows])
+            places += group if group is not None else [None] * rows
         shared = referring_places(backend, handle, path, table.column(REF_COLUMN), holders)
         held = shared_places(shared, 0, len(places), places)
     return unique_lines(capture_lines(type, table, first_row=0, places=places, held=held))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import zstandard
@@ -59,11 +59,17 @@ class PlaceError(Exception):
     """The place does not hold the body it names (the file was rewritten or damaged)."""
 
 
-def body_places(handle: pq.ParquetFile, group: int) -> list[BodyPlace | None] | None:
+def body_places(
+    handle: pq.ParquetFile, group: int, sizes: Sequence[int | None] | None = None
+) -> list[BodyPlace | None] | None:
     """The place of every body in row group ``group`` of a store file (``None``
     for a null one), or ``None`` when its pages are of a kind this module does
     not read (or ``handle`` reads no byte ranges). Raises
-    :class:`~web_index.errors.CorruptFileError` for a page that is damaged."""
+    :class:`~web_index.errors.CorruptFileError` for a page that is damaged.
+
+    ``sizes``: the group's bodies' lengths (``None`` for a null one), known to the
+    writer of a file just written: a page's places then follow from its header and
+    them, its values not decompressed again (nor its checksum, of bytes just written)."""
     from web_index.storage.pages._checked_file import CheckedFile  # ``handle`` is open: pyarrow is
 
     schema = handle.schema
@@ -81,13 +87,19 @@ def body_places(handle: pq.ParquetFile, group: int) -> list[BodyPlace | None] | 
     rows = handle.metadata.row_group(group).num_rows
     chunk = handle.metadata.row_group(group).column(column)
     try:
-        return _group_places(read_at, chunk, rows, optional=described.max_definition_level == 1)
+        optional = described.max_definition_level == 1
+        return _group_places(read_at, chunk, rows, optional=optional, sizes=sizes)
     except (ThriftError, KeyError, TypeError, ValueError, zstandard.ZstdError) as exc:
         raise CorruptFileError(handle.store_path, f"body pages of row group {group}: {exc}") from None
 
 
 def _group_places(
-    read_at: Callable[[int, int], bytes], chunk: Any, rows: int, *, optional: bool
+    read_at: Callable[[int, int], bytes],
+    chunk: Any,
+    rows: int,
+    *,
+    optional: bool,
+    sizes: Sequence[int | None] | None = None,
 ) -> list[BodyPlace | None] | None:
     codec = _CODECS.get(chunk.compression)
     if codec is None or chunk.has_dictionary_page:
@@ -109,6 +121,12 @@ def _group_places(
         count, encoding = page.get(1), page.get(2)
         if encoding != _PLAIN or not isinstance(count, int):
             return None
+        if sizes is not None and len(places) + count <= len(sizes):
+            known = _known_places(sizes[len(places) : len(places) + count], start + body_at, size, raw, codec)
+            if known is not None:
+                places += known
+                pos = body_at + size
+                continue
         compressed = data[body_at : body_at + size]
         crc = header.get(4)
         if crc is not None and zlib.crc32(compressed) != crc & 0xFFFFFFFF:
@@ -131,6 +149,28 @@ def _group_places(
         pos = body_at + size
     if len(places) != rows:
         raise ThriftError(f"the body pages hold {len(places)} values for {rows} rows")
+    return places
+
+
+def _known_places(
+    sizes: Sequence[int | None], at: int, size: int, raw: int, codec: str
+) -> list[BodyPlace | None] | None:
+    """The places of a page's values whose lengths are ``sizes``: PLAIN values, each a 4-byte
+    length and its bytes, after the definition levels (a 4-byte length and their bytes) of an
+    optional column, which fill the rest of the page's ``raw`` bytes; ``None`` if they cannot
+    (not a page of these values, or of a required column: read it, then)."""
+    values = sum(4 + n for n in sizes if n is not None)
+    levels = raw - values - 4
+    if not 0 <= levels <= len(sizes) + 16:  # 1-bit levels, run-length or bit-packed, take less
+        return None
+    places: list[BodyPlace | None] = []
+    value = 4 + levels
+    for n in sizes:
+        if n is None:
+            places.append(None)
+        else:
+            places.append(BodyPlace(at, size, raw, value, codec))
+            value += 4 + n
     return places
 
 
