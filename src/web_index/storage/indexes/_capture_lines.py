@@ -343,14 +343,16 @@ def referring_places(
     path: str,
     refs: pa.ChunkedArray[Any],
     seen: dict[str, FileInfo] | None = None,
+    own: tuple[pa.Table, Sequence[BodyPlace | None]] | None = None,
 ) -> dict[int, tuple[BodyPlace, str | None] | None]:
     """The holder's place (and month, when another file's) of each row of the file
     ``handle`` (at ``path``) that ``refs``, its ``payload_ref`` column, says refers
-    to its payload: ``None`` for one whose holder cannot be placed."""
+    to its payload: ``None`` for one whose holder cannot be placed. ``own``: see
+    :func:`~web_index.storage.payloads.holder_places`."""
     if refs.null_count == len(refs):
         return {}
     wanted = {i: ref for i, ref in enumerate(refs.to_pylist()) if ref is not None}
-    found = holder_places(backend, handle, path, wanted, seen)
+    found = holder_places(backend, handle, path, wanted, seen, own)
     return {i: found.get(i) for i in wanted}
 
 

@@ -183,7 +183,7 @@ def table_lines(
             rows = handle.metadata.row_group(g).num_rows
             group = body_places(handle, g, sizes[len(places) : len(places) + rows])
             places += group if group is not None else [None] * rows
-        shared = referring_places(backend, handle, path, table.column(REF_COLUMN), holders)
+        shared = referring_places(backend, handle, path, table.column(REF_COLUMN), holders, (table, places))
         held = shared_places(shared, 0, len(places), places)
     return unique_lines(capture_lines(type, table, first_row=0, places=places, held=held))
 

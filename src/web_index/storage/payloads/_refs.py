@@ -23,7 +23,7 @@ records. Never a wrong or an empty body.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from web_index._retry import retrying
@@ -96,8 +96,6 @@ def parse_ref(ref: str) -> Holder | None:
 def locate_holders(handle: pq.ParquetFile, holders: Iterable[Holder]) -> dict[Holder, tuple[int, int]]:
     """Where each of ``holders`` is in this open file: (row group, row in it).
     Only the row groups whose ``url_key`` range holds one are read, key columns only."""
-    import pyarrow as pa
-
     by_key: dict[str, list[Holder]] = defaultdict(list)
     for h in holders:
         by_key[h.url_key].append(h)
@@ -115,12 +113,22 @@ def locate_holders(handle: pq.ParquetFile, holders: Iterable[Holder]) -> dict[Ho
         if not keys:
             continue
         table = handle.read_row_group(g, columns=_KEYS, use_threads=False)
-        table = table.set_column(1, "attempt_timestamp", table.column(1).cast(pa.int64()))
-        wanted = {h for k in keys for h in by_key[k]}
-        for row, values in enumerate(zip(*(c.to_pylist() for c in table.columns), strict=True)):
-            h = Holder(*values)
-            if h in wanted:
-                out[h] = (g, row)
+        found = _rows_of(table, {h for k in keys for h in by_key[k]})
+        out.update((h, (g, row)) for h, row in found.items())
+    return out
+
+
+def _rows_of(table: pa.Table, wanted: Collection[Holder]) -> dict[Holder, int]:
+    """The row of ``table`` (its key columns) that each of ``wanted`` is, if there."""
+    import pyarrow as pa
+
+    keys = table.select(_KEYS)
+    keys = keys.set_column(1, "attempt_timestamp", keys.column(1).cast(pa.int64()))
+    out: dict[Holder, int] = {}
+    for row, values in enumerate(zip(*(c.to_pylist() for c in keys.columns), strict=True)):
+        h = Holder(*values)
+        if h in wanted:
+            out[h] = row
     return out
 
 
@@ -130,6 +138,7 @@ def holder_places(
     path: str,
     refs: Mapping[int, str],
     seen: dict[str, FileInfo] | None = None,
+    own: tuple[pa.Table, Sequence[BodyPlace | None]] | None = None,
 ) -> dict[int, tuple[BodyPlace, str | None]]:
     """Where the payload each referring row of the file ``handle`` (at ``path``)
     names is, for its capture line: the holder's body place, and the month
@@ -137,7 +146,9 @@ def holder_places(
     holder cannot be placed is left out (its line then has no place: reading it
     resolves the reference, or fails naming the records). ``seen`` gets each
     other holder file's version as it was before it was read: a place learnt from
-    a file compacted again since is out of date (``refresh_held_places``)."""
+    a file compacted again since is out of date (``refresh_held_places``).
+    ``own``: the file's rows and their places, when its writer has them in hand: a
+    holder in this file is then found there, the file not read for it."""
     from web_index.storage.pages import body_places
 
     by_file: dict[str, dict[Holder, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -147,6 +158,13 @@ def holder_places(
             by_file[holder.path][holder].append(row)
     out: dict[int, tuple[BodyPlace, str | None]] = {}
     for where, holders in by_file.items():
+        if where == path and own is not None:
+            table, own_places = own
+            for h, row in _rows_of(table, holders).items():
+                place = own_places[row]
+                if place is not None:
+                    out.update((referring, (place, None)) for referring in holders[h])
+            continue
         try:
             if seen is not None and where != path:
                 seen[where] = backend.file_info(where, fresh=True)
