@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import random
 import re
@@ -25,8 +26,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.archive.test_import_warc import Warc
-from tests.factories import T0, attempt
+from tests.factories import T0, attempt, insertion_request
 from web_index import WebIndex
+from web_index import _insert_lines as insert_lines
 from web_index.archive import _import_workers as import_workers
 from web_index.archive import archive_files, import_warcs
 from web_index.cli import app
@@ -351,6 +353,7 @@ import os, sys, uuid
 sys.path.insert(0, {root!r})
 from tests.test_bulk_load_jobs import _items
 from web_index import WebIndex
+from web_index import _insert_lines as insert_lines
 from web_index.errors import StoreError
 
 if __name__ == "__main__":
@@ -589,3 +592,84 @@ def test_a_partition_merged_as_read_answers_as_one_gathered(
             assert _spool_files(tmp / name) == []
     assert got["merged"] == got["gathered"]
     assert got["merged-jobs"] == got["gathered"]
+
+
+_LINES = st.lists(
+    st.one_of(
+        st.tuples(st.just("valid"), st.integers(0, 30), st.sampled_from(["success", "timeout"])),
+        st.tuples(st.just("json"), st.integers(0, 30), st.just("")),  # not JSON
+        st.tuples(st.just("field"), st.integers(0, 30), st.just("")),  # JSON, a field wrong
+        st.tuples(st.just("blank"), st.integers(0, 30), st.just("")),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def _request_line(kind: str, n: int, state: str) -> str:
+    url = f"https://h{n % 4}.example.com/{n}"
+    if kind == "valid":
+        return json.dumps(insertion_request(*attempt(url, T0 + timedelta(days=40 * (n % 3)), state=state)))
+    if kind == "json":
+        return '{"type": "get", "url": '
+    if kind == "field":
+        return json.dumps({"type": "get", "url": url, "timestamp": "yesterday", "metadata": {}})
+    return "   "
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    lines=_LINES,
+    skip_invalid=st.booleans(),
+    range_bytes=st.sampled_from([1, 300, 1 << 20]),
+    batch=st.sampled_from([1, 3, 1000]),
+)
+def test_insert_bulk_read_by_workers_does_what_one_process_does(
+    tmp_path_factory: pytest.TempPathFactory,
+    lines: list[tuple[str, int, str]],
+    skip_invalid: bool,
+    range_bytes: int,
+    batch: int,
+) -> None:
+    """``insert --bulk --jobs 2`` of a file, its lines read by the load's workers a range each
+    (``range_bytes``: a line a range, a few, all in one): the same exit, messages (line
+    numbers, what was skipped, what was stored before an invalid line) and records as
+    ``--jobs 1``, whose one process reads every line."""
+    tmp = tmp_path_factory.mktemp("insert-jobs")
+    source = tmp / "in.jsonl"
+    source.write_text("\n".join(_request_line(*line) for line in lines) + "\n")
+    got = []
+    for jobs in (1, 2):
+        store = tmp / f"s{jobs}"
+        args = [
+            "insert",
+            "--bulk",
+            "--jobs",
+            str(jobs),
+            "--batch",
+            str(batch),
+            "--store",
+            str(store),
+            str(source),
+        ]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(insert_lines, "_RANGE_BYTES", range_bytes)
+            done = CliRunner().invoke(app, args + (["--skip-invalid"] if skip_invalid else []))
+        with WebIndex(store) as index:
+            records = {
+                str(type): sorted(json.dumps(_without_ids(_plain(r)), default=str) for r in index.scan(type))
+                for type in RecordType
+            }
+            assert index.verify().ok
+        got.append((done.exit_code, done.stderr, records))
+        assert _spool_files(store) == []
+    assert got[0] == got[1]
+
+
+def _without_ids(value: object) -> object:
+    """A record as the store answers it, without the request ids it gave (they differ run to run)."""
+    if isinstance(value, dict):
+        return {k: _without_ids(v) for k, v in sorted(value.items()) if k != "request_id"}
+    if isinstance(value, list):
+        return [_without_ids(v) for v in value]
+    return value

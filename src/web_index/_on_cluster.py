@@ -32,10 +32,10 @@ from web_index.query import (
 )
 from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptions, open_store
 
-__all__ = ["answer_file", "compactor", "worker_store"]
+__all__ = ["answer_file", "compactor", "shared_location", "worker_store"]
 
 
-def _shared(location: str) -> str:
+def shared_location(location: str) -> str:
     """The location as the workers must see it: a folder made absolute (a worker's
     working directory is its own), a URL as it is."""
     return location if "://" in location else str(Path(location).resolve())
@@ -56,7 +56,7 @@ def answer_file(
     ``buffer``) with its batches answered by ``workers``: the Dask cluster at that
     address, or that many worker processes of this machine (a window of one batch
     is answered ``here``, starting none)."""
-    answer = functools.partial(_answer, _shared(location), buffer)
+    answer = functools.partial(_answer, shared_location(location), buffer)
     if isinstance(workers, str):
         return answer_on_cluster(
             workers, answer, source, destination, batch_size=batch_size, on_progress=on_progress
@@ -77,7 +77,7 @@ def compactor(
 ) -> Callable[[list[tuple[MethodPartition, PartitionFiles | None]]], Iterator[int]]:
     """A ``run`` for ``Store.compact``: one task per partition, with its files as listed, on the
     cluster (a worker listing it again would scan a local store's month folder a partition)."""
-    compact = functools.partial(_compact, _shared(location), buffer, min_parts)
+    compact = functools.partial(_compact, shared_location(location), buffer, min_parts)
     return functools.partial(map_on_cluster, scheduler, compact)
 
 

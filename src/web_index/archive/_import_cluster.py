@@ -28,10 +28,10 @@ import shutil
 import socket
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from web_index._bulk_load import BulkLoad
+from web_index._on_cluster import shared_location
 from web_index.archive._import_file import FileRead, ReadSettings, portable, read_files, worker_index
 from web_index.archive._import_run import ImportReport, Run, _Capture
 from web_index.archive._revisits import Waiting
@@ -58,7 +58,7 @@ def import_on_cluster(
     """``import_warcs`` of ``files`` into ``index``, each file a task on the cluster at
     ``scheduler`` (``tcp://host:port``)."""
     store = index._store
-    location = index.location if "://" in index.location else str(Path(index.location).resolve())
+    location = shared_location(index.location)
     folder = f"{_STAGING}/{os.getpid()}-{uuid.uuid4()}"
     if isinstance(store.backend, LocalBackend):
         owner = store.backend.local_folder(folder)

@@ -30,10 +30,10 @@ import functools
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from web_index._bulk_load import BulkLoad
+from web_index._on_cluster import shared_location
 from web_index.archive._import_file import FileRead, ReadSettings, portable, read_files
 from web_index.archive._import_run import ImportReport, Run
 from web_index.archive._sources import ArchiveFile
@@ -69,7 +69,7 @@ def import_on_workers(
     """Import ``files`` into ``run.load`` (a bulk load with workers), a task at a time each."""
     load, index, report = run.load, run.index, run.report
     assert load is not None and run.deferred is not None
-    location = index.location if "://" in index.location else str(Path(index.location).resolve())
+    location = shared_location(index.location)
     settings = ReadSettings(run.calibre, run.skip_invalid, run.batch, index.limits)
     work = functools.partial(_read_task, location, index._buffer_location, settings)
     taken = _Taken()

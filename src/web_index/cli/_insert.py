@@ -7,11 +7,14 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Annotated, BinaryIO
+from collections.abc import Callable, Iterator
+from typing import Annotated, BinaryIO, NamedTuple
 
 import typer
 
+from web_index._bulk_load import BulkLoad
+from web_index._insert_lines import Inserter, RefusedLineError, batches, insert_on_workers
+from web_index._on_cluster import shared_location
 from web_index.cli._app import (
     EXIT_USAGE,
     BufferOption,
@@ -30,13 +33,10 @@ from web_index.cli._app import (
     say,
     store_location,
 )
-from web_index.errors import InvalidRecordError
 from web_index.index import InsertItem, WebIndex
-from web_index.ingest import InsertRequest, iter_insert_lines, validate_attempt
+from web_index.ingest import iter_insert_lines
 
 __all__ = ["insert"]
-
-Line = tuple[int, InsertRequest | InvalidRecordError]
 
 
 class _UnreadableInputError(Exception):
@@ -76,7 +76,8 @@ def insert(
     command stops (exit 2) after storing every valid line before it, and says so.
     With --skip-invalid every valid line is stored and every invalid one reported.
     With --bulk the lines go straight into compacted, indexed Parquet files (no
-    flush or compact to run after), written when the input ends by --jobs processes.
+    flush or compact to run after), written when the input ends by --jobs processes,
+    which also read a file's lines (not stdin's), a range each.
     """
     started = time.monotonic()
     location = store_location(store)
@@ -92,6 +93,7 @@ def insert(
             task = progress.add_task("loading" if bulk else "inserting", total=None)
             with contextlib.ExitStack() as stack:
                 add = index.insert_many
+                workers = False
                 if bulk:
                     writing = progress.add_task("writing files", total=None, visible=False)
 
@@ -101,102 +103,78 @@ def insert(
                     size = None if source == "-" else os.fstat(handle.fileno()).st_size
                     load = index.bulk_load(on_progress=on_progress, jobs=jobs_of(jobs, size))
                     add = stack.enter_context(load).add
-                inserter = _Inserter(index, add, name, skip_invalid)
-                lines = iter_insert_lines(_read(handle, name), name)
-                try:
-                    for chunk in _batches(lines, batch, stop_at_error=not skip_invalid):
-                        inserter.store(chunk)
-                        progress.update(task, completed=inserter.stored)
-                except _UnreadableInputError as exc:
-                    raise fail(EXIT_USAGE, f"{exc} ({_stored(inserter.stored)} before it)") from None
+                    # A file (not a pipe) is read by the load's workers, a range of its lines each.
+                    workers = source != "-" and load.has_workers and index._reopenable
+                how = _How(name, batch, skip_invalid, lambda stored: progress.update(task, completed=stored))
+                if workers:
+                    totals = _on_workers(index, load, source, how)
+                else:
+                    totals = _insert_lines(index, add, handle, how)
     finally:
         if source != "-":
             handle.close()
+    stored, skipped = totals
     if as_json:
         seconds = time.monotonic() - started
-        totals = {"stored": inserter.stored, "skipped": inserter.skipped, "seconds": round(seconds, 3)}
-        sys.stdout.write(json.dumps(totals) + "\n")
+        sys.stdout.write(
+            json.dumps({"stored": stored, "skipped": skipped, "seconds": round(seconds, 3)}) + "\n"
+        )
         return
-    skipped = f", skipped {inserter.skipped} invalid" if inserter.skipped else ""
-    err.print(f"stored {plural(inserter.stored, 'attempt')}{skipped}", highlight=False)
+    more = f", skipped {skipped} invalid" if skipped else ""
+    err.print(f"stored {plural(stored, 'attempt')}{more}", highlight=False)
+
+
+class _How(NamedTuple):
+    """How the input's lines are stored: its name in messages, the batch, whether an
+    invalid line is skipped, and what is told the requests stored so far."""
+
+    name: str
+    batch: int
+    skip_invalid: bool
+    on_stored: Callable[[int], object]
+
+
+def _insert_lines(
+    index: WebIndex, add: Callable[[list[InsertItem]], object], handle: BinaryIO, how: _How
+) -> tuple[int, int]:
+    """The input's lines read here, a batch at a time."""
+    inserter = Inserter(index.limits, add, how.name, how.skip_invalid, _skipped)
+    lines = iter_insert_lines(_read(handle, how.name), how.name)
+    try:
+        for chunk in batches(
+            lines, how.batch, stop_at_error=not how.skip_invalid, broken=_UnreadableInputError
+        ):
+            inserter.store(chunk)
+            how.on_stored(inserter.stored)
+    except _UnreadableInputError as exc:
+        raise fail(EXIT_USAGE, f"{exc} ({_stored(inserter.stored)} before it)") from None
+    except RefusedLineError as exc:
+        raise fail(EXIT_USAGE, f"{exc.error} ({_stored(exc.stored)} before it)") from None
+    return inserter.stored, inserter.skipped
+
+
+def _on_workers(index: WebIndex, load: BulkLoad, source: str, how: _How) -> tuple[int, int]:
+    """The file's lines read by the load's workers (see ``web_index._insert_lines``)."""
+    try:
+        return insert_on_workers(
+            load,
+            shared_location(index.location),
+            index._buffer_location,
+            source,
+            how.name,
+            limits=index.limits,
+            batch=how.batch,
+            skip_invalid=how.skip_invalid,
+            on_skipped=_skipped,
+            on_progress=how.on_stored,
+        )
+    except RefusedLineError as exc:
+        raise fail(EXIT_USAGE, f"{exc.error} ({_stored(exc.stored)} before it)") from None
+
+
+def _skipped(message: str) -> None:
+    say("[yellow]skipped[/]", message)
 
 
 def _stored(count: int) -> str:
     return f"stored {plural(count, 'request')}"
-
-
-def _batches(lines: Iterable[Line], size: int, *, stop_at_error: bool) -> Iterator[list[Line]]:
-    """Lines in batches of ``size`` (invalid ones included, in place); with
-    ``stop_at_error`` the batch holding the first invalid line is the last one read."""
-    pending: list[Line] = []
-    try:
-        for line in lines:
-            pending.append(line)
-            if stop_at_error and isinstance(line[1], InvalidRecordError):
-                break
-            if len(pending) >= size:
-                yield pending
-                pending = []
-    except _UnreadableInputError:
-        if pending:
-            yield pending  # what was read before the input broke is stored all the same
-        raise
-    if pending:
-        yield pending
-
-
-class _Inserter:
-    """Stores batches of lines and reports their invalid ones, in line order."""
-
-    def __init__(
-        self, index: WebIndex, add: Callable[[list[InsertItem]], object], name: str, skip_invalid: bool
-    ) -> None:
-        self.index = index
-        self.add = add  # insert_many, or a bulk load's add: both take all of a batch or none of it
-        self.name = name
-        self.skip_invalid = skip_invalid
-        self.stored = 0
-        self.skipped = 0
-
-    def store(self, lines: list[Line]) -> None:
-        """Store the valid requests of ``lines`` and report the invalid ones; without
-        --skip-invalid, only those before the first invalid line, then exit 2."""
-        requests = [r for _, r in lines if isinstance(r, InsertRequest)]
-        if len(requests) == len(lines):
-            try:
-                self.add([r.item() for r in requests])
-            except InvalidRecordError:
-                pass  # which lines? validation alone, below, finds them
-            else:
-                self.stored += len(requests)
-                return
-        valid: list[InsertRequest] = []
-        errors: list[InvalidRecordError] = []
-        for number, result in lines:
-            if isinstance(result, InvalidRecordError):
-                error = result
-            else:
-                problem = self._problem(number, result)
-                if problem is None:
-                    valid.append(result)
-                    continue
-                error = problem
-            errors.append(error)
-            if not self.skip_invalid:
-                break
-        if valid:
-            # add validates them again; they pass, as they just did.
-            self.add([r.item() for r in valid])
-            self.stored += len(valid)
-        if errors and not self.skip_invalid:
-            raise fail(EXIT_USAGE, f"{errors[0]} ({_stored(self.stored)} before it)")
-        for error in errors:
-            say("[yellow]skipped[/]", str(error))
-        self.skipped += len(errors)
-
-    def _problem(self, number: int, request: InsertRequest) -> InvalidRecordError | None:
-        try:
-            validate_attempt(*request.item(), limits=self.index.limits)
-        except InvalidRecordError as exc:
-            return InvalidRecordError(f"{self.name}:{number}: {exc.field}", exc.problem)
-        return None

@@ -62,7 +62,7 @@ def _utf8_problem(line: str | bytes, exc: UnicodeDecodeError) -> str:
 
 
 def iter_insert_lines(
-    lines: Iterable[str | bytes], source: str = "<input>"
+    lines: Iterable[str | bytes], source: str = "<input>", *, first: int = 1
 ) -> Iterator[tuple[int, InsertRequest | InvalidRecordError]]:
     """Parse JSONL insertion requests, one result per non-blank line: its line
     number and the request, or the error that refuses it (named ``source:line``
@@ -72,9 +72,9 @@ def iter_insert_lines(
     Line numbers count blank lines too (the number an editor shows); lines are
     split on ``\\n`` only, so give bytes (a file opened ``"rb"``): a text file
     object would also split on a lone ``\\r`` and fail outright on a byte that
-    is not UTF-8.
+    is not UTF-8. ``first``: the number of the first line given (a range of a file's).
     """
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines, start=first):
         if not line.strip():
             continue
         where = f"{source}:{number}"
