@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -673,3 +674,38 @@ def _without_ids(value: object) -> object:
     if isinstance(value, list):
         return [_without_ids(v) for v in value]
     return value
+
+
+@pytest.mark.timeout(120)  # read again by a worker, a named pipe would wait for a writer forever
+def test_insert_bulk_of_a_pipe_reads_it_in_one_process(tmp_path: Path) -> None:
+    """A named pipe cannot be read again by the workers: its lines are read here, all stored."""
+    lines = [_request_line("valid", n, "success") for n in range(20)]
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    store = tmp_path / "s"
+    done = CliRunner().invoke(
+        app, ["insert", "--bulk", "--jobs", "2", "--json", "--store", str(store), str(fifo)]
+    )
+    writer.join(timeout=30)
+    assert done.exit_code == 0, done.stderr
+    assert json.loads(done.stdout)["stored"] == 20
+
+
+def test_a_range_that_cannot_be_read_stops_the_input_as_one_process_does(tmp_path: Path) -> None:
+    """A worker's read that fails (here: a folder where the file was) ends the input with the
+    input's error, not the store's: the ranges before it stored."""
+    store = tmp_path / "s"
+    WebIndex(store).close()
+    done = insert_lines._insert_range(
+        str(store), None, Limits(), str(tmp_path), "in.jsonl", 10, False, (0, 100, 1)
+    )
+    assert done.error is None and done.stored == 0
+    assert done.stopped is not None and done.stopped.startswith("cannot read in.jsonl: ")
+    assert done.chunks is not None and done.chunks.files == ()

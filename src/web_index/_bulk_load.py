@@ -123,6 +123,12 @@ class BulkLoad:
         """Whether the load has worker processes (``jobs`` > 1 on a local store)."""
         return self._spill.pool is not None
 
+    @property
+    def workers(self) -> int:
+        """How many worker processes the load has (0: none)."""
+        pool = self._spill.pool
+        return 0 if pool is None else pool.jobs
+
     def on_workers(self, work: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
         """``work`` (a module-level function, or a partial of one) of each item, in order, by
         the load's workers, an item at a time and ``jobs + 1`` of them given ahead of the one

@@ -7,7 +7,11 @@ given to a bulk load with workers is read by them, a range of its lines each
 (:func:`insert_on_workers`): each worker parses and checks its lines into a load of its own
 that hands its spilled chunks over; this process's load absorbs them in the file's order
 and commits once. Without ``skip_invalid`` the first invalid line stops the input (what came
-before it is stored, no line after it), as when one process reads the file.
+before it is stored, no line after it), as when one process reads the file; so does a read of
+the file that fails (the input's error, not the store's). One thing differs: requests get their
+ids as a worker takes them, so two lines of one capture moment (the same URL and timestamp, which
+the standard's keys then tell apart by request id) in different ranges rank by the order the
+workers took them, not by the file's.
 """
 
 from __future__ import annotations
@@ -133,9 +137,13 @@ class _Range:
 
     stored: int = 0
     skipped: list[str] = field(default_factory=list)
-    stopped: str | None = None  # the invalid line that ended the input
+    stopped: str | None = None  # the invalid line, or the read that failed, that ended the input
     chunks: Chunks | None = None
     error: BaseException | None = None
+
+
+class _UnreadableError(Exception):
+    """The input could not be read on (an I/O error of the file, not of the store)."""
 
 
 def insert_on_workers(
@@ -158,11 +166,18 @@ def insert_on_workers(
     stored = skipped = 0
     stop: BaseException | None = None
 
+    unreadable: str | None = None  # the file could not be cut into ranges past this one
+
     def ranges() -> Iterator[tuple[int, int, int]]:
-        for each in _ranges(path, _RANGE_BYTES):
-            if stop is not None:
-                return  # no line after an invalid one is read
-            yield each
+        nonlocal unreadable
+        try:
+            with open(path, "rb") as f:
+                for each in _ranges(f, _range_bytes(os.fstat(f.fileno()).st_size, load.workers)):
+                    if stop is not None:
+                        return  # no line after an invalid one is read
+                    yield each
+        except OSError as exc:
+            unreadable = _unreadable(name, exc)  # said once the ranges before it are stored
 
     for done in load.on_workers(work, ranges()):
         if stop is not None:
@@ -181,24 +196,35 @@ def insert_on_workers(
         if done.stopped is not None:
             stop = RefusedLineError(done.stopped, stored)
         on_progress(stored)
+    if stop is None and unreadable is not None:
+        stop = RefusedLineError(unreadable, stored)
     if stop is not None:
         raise stop
     return stored, skipped
 
 
-def _ranges(path: str, size: int) -> Iterator[tuple[int, int, int]]:
-    """The file's lines in ranges of about ``size`` bytes, each ending at a line's end: its
-    first byte, its end, and the number of its first line."""
-    with open(path, "rb") as f:
-        end = os.fstat(f.fileno()).st_size
-        start, line = 0, 1
-        while start < end:
-            f.seek(min(end, start + size))
-            f.readline()  # to the end of the line the cut falls in
-            stop = max(f.tell(), min(end, start + size))
-            yield start, stop, line
-            line += _newlines(f, start, stop)
-            start = stop
+def _range_bytes(size: int, workers: int) -> int:
+    """A range's size: two or more ranges a worker (a file of a few MiB still spreads), at
+    most ``_RANGE_BYTES`` (each range's chunks are a spill file or two till the commit)."""
+    return max(1 << 20, min(_RANGE_BYTES, size // (2 * max(1, workers))))
+
+
+def _ranges(f: BinaryIO, size: int) -> Iterator[tuple[int, int, int]]:
+    """The lines of the file ``f`` in ranges of about ``size`` bytes, each ending at a
+    line's end: its first byte, its end, and the number of its first line."""
+    end = os.fstat(f.fileno()).st_size
+    start, line = 0, 1
+    while start < end:
+        f.seek(min(end, start + size))
+        f.readline()  # to the end of the line the cut falls in
+        stop = max(f.tell(), min(end, start + size))
+        yield start, stop, line
+        line += _newlines(f, start, stop)
+        start = stop
+
+
+def _unreadable(name: str, exc: OSError) -> str:
+    return f"cannot read {name}: {exc.strerror or exc}"
 
 
 def _newlines(f: BinaryIO, start: int, stop: int) -> int:
@@ -213,10 +239,13 @@ def _newlines(f: BinaryIO, start: int, stop: int) -> int:
     return count
 
 
-def _range_lines(f: BinaryIO, size: int) -> Iterator[bytes]:
+def _range_lines(f: BinaryIO, size: int, name: str) -> Iterator[bytes]:
     """The next ``size`` bytes of ``f``, line by line (lines split on ``\\n`` only)."""
     while size > 0:
-        line = f.readline(size)
+        try:
+            line = f.readline(size)
+        except OSError as exc:
+            raise _UnreadableError(_unreadable(name, exc)) from None
         if not line:
             return
         size -= len(line)
@@ -243,13 +272,19 @@ def _insert_range(
         return _Range(error=exc)
     inserter = Inserter(limits, load.add, name, skip_invalid, done.skipped.append)
     try:
-        with open(path, "rb") as f:
+        try:
+            f = open(path, "rb")  # noqa: SIM115  # closed below; its errors are the input's
             f.seek(start)
-            lines = iter_insert_lines(_range_lines(f, stop - start), name, first=first)
-            for chunk in batches(lines, batch, stop_at_error=not skip_invalid):
+        except OSError as exc:
+            raise _UnreadableError(_unreadable(name, exc)) from None
+        with f:
+            lines = iter_insert_lines(_range_lines(f, stop - start, name), name, first=first)
+            for chunk in batches(lines, batch, stop_at_error=not skip_invalid, broken=_UnreadableError):
                 inserter.store(chunk)
     except RefusedLineError as exc:
         done.stopped = exc.error
+    except _UnreadableError as exc:  # what was read before it is stored, as by one process
+        done.stopped = str(exc)
     except Exception as exc:
         load.hand_over().discard()
         return _Range(error=exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -103,8 +104,10 @@ def insert(
                     size = None if source == "-" else os.fstat(handle.fileno()).st_size
                     load = index.bulk_load(on_progress=on_progress, jobs=jobs_of(jobs, size))
                     add = stack.enter_context(load).add
-                    # A file (not a pipe) is read by the load's workers, a range of its lines each.
-                    workers = source != "-" and load.has_workers and index._reopenable
+                    # A file (not a pipe: it cannot be read again) is read by the load's workers,
+                    # a range of its lines each.
+                    regular = source != "-" and stat.S_ISREG(os.fstat(handle.fileno()).st_mode)
+                    workers = regular and load.has_workers and index._reopenable
                 how = _How(name, batch, skip_invalid, lambda stored: progress.update(task, completed=stored))
                 if workers:
                     totals = _on_workers(index, load, source, how)
