@@ -4,11 +4,12 @@ bulk load, the load's commit done once here.
 Reading was the import's serial part: the records inflated and parsed, their HTTP messages
 decoded and checked, the chunks sorted and spilled, all in this process while the load's
 workers waited for the commit (22 of the 36 s of the 1 GiB benchmark with two workers). Now
-each task, a run of the files in their order (at least ``_TASK_BYTES`` of them, or one
-file), is read by a worker as a one-process import reads it (what the store holds skipped,
-a request giving its response's method, a revisit of a capture the task read told its
-payload) into a load of its own that never commits: it hands over its spilled chunks, which
-this process's load absorbs, in the tasks' order, and commits with the rest.
+each task, a run of the files in their order (at least ``_TASK_BYTES`` of them, less when
+that gives a worker fewer than two, or one file), is read by a worker as a one-process
+import reads it (what the store holds skipped, a request giving its response's method, a
+revisit of a capture the task read told its payload) into a load of its own that never
+commits: it hands over its spilled chunks, which this process's load absorbs, in the tasks'
+order, and commits with the rest.
 
 What differs from one process is what crosses a task's edge: a revisit of a capture that
 another task read waits, as one of a capture stored before the import does, and is stored
@@ -75,8 +76,11 @@ def import_on_workers(
     taken = _Taken()
     problem: BaseException | None = None
 
+    # Two tasks or more a worker when the files allow (a few small files still spread).
+    size = min(_TASK_BYTES, max(1, sum(f.size for f in files) // (2 * max(1, load.workers))))
+
     def tasks() -> Iterator[list[ArchiveFile]]:
-        for task in _tasks(files):
+        for task in _tasks(files, size):
             if problem is not None:
                 return  # no file after a problem is read
             yield [portable(f) for f in task]
@@ -107,16 +111,16 @@ def import_on_workers(
         raise problem
 
 
-def _tasks(files: Sequence[ArchiveFile]) -> Iterator[list[ArchiveFile]]:
-    """The files in runs of at least ``_TASK_BYTES`` (the last may hold less)."""
+def _tasks(files: Sequence[ArchiveFile], size: int) -> Iterator[list[ArchiveFile]]:
+    """The files in runs of at least ``size`` bytes (the last may hold less)."""
     task: list[ArchiveFile] = []
-    size = 0
+    held = 0
     for f in files:
         task.append(f)
-        size += f.size
-        if size >= _TASK_BYTES:
+        held += f.size
+        if held >= size:
             yield task
-            task, size = [], 0
+            task, held = [], 0
     if task:
         yield task
 
