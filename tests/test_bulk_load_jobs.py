@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -235,17 +235,18 @@ def _imported(index: WebIndex, paths: list[Any], jobs: int, skip_invalid: bool =
 
 def test_files_after_a_problem_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file cut short stops the import there, whatever the files after it would have done
-    (here one removed after it was listed): its problem is what is raised, as with one process."""
+    (here one removed after it was listed, and one read while the cut file was, whose records
+    are not stored): its problem is what is raised, as with one process."""
     monkeypatch.setattr(import_workers, "_TASK_BYTES", 1)
     paths = []
-    for n in range(3):
+    for n in range(4):
         w = Warc()
         w.capture(f"https://example.com/{n}", b"page %d " % n * 100)
         w.capture(f"https://example.com/{n}/b", b"other %d " % n * 100)
         paths.append(w.save(tmp_path / f"{n}.warc.gz"))
     paths[1].write_bytes(paths[1].read_bytes()[:-40])
     last = paths[2].read_bytes()
-    urls = [f"https://example.com/{n}{end}" for n in range(3) for end in ("", "/b")]
+    urls = [f"https://example.com/{n}{end}" for n in range(4) for end in ("", "/b")]
     got = []
     for jobs in (1, 2):
         paths[2].write_bytes(last)
@@ -256,7 +257,7 @@ def test_files_after_a_problem_are_not_read(tmp_path: Path, monkeypatch: pytest.
                 (_imported(index, files, jobs), index.presence([SimplePageQuery(url=u) for u in urls]))
             )
     assert got[0] == got[1]
-    assert "truncated" in str(got[0][0]) and got[0][1] == [True] * 4 + [False] * 2  # the cut: a request
+    assert "truncated" in str(got[0][0]) and got[0][1] == [True] * 4 + [False] * 4  # the cut: a request
 
 
 def test_a_revisit_another_task_stored_is_counted_once(
@@ -619,6 +620,12 @@ def _request_line(kind: str, n: int, state: str) -> str:
 
 
 @settings(max_examples=10, deadline=None)
+@example(  # an invalid line while the ranges after it are read: those are not stored
+    lines=[("valid", 1, "success"), ("json", 2, ""), *[("valid", n, "success") for n in range(3, 9)]],
+    skip_invalid=False,
+    range_bytes=1,
+    batch=1,
+)
 @given(
     lines=_LINES,
     skip_invalid=st.booleans(),
@@ -655,6 +662,7 @@ def test_insert_bulk_read_by_workers_does_what_one_process_does(
         ]
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(insert_lines, "_RANGE_BYTES", range_bytes)
+            patch.setattr(insert_lines, "_MIN_RANGE_BYTES", 1)
             done = CliRunner().invoke(app, args + (["--skip-invalid"] if skip_invalid else []))
         with WebIndex(store) as index:
             records = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Protocol, Self, TypeVar
 
 from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
 from web_index._on_cluster import worker_store
@@ -17,6 +17,19 @@ __all__ = ["BulkLoad"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
+_H = TypeVar("_H", bound="Handed")
+
+
+class Handed(Protocol):
+    """What a worker's part of a load gives back: the chunks its load handed over, or the
+    error that stopped it."""
+
+    @property
+    def chunks(self) -> Chunks | None: ...
+
+    @property
+    def error(self) -> BaseException | None: ...
+
 
 _CHUNK_BYTES = 64 << 20  # bodies held before a chunk is spilled (each ~3 times while it is)
 _GET_ROW = 15  # values in a GET response row (its body last); a HEAD row has 14
@@ -138,6 +151,35 @@ class BulkLoad:
         if pool is None:
             raise ValueError("this bulk load has no worker processes")
         return pool.run_each(work, items, chunk=1, ahead=pool.jobs + 1)
+
+    def absorb_each(
+        self, work: Callable[[_T], _H], items: Iterable[_T], take: Callable[[_H], BaseException | None]
+    ) -> None:
+        """:meth:`on_workers`, each result's chunks absorbed in the items' order and the result
+        then given to ``take``. The first error, a result's own or one ``take`` returns, stops
+        the reading of items; the results in flight are discarded (their chunks removed, so
+        that nothing after the error is stored) and the error is raised."""
+        stop: BaseException | None = None
+
+        def given() -> Iterator[_T]:
+            for item in items:
+                if stop is not None:
+                    return
+                yield item
+
+        for done in self.on_workers(work, given()):
+            if stop is not None:
+                if done.chunks is not None:
+                    done.chunks.discard()
+                continue
+            if done.error is not None:
+                stop = done.error
+                continue
+            assert done.chunks is not None
+            self.absorb(done.chunks)
+            stop = take(done)
+        if stop is not None:
+            raise stop
 
     def hand_over(self) -> Chunks:
         """End this load without committing: what it took, spilled, for another process's

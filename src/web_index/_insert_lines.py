@@ -34,6 +34,7 @@ __all__ = ["Inserter", "Line", "RefusedLineError", "batches", "insert_on_workers
 Line = tuple[int, InsertRequest | InvalidRecordError]
 _NEVER = 1 << 62  # a worker's load never commits: it hands over
 _RANGE_BYTES = 64 << 20  # of the file a worker reads at a time (its chunks: a spill file or two)
+_MIN_RANGE_BYTES = 1 << 20  # a smaller range costs a worker's load more than its lines
 
 
 class RefusedLineError(Exception):
@@ -164,49 +165,35 @@ def insert_on_workers(
     how many were stored and skipped. Raises :class:`RefusedLineError` as :class:`Inserter` does."""
     work = functools.partial(_insert_range, location, buffer, limits, path, name, batch, skip_invalid)
     stored = skipped = 0
-    stop: BaseException | None = None
-
     unreadable: str | None = None  # the file could not be cut into ranges past this one
 
     def ranges() -> Iterator[tuple[int, int, int]]:
         nonlocal unreadable
         try:
             with open(path, "rb") as f:
-                for each in _ranges(f, _range_bytes(os.fstat(f.fileno()).st_size, load.workers)):
-                    if stop is not None:
-                        return  # no line after an invalid one is read
-                    yield each
+                yield from _ranges(f, _range_bytes(os.fstat(f.fileno()).st_size, load.workers))
         except OSError as exc:
             unreadable = _unreadable(name, exc)  # said once the ranges before it are stored
 
-    for done in load.on_workers(work, ranges()):
-        if stop is not None:
-            if done.chunks is not None:
-                done.chunks.discard()
-            continue
-        if done.error is not None:
-            stop = done.error
-            continue
-        assert done.chunks is not None
-        load.absorb(done.chunks)
+    def take(done: _Range) -> BaseException | None:
+        nonlocal stored, skipped
         for message in done.skipped:
             on_skipped(message)
         skipped += len(done.skipped)
         stored += done.stored
-        if done.stopped is not None:
-            stop = RefusedLineError(done.stopped, stored)
         on_progress(stored)
-    if stop is None and unreadable is not None:
-        stop = RefusedLineError(unreadable, stored)
-    if stop is not None:
-        raise stop
+        return None if done.stopped is None else RefusedLineError(done.stopped, stored)
+
+    load.absorb_each(work, ranges(), take)  # no line after an invalid one is read
+    if unreadable is not None:
+        raise RefusedLineError(unreadable, stored)
     return stored, skipped
 
 
 def _range_bytes(size: int, workers: int) -> int:
     """A range's size: two or more ranges a worker (a file of a few MiB still spreads), at
     most ``_RANGE_BYTES`` (each range's chunks are a spill file or two till the commit)."""
-    return max(1 << 20, min(_RANGE_BYTES, size // (2 * max(1, workers))))
+    return max(_MIN_RANGE_BYTES, min(_RANGE_BYTES, size // (2 * max(1, workers))))
 
 
 def _ranges(f: BinaryIO, size: int) -> Iterator[tuple[int, int, int]]:

@@ -68,47 +68,33 @@ def import_on_workers(
     run: Run, files: Sequence[ArchiveFile], on_progress: Callable[[ImportReport], None] | None
 ) -> None:
     """Import ``files`` into ``run.load`` (a bulk load with workers), a task at a time each."""
-    load, index, report = run.load, run.index, run.report
-    assert load is not None and run.deferred is not None
+    load, index, report, deferred = run.load, run.index, run.report, run.deferred
+    assert load is not None and deferred is not None
     location = shared_location(index.location)
     settings = ReadSettings(run.calibre, run.skip_invalid, run.batch, index.limits)
     work = functools.partial(_read_task, location, index._buffer_location, settings)
     taken = _Taken()
-    problem: BaseException | None = None
 
     # Two tasks or more a worker when the files allow (a few small files still spread).
     size = min(_TASK_BYTES, max(1, sum(f.size for f in files) // (2 * max(1, load.workers))))
 
-    def tasks() -> Iterator[list[ArchiveFile]]:
-        for task in _tasks(files, size):
-            if problem is not None:
-                return  # no file after a problem is read
-            yield [portable(f) for f in task]
-
-    for read in load.on_workers(work, tasks()):
-        if problem is not None:  # a task in flight when the problem came: not stored
-            if read.chunks is not None:
-                read.chunks.discard()
-            continue
-        if read.error is not None:
-            problem = read.error
-            continue
-        assert read.read is not None and read.chunks is not None
-        load.absorb(read.chunks)
+    def take(read: _Read) -> BaseException | None:
+        assert read.read is not None
         done = read.read.report
         again = taken.add(read.taken)
         done.stored -= again  # the copy an earlier task gave is the one kept
         done.already_stored += again
-        if done.problems and not run.skip_invalid:
-            problem = done.problems.pop(0)
+        problem = done.problems.pop(0) if done.problems and not run.skip_invalid else None
         report.include(done)
         waiting = [(c, rid) for c, rid in read.read.revisits if not taken.holds(rid)]
         report.already_stored += len(read.read.revisits) - len(waiting)  # an earlier task stored it
-        run.deferred.add(waiting)
+        deferred.add(waiting)
         if on_progress is not None:
             on_progress(report)
-    if problem is not None:
-        raise problem
+        return problem
+
+    tasks = ([portable(f) for f in task] for task in _tasks(files, size))
+    load.absorb_each(work, tasks, take)  # no file after a problem is read
 
 
 def _tasks(files: Sequence[ArchiveFile], size: int) -> Iterator[list[ArchiveFile]]:
