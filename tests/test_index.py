@@ -30,6 +30,7 @@ from web_index.storage._schema import TS_COLUMN
 from web_index.storage._store import Store
 from web_index.storage.backends import LocalBackend
 from web_index.storage.indexes import _month as _index
+from web_index.storage.indexes import _month_build as _build
 from web_index.storage.indexes import _month_format as _format
 
 DOMAINS = ["alpha.com", "beta.org", "gamma.net", "delta.io"]
@@ -248,6 +249,22 @@ def test_an_incremental_rebuild_equals_a_fresh_one(store: tuple[Path, list[Query
         idx.compact()
     fresh = {p.relative_to(root): _rows(p) for p in (root / "_index").rglob("*.parquet")}
     assert incremental == fresh
+
+
+def test_small_files_read_in_runs_of_any_size_give_the_same_index(
+    store: tuple[Path, list[Query]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build reads small files as one frame a run of them (``_BATCH_BYTES``, so that a
+    month of thousands is not one frame): a file a run builds what one run of all does."""
+    root, _ = store
+    assert any(p.stat().st_size <= _build._SMALL_FILE for p in (root / "get-metadata").rglob("*.parquet"))
+    built = {p.relative_to(root): _rows(p) for p in (root / "_index").rglob("*.parquet")}
+    monkeypatch.setattr(_build, "_BATCH_BYTES", 1)
+    shutil.rmtree(root / "_index")
+    _index._OPEN.clear()
+    with WebIndex(root) as idx:
+        idx.compact()
+    assert {p.relative_to(root): _rows(p) for p in (root / "_index").rglob("*.parquet")} == built
 
 
 def _rows(path: Path) -> list[tuple[Any, ...]]:

@@ -38,7 +38,7 @@ from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import Partition, compacted_stored
 from web_index.storage._merge import merge_sorted
 from web_index.storage._schema import DIGEST_COLUMNS, REF_COLUMN
-from web_index.storage._tables import sort_dedupe
+from web_index.storage._tables import release_arrow_memory, sort_dedupe
 from web_index.storage._workers import worker_processes
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
 from web_index.storage.indexes import capture_index_bytes, file_lines, table_lines
@@ -296,6 +296,16 @@ _PRELOAD = (
 _CHUNK = 8  # partitions sent to a worker at a time: thousands of small ones cost one message each less
 
 
+def _released(work: Callable[[_T], _R], item: _T) -> _R:
+    """In a worker: ``work`` of ``item``, then what Arrow's allocator kept of it given back (a
+    worker's tasks each build tables of their own, which would otherwise hold its memory at
+    the biggest's till the load ends)."""
+    try:
+        return work(item)
+    finally:
+        release_arrow_memory()
+
+
 class Pool:
     """The worker processes of a bulk load (``jobs`` of them), started on first use
     and kept until :meth:`close`: a worker's spooled files are named by its process id,
@@ -325,6 +335,7 @@ class Pool:
         meanwhile (a commit's) waits behind no more."""
         from concurrent.futures.process import BrokenProcessPool
 
+        work = functools.partial(_released, work)
         try:
             if ahead is None:
                 yield from self.start().map(work, items, chunksize=chunk)

@@ -22,7 +22,7 @@ from web_index.models import RecordType
 from web_index.storage._files import list_partition_files, read_small_files, visible_files
 from web_index.storage._layout import StoredFile
 from web_index.storage._schema import TS_COLUMN
-from web_index.storage._tables import sorted_unique
+from web_index.storage._tables import release_arrow_memory, sorted_unique
 from web_index.storage.backends import Backend, LocalBackend
 from web_index.storage.indexes._month import MonthIndex, open_month_index
 from web_index.storage.indexes._month_format import (
@@ -91,23 +91,24 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     kept = {files[n][0] for n in reuse.values()}
     superseded: set[str] = set()
     unread = {d: f for d, f in listing.items() if d not in kept}
-    fresh = read_records(backend, type, unread, file_no, superseded)
-    if fresh is None:
+    names = [f.name for _, f in files]
+    # Each frame a table as it comes (fixed-width keys, a third of the frame's bytes): a month
+    # of a million records would otherwise be held as frames, then as tables.
+    tables = [SCHEMA.empty_table(), *(_index_table(p) for p in pieces)]
+    del pieces
+    try:
+        for piece in iter_records(backend, type, unread, file_no, superseded):
+            # Before duplicates across files are dropped: a file's own row count.
+            for number, rows in piece.group_by("file_no").agg(pl.col("rows").sum()).iter_rows():
+                counted[names[number]] = counted.get(names[number], 0) + rows
+            tables.append(_index_table(piece))
+    except UncanonicalError:
         log.warning("%s holds request ids that are not canonical UUIDs: no month index", folder)
         return False
-    names = [f.name for _, f in files]
-    for piece in fresh:  # before duplicates across files are dropped: a file's own row count
-        for number, rows in piece.group_by("file_no").agg(pl.col("rows").sum()).iter_rows():
-            counted[names[number]] = counted.get(names[number], 0) + rows
     covers = [
         Covered(f.name, f.size, domain, f.version, -1 if f.name in superseded else counted.get(f.name, 0))
         for domain, f in files
     ]
-    pieces += fresh
-    del fresh
-    tables = [SCHEMA.empty_table()]
-    while pieces:  # each frame dropped once it is a table: not both at once
-        tables.append(pieces.pop().select(SCHEMA.names).to_arrow().cast(SCHEMA))
     table = pa.concat_tables(tables)
     del tables
     # The same attempt in two visible files (a flush redone beside its own
@@ -115,7 +116,10 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     # (Sorted by arrow, not polars: polars' multi-column sort of the binary
     # keys cost six times the index's size in memory.)
     rows = sorted_unique(table, ["key_hash", "ts_us", "request_id"], ["request_id"])
+    del table  # not held beside its sorted copy while that is written
     write_index(backend, type, year, month, rows, covers, stamp)
+    del rows
+    release_arrow_memory()
     return True
 
 
@@ -129,6 +133,10 @@ def _rows_of(index: MonthIndex | None) -> pa.Table | None:
         return None
 
 
+class UncanonicalError(Exception):
+    """A request id that the index's 16 bytes cannot give back exactly."""
+
+
 def read_records(
     backend: Backend,
     type: RecordType,
@@ -136,12 +144,25 @@ def read_records(
     file_no: Mapping[str, int],
     superseded: set[str] | None = None,
 ) -> list[pl.DataFrame] | None:
+    """:func:`iter_records`' frames; ``None`` if a request id cannot be held."""
+    try:
+        return list(iter_records(backend, type, listing, file_no, superseded))
+    except UncanonicalError:
+        return None
+
+
+def iter_records(
+    backend: Backend,
+    type: RecordType,
+    listing: Mapping[str, list[StoredFile]],
+    file_no: Mapping[str, int],
+    superseded: set[str] | None = None,
+) -> Iterator[pl.DataFrame]:
     """Index rows (hashed: see :func:`_hashed`) of these domains' visible files,
-    each file numbered as ``file_no`` says; ``None`` if a request id cannot be
-    held. Read in batches, each hashed at once: a big file's URL keys as text
-    would cost gigabytes. The names of files a compacted file supersedes go
-    into ``superseded``."""
-    out: list[pl.DataFrame] = []
+    each file numbered as ``file_no`` says; :class:`UncanonicalError` if a request
+    id cannot be held. Read in batches, each hashed at once: a big file's URL keys
+    as text would cost gigabytes. The names of files a compacted file supersedes
+    go into ``superseded``."""
     alone: list[StoredFile] = []  # compacted files with no parts beside them: all visible
     opened: list[tuple[StoredFile, pq.ParquetFile]] = []
     for files in listing.values():
@@ -157,13 +178,22 @@ def read_records(
     # of whole files, so a big one (bodies) is opened and its key columns read.
     local = backend if isinstance(backend, LocalBackend) else None
     small = [f for f in alone if local is not None and f.size <= _SMALL_FILE]
-    opened += [(f, backend.open_parquet(f.path)) for f in alone if local is None or f.size > _SMALL_FILE]
+    big = [f for f in alone if local is None or f.size > _SMALL_FILE]
+
+    def handles() -> Iterator[tuple[StoredFile, pq.ParquetFile]]:
+        # Each dropped once read: the pages a mapped file's key columns touched (and the
+        # kernel's fault-around with them) are this process's memory while it is open.
+        opened.reverse()
+        while opened:
+            yield opened.pop()
+        for f in big:
+            yield f, backend.open_parquet(f.path)
+
     raw: Iterator[pl.DataFrame] = (
-        records for f, handle in opened for records in _file_records(type, handle, file_no[f.name])
+        records for f, handle in handles() for records in _file_records(type, handle, file_no[f.name])
     )
-    for start in range(0, len(small), _BATCH_FILES):
+    for batch in _batches(small):
         assert local is not None
-        batch = small[start : start + _BATCH_FILES]
         frame = read_small_files(local, [f.path for f in batch], _key_columns(type))
         numbers = pl.DataFrame(
             {"_file": [f.path for f in batch], "file_no": [file_no[f.name] for f in batch]},
@@ -173,9 +203,27 @@ def read_records(
     for records in raw:
         hashed = _hashed(records)
         if hashed is None:
-            return None
-        out.append(hashed)
-    return out
+            raise UncanonicalError
+        yield hashed
+
+
+def _batches(small: list[StoredFile]) -> Iterator[list[StoredFile]]:
+    """The small files in runs of ``_BATCH_FILES``, or fewer making ``_BATCH_BYTES``: a
+    run is read as one frame, its URL keys and request ids as text."""
+    batch: list[StoredFile] = []
+    size = 0
+    for f in small:
+        if batch and (len(batch) == _BATCH_FILES or size + f.size > _BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(f)
+        size += f.size
+    if batch:
+        yield batch
+
+
+def _index_table(frame: pl.DataFrame) -> pa.Table:
+    return frame.select(SCHEMA.names).to_arrow().cast(SCHEMA)
 
 
 def _file_records(type: RecordType, handle: pq.ParquetFile, number: int) -> Iterator[pl.DataFrame]:
@@ -219,6 +267,7 @@ def _hashed(frame: pl.DataFrame) -> pl.DataFrame | None:
 
 
 _BATCH_FILES = 2000
+_BATCH_BYTES = 16 << 20  # of small files read as one frame (a frame is ~5 times their size)
 _READ_ROWS = 65536  # rows of a big file's key columns read (and hashed) at a time
 _SMALL_FILE = 1 << 20  # read whole when building an index; bigger files by column
 

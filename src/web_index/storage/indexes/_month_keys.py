@@ -85,7 +85,7 @@ def encode_keys(table: pa.Table, index: tuple[int, str], covers: str, stamp: str
     values["request_id"] = np.frombuffer(_fixed_bytes(table.column("request_id"), _KEY), dtype="V16", count=n)
     for name in ("ts_us", "calibre", "file_no", "row", "rows"):
         values[name] = table.column(name).to_numpy()
-    packed = values.tobytes()
+    packed = values.view(np.uint8).data  # not copied: joined below
     header = _encode_header(
         _Header(
             n,
@@ -102,17 +102,17 @@ def encode_keys(table: pa.Table, index: tuple[int, str], covers: str, stamp: str
     return b"".join([prelude, header, padding, keys, packed])
 
 
-def _crcs(data: bytes, size: int) -> list[int]:
+def _crcs(data: bytes | memoryview, size: int) -> list[int]:
     view = memoryview(data)
     return [zlib.crc32(view[at : at + size]) for at in range(0, len(data), size)]
 
 
-def _fixed_bytes(column: pa.ChunkedArray[Any], width: int) -> bytes:
-    """A fixed-width binary column's values, back to back."""
+def _fixed_bytes(column: pa.ChunkedArray[Any], width: int) -> memoryview:
+    """A fixed-width binary column's values, back to back (a view of its buffer: not copied)."""
     array = column.combine_chunks()
     data = array.buffers()[1]
     assert data is not None
-    return data.to_pybytes()[array.offset * width : (array.offset + len(array)) * width]
+    return memoryview(data)[array.offset * width : (array.offset + len(array)) * width]
 
 
 def _record_dtype() -> np.dtype[Any]:
