@@ -46,10 +46,31 @@ def columns_to_table(type: RecordType, columns: Mapping[str, Sequence[Any]]) -> 
             values = [None] * n
         if pa.types.is_timestamp(field.type):
             arrays.append(pa.array(values, type=pa.int64()).cast(field.type))
+        elif field.name == BODY_COLUMN:
+            arrays.append(_bodies_array(values, field.type))
         else:
             arrays.append(pa.array(values, type=field.type))
         names.append(field.name)
     return conform(type, pa.Table.from_arrays(arrays, names=names))
+
+
+def _bodies_array(bodies: Sequence[bytes | None], type: pa.DataType) -> pa.Array[Any]:
+    """Bodies as one Arrow array made of their bytes joined: ``pa.array`` grows its buffer
+    by doubling, and 70 MiB of bodies peaked at 186 MiB (a bulk load's chunk is 64 MiB)."""
+    import itertools
+
+    import numpy as np
+    import pyarrow as pa
+
+    if None in bodies:
+        return pa.array(bodies, type=type)
+    offsets = np.fromiter(
+        itertools.accumulate((len(b) for b in bodies), initial=0),  # type: ignore[arg-type]
+        dtype=np.int64 if pa.types.is_large_binary(type) else np.int32,
+        count=len(bodies) + 1,
+    )
+    data = b"".join(bodies)  # type: ignore[arg-type]
+    return pa.Array.from_buffers(type, len(bodies), [None, pa.py_buffer(offsets.data), pa.py_buffer(data)])
 
 
 def conform(type: RecordType, table: pa.Table) -> pa.Table:
