@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -167,7 +167,7 @@ def insert_on_workers(
     stored = skipped = 0
     unreadable: str | None = None  # the file could not be cut into ranges past this one
 
-    def ranges() -> Iterator[tuple[int, int, int]]:
+    def ranges() -> Generator[tuple[int, int, int]]:
         nonlocal unreadable
         try:
             with open(path, "rb") as f:
@@ -184,7 +184,11 @@ def insert_on_workers(
         on_progress(stored)
         return None if done.stopped is None else RefusedLineError(done.stopped, stored)
 
-    load.absorb_each(work, ranges(), take)  # no line after an invalid one is read
+    given = ranges()
+    try:
+        load.absorb_each(work, given, take)  # no line after an invalid one is read
+    finally:
+        given.close()  # the input closed now, not when the error raised here is dropped
     if unreadable is not None:
         raise RefusedLineError(unreadable, stored)
     return stored, skipped

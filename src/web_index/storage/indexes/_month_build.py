@@ -104,6 +104,7 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
             tables.append(_index_table(piece))
     except UncanonicalError:
         log.warning("%s holds request ids that are not canonical UUIDs: no month index", folder)
+        release_arrow_memory()
         return False
     covers = [
         Covered(f.name, f.size, domain, f.version, -1 if f.name in superseded else counted.get(f.name, 0))
@@ -189,17 +190,21 @@ def iter_records(
         for f in big:
             yield f, backend.open_parquet(f.path)
 
-    raw: Iterator[pl.DataFrame] = (
-        records for f, handle in handles() for records in _file_records(type, handle, file_no[f.name])
+    def small_records() -> Iterator[pl.DataFrame]:
+        # A run read when the one before it has been hashed: never two runs' text at once.
+        for batch in _batches(small):
+            assert local is not None
+            frame = read_small_files(local, [f.path for f in batch], _key_columns(type))
+            numbers = pl.DataFrame(
+                {"_file": [f.path for f in batch], "file_no": [file_no[f.name] for f in batch]},
+                schema={"_file": pl.String, "file_no": pl.UInt32},
+            )
+            yield _records(type, frame.join(numbers, on="_file"))
+
+    raw = itertools.chain(
+        (records for f, handle in handles() for records in _file_records(type, handle, file_no[f.name])),
+        small_records(),
     )
-    for batch in _batches(small):
-        assert local is not None
-        frame = read_small_files(local, [f.path for f in batch], _key_columns(type))
-        numbers = pl.DataFrame(
-            {"_file": [f.path for f in batch], "file_no": [file_no[f.name] for f in batch]},
-            schema={"_file": pl.String, "file_no": pl.UInt32},
-        )
-        raw = itertools.chain(raw, [_records(type, frame.join(numbers, on="_file"))])
     for records in raw:
         hashed = _hashed(records)
         if hashed is None:
