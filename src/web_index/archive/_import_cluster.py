@@ -135,8 +135,8 @@ def _import_one(
         load.finish()
         return load.staged
 
-    read, written = read_files(location, buffer, settings, [file], new_load, staged)
-    read.taken = set()  # a staged load's records are told apart by the commit
+    # The request ids stay here: a staged load's records are told apart by the commit.
+    read, written, _ = read_files(location, buffer, settings, [file], new_load, staged)
     return read, written
 
 

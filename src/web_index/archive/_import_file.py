@@ -31,12 +31,11 @@ class ReadSettings(NamedTuple):
 
 @dataclasses.dataclass
 class FileRead:
-    """What a process made of its files: their report, the revisits that wait for what they
-    refer to (in another file, or committed), and the request ids its load took."""
+    """What a process made of its files, as it goes back to the one that commits: their
+    report, and the revisits that wait for what they refer to (in another file, or committed)."""
 
     report: ImportReport
     revisits: list[tuple[_Capture, str]]
-    taken: set[str]
 
 
 def portable(file: ArchiveFile) -> ArchiveFile:
@@ -53,11 +52,12 @@ def read_files(
     files: Sequence[ArchiveFile],
     new_load: Callable[[WebIndex], BulkLoad],
     end: Callable[[BulkLoad, bool], _T],
-) -> tuple[FileRead, _T]:
+) -> tuple[FileRead, _T, set[str]]:
     """``files`` (:func:`portable`), in order, read as a one-process import reads them into
     ``new_load(index)`` of the store at ``location``; then ``end(load, True)``, or
     ``end(load, False)`` before an error other than the first problem of a file (which
-    the report holds, the files after it not read) is raised."""
+    the report holds, the files after it not read) is raised. Also the request ids the
+    load took, for the caller to send on in the form it needs, or not at all."""
     files = [f if f.path is not None or f.member is not None else archive_files([f.name])[0] for f in files]
     index = worker_index(location, buffer, settings.limits)
     report = ImportReport()
@@ -74,7 +74,7 @@ def read_files(
             raise
         kept = end(load, True)
         revisits = [waiting for part in deferred.slices(4096) for waiting in part]
-    return FileRead(report, revisits, run.taken), kept
+    return FileRead(report, revisits), kept, run.taken
 
 
 _opened: dict[tuple[str, str | None, Limits], WebIndex] = {}

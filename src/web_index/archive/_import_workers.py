@@ -124,11 +124,10 @@ def _read_task(location: str, buffer: str | None, settings: ReadSettings, files:
         return BulkLoad(index._store, index.limits, commit_bytes=_NEVER)
 
     try:
-        read, chunks = read_files(location, buffer, settings, files, new_load, handed)
+        read, chunks, taken = read_files(location, buffer, settings, files, new_load, handed)
     except Exception as exc:  # said in order, or not at all after a problem (see import_on_workers)
         return _Read(None, None, b"", exc)
-    digests, read.taken = _digests(read.taken), set()  # sent as digests
-    return _Read(read, chunks, digests)
+    return _Read(read, chunks, _digests(taken))
 
 
 def _digest(request_id: str) -> int:
