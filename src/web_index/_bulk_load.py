@@ -33,6 +33,7 @@ class Handed(Protocol):
 
 _CHUNK_BYTES = 64 << 20  # bodies held before a chunk is spilled (each ~3 times while it is)
 _GET_ROW = 15  # values in a GET response row (its body last); a HEAD row has 14
+_NEVER = 1 << 62  # commit_bytes of a load that never commits: it hands over
 
 
 class BulkLoad:
@@ -141,6 +142,16 @@ class BulkLoad:
         """How many worker processes the load has (0: none)."""
         pool = self._spill.pool
         return 0 if pool is None else pool.jobs
+
+    @classmethod
+    def handing_over(cls, store: Store, limits: Limits) -> BulkLoad:
+        """A worker's load, which never commits: it ends with :meth:`hand_over`."""
+        return cls(store, limits, commit_bytes=_NEVER)
+
+    def task_bytes(self, total: int, most: int, least: int = 1) -> int:
+        """How many of ``total`` bytes of input a task of :meth:`on_workers` takes: two tasks
+        or more a worker (a small input still spreads), from ``least`` to ``most``."""
+        return max(least, min(most, total // (2 * max(1, self.workers))))
 
     def on_workers(self, work: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
         """``work`` (a module-level function, or a partial of one) of each item, in order, by

@@ -32,7 +32,6 @@ from web_index.storage import Chunks
 __all__ = ["Inserter", "Line", "RefusedLineError", "batches", "insert_on_workers"]
 
 Line = tuple[int, InsertRequest | InvalidRecordError]
-_NEVER = 1 << 62  # a worker's load never commits: it hands over
 _RANGE_BYTES = 64 << 20  # of the file a worker reads at a time (its chunks: a spill file or two)
 _MIN_RANGE_BYTES = 1 << 20  # a smaller range costs a worker's load more than its lines
 
@@ -171,7 +170,8 @@ def insert_on_workers(
         nonlocal unreadable
         try:
             with open(path, "rb") as f:
-                yield from _ranges(f, _range_bytes(os.fstat(f.fileno()).st_size, load.workers))
+                size = load.task_bytes(os.fstat(f.fileno()).st_size, _RANGE_BYTES, _MIN_RANGE_BYTES)
+                yield from _ranges(f, size)
         except OSError as exc:
             unreadable = _unreadable(name, exc)  # said once the ranges before it are stored
 
@@ -192,12 +192,6 @@ def insert_on_workers(
     if unreadable is not None:
         raise RefusedLineError(unreadable, stored)
     return stored, skipped
-
-
-def _range_bytes(size: int, workers: int) -> int:
-    """A range's size: two or more ranges a worker (a file of a few MiB still spreads), at
-    most ``_RANGE_BYTES`` (each range's chunks are a spill file or two till the commit)."""
-    return max(_MIN_RANGE_BYTES, min(_RANGE_BYTES, size // (2 * max(1, workers))))
 
 
 def _ranges(f: BinaryIO, size: int) -> Iterator[tuple[int, int, int]]:
@@ -258,7 +252,7 @@ def _insert_range(
     done = _Range()
     try:
         store = worker_store(location, buffer, read_only=False)
-        load = BulkLoad(store, limits, commit_bytes=_NEVER)
+        load = BulkLoad.handing_over(store, limits)
     except Exception as exc:  # said in order (see insert_on_workers)
         return _Range(error=exc)
     inserter = Inserter(limits, load.add, name, skip_invalid, done.skipped.append)

@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["import_on_workers"]
 
-_NEVER = 1 << 62  # a worker's load never commits: it hands over
 # A task reads files until it has this many bytes of them: each task's chunks are spill files
 # of their own, kept open till the commit, so thousands of small files in a task each would
 # be thousands of open files (and as many small Arrow files to merge).
@@ -76,7 +75,7 @@ def import_on_workers(
     taken = _Taken()
 
     # Two tasks or more a worker when the files allow (a few small files still spread).
-    size = min(_TASK_BYTES, max(1, sum(f.size for f in files) // (2 * max(1, load.workers))))
+    size = load.task_bytes(sum(f.size for f in files), _TASK_BYTES)
 
     def take(read: _Read) -> BaseException | None:
         assert read.read is not None
@@ -121,7 +120,7 @@ def _read_task(location: str, buffer: str | None, settings: ReadSettings, files:
         return chunks
 
     def new_load(index: WebIndex) -> BulkLoad:
-        return BulkLoad(index._store, index.limits, commit_bytes=_NEVER)
+        return BulkLoad.handing_over(index._store, index.limits)
 
     try:
         read, chunks, taken = read_files(location, buffer, settings, files, new_load, handed)
