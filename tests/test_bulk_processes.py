@@ -8,6 +8,7 @@ import functools
 import os
 import random
 import signal
+import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -305,3 +306,33 @@ def test_workers_work_in_the_environment_of_when_they_start(monkeypatch: pytest.
         assert workers.submit(os.getenv, "WEB_INDEX_TEST_SET_LATE").result() == "here"
     finally:
         workers.shutdown()
+
+
+def _die_halfway_through_an_answer() -> None:
+    """In a worker: write the start of an answer to the pool's results pipe and die, as a
+    worker killed while it wrote an answer bigger than one write has."""
+    import struct
+    import sys
+
+    frame = sys._getframe()
+    while "result_queue" not in frame.f_locals:  # the worker loop's (concurrent.futures.process)
+        assert frame.f_back is not None
+        frame = frame.f_back
+    frame.f_locals["result_queue"]._writer._send(struct.pack("!i", 100_000))  # a length, no bytes
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_worker_dying_halfway_through_its_answer_fails_the_tasks_not_hangs() -> None:
+    """The pool's manager thread, left reading the rest of that answer, never sees the death
+    itself: the tasks fail as for any death, every one the pool held."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    workers = worker_processes(2, ())
+    try:
+        dying = workers.submit(_die_halfway_through_an_answer)
+        waiting = workers.submit(time.sleep, 60)
+        for future in (dying, waiting):
+            with pytest.raises(BrokenProcessPool):
+                future.result(timeout=20)  # not a TimeoutError
+    finally:
+        workers.shutdown(wait=False, cancel_futures=True)
