@@ -215,3 +215,27 @@ def test_an_attempt_already_buffered_is_refused_whole(buffer: Buffer) -> None:
     with pytest.raises(StoreError, match="could not be written"):
         buffer.append(attempts)  # type: ignore[arg-type]
     assert len(list(buffer.iter_all())) == 1
+
+
+def test_a_local_store_keeps_footers_within_their_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Footers parsed once are kept for reopening, within a bound on the memory they hold
+    (not a count: a compaction opening a month's thousands of files once each held
+    hundreds of MiB of them); a file read after they were let go reads the same."""
+    from web_index.storage.backends import local
+    from web_index.storage.backends.base import footer_memory
+
+    backend = LocalBackend(tmp_path / "store")
+    tables = {}
+    for n in range(40):
+        table = pa.table({"url_key": [f"k{n}-{i:04d}" for i in range(60)], "n": list(range(60))})
+        tables[f"get/2024/01/d{n}.example.parquet"] = table
+        backend.write_parquet(f"get/2024/01/d{n}.example.parquet", table, row_group_size=3)
+    bound = 8 * footer_memory(backend.open_parquet("get/2024/01/d0.example.parquet").metadata)
+    monkeypatch.setattr(local, "_FOOTERS_KEPT", bound)
+    for _ in range(2):
+        for path, table in tables.items():
+            assert backend.open_parquet(path).read().equals(table)
+            kept = backend._footers.values()
+            assert 0 < sum(footer_memory(m) for m in kept) <= bound

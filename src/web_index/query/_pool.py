@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from web_index.storage import LocalBackend, Store, release_arrow_memory
+from web_index.storage import LocalBackend, Store, release_freed_memory
 
 __all__ = ["answering", "in_chunks", "reader_pool", "release_memory"]
 
@@ -107,7 +107,7 @@ def release_memory() -> None:
     if pa is None:
         return
     pool = pa.default_memory_pool()
-    release_arrow_memory()  # this thread's
+    release_freed_memory()  # this thread's (and the heap)
     if not _RELEASING.acquire(blocking=False):
         return
     with _POOLS_LOCK:

@@ -30,7 +30,7 @@ from web_index.storage._stats import AttemptCount as AttemptCount
 from web_index.storage._stats import attempt_counts as attempt_counts
 from web_index.storage._stats import stats as stats
 from web_index.storage._store import FlushPolicy, Store
-from web_index.storage._tables import release_arrow_memory as release_arrow_memory
+from web_index.storage._tables import release_freed_memory as release_freed_memory
 from web_index.storage._verify import verify as verify
 from web_index.storage._workers import worker_processes as worker_processes
 from web_index.storage.backends import Backend, CacheConfig, LocalBackend, open_backend

@@ -38,7 +38,7 @@ from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import Partition, compacted_stored
 from web_index.storage._merge import merge_sorted
 from web_index.storage._schema import DIGEST_COLUMNS, REF_COLUMN
-from web_index.storage._tables import release_arrow_memory, sort_dedupe
+from web_index.storage._tables import release_freed_memory, sort_dedupe
 from web_index.storage._workers import worker_processes
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
 from web_index.storage.indexes import capture_index_bytes, file_lines, table_lines
@@ -303,7 +303,7 @@ def _released(work: Callable[[_T], _R], item: _T) -> _R:
     try:
         return work(item)
     finally:
-        release_arrow_memory()
+        release_freed_memory()
 
 
 class Pool:

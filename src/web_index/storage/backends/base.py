@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Backend",
     "FileInfo",
+    "footer_memory",
     "new_spool",
     "remove_dead_spools",
     "sealed_bytes",
@@ -154,6 +155,14 @@ def listed_file(backend: Backend, path: str) -> FileInfo:
         if info.name == name:
             return info
     raise FileNotFoundError(path)
+
+
+def footer_memory(meta: pq.FileMetaData) -> int:
+    """About the memory a parsed footer holds while kept: ~16 times its bytes in the file.
+    Thrift's structures cost ~1 KB a column chunk and ~10 KB a file (measured on the store's
+    files: 19-31 KB for a small file's footer of 1.1-1.7 KB, 0.3 MB for a 27 KB one), so a
+    cache bounded by footer count or by footer bytes holds ten to twenty times its bound."""
+    return 16 * int(meta.serialized_size)
 
 
 def new_spool(folder: Path) -> Path:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from web_index.models import RecordType
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage.backends._object_file import ObjectFile, ObjectInfo, file_info
-from web_index.storage.backends.base import FileInfo, listed_file
+from web_index.storage.backends.base import FileInfo, footer_memory, listed_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -293,9 +293,7 @@ class CachingBackend:
             return
         with self._lock:
             self._etags[path] = etag
-            self._lru.put(
-                ("T", path, etag), (size, tail, meta), len(tail) + meta.serialized_size + 200, _FOREVER
-            )
+            self._lru.put(("T", path, etag), (size, tail, meta), len(tail) + footer_memory(meta), _FOREVER)
 
     def _file(self, path: str, size: int, etag: str | None, tail: bytes) -> ObjectFile:
         def fetch(start: int, end: int) -> bytes:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from web_index.storage._layout import TMP_DIR
 from web_index.storage.backends.base import (
     FileInfo,
+    footer_memory,
     new_spool,
     remove_dead_spools,
     store_path,
@@ -37,7 +38,7 @@ __all__ = ["LocalBackend", "open_files_share"]
 _RACY_NS = 2_000_000_000
 _PATHS_KEPT = 65_536
 _MAP_BYTES = 64 << 20  # files up to this size are memory-mapped for reading
-_FOOTERS_KEPT = 4096  # parsed footers of mapped files kept for reopening (a few KB each)
+_FOOTERS_KEPT = 32 << 20  # memory of the parsed footers of mapped files kept for reopening
 # Files kept open for positioned reads (read_range): an eighth of what the process may open,
 # as it may open now (a server raises its limit: web_index.server.serve), at most this many.
 _DESCRIPTORS_MAX = 8192
@@ -74,6 +75,8 @@ class LocalBackend:
         self.root = root.resolve()
         self._paths: dict[str, Path] = {}  # checked once: a lookup reaches the same folders again and again
         self._footers: dict[tuple[str, int, int, int, int], pq.FileMetaData] = {}  # see open_parquet
+        self._footers_memory = 0  # theirs, as footer_memory() counts it
+        self._footers_lock = threading.Lock()
         self._descriptors = _Descriptors(_descriptors_kept)
 
     remote = False  # a folder of this machine
@@ -166,11 +169,18 @@ class LocalBackend:
             pa.BufferReader(pa.py_buffer(mapped)), path=path, pre_buffer=False, metadata=meta
         )
         if meta is None:
-            if len(self._footers) >= _FOOTERS_KEPT:
-                # Emptied, not trimmed: iterating a dict other threads write to can raise,
-                # and a server's working set of files is far smaller than this.
-                self._footers.clear()
-            self._footers[known] = handle.metadata
+            weight = footer_memory(handle.metadata)
+            with self._footers_lock:
+                if self._footers_memory + weight > _FOOTERS_KEPT:
+                    # Emptied, not trimmed: iterating a dict other threads write to can raise,
+                    # and a server's working set of files is far smaller than this. (A
+                    # compaction or a load opens every file of a month once: bounded by
+                    # count, 4,096 footers held hundreds of MiB, ~25 KB a small file's.)
+                    self._footers.clear()
+                    self._footers_memory = 0
+                if weight <= _FOOTERS_KEPT // 4:  # a big file's footer is not worth the room
+                    self._footers[known] = handle.metadata
+                    self._footers_memory += weight
         return handle
 
     def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:

@@ -22,7 +22,7 @@ from web_index.models import RecordType
 from web_index.storage._files import list_partition_files, read_small_files, visible_files
 from web_index.storage._layout import StoredFile
 from web_index.storage._schema import TS_COLUMN
-from web_index.storage._tables import release_arrow_memory, sorted_unique
+from web_index.storage._tables import release_freed_memory, sorted_unique
 from web_index.storage.backends import Backend, LocalBackend
 from web_index.storage.indexes._month import MonthIndex, open_month_index
 from web_index.storage.indexes._month_format import (
@@ -104,7 +104,7 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
             tables.append(_index_table(piece))
     except UncanonicalError:
         log.warning("%s holds request ids that are not canonical UUIDs: no month index", folder)
-        release_arrow_memory()
+        release_freed_memory()
         return False
     covers = [
         Covered(f.name, f.size, domain, f.version, -1 if f.name in superseded else counted.get(f.name, 0))
@@ -120,7 +120,7 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     del table  # not held beside its sorted copy while that is written
     write_index(backend, type, year, month, rows, covers, stamp)
     del rows
-    release_arrow_memory()
+    release_freed_memory()
     return True
 
 
