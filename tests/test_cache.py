@@ -125,4 +125,4 @@ def test_a_footer_kept_counts_the_memory_it_holds(seaweed: SeaweedFS) -> None:
     handle = cache.open_parquet("get/2024/01/a.example.parquet")
     assert handle.read().equals(table)
     meta = handle.metadata
-    assert cache.stats().bytes >= footer_memory(meta) > 15 * meta.serialized_size
+    assert cache.stats().bytes >= footer_memory(meta)

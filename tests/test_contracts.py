@@ -237,5 +237,5 @@ def test_a_local_store_keeps_footers_within_their_memory(
     for _ in range(2):
         for path, table in tables.items():
             assert backend.open_parquet(path).read().equals(table)
-            kept = backend._footers.values()
+            kept = [meta for meta, _weight in backend._footers.values()]
             assert 0 < sum(footer_memory(m) for m in kept) <= bound

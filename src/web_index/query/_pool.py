@@ -92,7 +92,8 @@ def answering(queries: int) -> Iterator[None]:
 
 
 def release_memory() -> None:
-    """Give back to the system what Arrow's allocator keeps after decoding.
+    """Give back to the system what Arrow's allocator keeps after decoding (and the C
+    library's heap: :func:`~web_index.storage.release_freed_memory`).
 
     Arrow's default allocator (mimalloc, unless ``ARROW_DEFAULT_MEMORY_POOL``
     says otherwise) keeps freed memory in a heap per thread, and only that

@@ -143,8 +143,8 @@ def release_freed_memory() -> None:
     so) the process would carry them until it exits. glibc's heap keeps what large Python
     objects (bodies) and Parquet's footers freed: a load's worker compacting a month's
     partitions one after another grew from 53 to 226 MiB, and stayed at ~110 MiB with the
-    heap trimmed after each. A trim walks the heap (~2 ms), so it is done at most once
-    every ``_TRIM_EVERY_S``."""
+    heap trimmed after each. A trim walks the heap (~2 ms), so it is done about once
+    every ``_TRIM_EVERY_S`` at most (threads may race to it: harmless)."""
     import sys
 
     pa = sys.modules.get("pyarrow")
@@ -161,5 +161,6 @@ _trimmed = [float("-inf")]  # when this process's heap was last trimmed
 _MALLOC_TRIM: Any
 try:
     _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim  # glibc's; another C library may have none
-except (OSError, AttributeError):
+    _MALLOC_TRIM.argtypes = [ctypes.c_size_t]
+except (OSError, AttributeError, TypeError):  # TypeError: no CDLL(None) (Windows)
     _MALLOC_TRIM = None

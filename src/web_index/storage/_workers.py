@@ -11,13 +11,13 @@ when it dies where the pool cannot see it (:func:`_watch`).
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.process
 import os
-import signal
 import threading
 import time
-import weakref
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any, NamedTuple
 
 __all__ = ["worker_processes"]
 
@@ -37,36 +37,50 @@ def worker_processes(jobs: int, preload: Sequence[str]) -> ProcessPoolExecutor:
     )
     for _ in range(jobs):  # a worker is started for a task none is free to take
         executor.submit(int)
-    threading.Thread(target=_watch, args=(weakref.ref(executor),), name="wi-pool-watch", daemon=True).start()
+    threading.Thread(target=_watch, args=(_watched(executor),), name="wi-pool-watch", daemon=True).start()
     return executor
 
 
 _WATCH_S = 1.0  # how often a pool's workers are looked at
 
 
-def _watch(pool: weakref.ref[ProcessPoolExecutor]) -> None:
+class _Watched(NamedTuple):
+    """What a pool's manager thread works with, held apart from the pool: a shutdown
+    clears the pool's own references while that thread may still be stuck."""
+
+    manager: threading.Thread
+    processes: MutableMapping[int, multiprocessing.process.BaseProcess]
+    writer: Any  # the pool's own end of the results pipe
+
+
+def _watched(executor: ProcessPoolExecutor) -> _Watched:
+    # ProcessPoolExecutor's own attributes: there is no public way to them.
+    inner: Any = executor  # (typeshed has some of them, not all, and one wrongly)
+    thread = inner._executor_manager_thread
+    assert isinstance(thread, threading.Thread)  # started by the first submit
+    return _Watched(thread, inner._processes, inner._result_queue._writer)
+
+
+def _watch(pool: _Watched) -> None:
     """Break a pool whose worker died where the pool cannot see it.
 
     A worker killed halfway through writing an answer (one bigger than a single write to
     the results pipe: 16 KiB) leaves the pool's manager thread reading the rest of that
     message forever (CPython 3.11): it no longer watches the workers, so the tasks it
-    held never fail and whoever waits for them waits forever. A worker found gone at two
-    looks in a row (the manager notices a death it can see within milliseconds) has its
-    pool's remaining workers killed and the pool's own end of the results pipe closed:
-    the manager reads the end of the pipe and fails every task it held, as for any death.
-    The attributes read are ``ProcessPoolExecutor``'s own: there is no public way."""
+    held never fail, whoever waits for them waits forever, and so does a shutdown or the
+    interpreter's exit, which join that thread. A worker found gone at two looks in a row
+    (the manager notices a death it can see within milliseconds) has the pool's other
+    workers killed and the pool's own end of the results pipe closed: the manager reads
+    the end of the pipe and fails every task it held, as for any death. Watched for as
+    long as the manager thread lives, a shutdown or not."""
     gone_before: set[int] = set()
-    while True:
+    while pool.manager.is_alive():
         time.sleep(_WATCH_S)
-        executor = pool()
-        if executor is None or executor._broken or executor._shutdown_thread:
-            return
-        gone = {pid for pid in list(executor._processes or ()) if not _alive(pid)}
+        gone = {pid for pid in list(pool.processes) if not _alive(pid)}
         if gone & gone_before:
-            _break(executor)
+            _break(pool, gone)
             return
         gone_before = gone
-        del executor  # not kept alive between looks
 
 
 def _alive(pid: int) -> bool:
@@ -78,18 +92,20 @@ def _alive(pid: int) -> bool:
         return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"  # a zombie, not yet reaped
+            state = f.read().rsplit(b")", 1)[-1].split()[0]
     except OSError:
         return True  # no /proc to ask: signal 0 said it runs
+    return state not in (b"Z", b"X")  # a zombie not yet reaped, or dead
 
 
-def _break(executor: ProcessPoolExecutor) -> None:
-    for pid in list(executor._processes or ()):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+def _break(pool: _Watched, gone: set[int]) -> None:
+    for pid, process in list(pool.processes.items()):
+        if pid not in gone:  # a pid found gone may be another process's by now
+            with contextlib.suppress(OSError, ValueError):
+                process.kill()
     # Every other end of the pipe was a worker's: with this one closed, the manager's
     # read ends with an error, which it takes for a broken pool.
-    executor._result_queue._writer.close()  # type: ignore[attr-defined]
+    pool.writer.close()
 
 
 def _start_worker(environment: dict[str, str]) -> None:
@@ -103,7 +119,6 @@ def _exit_with_parent() -> None:
     own task queue open, so it would wait for tasks forever (and keep the fork server
     alive) after its parent was killed."""
     import multiprocessing
-    import threading
 
     parent = multiprocessing.parent_process()  # the starter, not the fork server: its pipe
     if parent is not None:

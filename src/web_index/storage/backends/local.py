@@ -74,8 +74,9 @@ class LocalBackend:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self._paths: dict[str, Path] = {}  # checked once: a lookup reaches the same folders again and again
-        self._footers: dict[tuple[str, int, int, int, int], pq.FileMetaData] = {}  # see open_parquet
-        self._footers_memory = 0  # theirs, as footer_memory() counts it
+        # See open_parquet: each footer with the memory it holds (footer_memory), oldest first.
+        self._footers: dict[tuple[str, int, int, int, int], tuple[pq.FileMetaData, int]] = {}
+        self._footers_memory = 0
         self._footers_lock = threading.Lock()
         self._descriptors = _Descriptors(_descriptors_kept)
 
@@ -151,7 +152,8 @@ class LocalBackend:
             # Opening a small file took ~0.2 ms, most of it the footer's checksum and
             # parsing: a sixth of a single lookup.
             known = (path, st.st_ino, size, st.st_mtime_ns, st.st_ctime_ns)
-            meta = self._footers.get(known)
+            kept = self._footers.get(known)
+            meta = None if kept is None else kept[0]
             if meta is None:
                 check_footer(path, lambda start, end: pread_exact(fd, start, end), size)
             if size > _MAP_BYTES:
@@ -169,19 +171,24 @@ class LocalBackend:
             pa.BufferReader(pa.py_buffer(mapped)), path=path, pre_buffer=False, metadata=meta
         )
         if meta is None:
-            weight = footer_memory(handle.metadata)
-            with self._footers_lock:
-                if self._footers_memory + weight > _FOOTERS_KEPT:
-                    # Emptied, not trimmed: iterating a dict other threads write to can raise,
-                    # and a server's working set of files is far smaller than this. (A
-                    # compaction or a load opens every file of a month once: bounded by
-                    # count, 4,096 footers held hundreds of MiB, ~25 KB a small file's.)
-                    self._footers.clear()
-                    self._footers_memory = 0
-                if weight <= _FOOTERS_KEPT // 4:  # a big file's footer is not worth the room
-                    self._footers[known] = handle.metadata
-                    self._footers_memory += weight
+            self._keep_footer(known, handle.metadata)
         return handle
+
+    def _keep_footer(self, known: tuple[str, int, int, int, int], meta: pq.FileMetaData) -> None:
+        """Keep a footer just parsed, the oldest let go to stay within ``_FOOTERS_KEPT`` of
+        memory. (A compaction or a load opens every file of a month once: bounded by count,
+        4,096 footers held hundreds of MiB, ~25 KB a small file's.) Only this takes the lock:
+        readers' ``get`` needs none."""
+        weight = footer_memory(meta)
+        if weight > _FOOTERS_KEPT // 4:  # a big file's footer is not worth the room
+            return
+        with self._footers_lock:
+            if known in self._footers:  # parsed by another thread meanwhile
+                return
+            while self._footers and self._footers_memory + weight > _FOOTERS_KEPT:
+                self._footers_memory -= self._footers.pop(next(iter(self._footers)))[1]
+            self._footers[known] = (meta, weight)
+            self._footers_memory += weight
 
     def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:
         return self._descriptors.read(path, self._path(path), start, length, fresh=fresh)
