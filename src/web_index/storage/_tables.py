@@ -141,10 +141,11 @@ def release_freed_memory() -> None:
     otherwise) keeps freed pages in a heap per thread for reuse, and only that thread can
     hand them back: after a big build (a month index of a million records left ~180 MiB
     so) the process would carry them until it exits. glibc's heap keeps what large Python
-    objects (bodies) and Parquet's footers freed: a load's worker compacting a month's
-    partitions one after another grew from 53 to 226 MiB, and stayed at ~110 MiB with the
-    heap trimmed after each. A trim walks the heap (~2 ms), so it is done about once
-    every ``_TRIM_EVERY_S`` at most (threads may race to it: harmless)."""
+    objects (bodies) and Parquet's footers freed: a process compacting a month's 364
+    partitions one after another, as a load's worker does, ended at 226 MiB, and at 137
+    with the heap trimmed after each (docs/performance.md). A trim walks the heap (~2 ms),
+    so it is done about once every ``_TRIM_EVERY_S`` at most (threads may race to it:
+    harmless)."""
     import sys
 
     pa = sys.modules.get("pyarrow")
