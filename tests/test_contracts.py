@@ -234,8 +234,9 @@ def test_a_local_store_keeps_footers_within_their_memory(
         backend.write_parquet(f"get/2024/01/d{n}.example.parquet", table, row_group_size=3)
     bound = 8 * footer_memory(backend.open_parquet("get/2024/01/d0.example.parquet").metadata)
     monkeypatch.setattr(local, "_FOOTERS_KEPT", bound)
+    backend = LocalBackend(tmp_path / "store")  # its cache made with that bound
     for _ in range(2):
         for path, table in tables.items():
             assert backend.open_parquet(path).read().equals(table)
-            kept = [meta for meta, _weight in backend._footers.values()]
+            kept = [meta for meta, _weight, _expires in backend._footers.items.values()]
             assert 0 < sum(footer_memory(m) for m in kept) <= bound

@@ -10,8 +10,10 @@ import posixpath
 import shutil
 import socket
 import uuid
+from collections import OrderedDict
+from collections.abc import Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from web_index.errors import StoreError
 from web_index.storage.pages import CHECKSUM_KEY, PLACEHOLDER, seal_buffer, seal_file
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
 __all__ = [
+    "LRU",
     "Backend",
     "FileInfo",
     "footer_memory",
@@ -155,6 +158,48 @@ def listed_file(backend: Backend, path: str) -> FileInfo:
         if info.name == name:
             return info
     raise FileNotFoundError(path)
+
+
+class LRU:
+    """An LRU bounded by total bytes (or by entry count, with ``size=1`` per entry), entries
+    expiring at a time of the caller's clock; not thread-safe: its owner holds a lock."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.items: OrderedDict[Hashable, tuple[Any, int, float]] = OrderedDict()
+        self.used = 0
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    def get(self, key: Hashable, now: float) -> Any | None:
+        entry = self.items.get(key)
+        if entry is None or entry[2] < now:
+            if entry is not None:
+                self.pop(key)
+            self.misses += 1
+            return None
+        self.items.move_to_end(key)
+        self.hits += 1
+        return entry[0]
+
+    def put(self, key: Hashable, value: Any, size: int, expires: float) -> None:
+        self.pop(key)
+        if size > self.capacity:
+            return
+        self.items[key] = (value, size, expires)
+        self.used += size
+        while self.used > self.capacity:
+            _, (_, old, _) = self.items.popitem(last=False)
+            self.used -= old
+            self.evictions += 1
+
+    def pop(self, key: Hashable) -> bool:
+        entry = self.items.pop(key, None)
+        if entry is None:
+            return False
+        self.used -= entry[1]
+        return True
 
 
 def footer_memory(meta: pq.FileMetaData) -> int:

@@ -27,8 +27,7 @@ for the same listing or footer. :class:`CachingBackend` wraps an
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from web_index.models import RecordType
 from web_index.storage._clock import SYSTEM_CLOCK, Clock
 from web_index.storage.backends._object_file import ObjectFile, ObjectInfo, file_info
-from web_index.storage.backends.base import FileInfo, footer_memory, listed_file
+from web_index.storage.backends.base import LRU, FileInfo, footer_memory, listed_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -78,47 +77,6 @@ class CacheStats:
         return sum(self.requests.values())
 
 
-class _LRU:
-    """An LRU bounded by total bytes (or by entry count, with ``size=1`` per entry)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.items: OrderedDict[Hashable, tuple[Any, int, float]] = OrderedDict()
-        self.used = 0
-        self.hits = 0
-        self.misses = 0
-        self.evictions = 0
-
-    def get(self, key: Hashable, now: float) -> Any | None:
-        entry = self.items.get(key)
-        if entry is None or entry[2] < now:
-            if entry is not None:
-                self.pop(key)
-            self.misses += 1
-            return None
-        self.items.move_to_end(key)
-        self.hits += 1
-        return entry[0]
-
-    def put(self, key: Hashable, value: Any, size: int, expires: float) -> None:
-        self.pop(key)
-        if size > self.capacity:
-            return
-        self.items[key] = (value, size, expires)
-        self.used += size
-        while self.used > self.capacity:
-            _, (_, old, _) = self.items.popitem(last=False)
-            self.used -= old
-            self.evictions += 1
-
-    def pop(self, key: Hashable) -> bool:
-        entry = self.items.pop(key, None)
-        if entry is None:
-            return False
-        self.used -= entry[1]
-        return True
-
-
 _FOREVER = float("inf")
 
 
@@ -131,8 +89,8 @@ class CachingBackend:
         self.inner = inner
         self.config = config or CacheConfig()
         self.clock = clock  # listings' expiry
-        self._lru = _LRU(self.config.max_bytes)
-        self._negative = _LRU(self.config.negative_entries)
+        self._lru = LRU(self.config.max_bytes)
+        self._negative = LRU(self.config.negative_entries)
         self._lock = threading.Lock()
         self._etags: dict[str, str | None] = {}
         self._invalidations = 0

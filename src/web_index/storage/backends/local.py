@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from web_index.storage._layout import TMP_DIR
 from web_index.storage.backends.base import (
+    LRU,
     FileInfo,
     footer_memory,
     new_spool,
@@ -37,6 +38,7 @@ __all__ = ["LocalBackend", "open_files_share"]
 
 _RACY_NS = 2_000_000_000
 _PATHS_KEPT = 65_536
+_FOREVER = float("inf")  # a footer is of one version of a file: never stale
 _MAP_BYTES = 64 << 20  # files up to this size are memory-mapped for reading
 _FOOTERS_KEPT = 32 << 20  # memory of the parsed footers of mapped files kept for reopening
 # Files kept open for positioned reads (read_range): an eighth of what the process may open,
@@ -74,9 +76,7 @@ class LocalBackend:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self._paths: dict[str, Path] = {}  # checked once: a lookup reaches the same folders again and again
-        # See open_parquet: each footer with the memory it holds (footer_memory), oldest first.
-        self._footers: dict[tuple[str, int, int, int, int], tuple[pq.FileMetaData, int]] = {}
-        self._footers_memory = 0
+        self._footers = LRU(_FOOTERS_KEPT)  # see open_parquet: by the memory each holds
         self._footers_lock = threading.Lock()
         self._descriptors = _Descriptors(_descriptors_kept)
 
@@ -152,8 +152,8 @@ class LocalBackend:
             # Opening a small file took ~0.2 ms, most of it the footer's checksum and
             # parsing: a sixth of a single lookup.
             known = (path, st.st_ino, size, st.st_mtime_ns, st.st_ctime_ns)
-            kept = self._footers.get(known)
-            meta = None if kept is None else kept[0]
+            with self._footers_lock:
+                meta = self._footers.get(known, 0.0)
             if meta is None:
                 check_footer(path, lambda start, end: pread_exact(fd, start, end), size)
             if size > _MAP_BYTES:
@@ -175,20 +175,13 @@ class LocalBackend:
         return handle
 
     def _keep_footer(self, known: tuple[str, int, int, int, int], meta: pq.FileMetaData) -> None:
-        """Keep a footer just parsed, the oldest let go to stay within ``_FOOTERS_KEPT`` of
-        memory. (A compaction or a load opens every file of a month once: bounded by count,
-        4,096 footers held hundreds of MiB, ~25 KB a small file's.) Only this takes the lock:
-        readers' ``get`` needs none."""
+        """Keep a footer just parsed, within ``_FOOTERS_KEPT`` of memory. (A compaction or a
+        load opens every file of a month once: bounded by count, 4,096 footers held hundreds
+        of MiB, ~25 KB a small file's.)"""
         weight = footer_memory(meta)
-        if weight > _FOOTERS_KEPT // 4:  # a big file's footer is not worth the room
-            return
-        with self._footers_lock:
-            if known in self._footers:  # parsed by another thread meanwhile
-                return
-            while self._footers and self._footers_memory + weight > _FOOTERS_KEPT:
-                self._footers_memory -= self._footers.pop(next(iter(self._footers)))[1]
-            self._footers[known] = (meta, weight)
-            self._footers_memory += weight
+        if weight <= _FOOTERS_KEPT // 4:  # a big file's footer is not worth the room
+            with self._footers_lock:
+                self._footers.put(known, meta, weight, _FOREVER)
 
     def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:
         return self._descriptors.read(path, self._path(path), start, length, fresh=fresh)
