@@ -350,6 +350,43 @@ def test_a_worker_that_raises_fails_the_load_and_leaves_the_store_as_it_was(tmp_
     assert _spool_files(store) == []
 
 
+def test_a_load_with_workers_builds_its_month_indexes_in_a_process_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader never builds a month index itself (a build's memory stays with the process
+    that ran it, docs/performance.md): with this process's builder broken, a load with
+    workers still indexes every month it wrote (one process's load fails), and the index is
+    the one this process builds from the same files."""
+    from web_index.storage.indexes import _month_build
+
+    items = _items(0, 30)
+    with WebIndex(tmp_path / "s") as index:
+        with index.bulk_load(chunk=10, jobs=2) as load:
+            load.add(items)
+        written = sorted((tmp_path / "s" / "_index").rglob("*.parquet"))
+        assert written and index.verify().ok
+        apart = [pq.read_table(p) for p in written]
+        for path in written:
+            path.unlink()
+            path.with_suffix(".keys").unlink()
+        index.compact()  # the same months built in this process, from the same files
+        assert [pq.read_table(p) for p in written] == apart
+
+    def broken(*args: object) -> bool:
+        raise RuntimeError("built in the loader")
+
+    monkeypatch.setattr(_month_build, "build_month_index", broken)
+    with WebIndex(tmp_path / "t") as index, index.bulk_load(chunk=10, jobs=2) as load:
+        load.add(items)
+    assert sorted(p.name for p in (tmp_path / "t" / "_index").rglob("*.keys"))
+    with (
+        pytest.raises(RuntimeError, match="built in the loader"),
+        WebIndex(tmp_path / "u") as index,
+        index.bulk_load(chunk=10, jobs=1) as load,
+    ):
+        load.add(items)
+
+
 _LOAD = """
 import os, sys, uuid
 sys.path.insert(0, {root!r})

@@ -240,3 +240,45 @@ def test_a_local_store_keeps_footers_within_their_memory(
             assert backend.open_parquet(path).read().equals(table)
             kept = [meta for meta, _weight, _expires in backend._footers.items.values()]
             assert 0 < sum(footer_memory(m) for m in kept) <= bound
+
+
+def _mapped(path: Path) -> bool:
+    with open("/proc/self/maps") as maps:
+        return any(line.rstrip("\n").endswith(str(path)) for line in maps)
+
+
+def test_a_file_read_once_is_read_as_any_other_and_not_mapped(backend: Backend, tmp_path: Path) -> None:
+    """A compaction's inputs are opened to be read once: the same rows, and on a local
+    store no mapping, whose pages would stay this process's memory while the file is open
+    (a partition's parts, up to its size)."""
+    path = "get/2024/08/example.com.parquet"
+    backend.write_parquet(path, TABLE)
+    once = backend.open_parquet(path, once=True)
+    assert once.read().select(["k", "v"]).equals(TABLE)
+    if isinstance(backend, LocalBackend):
+        assert not _mapped(backend.file_path(path))
+        again = backend.open_parquet(path)  # a lookup's: mapped (small files read fastest so)
+        assert _mapped(backend.file_path(path))
+        del again
+
+
+def test_a_compaction_reads_its_inputs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file a compaction merges, and the file it wrote when its capture index is
+    made, is opened to be read once (see above)."""
+    from web_index import WebIndex
+
+    opened: list[tuple[str, bool]] = []
+    real = LocalBackend.open_parquet
+
+    def spy(self: LocalBackend, path: str, *, once: bool = False) -> object:
+        opened.append((path, once))
+        return real(self, path, once=once)
+
+    with WebIndex(tmp_path / "s") as index:
+        for n in range(3):  # three flushes: three parts of the partition
+            index.insert_many([attempt(f"https://a.example/{n}", T0 + timedelta(seconds=n))])
+            index.flush()
+        monkeypatch.setattr(LocalBackend, "open_parquet", spy)
+        index.compact()
+    merged = [(p, once) for p, once in opened if p.startswith(("get/", "get-metadata/"))]
+    assert merged and all(once for _, once in merged), merged

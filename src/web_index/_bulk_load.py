@@ -240,7 +240,7 @@ class BulkLoad:
         self._parted |= parted
         self.stored += attempts
         if indexed:
-            self._store.compact([], index_also=written)
+            self._store.compact([], index_also=written, apart=self.has_workers)
 
     def finish(self) -> int:
         """Write what is held, compact the partitions that got part files and
@@ -253,12 +253,26 @@ class BulkLoad:
                     self._commit()
                 if self._stage is not None:
                     return self.stored
+                self._fresh_workers()
                 self._store.compact(
-                    self._parted, index_also=self._written, on_progress=self._on_progress, run=self._run()
+                    self._parted,
+                    index_also=self._written,
+                    on_progress=self._on_progress,
+                    run=self._run(),
+                    apart=self.has_workers,
                 )
             finally:
                 self._spill.close()
         return self.stored
+
+    def _fresh_workers(self) -> None:
+        """Let the workers that read and committed go: what their allocators kept of it
+        (~250 MiB each after a 10 GiB import's commits) would be held beside the final
+        compaction's own peak. The next task starts new ones. Only once everything is
+        named: a worker's spooled files are kept only while it lives."""
+        pool = self._spill.pool
+        if pool is not None and self._parted:
+            pool.close()
 
     def _run(self) -> Callable[[list[tuple[MethodPartition, PartitionFiles | None]]], Iterable[int]] | None:
         """The load's worker processes compacting the partitions it added parts to, each
@@ -268,7 +282,12 @@ class BulkLoad:
             return None
         store = self._store
         work = functools.partial(_compact, *self._reopen, store.durable, store.write_options)
-        return functools.partial(pool.run_each, work, chunk=1)
+
+        def run(items: list[tuple[MethodPartition, PartitionFiles | None]]) -> Iterator[int]:
+            yield from pool.run_each(work, items, chunk=1)
+            pool.close()  # idle through the month indexes' builds that follow: let them go
+
+        return run
 
     def __enter__(self) -> Self:
         return self

@@ -16,7 +16,7 @@ from web_index.storage._layout import Partition, StoredFile, compacted_file, com
 from web_index.storage._listing import Listing
 from web_index.storage._locks import Locks
 from web_index.storage._merge import merge_sorted
-from web_index.storage.backends import handle_version
+from web_index.storage.backends import LocalBackend, handle_version
 from web_index.storage.buffer import Buffer, MethodPartition
 from web_index.storage.indexes import (
     CaptureIndexes,
@@ -58,6 +58,7 @@ class Compaction(Listing):
         on_progress: Callable[[int, int], None] | None = None,
         run: Callable[[list[tuple[MethodPartition, PartitionFiles | None]]], Iterable[int]] | None = None,
         index_also: Iterable[MethodPartition] = (),
+        apart: bool = False,
     ) -> int:
         """Compact partitions with at least ``min_parts`` part files; return how many
         partitions (type, month, domain) changed.
@@ -71,7 +72,9 @@ class Compaction(Listing):
         as listed here (``None``: not listed), yielding each one's count as it finishes;
         the month and capture indexes are still brought up to date here, once, after
         all of them. ``index_also``: partitions whose
-        months are indexed too (a bulk load's, written compacted already).
+        months are indexed too (a bulk load's, written compacted already). ``apart``: each
+        month index of a local store built in a process of its own, whose memory ends with it
+        (a bulk load's, which builds a month's at every commit).
         """
         self.backend.remove_orphans()
         done = 0
@@ -107,10 +110,13 @@ class Compaction(Listing):
         if run is not None:
             self._forget_listings(targets)
         # Here, not at the top: the build needs polars, which a store opened to be read never does.
-        from web_index.storage.indexes import build_month_index
+        from web_index.storage.indexes import build_month_index, build_month_index_apart
 
         for n, (type, year, month) in enumerate(sorted(months), start=len(targets) + 1):
-            build_month_index(self.backend, type, year, month)
+            if apart and isinstance(self.backend, LocalBackend):
+                build_month_index_apart(self.backend, type, year, month)
+            else:
+                build_month_index(self.backend, type, year, month)
             if not type.is_metadata:
                 ensure_capture_indexes(self.backend, type, year, month, self.month_files(type, year, month))
             if on_progress is not None:
@@ -270,7 +276,7 @@ class Compaction(Listing):
     def _compact_type(self, partition: Partition, min_parts: int, listed: list[StoredFile] | None) -> bool:
         if listed is not None and not self._compacted_as_listed(partition, listed):
             listed = None
-        files, opened, dead = self.open_visible(partition, listed)
+        files, opened, dead = self.open_visible(partition, listed, once=True)
         live_parts = [f for f, _ in opened if f.part is not None]
         old = [handle for f, handle in opened if f.part is None]
         # min_parts=0 also rewrites a compacted file alone if it was written as

@@ -334,9 +334,10 @@ def list_partition_files(
 
 
 def visible_files(
-    backend: Backend, files: Sequence[StoredFile]
+    backend: Backend, files: Sequence[StoredFile], *, once: bool = False
 ) -> tuple[list[tuple[StoredFile, pq.ParquetFile]], list[StoredFile]]:
     """Open the visible files of one partition; also return the superseded ones.
+    ``once``: each is read once, front to back (``Backend.open_parquet``).
 
     Raises ``FileNotFoundError`` if a listed file vanished (a compaction
     finished meanwhile): the caller lists again.
@@ -345,13 +346,13 @@ def visible_files(
     superseded: frozenset[str] = frozenset()
     opened: list[tuple[StoredFile, pq.ParquetFile]] = []
     if compacted:
-        handle = backend.open_parquet(compacted[0].path)
+        handle = backend.open_parquet(compacted[0].path, once=once)
         superseded = read_superseded(handle, compacted[0].path)
         opened.append((compacted[0], handle))
     dead = [f for f in files if f.part is not None and f.part in superseded]
     for f in files:
         if f.part is not None and f.part not in superseded:
-            opened.append((f, backend.open_parquet(f.path)))
+            opened.append((f, backend.open_parquet(f.path, once=once)))
     return opened, dead
 
 

@@ -92,9 +92,12 @@ class Listing:
         by_domain = list_partition_files(self.backend, p.folder, p.type, p.year, p.month, p.domain)
         return by_domain.get(p.domain, [])
 
-    def open_visible(self, partition: Partition, files: list[StoredFile] | None = None) -> _Visible:
+    def open_visible(
+        self, partition: Partition, files: list[StoredFile] | None = None, *, once: bool = False
+    ) -> _Visible:
         """Open the visible files of a partition: its files as listed (``files``,
-        else listed now), the visible ones opened, and the superseded ones.
+        else listed now), the visible ones opened (``once``: to be read once, front to
+        back), and the superseded ones.
 
         A file gone between listing and opening (a compaction committed) makes
         it list again; a partition that keeps changing is a :class:`StoreError`.
@@ -103,7 +106,7 @@ class Listing:
 
         def open_listed() -> _Visible:
             try:
-                return (listed[0], *visible_files(self.backend, listed[0]))
+                return (listed[0], *visible_files(self.backend, listed[0], once=once))
             except FileNotFoundError:
                 listed[0] = self.partition_files(partition)
                 raise

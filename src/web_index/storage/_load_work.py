@@ -73,7 +73,9 @@ __all__ = [
     "spool_partition",
 ]
 
-BATCH_BYTES = 4 << 20  # a partition's rows in a chunk are spilled in record batches of about this
+# A partition's rows in a chunk are spilled in record batches of about this: a partition merged
+# as read holds a batch of each chunk of its commit (~64 of them at 4 GiB a commit).
+BATCH_BYTES = 1 << 20
 GATHER_MAX = 64 << 20  # a partition's spilled bytes past which it is merged as read, not gathered
 
 Reader = Callable[[str], "pa.ipc.RecordBatchFileReader"]  # a spill file's reader, by its path

@@ -231,7 +231,7 @@ class CachingBackend:
                 self._lru.put(key, data, len(data) + 100, _FOREVER)
         return data
 
-    def open_parquet(self, path: str) -> pq.ParquetFile:
+    def open_parquet(self, path: str, *, once: bool = False) -> pq.ParquetFile:
         now = self.clock.monotonic()
         with self._lock:
             etag = self._etags.get(path)

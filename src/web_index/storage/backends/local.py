@@ -133,7 +133,7 @@ class LocalBackend:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def open_parquet(self, path: str) -> pq.ParquetFile:
+    def open_parquet(self, path: str, *, once: bool = False) -> pq.ParquetFile:
         import pyarrow as pa
 
         from web_index.storage.pages import CheckedFile
@@ -156,9 +156,10 @@ class LocalBackend:
                 meta = self._footers.get(known, 0.0)
             if meta is None:
                 check_footer(path, lambda start, end: pread_exact(fd, start, end), size)
-            if size > _MAP_BYTES:
-                # Mapped pages of a file read once (a compaction's inputs) would
-                # count as this process's memory until it exits.
+            if once or size > _MAP_BYTES:
+                # Mapped pages of a file read once (a compaction's inputs) would count
+                # as this process's memory while it is open: a partition's parts, up
+                # to its size (330 MiB of a 10 GiB import's biggest, docs/performance.md).
                 return CheckedFile(pa.PythonFile(fh, mode="r"), path=path, pre_buffer=False)
             mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         except BaseException:

@@ -202,7 +202,7 @@ class S3Backend:
     def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:
         return self.get_range(path, start, start + length, None) if length else b""
 
-    def open_parquet(self, path: str) -> pq.ParquetFile:
+    def open_parquet(self, path: str, *, once: bool = False) -> pq.ParquetFile:
         return self.open_object(path).parquet()
 
     def open_object(self, path: str, on_gone: Callable[[str], None] | None = None) -> ObjectFile:

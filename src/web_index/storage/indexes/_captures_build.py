@@ -92,7 +92,7 @@ def _build(
         return False
     for _ in range(_TRIES):
         try:
-            handle = backend.open_parquet(covered.path)
+            handle = backend.open_parquet(covered.path, once=True)
         except FileNotFoundError:  # compacted again meanwhile: that compaction writes its own
             return False
         if handle_version(handle) not in (None, covered.version):

@@ -34,7 +34,7 @@ from web_index.storage.indexes._month_format import (
     write_index,
 )
 
-__all__ = ["build_month_index", "read_records"]
+__all__ = ["build_month_index", "build_month_index_apart", "read_records"]
 
 log = logging.getLogger("web_index.storage")
 # A request id as the store writes it (UUIDv7, lower-case): its 16 bytes give it back exactly.
@@ -122,6 +122,29 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     del rows
     release_freed_memory()
     return True
+
+
+def build_month_index_apart(backend: LocalBackend, type: RecordType, year: int, month: int) -> bool:
+    """:func:`build_month_index` in a process of its own, which exits once it is written.
+
+    A build holds its month's index rows and the key columns it reads (~400 bytes a
+    record at its peak), and the allocators of the process it ran in keep much of that
+    once freed (polars' and Arrow's, the C library's heap: a bulk load's committing
+    process ended ~60-150 MiB bigger after each, docs/performance.md). A load that indexes
+    its month at every commit would otherwise carry the biggest build's memory to its end."""
+    from web_index.storage._workers import worker_processes
+
+    pool = worker_processes(1, ())
+    try:
+        return pool.submit(_build_at, str(backend.root), type, year, month).result()
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _build_at(root: str, type: RecordType, year: int, month: int) -> bool:
+    from pathlib import Path
+
+    return build_month_index(LocalBackend(Path(root)), type, year, month)
 
 
 def _rows_of(index: MonthIndex | None) -> pa.Table | None:
