@@ -353,15 +353,17 @@ def test_a_worker_that_raises_fails_the_load_and_leaves_the_store_as_it_was(tmp_
 def test_a_load_with_workers_builds_its_month_indexes_in_a_process_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The loader never builds a month index itself (a build's memory stays with the process
-    that ran it, docs/performance.md): with this process's builder broken, a load with
-    workers still indexes every month it wrote (one process's load fails), and the index is
-    the one this process builds from the same files."""
+    """A load of several commits never builds a month index in its own process (a build's
+    memory stays with the process that ran it, docs/performance.md): with this process's
+    builder broken, a load with workers still indexes every month it wrote (one process's
+    load fails, and so does a load of one commit, which builds here), and the index is the
+    one this process builds from the same files."""
     from web_index.storage.indexes import _month_build
 
     items = _items(0, 30)
+    every = {"chunk": 10, "commit_bytes": 1}  # a commit a chunk: three
     with WebIndex(tmp_path / "s") as index:
-        with index.bulk_load(chunk=10, jobs=2) as load:
+        with index.bulk_load(jobs=2, **every) as load:
             load.add(items)
         written = sorted((tmp_path / "s" / "_index").rglob("*.parquet"))
         assert written and index.verify().ok
@@ -376,15 +378,16 @@ def test_a_load_with_workers_builds_its_month_indexes_in_a_process_of_its_own(
         raise RuntimeError("built in the loader")
 
     monkeypatch.setattr(_month_build, "build_month_index", broken)
-    with WebIndex(tmp_path / "t") as index, index.bulk_load(chunk=10, jobs=2) as load:
+    with WebIndex(tmp_path / "t") as index, index.bulk_load(jobs=2, **every) as load:
         load.add(items)
     assert sorted(p.name for p in (tmp_path / "t" / "_index").rglob("*.keys"))
-    with (
-        pytest.raises(RuntimeError, match="built in the loader"),
-        WebIndex(tmp_path / "u") as index,
-        index.bulk_load(chunk=10, jobs=1) as load,
-    ):
-        load.add(items)
+    for name, options in (("u", {"jobs": 1, **every}), ("v", {"jobs": 2, "chunk": 10})):
+        with (
+            pytest.raises(RuntimeError, match="built in the loader"),
+            WebIndex(tmp_path / name) as index,
+            index.bulk_load(**options) as load,
+        ):
+            load.add(items)
 
 
 _LOAD = """

@@ -131,7 +131,9 @@ def build_month_index_apart(backend: LocalBackend, type: RecordType, year: int, 
     record at its peak), and the allocators of the process it ran in keep much of that
     once freed (polars' and Arrow's, the C library's heap: a bulk load's committing
     process ended ~60-150 MiB bigger after each, docs/performance.md). A load that indexes
-    its month at every commit would otherwise carry the biggest build's memory to its end."""
+    its month at every commit would otherwise carry the biggest build's memory to its end.
+    The cost is a process start: ~0.3-0.6 s, most of it the new process importing the main
+    module again (as any ``forkserver`` child does)."""
     from web_index.storage._workers import worker_processes
 
     pool = worker_processes(1, ())
