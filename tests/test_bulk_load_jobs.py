@@ -33,7 +33,7 @@ from web_index import _insert_lines as insert_lines
 from web_index.archive import _import_workers as import_workers
 from web_index.archive import archive_files, import_warcs
 from web_index.cli import app
-from web_index.errors import WarcError
+from web_index.errors import StoreError, WarcError
 from web_index.ingest import Limits
 from web_index.models import (
     AttemptMetadata,
@@ -374,6 +374,21 @@ def test_a_load_with_workers_builds_its_month_indexes_in_a_process_of_its_own(
         index.compact()  # the same months built in this process, from the same files
         assert [pq.read_table(p) for p in written] == apart
 
+    # The last builds come after the final compaction, with no worker left idle beside them.
+    workers_alive: list[bool] = []
+    real = _month_build.build_month_indexes_apart
+
+    def spied(backend: Any, months: Any) -> None:
+        workers_alive.append(load._spill.pool is not None and load._spill.pool._executor is not None)
+        real(backend, months)
+
+    monkeypatch.setattr(_month_build, "build_month_indexes_apart", spied)
+    with WebIndex(tmp_path / "w") as index, index.bulk_load(jobs=2, **every) as load:
+        load.add(items)
+        load.add(_items(1000, 30))  # parts added to the partitions: a final compaction on workers
+    assert workers_alive[0] and workers_alive[-1] is False, workers_alive
+    monkeypatch.setattr(_month_build, "build_month_indexes_apart", real)
+
     def broken(*args: object) -> bool:
         raise RuntimeError("built in the loader")
 
@@ -388,6 +403,25 @@ def test_a_load_with_workers_builds_its_month_indexes_in_a_process_of_its_own(
             index.bulk_load(**options) as load,
         ):
             load.add(items)
+
+
+def test_a_month_build_that_dies_fails_the_load_and_the_next_compaction_builds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process building a load's month indexes killed: a StoreError naming the months, the
+    commits stand (they were named before), and the next compaction builds the indexes."""
+    items = _items(0, 30)
+    monkeypatch.setenv("WEB_INDEX_CRASH_AT", "month-build")  # the workers take this process's environment
+    with WebIndex(tmp_path / "s") as index:
+        with (
+            pytest.raises(StoreError, match=r"building the month indexes of get/\d{4}/\d{2}.* died"),
+            index.bulk_load(jobs=2, chunk=10, commit_bytes=1) as load,
+        ):
+            load.add(items)
+        monkeypatch.delenv("WEB_INDEX_CRASH_AT")
+        index.compact()
+        assert index.verify().ok
+        assert index.presence([SimplePageQuery(url=i[1]) for i in items]) == [True] * len(items)
 
 
 _LOAD = """

@@ -253,28 +253,30 @@ class BulkLoad:
                     self._commit()
                 if self._stage is not None:
                     return self.stored
-                self._fresh_workers()
+                self._let_workers_go()
                 self._store.compact(
                     self._parted,
                     index_also=self._written,
                     on_progress=self._on_progress,
                     run=self._run(),
                     # A load of one commit builds its months' indexes here, as it always
-                    # did: a build apart costs a process start (~0.3-0.6 s), and what this
-                    # process keeps of the build matters only to a load that goes on.
+                    # did: building apart costs a process start (~0.3-0.6 s), and what this
+                    # process keeps of a build weighs on a load still to commit (or on
+                    # whatever this process does next, which is not known here).
                     apart=self.has_workers and self._commits > 1,
                 )
             finally:
                 self._spill.close()
         return self.stored
 
-    def _fresh_workers(self) -> None:
-        """Let the workers that read and committed go: what their allocators kept of it
-        (~250 MiB each after a 10 GiB import's commits) would be held beside the final
-        compaction's own peak. The next task starts new ones. Only once everything is
-        named: a worker's spooled files are kept only while it lives."""
+    def _let_workers_go(self) -> None:
+        """Let the workers that read and committed go: what they kept of it (~180-250 MiB
+        each after a 10 GiB import's commits) would be held beside the final compaction's
+        own peak, or idle through the month indexes' builds. A compaction on workers starts
+        new ones. Only once everything is named: a worker's spooled files are kept only
+        while it lives."""
         pool = self._spill.pool
-        if pool is not None and self._parted:
+        if pool is not None:
             pool.close()
 
     def _run(self) -> Callable[[list[tuple[MethodPartition, PartitionFiles | None]]], Iterable[int]] | None:

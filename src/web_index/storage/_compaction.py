@@ -72,9 +72,9 @@ class Compaction(Listing):
         as listed here (``None``: not listed), yielding each one's count as it finishes;
         the month and capture indexes are still brought up to date here, once, after
         all of them. ``index_also``: partitions whose
-        months are indexed too (a bulk load's, written compacted already). ``apart``: each
-        month index of a local store built in a process of its own, whose memory ends with it
-        (a bulk load's, which builds a month's at every commit).
+        months are indexed too (a bulk load's, written compacted already). ``apart``: the
+        month indexes of a local store built in a process of their own, whose memory ends with
+        it (a bulk load's, which builds its months' at every commit).
         """
         self.backend.remove_orphans()
         done = 0
@@ -110,12 +110,14 @@ class Compaction(Listing):
         if run is not None:
             self._forget_listings(targets)
         # Here, not at the top: the build needs polars, which a store opened to be read never does.
-        from web_index.storage.indexes import build_month_index, build_month_index_apart
+        from web_index.storage.indexes import build_month_index, build_month_indexes_apart
 
+        apart = apart and isinstance(self.backend, LocalBackend)
+        if apart:
+            assert isinstance(self.backend, LocalBackend)
+            build_month_indexes_apart(self.backend, sorted(months))
         for n, (type, year, month) in enumerate(sorted(months), start=len(targets) + 1):
-            if apart and isinstance(self.backend, LocalBackend):
-                build_month_index_apart(self.backend, type, year, month)
-            else:
+            if not apart:
                 build_month_index(self.backend, type, year, month)
             if not type.is_metadata:
                 ensure_capture_indexes(self.backend, type, year, month, self.month_files(type, year, month))

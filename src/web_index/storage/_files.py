@@ -337,7 +337,7 @@ def visible_files(
     backend: Backend, files: Sequence[StoredFile], *, once: bool = False
 ) -> tuple[list[tuple[StoredFile, pq.ParquetFile]], list[StoredFile]]:
     """Open the visible files of one partition; also return the superseded ones.
-    ``once``: each is read once, front to back (``Backend.open_parquet``).
+    ``once``: each is to be read once (``Backend.open_parquet``).
 
     Raises ``FileNotFoundError`` if a listed file vanished (a compaction
     finished meanwhile): the caller lists again.

@@ -96,8 +96,7 @@ class Listing:
         self, partition: Partition, files: list[StoredFile] | None = None, *, once: bool = False
     ) -> _Visible:
         """Open the visible files of a partition: its files as listed (``files``,
-        else listed now), the visible ones opened (``once``: to be read once, front to
-        back), and the superseded ones.
+        else listed now), the visible ones opened (``once``: to be read once), and the superseded ones.
 
         A file gone between listing and opening (a compaction committed) makes
         it list again; a partition that keeps changing is a :class:`StoreError`.

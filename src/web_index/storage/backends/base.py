@@ -85,8 +85,8 @@ class Backend(Protocol):
     def open_parquet(self, path: str, *, once: bool = False) -> pq.ParquetFile:
         """Open a Parquet file; ``FileNotFoundError`` if it is gone, ``CorruptFileError``
         if its footer is damaged (pages are checked as they are read). ``once``: it is
-        read once from front to back (a compaction's input), so nothing of it is worth
-        keeping in memory once read (a local store maps no such file)."""
+        read once (a compaction's input), so nothing of it is worth keeping in memory once
+        read (a local store maps no such file)."""
         ...
 
     def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:

@@ -160,7 +160,7 @@ class LocalBackend:
                 # Mapped pages of a file read once (a compaction's inputs) would count
                 # as this process's memory while it is open: a partition's parts, up
                 # to its size (330 MiB of a 10 GiB import's biggest, docs/performance.md).
-                return CheckedFile(pa.PythonFile(fh, mode="r"), path=path, pre_buffer=False)
+                return CheckedFile(pa.PythonFile(fh, mode="r"), path=path, pre_buffer=False, metadata=meta)
             mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         except BaseException:
             fh.close()

@@ -7,7 +7,7 @@ in ``_capture_records``, opened and bisected in ``_captures``, written in
 ``_captures_build``, checked in ``_captures_verify``, read by SURT prefix with the
 parts and the buffer in ``_capture_scan``). Nothing here is public (``__all__`` is
 empty): the names imported ``as`` themselves are the internal API of the rest of
-storage. ``build_month_index`` (``_apart``: in a process of its own),
+storage. ``build_month_index`` (``build_month_indexes_apart``: in a process of their own),
 ``index_disagreement`` and ``index_note`` are imported on first use: they need
 polars, which a store opened to be read never does (27 MiB and ~120 ms of import).
 """
@@ -43,7 +43,7 @@ from web_index.storage.indexes._month_format import key_hash as key_hash
 
 if TYPE_CHECKING:
     from web_index.storage.indexes._month_build import build_month_index as build_month_index
-    from web_index.storage.indexes._month_build import build_month_index_apart as build_month_index_apart
+    from web_index.storage.indexes._month_build import build_month_indexes_apart as build_month_indexes_apart
     from web_index.storage.indexes._month_verify import index_disagreement as index_disagreement
     from web_index.storage.indexes._month_verify import index_note as index_note
 
@@ -51,7 +51,7 @@ __all__: list[str] = []
 
 _ON_FIRST_USE = {
     "build_month_index": "web_index.storage.indexes._month_build",
-    "build_month_index_apart": "web_index.storage.indexes._month_build",
+    "build_month_indexes_apart": "web_index.storage.indexes._month_build",
     "index_disagreement": "web_index.storage.indexes._month_verify",
     "index_note": "web_index.storage.indexes._month_verify",
 }

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from web_index.errors import CorruptFileError
+from web_index.errors import CorruptFileError, StoreError
 from web_index.models import RecordType
+from web_index.storage._crash import crash_point
 from web_index.storage._files import list_partition_files, read_small_files, visible_files
 from web_index.storage._layout import StoredFile
 from web_index.storage._schema import TS_COLUMN
@@ -34,7 +35,7 @@ from web_index.storage.indexes._month_format import (
     write_index,
 )
 
-__all__ = ["build_month_index", "build_month_index_apart", "read_records"]
+__all__ = ["build_month_index", "build_month_indexes_apart", "read_records"]
 
 log = logging.getLogger("web_index.storage")
 # A request id as the store writes it (UUIDv7, lower-case): its 16 bytes give it back exactly.
@@ -124,29 +125,44 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     return True
 
 
-def build_month_index_apart(backend: LocalBackend, type: RecordType, year: int, month: int) -> bool:
-    """:func:`build_month_index` in a process of its own, which exits once it is written.
+def build_month_indexes_apart(backend: LocalBackend, months: Sequence[tuple[RecordType, int, int]]) -> None:
+    """:func:`build_month_index` of each of ``months``, in order, in one process of its own,
+    which exits once they are written.
 
     A build holds its month's index rows and the key columns it reads (~400 bytes a
-    record at its peak), and the allocators of the process it ran in keep much of that
-    once freed (polars' and Arrow's, the C library's heap: a bulk load's committing
-    process ended ~60-150 MiB bigger after each, docs/performance.md). A load that indexes
-    its month at every commit would otherwise carry the biggest build's memory to its end.
-    The cost is a process start: ~0.3-0.6 s, most of it the new process importing the main
-    module again (as any ``forkserver`` child does)."""
+    record at its peak), and the process it ran in keeps much of that once freed (a bulk
+    load's committing process ended ~60-150 MiB bigger after each; Arrow's allocator, the
+    C library's heap and Python objects do not account for it, docs/performance.md). A
+    load that indexes its months at every commit would otherwise carry its biggest build's
+    memory to its end. The cost is a process start, ~0.3-0.6 s (most of it the new process
+    importing the main module again, as any ``forkserver`` child does): one for all the
+    months, not one a month. A process that dies (killed, out of memory) is a
+    :class:`StoreError` naming the months; the months built before it stay built."""
+    from concurrent.futures.process import BrokenProcessPool
+
     from web_index.storage._workers import worker_processes
 
+    if not months:
+        return
     pool = worker_processes(1, ())
     try:
-        return pool.submit(_build_at, str(backend.root), type, year, month).result()
+        pool.submit(_build_at, str(backend.root), list(months)).result()
+    except BrokenProcessPool as exc:
+        named = ", ".join(f"{t.value}/{y:04d}/{m:02d}" for t, y, m in months)
+        raise StoreError(
+            f"the process building the month indexes of {named} died (killed? out of memory?): {exc}"
+        ) from exc
     finally:
         pool.shutdown(wait=True)
 
 
-def _build_at(root: str, type: RecordType, year: int, month: int) -> bool:
+def _build_at(root: str, months: list[tuple[RecordType, int, int]]) -> None:
     from pathlib import Path
 
-    return build_month_index(LocalBackend(Path(root)), type, year, month)
+    backend = LocalBackend(Path(root))
+    for type, year, month in months:
+        crash_point("month-build")
+        build_month_index(backend, type, year, month)
 
 
 def _rows_of(index: MonthIndex | None) -> pa.Table | None:
