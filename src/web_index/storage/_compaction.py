@@ -112,12 +112,12 @@ class Compaction(Listing):
         # Here, not at the top: the build needs polars, which a store opened to be read never does.
         from web_index.storage.indexes import build_month_index, build_month_indexes_apart
 
-        apart = apart and isinstance(self.backend, LocalBackend)
-        if apart:
-            assert isinstance(self.backend, LocalBackend)
-            build_month_indexes_apart(self.backend, sorted(months))
-        for n, (type, year, month) in enumerate(sorted(months), start=len(targets) + 1):
-            if not apart:
+        ordered = sorted(months)
+        local = self.backend if apart and isinstance(self.backend, LocalBackend) else None
+        if local is not None:
+            build_month_indexes_apart(local, ordered)
+        for n, (type, year, month) in enumerate(ordered, start=len(targets) + 1):
+            if local is None:
                 build_month_index(self.backend, type, year, month)
             if not type.is_metadata:
                 ensure_capture_indexes(self.backend, type, year, month, self.month_files(type, year, month))

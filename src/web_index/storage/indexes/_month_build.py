@@ -137,8 +137,8 @@ def build_month_indexes_apart(backend: LocalBackend, months: Sequence[tuple[Reco
     memory to its end. The cost is a process start, ~0.3-0.6 s (most of it the new process
     importing the main module again, as any ``forkserver`` child does): one a type, not one
     a month. (One for every type's builds carried the first type's leftovers into the
-    second's peak: a 10 GiB import peaked 134 MiB higher so.) A process that dies (killed, out of memory) is a
-    :class:`StoreError` naming the months; the months built before it stay built."""
+    second's peak: a 10 GiB import peaked 134 MiB higher so.) A process that dies (killed,
+    out of memory) is a :class:`StoreError` naming the months; those built before stay built."""
     from concurrent.futures.process import BrokenProcessPool
 
     from web_index.storage._workers import worker_processes
