@@ -19,6 +19,7 @@ from web_index.storage._files import visible_files as visible_files
 from web_index.storage._layout import STORE_MARKER as STORE_MARKER
 from web_index.storage._layout import Partition
 from web_index.storage._layout import StoredFile as StoredFile
+from web_index.storage._memory import release_freed_memory as release_freed_memory
 from web_index.storage._open import open_store as open_store
 from web_index.storage._scan import ScanFilter as ScanFilter
 from web_index.storage._scan import scan as scan
@@ -30,7 +31,6 @@ from web_index.storage._stats import AttemptCount as AttemptCount
 from web_index.storage._stats import attempt_counts as attempt_counts
 from web_index.storage._stats import stats as stats
 from web_index.storage._store import FlushPolicy, Store
-from web_index.storage._tables import release_freed_memory as release_freed_memory
 from web_index.storage._verify import verify as verify
 from web_index.storage._workers import worker_processes as worker_processes
 from web_index.storage.backends import Backend, CacheConfig, LocalBackend, open_backend

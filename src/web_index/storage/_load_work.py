@@ -36,9 +36,10 @@ from web_index.errors import StoreError
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import Partition, compacted_stored
+from web_index.storage._memory import release_freed_memory
 from web_index.storage._merge import merge_sorted
 from web_index.storage._schema import DIGEST_COLUMNS, REF_COLUMN
-from web_index.storage._tables import release_freed_memory, sort_dedupe
+from web_index.storage._tables import sort_dedupe
 from web_index.storage._workers import worker_processes
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
 from web_index.storage.indexes import capture_index_bytes, file_lines, table_lines
@@ -76,7 +77,10 @@ __all__ = [
 # A partition's rows in a chunk are spilled in record batches of about this: a partition merged
 # as read holds a batch of each chunk of its commit (~64 of them at 4 GiB a commit).
 BATCH_BYTES = 1 << 20
-GATHER_MAX = 64 << 20  # a partition's spilled bytes past which it is merged as read, not gathered
+# A partition's spilled bytes past which it is merged as read, not gathered: a gathered one is
+# held ~3-6 times over in a worker (its batches, sorted, shared, written, its lines), and two
+# workers' commits were a 10 GiB import's peak at 64 MiB (1,057 MiB of it; 962 at 32).
+GATHER_MAX = 32 << 20
 
 Reader = Callable[[str], "pa.ipc.RecordBatchFileReader"]  # a spill file's reader, by its path
 

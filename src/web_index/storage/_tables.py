@@ -3,8 +3,6 @@ schema, sorted with each record once. What a partition's files are written from.
 
 from __future__ import annotations
 
-import ctypes
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +15,6 @@ if TYPE_CHECKING:
 __all__ = [
     "columns_to_table",
     "conform",
-    "release_freed_memory",
     "rows_to_table",
     "sort_dedupe",
     "sorted_unique",
@@ -131,37 +128,3 @@ def sorted_unique(table: pa.Table, keys: Sequence[str], identity: Sequence[str])
             keep = pa.concat_arrays([pa.array([True]), pc.invert(repeated)])
             order = pc.filter(order, keep)
     return table.take(order)
-
-
-def release_freed_memory() -> None:
-    """Give back to the system what the allocators keep of freed memory: Arrow's, of this
-    thread, and the C library's heap.
-
-    Arrow's default allocator (mimalloc, unless ``ARROW_DEFAULT_MEMORY_POOL`` says
-    otherwise) keeps freed pages in a heap per thread for reuse, and only that thread can
-    hand them back: after a big build (a month index of a million records left ~180 MiB
-    so) the process would carry them until it exits. glibc's heap keeps what large Python
-    objects (bodies) and Parquet's footers freed: a process compacting a month's 364
-    partitions one after another, as a load's worker does, ended at 226 MiB, and at 137
-    with the heap trimmed after each (docs/performance.md). A trim walks the heap (~2 ms),
-    so it is done about once every ``_TRIM_EVERY_S`` at most (threads may race to it:
-    harmless)."""
-    import sys
-
-    pa = sys.modules.get("pyarrow")
-    if pa is not None:
-        pa.default_memory_pool().release_unused()
-    now = time.monotonic()
-    if _MALLOC_TRIM is not None and now - _trimmed[0] >= _TRIM_EVERY_S:
-        _trimmed[0] = now
-        _MALLOC_TRIM(0)
-
-
-_TRIM_EVERY_S = 1.0
-_trimmed = [float("-inf")]  # when this process's heap was last trimmed
-_MALLOC_TRIM: Any
-try:
-    _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim  # glibc's; another C library may have none
-    _MALLOC_TRIM.argtypes = [ctypes.c_size_t]
-except (OSError, AttributeError, TypeError):  # TypeError: no CDLL(None) (Windows)
-    _MALLOC_TRIM = None

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["IndexHit", "MonthIndex", "open_month_index"]
+__all__ = ["IndexHit", "MonthIndex", "forget_month_index", "open_month_index"]
 
 log = logging.getLogger("web_index.storage")
 
@@ -360,6 +360,13 @@ def open_month_index(backend: Backend, type: RecordType, year: int, month: int) 
         _forget(_OPEN.get(key))
         _OPEN[key] = opened
     return opened
+
+
+def forget_month_index(backend: Backend, type: RecordType, year: int, month: int) -> None:
+    """Drop this process's opened copy of the month's index (its files mapped, its table
+    if kept): what is about to replace it need not be held beside it."""
+    with _OPEN_LOCK:
+        _forget(_OPEN.pop((backend.url, index_path(type, year, month)), None))
 
 
 def _from_keys(

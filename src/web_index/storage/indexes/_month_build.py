@@ -22,10 +22,11 @@ from web_index.models import RecordType
 from web_index.storage._crash import crash_point
 from web_index.storage._files import list_partition_files, read_small_files, visible_files
 from web_index.storage._layout import StoredFile
+from web_index.storage._memory import release_freed_memory
 from web_index.storage._schema import TS_COLUMN
-from web_index.storage._tables import release_freed_memory, sorted_unique
+from web_index.storage._tables import sorted_unique
 from web_index.storage.backends import Backend, LocalBackend
-from web_index.storage.indexes._month import MonthIndex, open_month_index
+from web_index.storage.indexes._month import MonthIndex, forget_month_index, open_month_index
 from web_index.storage.indexes._month_format import (
     SCHEMA,
     Covered,
@@ -73,22 +74,12 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
         return True
     file_no = {f.name: n for n, (_, f) in enumerate(files)}
     counted: dict[str, int] = {}  # rows of each file whose records are read here or kept
-    pieces: list[pl.DataFrame] = []
-    reuse: dict[int, int] = {}  # old file number -> new, for domains unchanged
-    if previous is not None and old_rows is not None:
-        for domain, listed in listing.items():
-            if previous.authoritative(domain, listed):
-                for n in previous.covered(domain):
-                    reuse[n] = file_no[previous.covers[n].name]
-                    counted[previous.covers[n].name] = previous.covers[n].rows
-        if reuse:
-            old = pl.from_arrow(old_rows)
-            assert isinstance(old, pl.DataFrame)
-            mapping = pl.DataFrame(
-                {"file_no": list(reuse), "new_no": list(reuse.values())},
-                schema={"file_no": pl.UInt32, "new_no": pl.UInt32},
-            )
-            pieces.append(old.join(mapping, on="file_no").drop("file_no").rename({"new_no": "file_no"}))
+    pieces, reuse = _kept_rows(previous, old_rows, listing, file_no, counted)
+    # The previous index let go: its files (mapped, and its keys file read whole to check it)
+    # would otherwise be held through the sort and the write, the build's peak (~60 MiB of a
+    # 10 GiB import's month).
+    del old_rows, previous
+    forget_month_index(backend, type, year, month)
     kept = {files[n][0] for n in reuse.values()}
     superseded: set[str] = set()
     unread = {d: f for d, f in listing.items() if d not in kept}
@@ -164,6 +155,36 @@ def _build_at(root: str, months: list[tuple[RecordType, int, int]]) -> None:
     for type, year, month in months:
         crash_point("month-build")
         build_month_index(backend, type, year, month)
+
+
+def _kept_rows(
+    previous: MonthIndex | None,
+    old_rows: pa.Table | None,
+    listing: Mapping[str, list[StoredFile]],
+    file_no: Mapping[str, int],
+    counted: dict[str, int],
+) -> tuple[list[pl.DataFrame], dict[int, int]]:
+    """The previous index's rows of the domains whose files it covers as listed, numbered
+    as ``file_no`` says, and its file numbers so mapped (old -> new); their files' rows
+    counted into ``counted``."""
+    pieces: list[pl.DataFrame] = []
+    reuse: dict[int, int] = {}
+    if previous is None or old_rows is None:
+        return pieces, reuse
+    for domain, listed in listing.items():
+        if previous.authoritative(domain, listed):
+            for n in previous.covered(domain):
+                reuse[n] = file_no[previous.covers[n].name]
+                counted[previous.covers[n].name] = previous.covers[n].rows
+    if reuse:
+        old = pl.from_arrow(old_rows)
+        assert isinstance(old, pl.DataFrame)
+        mapping = pl.DataFrame(
+            {"file_no": list(reuse), "new_no": list(reuse.values())},
+            schema={"file_no": pl.UInt32, "new_no": pl.UInt32},
+        )
+        pieces.append(old.join(mapping, on="file_no").drop("file_no").rename({"new_no": "file_no"}))
+    return pieces, reuse
 
 
 def _rows_of(index: MonthIndex | None) -> pa.Table | None:
