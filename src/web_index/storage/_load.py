@@ -239,9 +239,10 @@ class Spill:
     ) -> Iterator[Spooled]:
         """Each partition's file spooled, in ``order``: here, or by the pool's workers."""
         if self._pool is None or len(order) < 2:
-            for p in order:
-                rows = self._rows(p, options)
-                yield spool_partition(backend, options, p, rows, share=sharing(p), months=months)
+            for p in order:  # its rows handed over, not held here (spool_partition)
+                yield spool_partition(
+                    backend, options, p, self._rows(p, options), share=sharing(p), months=months
+                )
             return
         commit = str(uuid.uuid4())
         tasks = (

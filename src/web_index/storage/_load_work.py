@@ -173,9 +173,10 @@ def partition_rows(
         read = reader(run.path)
         batches += [read.get_batch(b) for b in range(run.first, run.first + run.batches)]
     table = pa.Table.from_batches(batches)
+    del batches  # the table's now: its batches go as soon as it is replaced by its sorted copy
     if len(runs) > 1:
         table = sort_dedupe(partition.type, table)
-    elif len(batches) > 1:
+    elif table.column(0).num_chunks > 1:
         table = table.combine_chunks()
     return fill_pending(table, where=str(partition))
 
@@ -230,6 +231,9 @@ def spool_partition(
     from web_index.storage.pages import CheckedFile
 
     table, refers = shared_table(backend, partition, rows, share, months)
+    # The caller hands ``rows`` over (run_task keeps no reference): a table it was copied
+    # from (payloads shared) is not held through the write and the lines.
+    del rows
     data, write_options = partition_file_args(partition, table, options)
     spool = backend.spool_parquet(data, **write_options)
     if partition.type.is_metadata:
@@ -258,9 +262,13 @@ def run_task(root: str, options: WriteOptions, task: Task) -> Spooled:
     """:func:`spool_partition` in a worker process: the partition's rows read from
     the spill files by their paths."""
     reader = functools.partial(_reader, task.commit)
-    rows = partition_rows(task.partition, task.runs, reader, options, task.gather_max)
     spooled = spool_partition(
-        _backend(root), options, task.partition, rows, share=task.share, months=task.months
+        _backend(root),
+        options,
+        task.partition,
+        partition_rows(task.partition, task.runs, reader, options, task.gather_max),
+        share=task.share,
+        months=task.months,
     )
     crash_point("load-worker")  # its spooled files left by a dead process, for remove_orphans
     return spooled
