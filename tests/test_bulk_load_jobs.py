@@ -791,3 +791,28 @@ def test_a_range_that_cannot_be_read_stops_the_input_as_one_process_does(tmp_pat
     assert done.error is None and done.stored == 0
     assert done.stopped is not None and done.stopped.startswith("cannot read in.jsonl: ")
     assert done.chunks is not None and done.chunks.files == ()
+
+
+def test_a_script_without_the_main_guard_is_told_of_it(tmp_path: Path) -> None:
+    """A worker imports the script that started it again (``forkserver``): an unguarded one
+    starts a load there, which multiprocessing refuses, and the worker dies. The load's error
+    names that cause beside a kill, and the store holds nothing of the load."""
+    script = tmp_path / "load.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parents[1])!r})\n"
+        "from tests.test_bulk_load_jobs import _items\n"
+        "from web_index import WebIndex\n"
+        "with WebIndex(sys.argv[1]) as index:\n"
+        "    with index.bulk_load(jobs=2) as load:\n"
+        "        load.add(_items(0, 20))\n"
+    )
+    store = tmp_path / "s"
+    done = subprocess.run(
+        [sys.executable, str(script), str(store)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert 'a script without the `if __name__ == "__main__":` guard?' in done.stderr, done.stderr[-2000:]
+    _wait_for_writers(store)
+    with WebIndex(store) as index:
+        assert index.presence([SimplePageQuery(url=i[1]) for i in _items(0, 20)]) == [False] * 20

@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from typing import Any
 
 from web_index.errors import StoreError
-from web_index.storage import worker_processes
+from web_index.storage import DEATH_CAUSES, worker_processes
 
 __all__ = ["Processes"]
 
@@ -98,6 +98,6 @@ class Processes:
                 self._stop()
                 if self._deaths > _DEATHS:
                     raise StoreError(
-                        f"worker processes answering the queries died {self._deaths} times (killed? out "
-                        f"of memory? a script without the __main__ guard?): {broken}"
+                        f"worker processes answering the queries died {self._deaths} times ({DEATH_CAUSES}): "
+                        f"{broken}"
                     ) from broken

@@ -32,6 +32,7 @@ from web_index.storage._stats import attempt_counts as attempt_counts
 from web_index.storage._stats import stats as stats
 from web_index.storage._store import FlushPolicy, Store
 from web_index.storage._verify import verify as verify
+from web_index.storage._workers import DEATH_CAUSES as DEATH_CAUSES
 from web_index.storage._workers import worker_processes as worker_processes
 from web_index.storage.backends import Backend, CacheConfig, LocalBackend, open_backend
 from web_index.storage.backends import CachingBackend as CachingBackend

@@ -40,7 +40,7 @@ from web_index.storage._memory import release_freed_memory
 from web_index.storage._merge import merge_sorted
 from web_index.storage._schema import DIGEST_COLUMNS, REF_COLUMN
 from web_index.storage._tables import sort_dedupe
-from web_index.storage._workers import worker_processes
+from web_index.storage._workers import DEATH_CAUSES, worker_processes
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
 from web_index.storage.indexes import capture_index_bytes, file_lines, table_lines
 from web_index.storage.payloads import (
@@ -363,9 +363,7 @@ class Pool:
                     yield given.popleft().result()
         except BrokenProcessPool as exc:
             self.close()
-            raise StoreError(
-                f"a worker process of the bulk load died (killed? out of memory?): {exc}"
-            ) from exc
+            raise StoreError(f"a worker process of the bulk load died ({DEATH_CAUSES}): {exc}") from exc
         except BaseException:
             self.close()  # its workers gone, what they had spooled is a dead writer's, for remove_orphans
             raise

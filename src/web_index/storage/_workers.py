@@ -19,7 +19,12 @@ from collections.abc import MutableMapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, NamedTuple
 
-__all__ = ["worker_processes"]
+__all__ = ["DEATH_CAUSES", "worker_processes"]
+
+# What a worker's death most often comes of, for the error that says it died. The last: a
+# worker imports the starting script again (``forkserver``), and an unguarded one starts
+# workers of its own there, which multiprocessing refuses (its message goes to stderr).
+DEATH_CAUSES = 'killed? out of memory? a script without the `if __name__ == "__main__":` guard?'
 
 
 def worker_processes(jobs: int, preload: Sequence[str]) -> ProcessPoolExecutor:

@@ -132,7 +132,7 @@ def build_month_indexes_apart(backend: LocalBackend, months: Sequence[tuple[Reco
     out of memory) is a :class:`StoreError` naming the months; those built before stay built."""
     from concurrent.futures.process import BrokenProcessPool
 
-    from web_index.storage._workers import worker_processes
+    from web_index.storage._workers import DEATH_CAUSES, worker_processes
 
     for type in sorted({t for t, _, _ in months}, key=lambda t: t.value):
         of_type = [m for m in months if m[0] is type]
@@ -142,7 +142,7 @@ def build_month_indexes_apart(backend: LocalBackend, months: Sequence[tuple[Reco
         except BrokenProcessPool as exc:
             named = ", ".join(f"{t.value}/{y:04d}/{m:02d}" for t, y, m in of_type)
             raise StoreError(
-                f"the process building the month indexes of {named} died (killed? out of memory?): {exc}"
+                f"the process building the month indexes of {named} died ({DEATH_CAUSES}): {exc}"
             ) from exc
         finally:
             pool.shutdown(wait=True)
