@@ -202,3 +202,37 @@ def test_a_commit_before_the_last_indexes_its_months(tmp_path: Path) -> None:
         assert index.presence([SimplePageQuery(url="https://a.example.com/")]) == [True]
         load.add([attempt("https://a.example.com/b")])
         assert load.commits == 2
+
+
+@pytest.mark.parametrize("gather_max", [load_module.GATHER_MAX, 1])
+def test_a_commit_places_its_bodies_without_decompressing_a_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gather_max: int
+) -> None:
+    """The capture index of a file a commit writes gets its bodies' places from their lengths,
+    known as the file is written, whether its partition was gathered whole or merged as read
+    (``gather_max`` 1): no page of it is decompressed again; the lines are those read back."""
+    from web_index.storage.pages import _places
+
+    monkeypatch.setattr(load_module, "GATHER_MAX", gather_max)
+    items = [attempt(f"https://a.example.com/{n}", body=b"<p>%d</p>" % n * (n * 40 + 1)) for n in range(60)]
+    with WebIndex(tmp_path / "s", create=True) as index:
+        with monkeypatch.context() as patch:
+            patch.setattr(_places, "_decompress", _no_decompression)
+            with index.bulk_load(chunk=7) as load:
+                load.add(items)
+        written = index_lines(tmp_path / "s")
+        assert len(written) == 1  # the get partition's (a metadata file has none)
+        for path in (tmp_path / "s" / "_captures").rglob("*.cdxj.zst"):
+            path.unlink()
+        index.compact()  # the indexes made again from the files read back
+        assert index_lines(tmp_path / "s") == written
+        assert index.verify().ok
+
+
+def index_lines(root: Path) -> dict[str, bytes]:
+    """The capture indexes of a store, by name (the covered file's version in it)."""
+    return {path.name: path.read_bytes() for path in sorted((root / "_captures").rglob("*.cdxj.zst"))}
+
+
+def _no_decompression(*_args: object) -> bytes:
+    raise AssertionError("a page decompressed again")

@@ -304,19 +304,26 @@ def test_a_batch_spread_over_threads_reads_every_body_right(tmp_path: Path, dens
     bodies=st.lists(st.none() | _sizes.map(lambda n: min(n, 64 << 10)), min_size=1, max_size=60),
     page_bytes=st.sampled_from([256, 4 << 10, 16 << 10]),
     group_rows=st.sampled_from([1, 3, 128]),
+    required=st.booleans(),
 )
 def test_places_from_the_bodies_lengths_are_those_read_from_the_pages(
-    bodies: list[int | None], page_bytes: int, group_rows: int
+    bodies: list[int | None], page_bytes: int, group_rows: int, required: bool
 ) -> None:
     """A writer's places, learnt from its bodies' lengths and the pages' headers, are those
-    learnt by decompressing every page (nulls, empty bodies, pages of one value or many)."""
+    learnt by decompressing every page (nulls, empty bodies, pages of one value or many), and
+    no page is decompressed for them: in an optional column, and in a required one, as a
+    store's ``data`` column is (its pages have no definition levels)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from web_index.storage.pages import CheckedFile, body_places
+    from web_index.storage.pages import CheckedFile, _places, body_places
 
-    column = pa.array([None if n is None else b"x" * n for n in bodies], type=pa.binary())
-    table = pa.table({"data": column, "n": pa.array(range(len(bodies)))})
+    if required:
+        bodies = [n or 0 for n in bodies]
+    column = pa.array([None if n is None else b"x" * n for n in bodies], type=pa.large_binary())
+    data = pa.field("data", pa.large_binary(), nullable=not required)
+    schema = pa.schema([data, pa.field("n", pa.int64())])
+    table = pa.table({"data": column, "n": pa.array(range(len(bodies)))}, schema=schema)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "f.parquet"
         pq.write_table(
@@ -328,6 +335,7 @@ def test_places_from_the_bodies_lengths_are_those_read_from_the_pages(
             write_batch_size=1,
             use_dictionary=False,
         )
+        assert (pq.ParquetFile(path).schema.column(0).max_definition_level == 0) == required
         sizes = pc.binary_length(column).to_pylist()
         with pa.OSFile(str(path), "rb") as source:
             handle = CheckedFile(source, path="get/2024/05/example.com.parquet")
@@ -336,5 +344,6 @@ def test_places_from_the_bodies_lengths_are_those_read_from_the_pages(
                 rows = handle.metadata.row_group(g).num_rows
                 read = body_places(handle, g)
                 assert read is not None
-                assert body_places(handle, g, sizes[first : first + rows]) == read
+                with patch.object(_places, "_decompress", side_effect=AssertionError("a page decompressed")):
+                    assert body_places(handle, g, sizes[first : first + rows]) == read
                 first += rows

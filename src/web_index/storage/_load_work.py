@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from web_index.errors import StoreError
+from web_index.models import RecordType
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import Partition, compacted_stored
 from web_index.storage._memory import release_freed_memory
 from web_index.storage._merge import merge_sorted
-from web_index.storage._schema import DIGEST_COLUMNS, REF_COLUMN
+from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN
 from web_index.storage._tables import sort_dedupe
 from web_index.storage._workers import DEATH_CAUSES, worker_processes
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
@@ -234,6 +235,9 @@ def spool_partition(
     # The caller hands ``rows`` over (run_task keeps no reference): a table it was copied
     # from (payloads shared) is not held through the write and the lines.
     del rows
+    sizes: list[int | None] = []  # of a merged partition's bodies, as it is written
+    if partition.type is RecordType.GET and not isinstance(table, pa.Table):
+        table = _measured(table, sizes)
     data, write_options = partition_file_args(partition, table, options)
     spool = backend.spool_parquet(data, **write_options)
     if partition.type.is_metadata:
@@ -248,7 +252,7 @@ def spool_partition(
             if isinstance(table, pa.Table):
                 lines = table_lines(partition.type, table, handle, backend, path, holders)
             else:  # merged as read: its lines from the file, a row group at a time
-                lines = file_lines(partition.type, handle, backend, path, holders)
+                lines = file_lines(partition.type, handle, backend, path, holders, sizes=sizes or None)
         info = backend.spooled_info(spool)
         covered = compacted_stored(partition, info.size, info.version)
         where, body = capture_index_bytes(partition, covered, frozenset(), lines)
@@ -256,6 +260,17 @@ def spool_partition(
     except BaseException:
         spool.unlink(missing_ok=True)
         raise
+
+
+def _measured(tables: Iterable[pa.Table], sizes: list[int | None]) -> Iterator[pa.Table]:
+    """``tables`` as they come, their bodies' lengths added to ``sizes`` on the way: the places
+    of the file they are written to then follow from them (``pages/_places.py``), its pages
+    not decompressed again."""
+    import pyarrow.compute as pc
+
+    for table in tables:
+        sizes += pc.binary_length(table.column(BODY_COLUMN)).to_pylist()
+        yield table
 
 
 def run_task(root: str, options: WriteOptions, task: Task) -> Spooled:

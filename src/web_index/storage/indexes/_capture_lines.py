@@ -306,6 +306,7 @@ def file_capture_lines(
     backend: Backend | None = None,
     path: str = "",
     seen: dict[str, FileInfo] | None = None,
+    sizes: Sequence[int | None] | None = None,
 ) -> Iterator[list[bytes]]:
     """The lines of a store file, a row group at a time, bodies unread (a file
     written before payload digests were stored has its SHA-1s computed from
@@ -313,7 +314,8 @@ def file_capture_lines(
     place where the file's pages allow (:func:`~web_index.storage.pages.body_places`),
     a row that refers to its payload with the holder's place (looked up through
     ``backend`` when another file, ``path`` being this one's; ``seen``: see
-    :func:`~web_index.storage.payloads.holder_places`)."""
+    :func:`~web_index.storage.payloads.holder_places`); ``sizes``: the bodies' lengths,
+    when the file's writer knows them (the places then follow from them)."""
     import pyarrow as pa
 
     names = handle.schema_arrow.names
@@ -331,7 +333,8 @@ def file_capture_lines(
         if type is RecordType.GET and not digests:
             sha1s = [payload_sha1(body or b"") for body in table.column(BODY_COLUMN).to_pylist()]
             table = table.append_column(DIGEST_COLUMNS[0], pa.array(sha1s, type=pa.binary(20)))
-        places = body_places(handle, g) if stored and type is RecordType.GET else None
+        known = None if sizes is None else sizes[first : first + table.num_rows]
+        places = body_places(handle, g, known) if stored and type is RecordType.GET else None
         held = shared_places(shared, first, table.num_rows, places)
         yield capture_lines(type, table, first_row=first if stored else None, places=places, held=held)
         first += table.num_rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from web_index.errors import CorruptFileError
@@ -152,11 +152,16 @@ def file_lines(
     backend: Backend,
     path: str,
     holders: dict[str, FileInfo] | None = None,
+    *,
+    sizes: Sequence[int | None] | None = None,
 ) -> list[bytes]:
     """A store file's capture lines (the file at ``path``) as its index holds
     them: sorted, each once; ``holders`` gets the versions of the other
-    files whose payloads they place, as read."""
-    groups = file_capture_lines(type, handle, stored=True, backend=backend, path=path, seen=holders)
+    files whose payloads they place, as read; ``sizes``: its bodies' lengths, row by
+    row, when its writer knows them (see :func:`~web_index.storage.pages.body_places`)."""
+    groups = file_capture_lines(
+        type, handle, stored=True, backend=backend, path=path, seen=holders, sizes=sizes
+    )
     return unique_lines(line for group in groups for line in group)
 
 

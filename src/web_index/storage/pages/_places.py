@@ -122,7 +122,9 @@ def _group_places(
         if encoding != _PLAIN or not isinstance(count, int):
             return None
         if sizes is not None and len(places) + count <= len(sizes):
-            known = _known_places(sizes[len(places) : len(places) + count], start + body_at, size, raw, codec)
+            known = _known_places(
+                sizes[len(places) : len(places) + count], start + body_at, size, raw, codec, optional=optional
+            )
             if known is not None:
                 places += known
                 pos = body_at + size
@@ -153,18 +155,23 @@ def _group_places(
 
 
 def _known_places(
-    sizes: Sequence[int | None], at: int, size: int, raw: int, codec: str
+    sizes: Sequence[int | None], at: int, size: int, raw: int, codec: str, *, optional: bool
 ) -> list[BodyPlace | None] | None:
     """The places of a page's values whose lengths are ``sizes``: PLAIN values, each a 4-byte
-    length and its bytes, after the definition levels (a 4-byte length and their bytes) of an
-    optional column, which fill the rest of the page's ``raw`` bytes; ``None`` if they cannot
-    (not a page of these values, or of a required column: read it, then)."""
+    length and its bytes, which fill the page's ``raw`` bytes, after the definition levels (a
+    4-byte length and their bytes) of an ``optional`` column (a store's ``data`` column is
+    required: it has none); ``None`` if they cannot (not a page of these values: read it, then)."""
     values = sum(4 + n for n in sizes if n is not None)
-    levels = raw - values - 4
-    if not 0 <= levels <= len(sizes) + 16:  # 1-bit levels, run-length or bit-packed, take less
+    if optional:
+        levels = raw - values - 4
+        if not 0 <= levels <= len(sizes) + 16:  # 1-bit levels, run-length or bit-packed, take less
+            return None
+        value = 4 + levels
+    elif values != raw or None in sizes:
         return None
+    else:
+        value = 0
     places: list[BodyPlace | None] = []
-    value = 4 + levels
     for n in sizes:
         if n is None:
             places.append(None)
