@@ -208,13 +208,18 @@ def test_a_commit_before_the_last_indexes_its_months(tmp_path: Path) -> None:
 def test_a_commit_places_its_bodies_without_decompressing_a_page(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gather_max: int
 ) -> None:
-    """The capture index of a file a commit writes gets its bodies' places from their lengths,
-    known as the file is written, whether its partition was gathered whole or merged as read
-    (``gather_max`` 1): no page of it is decompressed again; the lines are those read back."""
+    """The capture index of a file a commit writes gets its bodies' places, and those of the
+    holders its referring rows name in it, from the bodies' lengths, known as the file is
+    written, whether its partition was gathered whole or merged as read (``gather_max`` 1): no
+    page of it is decompressed again; the lines are those read back."""
     from web_index.storage.pages import _places
 
     monkeypatch.setattr(load_module, "GATHER_MAX", gather_max)
-    items = [attempt(f"https://a.example.com/{n}", body=b"<p>%d</p>" % n * (n * 40 + 1)) for n in range(60)]
+    # 20 payloads under 60 URLs: rows that refer to a holder in the same file, placed too.
+    items = [
+        attempt(f"https://a.example.com/{n}", body=b"<p>%d</p>" % (n % 20) * (n % 20 * 40 + 50))
+        for n in range(60)
+    ]
     with WebIndex(tmp_path / "s", create=True) as index:
         with monkeypatch.context() as patch:
             patch.setattr(_places, "_decompress", _no_decompression)
@@ -227,6 +232,9 @@ def test_a_commit_places_its_bodies_without_decompressing_a_page(
         index.compact()  # the indexes made again from the files read back
         assert index_lines(tmp_path / "s") == written
         assert index.verify().ok
+    from tests.test_shared_payloads import _references
+
+    assert _references(tmp_path / "s") == 40
 
 
 def index_lines(root: Path) -> dict[str, bytes]:

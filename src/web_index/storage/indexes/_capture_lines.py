@@ -326,7 +326,7 @@ def file_capture_lines(
     shared: dict[int, tuple[BodyPlace, str | None] | None] = {}
     if stored and type is RecordType.GET and REF_COLUMN in names and backend is not None:
         refs = handle.read(columns=[REF_COLUMN], use_threads=False).column(0)
-        shared = referring_places(backend, handle, path, refs, seen)
+        shared = referring_places(backend, handle, path, refs, seen, sizes=sizes)
     first = 0
     for g in range(handle.metadata.num_row_groups):
         table = handle.read_row_group(g, columns=columns, use_threads=False)
@@ -347,15 +347,17 @@ def referring_places(
     refs: pa.ChunkedArray[Any],
     seen: dict[str, FileInfo] | None = None,
     own: tuple[pa.Table, Sequence[BodyPlace | None]] | None = None,
+    *,
+    sizes: Sequence[int | None] | None = None,
 ) -> dict[int, tuple[BodyPlace, str | None] | None]:
     """The holder's place (and month, when another file's) of each row of the file
     ``handle`` (at ``path``) that ``refs``, its ``payload_ref`` column, says refers
-    to its payload: ``None`` for one whose holder cannot be placed. ``own``: see
+    to its payload: ``None`` for one whose holder cannot be placed. ``own``, ``sizes``: see
     :func:`~web_index.storage.payloads.holder_places`."""
     if refs.null_count == len(refs):
         return {}
     wanted = {i: ref for i, ref in enumerate(refs.to_pylist()) if ref is not None}
-    found = holder_places(backend, handle, path, wanted, seen, own)
+    found = holder_places(backend, handle, path, wanted, seen, own, sizes)
     return {i: found.get(i) for i in wanted}
 
 

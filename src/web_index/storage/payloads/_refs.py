@@ -22,8 +22,9 @@ records. Never a wrong or an empty body.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from web_index._retry import retrying
@@ -139,6 +140,7 @@ def holder_places(
     refs: Mapping[int, str],
     seen: dict[str, FileInfo] | None = None,
     own: tuple[pa.Table, Sequence[BodyPlace | None]] | None = None,
+    sizes: Sequence[int | None] | None = None,
 ) -> dict[int, tuple[BodyPlace, str | None]]:
     """Where the payload each referring row of the file ``handle`` (at ``path``)
     names is, for its capture line: the holder's body place, and the month
@@ -148,7 +150,9 @@ def holder_places(
     other holder file's version as it was before it was read: a place learnt from
     a file compacted again since is out of date (``refresh_held_places``).
     ``own``: the file's rows and their places, when its writer has them in hand: a
-    holder in this file is then found there, the file not read for it."""
+    holder in this file is then found there, the file not read for it; ``sizes``: the file's
+    bodies' lengths, row by row, when its writer has those only: a holder in this file is placed
+    from them, its page not decompressed (:func:`~web_index.storage.pages.body_places`)."""
     from web_index.storage.pages import body_places
 
     by_file: dict[str, dict[Holder, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -171,9 +175,10 @@ def holder_places(
             source = handle if where == path else backend.open_parquet(where)
             found = locate_holders(source, holders)
             groups: dict[int, list[BodyPlace | None] | None] = {}
+            known = _group_sizes(source, sizes) if where == path and sizes is not None else None
             for h, (g, row) in found.items():
                 if g not in groups:
-                    groups[g] = body_places(source, g)
+                    groups[g] = body_places(source, g, None if known is None else known(g))
                 places = groups[g]
                 place = None if places is None else places[row]
                 if place is None:
@@ -184,6 +189,15 @@ def holder_places(
         except (CorruptFileError, FileNotFoundError, OSError):
             continue  # read by resolving the reference, which names what is wrong
     return out
+
+
+def _group_sizes(
+    handle: pq.ParquetFile, sizes: Sequence[int | None]
+) -> Callable[[int], Sequence[int | None]]:
+    """The lengths of row group ``g``'s bodies, out of the whole file's ``sizes``."""
+    meta = handle.metadata
+    starts = [0, *itertools.accumulate(meta.row_group(g).num_rows for g in range(meta.num_row_groups))]
+    return lambda g: sizes[starts[g] : starts[g + 1]]
 
 
 def read_payloads(backend: Backend, wanted: Iterable[Wanted]) -> dict[str, bytes]:
