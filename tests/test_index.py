@@ -328,7 +328,9 @@ def test_a_kept_index_out_of_key_order_is_filtered_not_bisected(
     assert ix._keep(rows) and ix._keys is not None
     in_order = sorted(ix.lookup(keys), key=lambda hit: (hit.url_key, hit.request_id))
     assert len(in_order) >= len(keys)
-    _index._forget(ix)
+    _index.forget_month_index(LocalBackend(root), RecordType.GET, int(first.parent.name), int(first.stem))
+    ix = _index.open_month_index(LocalBackend(root), RecordType.GET, int(first.parent.name), int(first.stem))
+    assert ix is not None
     assert ix._keep(rows.take(list(range(rows.num_rows - 1, -1, -1))))  # reversed: as a hand-made one
     assert ix._keys is None
     assert sorted(ix.lookup(keys), key=lambda hit: (hit.url_key, hit.request_id)) == in_order

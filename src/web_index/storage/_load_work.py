@@ -252,7 +252,9 @@ def spool_partition(
             if isinstance(table, pa.Table):
                 lines = table_lines(partition.type, table, handle, backend, path, holders)
             else:  # merged as read: its lines from the file, a row group at a time
-                lines = file_lines(partition.type, handle, backend, path, holders, sizes=sizes or None)
+                # The lengths as written, row for row, or none (the file's pages then read).
+                known = sizes if len(sizes) == handle.metadata.num_rows else None
+                lines = file_lines(partition.type, handle, backend, path, holders, sizes=known)
         info = backend.spooled_info(spool)
         covered = compacted_stored(partition, info.size, info.version)
         where, body = capture_index_bytes(partition, covered, frozenset(), lines)

@@ -72,11 +72,12 @@ def _start_trimmer() -> None:
 
 
 def _forget_trimmer() -> None:
-    """In a forked child: the parent's thread is not there."""
-    global _started_lock
+    """In a forked child: the parent's thread is not there, and its locks may have been held
+    by another of the parent's threads as it forked (an Event's too): made anew."""
+    global _started_lock, _owed
     _started_lock = threading.Lock()
+    _owed = threading.Event()
     _started[0] = False
-    _owed.clear()
 
 
 _trimmed = [float("-inf")]  # when this process's heap was last trimmed

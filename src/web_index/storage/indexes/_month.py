@@ -112,6 +112,7 @@ class MonthIndex:
         self.file = file  # (size, version) of the index file itself
         self.stamp = stamp  # the month folder's version when it was listed for this index
         self._listing: CoveredListing | None = None
+        self._forgotten = False  # out of the cache: a reader still holding it keeps nothing whole
         self.spans = spans(covers)  # each domain's file numbers
         self._table: pa.Table | None = None  # the whole index, once kept (see lookup)
         self._keys: _Hashes | None = None  # its key_hash column, to bisect, once kept and if sorted
@@ -264,6 +265,8 @@ class MonthIndex:
         column = chunks[0] if chunks else None
         in_order = column is None or len(column) < 2 or pc.all(pc.less_equal(column[:-1], column[1:])).as_py()
         with _OPEN_LOCK:
+            if self._forgotten:  # its bytes would count against the budget with no one to give them back
+                return False
             if self._table is not None or _TABLE_BYTES + table.nbytes > _TABLE_BUDGET:
                 return self._table is not None
             _TABLE_BYTES += table.nbytes
@@ -404,8 +407,14 @@ def _from_parquet(
 
 
 def _forget(index: MonthIndex | None) -> None:
-    """Give back the memory budget of an index replaced or gone (caller holds the lock)."""
+    """Give back the memory budget of an index replaced or gone (caller holds the lock), and
+    its listing, which refers back to it: without that cycle the index (its files mapped) goes
+    when its last reader lets go, not at the next collection of cycles."""
     global _TABLE_BYTES
-    if index is not None and index._table is not None:
+    if index is None:
+        return
+    index._forgotten = True
+    index._listing = None
+    if index._table is not None:
         _TABLE_BYTES -= index._table.nbytes
         index._table = index._keys = None
