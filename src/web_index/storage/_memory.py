@@ -57,7 +57,7 @@ def _trim_owed() -> None:
     """The trimmer thread: a trim that was skipped, done once it is due."""
     while True:
         _owed.wait()
-        # An Event's wait, not time.sleep: what a test's clock cannot stop.
+        # A sleep, by an Event: a test may stand a clock of its own in for this module's ``time``.
         threading.Event().wait(max(_trimmed[0] + _TRIM_EVERY_S - time.monotonic(), 0.0))
         _owed.clear()  # before the trim: a skip after it is owed again
         if not _trim_if_due():  # trimmed meanwhile by a piece of work: what it skipped is owed
