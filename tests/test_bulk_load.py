@@ -225,20 +225,20 @@ def test_a_commit_places_its_bodies_without_decompressing_a_page(
             patch.setattr(_places, "_decompress", _no_decompression)
             with index.bulk_load(chunk=7) as load:
                 load.add(items)
-        written = index_lines(tmp_path / "s")
+        written = capture_index_files(tmp_path / "s")
         assert len(written) == 1  # the get partition's (a metadata file has none)
         for path in (tmp_path / "s" / "_captures").rglob("*.cdxj.zst"):
             path.unlink()
         index.compact()  # the indexes made again from the files read back
-        assert index_lines(tmp_path / "s") == written
+        assert capture_index_files(tmp_path / "s") == written
         assert index.verify().ok
     from tests.test_shared_payloads import _references
 
     assert _references(tmp_path / "s") == 40
 
 
-def index_lines(root: Path) -> dict[str, bytes]:
-    """The capture indexes of a store, by name (the covered file's version in it)."""
+def capture_index_files(root: Path) -> dict[str, bytes]:
+    """The capture index files of a store, their bytes by name (the covered file's version in it)."""
     return {path.name: path.read_bytes() for path in sorted((root / "_captures").rglob("*.cdxj.zst"))}
 
 
