@@ -42,7 +42,6 @@ from web_index.archive._wacz_import import import_wacz
 from web_index.archive._warc_read import WARC_SUFFIXES as WARC_SUFFIXES
 from web_index.archive._warc_read import WarcRecord, read_warc
 from web_index.archive._warc_write import capture_ident as capture_ident
-from web_index.archive._warc_write import record_bytes as record_bytes
 from web_index.archive._warc_write import record_id as record_id
 from web_index.archive._warc_write import response_record as response_record
 

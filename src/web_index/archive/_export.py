@@ -34,21 +34,12 @@ from typing import IO, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import surt
-from fastwarc.warc import WarcRecord, WarcRecordType
 
 from web_index._version import __version__
 from web_index.archive._cdx_query import CdxQuery
 from web_index.archive._selection import Selection, cdx_selection
 from web_index.archive._sorted_lines import SortedLines
-from web_index.archive._warc_write import (
-    capture_ident,
-    new_record,
-    record_bytes,
-    record_id,
-    response_record,
-    set_block,
-    warc_date,
-)
+from web_index.archive._warc_write import capture_ident, record_id, response_record, warc_date, warc_record
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
 from web_index.models import Page, RecordType, Response, sha1_text
@@ -258,10 +249,9 @@ class _Writer:
         when = warc_date(response.timestamp)
         method = "HEAD" if kind is RecordType.HEAD else "GET"
         self._write(self._request(target, method, when, ident, response_id))
-        record, sha1 = response_record(
+        record, sha1, revisit = response_record(
             response, warc_record_id=response_id, warcinfo_id=self.warcinfo, written=self.written
         )
-        revisit = record.record_type == WarcRecordType.revisit
         if revisit:
             self.report.revisits += 1
         else:
@@ -282,40 +272,41 @@ class _Writer:
         self.lines.add(f"{surt.surt(target)} {stamp} {json.dumps(fields, ensure_ascii=False)}")
         return revisit, target
 
-    def _request(self, url: str, method: str, when: str, ident: str, response_id: str) -> WarcRecord:
+    def _request(self, url: str, method: str, when: str, ident: str, response_id: str) -> bytes:
         parts = urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         block = f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc.rsplit('@', 1)[-1]}\r\n\r\n".encode(
             "utf-8", "surrogateescape"
         )
-        record = new_record(WarcRecordType.request, record_id(ident, "request"))
-        record.headers["WARC-Date"] = when
-        record.headers["WARC-Target-URI"] = url
-        record.headers["WARC-Warcinfo-ID"] = self.warcinfo
-        record.headers["WARC-Concurrent-To"] = response_id
-        record.headers["Content-Type"] = "application/http; msgtype=request"
-        set_block(record, block)
-        return record
+        fields = [
+            ("WARC-Date", when),
+            ("WARC-Target-URI", url),
+            ("WARC-Warcinfo-ID", self.warcinfo),
+            ("WARC-Concurrent-To", response_id),
+            ("Content-Type", "application/http; msgtype=request"),
+        ]
+        return warc_record("request", record_id(ident, "request"), fields, block)
 
     def _next_file(self) -> None:
         self.filename = f"{self.name}-{self.files:05d}.warc.gz"
         self.files += 1
         self.sink.open(self.filename)
         self.size = 0
-        info = new_record(WarcRecordType.warcinfo, record_id(self.filename, "warcinfo"))
-        self.warcinfo = info.headers["WARC-Record-ID"]
-        info.headers["WARC-Date"] = warc_date(datetime.now(UTC))
-        info.headers["WARC-Filename"] = self.filename
-        info.headers["Content-Type"] = "application/warc-fields"
-        info.set_bytes_content(
+        self.warcinfo = record_id(self.filename, "warcinfo")
+        fields = [
+            ("WARC-Date", warc_date(datetime.now(UTC))),
+            ("WARC-Filename", self.filename),
+            ("Content-Type", "application/warc-fields"),
+        ]
+        block = (
             f"software: web-index/{__version__}\r\nformat: WARC File Format 1.1\r\n"
-            "conformsTo: https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/\r\n".encode()
+            "conformsTo: https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/\r\n"
         )
-        self.info_size = self._write(info)[1]
+        self.info_size = self._write(warc_record("warcinfo", self.warcinfo, fields, block.encode()))[1]
 
-    def _write(self, record: WarcRecord) -> tuple[int, int]:
+    def _write(self, record: bytes) -> tuple[int, int]:
         packer = zlib.compressobj(6, zlib.DEFLATED, 31)  # one gzip member a record
-        member = packer.compress(record_bytes(record)) + packer.flush()
+        member = packer.compress(record) + packer.flush()
         offset = self.size
         self.sink.write(member)
         self.size += len(member)

@@ -27,7 +27,7 @@ import re
 from starlette.requests import Request
 from starlette.responses import Response
 
-from web_index.archive import Collection, Loaded, parse_cdx_query, record_bytes, record_id, response_record
+from web_index.archive import Collection, Loaded, parse_cdx_query, record_id, response_record
 from web_index.errors import InvalidRecordError
 from web_index.models import RecordType
 from web_index.server._body import read_body
@@ -120,7 +120,5 @@ async def _answer(
 
 
 def _record(loaded: Loaded) -> bytes:
-    record, _ = response_record(
-        loaded.response, warc_record_id=record_id(loaded.ident, "response"), sha1=loaded.sha1
-    )
-    return record_bytes(record)
+    ident = record_id(loaded.ident, "response")
+    return response_record(loaded.response, warc_record_id=ident, sha1=loaded.sha1).record
