@@ -258,21 +258,13 @@ def test_a_batch_spread_over_threads_reads_every_body_right(tmp_path: Path, dens
     (``dense``) or each row by its place; and the reads did run on more than one thread."""
     import threading
 
+    import web_index.query._by_place as by_place
     import web_index.query._results as results
     from web_index.models import SimplePageQuery, TimeAwarePageQuery
     from web_index.storage import Store
 
-    rng = random.Random(5)
-    bodies = {
-        f"https://d{d}.example.org/p{p}": _text(rng, 9_000 + 700 * p) for d in range(8) for p in range(5)
-    }
+    bodies = _recrawled(tmp_path / "s", months=(5, 6))
     with WebIndex(tmp_path / "s") as index:
-        for month in (5, 6):  # the second crawl's rows refer to the first's payloads
-            for n, (url, body) in enumerate(bodies.items()):
-                at = datetime(2024, month, 2, tzinfo=UTC) + timedelta(seconds=n)
-                index.insert("get", url, at, metadata(url, calibre=10 + n % 3), _chain(url, at, body, 1, n))
-            index.flush()
-            index.compact()
         latest = [SimplePageQuery(url=u) for u in bodies]
         first = [TimeAwarePageQuery(url=u, timestamp=datetime(2024, 5, 2, tzinfo=UTC)) for u in bodies]
         threads: set[str] = set()
@@ -284,7 +276,7 @@ def test_a_batch_spread_over_threads_reads_every_body_right(tmp_path: Path, dens
 
         many = 1 if dense else 1 << 30
         with (
-            patch.object(results, "_SPREAD_BODIES", 2),
+            patch.object(by_place, "_SPREAD_BODIES", 2),
             patch.object(results, "_MANY_SMALL_FILES", many),
             patch.object(Store, "bodies_by_place", spy),
         ):
@@ -297,6 +289,81 @@ def test_a_batch_spread_over_threads_reads_every_body_right(tmp_path: Path, dens
         next((tmp_path / "s" / "get" / "2024" / "06").glob("*.parquet")), columns=["payload_ref"]
     )
     assert all(refs.column("payload_ref").to_pylist())  # the second crawl's rows do refer
+
+
+def _recrawled(root: Path, months: tuple[int, ...]) -> dict[str, bytes]:
+    """A store of 8 small sites (registrable domains) of 5 pages, crawled once in each of
+    ``months`` (2024) with the same bodies, compacted after each: the later crawls' rows
+    refer to the first's payloads. Returns the bodies by URL."""
+    rng = random.Random(5)
+    bodies = {
+        f"https://site{d}.example/p{p}": _text(rng, 9_000 + 700 * p) for d in range(8) for p in range(5)
+    }
+    with WebIndex(root) as index:
+        for month in months:
+            for n, (url, body) in enumerate(bodies.items()):
+                at = datetime(2024, month, 2, tzinfo=UTC) + timedelta(seconds=n)
+                index.insert("get", url, at, metadata(url, calibre=10 + n % 3), _chain(url, at, body, 1, n))
+            index.flush()
+            index.compact()
+    return bodies
+
+
+def test_referring_winners_of_small_files_are_read_by_place(tmp_path: Path) -> None:
+    """A batch reads small files dense in its winners whole, but not for winners that
+    refer to another month's payload, which are read by place whatever reads their rows:
+    once the store has shown an index with such rows, their files are not read whole. A
+    store without references never opens those files' indexes to learn it."""
+    import web_index.query._results as results
+    from web_index.models import SimplePageQuery, TimeAwarePageQuery
+    from web_index.storage.indexes import CaptureIndexes
+
+    read_whole: list[str] = []
+    read_small_files = results.read_small_files
+
+    def spy(backend: object, paths: list[str]) -> object:
+        read_whole.extend(paths)
+        return read_small_files(backend, paths)  # type: ignore[arg-type]
+
+    opened = CaptureIndexes.get
+    got_index: list[str] = []
+
+    def spy_get(self: CaptureIndexes, partition: object, covered: object) -> object:
+        got_index.append(str(partition))
+        return opened(self, partition, covered)  # type: ignore[arg-type]
+
+    bodies = _recrawled(tmp_path / "once", months=(5,))
+    with (
+        patch.object(results, "_MANY_SMALL_FILES", 1),
+        patch.object(results, "read_small_files", spy),
+        patch.object(CaptureIndexes, "get", spy_get),
+        WebIndex(tmp_path / "once", read_only=True) as index,
+    ):
+        got = index.query([SimplePageQuery(url=u) for u in bodies])
+        assert [p.final.data if p else None for p in got] == list(bodies.values())  # type: ignore[union-attr]
+        assert len(read_whole) == 8 and not got_index  # every file whole, no index opened
+        assert not index._store.capture_indexes.seen_referring
+
+    _recrawled(tmp_path / "twice", months=(5, 6))
+    latest = [SimplePageQuery(url=u) for u in bodies]
+    first = [TimeAwarePageQuery(url=u, timestamp=datetime(2024, 5, 2, tzinfo=UTC)) for u in bodies]
+    with (
+        patch.object(results, "_MANY_SMALL_FILES", 1),
+        patch.object(results, "read_small_files", spy),
+        WebIndex(tmp_path / "twice", read_only=True) as index,
+    ):
+        for round in range(2):
+            read_whole.clear()
+            got = index.query(latest)
+            assert [p.final.data if p else None for p in got] == list(bodies.values())  # type: ignore[union-attr]
+            june = [p for p in read_whole if "/2024/06/" in p]
+            # The first batch learns that the store refers (the files read whole tell it);
+            # from then on the June files, whose every winner refers, are not read whole.
+            assert len(june) == (8 if round == 0 else 0) and index._store.capture_indexes.seen_referring
+        read_whole.clear()
+        got = index.query(first)  # the May rows hold their bodies: read whole, as before
+        assert [p.final.data if p else None for p in got] == list(bodies.values())  # type: ignore[union-attr]
+        assert len(read_whole) == 8 and all("/2024/05/" in p for p in read_whole)
 
 
 @settings(max_examples=25, deadline=None)

@@ -16,20 +16,11 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from web_index.models import AttemptMetadata, Page, RecordType, Response, from_us
-from web_index.query._find import FileRows, Found
+from web_index.query._by_place import FileKey, answer_by_place, payloads_by_place
+from web_index.query._find import Found
 from web_index.query._plan import Candidate, Plan
-from web_index.query._pool import in_chunks, reader_pool
-from web_index.storage import (
-    BODY_COLUMN,
-    REF_COLUMN,
-    LocalBackend,
-    Store,
-    StoredCapture,
-    read_group,
-    read_small_files,
-    resolve_rows,
-    stored_response,
-)
+from web_index.query._pool import reader_pool
+from web_index.storage import LocalBackend, Store, read_group, read_small_files, resolve_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -55,14 +46,6 @@ _MANY_SMALL_FILES = 8
 # read costs less than a line and a page decoded in Python for each winner (a
 # million queries at S, ~10 winners a file: 207.6 s by place).
 _DENSE_SMALL_FILE = 4
-# Bodies read by place are spread over the reader threads from this many a thread (fewer
-# cost more to hand over than they save), when their pages average this many bytes a body
-# (or the store is remote): see _heavy.
-_SPREAD_BODIES = 64
-_SPREAD_BYTES = 8192
-_SPREAD_SAMPLE = 256  # wants whose pages decide it
-
-_FileKey = tuple[str, int, str]  # a compacted file's path, size and version
 
 
 def load_results(
@@ -78,7 +61,7 @@ def load_results(
     A plan whose rows are gone or changed goes to ``retry`` (and to ``no_index``
     if the month index pointed at them), to be looked up again.
     """
-    placed = _answer_by_place(store, plans, found, answers)
+    placed = answer_by_place(store, plans, found, answers, lambda winners: _read_whole(store, winners))
     found = {i: f for i, f in found.items() if i not in placed}
     from_buffer = {f.candidate.request_id for f in found.values() if f.source is None}
     buffered = store.buffer.load(from_buffer) if from_buffer else {}
@@ -122,7 +105,7 @@ def load_results(
     rows_of.update((path, job.result()) for path, job in jobs.items())
     # Rows that refer to their payload get it: by the place their capture line names
     # where they have one, else from the rows that hold them.
-    _payloads_by_place(store, plans, found, chains)
+    payloads_by_place(store, plans, found, chains)
     resolve_rows(
         store.backend,
         itertools.chain(
@@ -163,146 +146,13 @@ def load_results(
             answers[i] = build_result(p.type, None, chain)
 
 
-def _answer_by_place(
-    store: Store, plans: list[Plan], found: dict[int, Found], answers: list[Result | bool]
-) -> set[int]:
-    """Answer the plans whose winner the month index found in a compacted file
-    with a capture index: each row's line, and its body by its place, with no
-    row group decoded (``storage.indexes._capture_records``). Return the plans
-    answered; the others (no index, a row it cannot give) are read by row group."""
-    by_file: dict[_FileKey, list[tuple[int, Found, FileRows]]] = defaultdict(list)
-    for i, f in found.items():
-        src = f.source
-        if src is not None and src.from_index and src.version and not plans[i].type.is_metadata:
-            by_file[(src.path, src.size, src.version)].append((i, f, src))
-    if isinstance(store.backend, LocalBackend):
-        dense = [k for k, idxs in by_file.items() if k[1] <= _SMALL_FILE and len(idxs) >= _DENSE_SMALL_FILE]
-        if len(dense) >= _MANY_SMALL_FILES:
-            for k in dense:
-                del by_file[k]
-    if not by_file:
+def _read_whole(store: Store, winners: dict[FileKey, int]) -> set[FileKey]:
+    """Of the files holding these many winners of a batch, those read whole, not by
+    place: small files dense in winners, when the batch touches many."""
+    if not isinstance(store.backend, LocalBackend):
         return set()
-
-    # Lines in this thread (Python's work under the GIL, which reader threads only contend
-    # for), then the bodies, spread over the reader threads: their reads, zstd and SHA-1 let
-    # each other run.
-    read_files = _rows_by_place(
-        store,
-        {
-            key: (plans[winners[0][0]].type, sorted({r for _i, _f, src in winners for r in src.rows}))
-            for key, winners in by_file.items()
-        },
-    )
-    done: set[int] = set()
-    for key, winners in by_file.items():
-        rows_read = read_files.get(key)
-        if rows_read is None:
-            continue
-        for i, f, src in winners:
-            p, c = plans[i], f.candidate
-            responses: list[Response] = []
-            for n, r in enumerate(src.rows):
-                got = rows_read.get(r)
-                if got is None:
-                    break
-                line, response = got
-                if (line.request_id, line.page, line.attempt_us, line.position) != (
-                    c.request_id,
-                    p.url_key,
-                    c.ts_us,
-                    n,
-                ):
-                    break
-                responses.append(response)
-            else:
-                answers[i] = Page(
-                    type=p.type,
-                    url=responses[0].url,
-                    timestamp=from_us(c.ts_us),
-                    request_id=c.request_id,
-                    responses=responses,
-                )
-                done.add(i)
-            # Else read the older way, which tells a stale place from a changed file.
-    return done
-
-
-def _rows_by_place(
-    store: Store, files: dict[_FileKey, tuple[RecordType, list[int]]]
-) -> dict[_FileKey, dict[int, tuple[StoredCapture, Response]]]:
-    """The line and response of these rows of these files, read through their capture
-    indexes; a file without one is left out, and so is a row it cannot give (no line, a
-    place that does not hold its body)."""
-    lines: dict[_FileKey, tuple[RecordType, dict[int, StoredCapture]]] = {}
-    for key, (type, rows) in files.items():
-        got = store.captures_by_row(type, *key, rows)
-        if got is not None:
-            lines[key] = (type, got)
-    # Bodies in their rows' order, which is their pages' (a page decompressed once for its
-    # bodies); the lines came in theirs (SURT order).
-    wanted = [
-        (key[0], c)
-        for key, (type, got) in lines.items()
-        if type is RecordType.GET
-        for _row, c in sorted(got.items())
-    ]
-    least = _SPREAD_BODIES if store.remote or _heavy(wanted) else len(wanted) + 1
-    bodies = iter(in_chunks(store, store.bodies_by_place, wanted, least=least))
-    out: dict[_FileKey, dict[int, tuple[StoredCapture, Response]]] = {}
-    for key, (type, got) in lines.items():
-        rows_read = out[key] = {}
-        for row, line in sorted(got.items()):
-            data = next(bodies) if type is RecordType.GET else None
-            if data is not None or type is not RecordType.GET:
-                rows_read[row] = (line, stored_response(line, data))
-    return out
-
-
-def _heavy(wanted: list[tuple[str, StoredCapture]]) -> bool:
-    """Whether decompressing is most of reading these bodies, worth spreading over threads:
-    their pages average ``_SPREAD_BYTES`` a body (judged on an even sample of them). Small
-    bodies sharing pages are Python's work under the GIL, which threads only fight over
-    (10,000 latest lookups of one site's 72-byte bodies: 2-3% slower spread)."""
-    if len(wanted) < 2 * _SPREAD_BODIES:
-        return False  # too few to spread anyway
-    sample = wanted[:: max(1, len(wanted) // _SPREAD_SAMPLE)]
-    pages = {(path, c.held, c.body[0]): c.body[2] for path, c in sample if c.body is not None}
-    return sum(pages.values()) >= _SPREAD_BYTES * len(sample)
-
-
-def _payloads_by_place(
-    store: Store,
-    plans: list[Plan],
-    found: dict[int, Found],
-    chains: dict[tuple[str, str], list[dict[str, Any]]],
-) -> None:
-    """Give the referring rows read whole from small files (``chains``) their
-    payloads through their files' capture indexes: each line names the place of
-    the payload its row refers to, one read, where resolving the reference
-    would open the holder's file and search it."""
-    wanted: dict[_FileKey, dict[int, dict[str, Any]]] = defaultdict(dict)
-    type = None
-    for i, f in found.items():
-        src = f.source
-        if src is None or not src.from_index or not src.version or plans[i].type.is_metadata:
-            continue
-        for row in chains.get((src.path, f.candidate.request_id), []):
-            if row.get(REF_COLUMN) is not None and "_row" in row:
-                wanted[(src.path, src.size, src.version)][row["_row"]] = row
-                type = plans[i].type
-    if type is None:  # no referring row
-        return
-    got = _rows_by_place(store, {key: (type, sorted(rows)) for key, rows in wanted.items()})
-    for key, rows in wanted.items():
-        read = got.get(key, {})
-        for n, row in rows.items():
-            line = read.get(n)
-            if line is not None and (line[0].request_id, line[0].position) == (
-                row["request_id"],
-                row["chain_index"],
-            ):
-                row[BODY_COLUMN] = line[1].data
-                row[REF_COLUMN] = None  # resolved
+    dense = {key for key, n in winners.items() if key[1] <= _SMALL_FILE and n >= _DENSE_SMALL_FILE}
+    return dense if len(dense) >= _MANY_SMALL_FILES else set()
 
 
 def _mismatch(row: dict[str, Any], p: Plan, c: Candidate) -> bool:

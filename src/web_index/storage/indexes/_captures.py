@@ -167,6 +167,9 @@ class CaptureIndexes:
         self._files_max = _files_max()
         self._paths: dict[StoredFile, str] = {}
         self._lock = threading.Lock()
+        # Whether an index opened so far lists rows that refer to another month's payload:
+        # until one has, this store is taken to have none (see Store.captures_by_row).
+        self.seen_referring = False
 
     def get(self, partition: Partition, covered: StoredFile) -> CaptureIndex | None:
         """The index of ``covered``, or ``None`` if it has none (or an unusable one)."""
@@ -191,6 +194,8 @@ class CaptureIndexes:
         except OSError as exc:  # a full cache disk, an object store's hiccup: tried again next time
             log.warning("capture index %s not read (%s); reading %s without it", path, exc, partition)
             return None
+        if found.meta.payload_months:
+            self.seen_referring = True
         with self._lock:
             already = self._opened.get(path)
             if already is not None:  # another thread opened it meanwhile: count it once
