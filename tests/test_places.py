@@ -252,7 +252,7 @@ def _responses(index: WebIndex) -> dict[tuple[str, int], Response | None]:
 
 @pytest.mark.parametrize("dense", [True, False])
 def test_a_batch_spread_over_threads_reads_every_body_right(tmp_path: Path, dense: bool) -> None:
-    """A batch's bodies read by place are spread over the reader threads (``_rows_by_place``):
+    """A batch's bodies read by place are spread over the reader threads (``_by_place._bodies``):
     each answer is the body its capture holds, the referring ones' included (a re-crawl of the
     same bodies a month later), whether their files are read whole as small and dense ones
     (``dense``) or each row by its place; and the reads did run on more than one thread."""
@@ -280,6 +280,9 @@ def test_a_batch_spread_over_threads_reads_every_body_right(tmp_path: Path, dens
             patch.object(results, "_MANY_SMALL_FILES", many),
             patch.object(Store, "bodies_by_place", spy),
         ):
+            # A fresh store has not shown a referring index yet: the dense files are read whole,
+            # and the referring rows there given their bodies by place (payloads_by_place).
+            assert not index._store.capture_indexes.seen_referring
             for batch in (latest, first):
                 got = index.query(batch)
                 assert [p.final.data if p else None for p in got] == list(bodies.values())  # type: ignore[union-attr]
@@ -364,6 +367,62 @@ def test_referring_winners_of_small_files_are_read_by_place(tmp_path: Path) -> N
         got = index.query(first)  # the May rows hold their bodies: read whole, as before
         assert [p.final.data if p else None for p in got] == list(bodies.values())  # type: ignore[union-attr]
         assert len(read_whole) == 8 and all("/2024/05/" in p for p in read_whole)
+
+
+def test_chains_of_mixed_files_are_answered_whole(tmp_path: Path) -> None:
+    """Chains of two responses, a redirect whose body is new and a final page, in files
+    where some finals refer to the month before's payload and some hold a new body: every
+    chain is answered whole and right, and once the store has shown a referring index,
+    exactly the chains with a referring row are answered by place (the rest with their
+    files read whole)."""
+    import web_index.query._by_place as by_place
+    import web_index.query._results as results
+    from web_index.models import SimplePageQuery
+
+    rng = random.Random(7)
+    urls = [f"https://site{d}.example/p{p}" for d in range(8) for p in range(6)]
+    first = {u: _text(rng, 9_000 + 500 * (i % 5)) for i, u in enumerate(urls)}
+    expected, refer = {}, set()
+    with WebIndex(tmp_path) as index:
+        for month in (5, 6):
+            for n, url in enumerate(urls):
+                at = datetime(2024, month, 2, tzinfo=UTC) + timedelta(seconds=n)
+                final = first[url] if month == 5 or n % 3 else _text(rng, 9_100)
+                hop = _text(rng, 3_000) if month == 6 else b""
+                fetcher = {"fetcher_name": "test", "fetcher_version": "1.0", "fetcher_calibre": 10}
+                redirect = Response(
+                    url=url, request_url=f"{url}?hop", status_code=301, headers={"location": url},
+                    timestamp=at, data=hop, **fetcher,
+                )  # fmt: skip
+                page = Response(
+                    url=url, request_url=url, status_code=200, headers={"content-type": "text/html"},
+                    timestamp=at + timedelta(milliseconds=1), data=final, is_final=True, **fetcher,
+                )  # fmt: skip
+                chain = [redirect, page]
+                index.insert("get", url, at, metadata(url, calibre=10), chain)
+                if month == 6:
+                    expected[url] = [hop, final]
+                    if final == first[url]:
+                        refer.add(url)
+            index.flush()
+            index.compact()
+    placed: list[int] = []
+    answer = by_place.answer_by_place
+
+    def spy(*args: object, **kwargs: object) -> set[int]:
+        done = answer(*args, **kwargs)  # type: ignore[arg-type]
+        placed.append(len(done))
+        return done
+
+    with (
+        patch.object(results, "_MANY_SMALL_FILES", 1),
+        patch.object(results, "answer_by_place", spy),
+        WebIndex(tmp_path, read_only=True) as index,
+    ):
+        for _ in range(3):
+            got = index.query([SimplePageQuery(url=u) for u in urls])
+            assert [[r.data for r in p.responses] if p else None for p in got] == [expected[u] for u in urls]
+    assert 0 < len(refer) < len(urls) and placed == [0, len(refer), len(refer)]
 
 
 @settings(max_examples=25, deadline=None)

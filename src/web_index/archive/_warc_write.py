@@ -124,8 +124,10 @@ def warc_record(kind: str, warc_record_id: str, fields: Iterable[tuple[str, str]
     it uncompressed: ``WARC-Type`` and ``WARC-Record-ID`` (``<urn:uuid:…>``), the
     header ``fields`` in order, the ``WARC-Block-Digest`` and ``Content-Length``
     of ``block`` (its parts, joined: a large body is hashed where it lies), then
-    the block. A field's line breaks become spaces, as in fastwarc's records: a
-    value cannot add a field."""
+    the block. A run of line breaks in a value becomes a space (fastwarc's records
+    made CRLF a space and dropped a lone CR): a value cannot add a field. Values
+    are written in UTF-8, which WARC/1.1 allows; one that is not text (a lone
+    surrogate) is an error, never bytes a reader cannot decode."""
     digest = hashlib.sha1(usedforsecurity=False)
     for part in block:
         digest.update(part)
@@ -140,7 +142,7 @@ def warc_record(kind: str, warc_record_id: str, fields: Iterable[tuple[str, str]
     text = "".join(["WARC/1.1\r\n", *(f"{name}: {value}\r\n" for name, value in head), "\r\n"])
     if text.count("\n") != len(head) + 2 or text.count("\r") != len(head) + 2:  # a value broke its line
         text = "".join(["WARC/1.1\r\n", *(f"{n}: {_LINE_BREAKS.sub(' ', v)}\r\n" for n, v in head), "\r\n"])
-    return b"".join([text.encode("utf-8", "surrogateescape"), *block, b"\r\n\r\n"])
+    return b"".join([text.encode(), *block, b"\r\n\r\n"])
 
 
 def _latin1(line: str) -> bytes:

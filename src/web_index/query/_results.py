@@ -44,7 +44,8 @@ _MANY_SMALL_FILES = 8
 # A small file holding at least this many winners of a batch that touches many
 # small files is read whole with them, not by place: one vectorised multi-file
 # read costs less than a line and a page decoded in Python for each winner (a
-# million queries at S, ~10 winners a file: 207.6 s by place).
+# million queries at S, ~10 winners a file: 207.6 s by place). Its winners that
+# refer to another month's payload are read by place all the same (_by_place).
 _DENSE_SMALL_FILE = 4
 
 
