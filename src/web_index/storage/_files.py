@@ -69,7 +69,7 @@ class WriteOptions:
         compression_level: int = 3,
         group_min_bytes: int = 1 << 20,
         group_max_bytes: int = 64 << 20,
-        body_page_bytes: int = 16 << 10,
+        body_page_bytes: int = 8 << 10,
         paged_min_bytes: int = 256 << 10,
         dictionary_min_rows: int = 1000,
         share_payloads: bool = True,
