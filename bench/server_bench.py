@@ -66,7 +66,7 @@ import _pywb
 import synth
 from _procs import CLI, busy, cpu_seconds, free_port, stop
 from pack_bench import percentile
-from web_index import WebIndex, __version__
+from web_index import WebIndex, WriteOptions, __version__
 from web_index.archive import export_warcs, find_captures, parse_cdx_query
 from web_index.models import AttemptMetadata, AttemptState, Response
 
@@ -108,7 +108,10 @@ class PrefixParams:
 
 
 def _digest(params: Any) -> str:
-    text = json.dumps({**dataclasses.asdict(params), "v": GENERATOR_VERSION}, sort_keys=True)
+    # The store's body page size names the dataset too: a store built with other pages
+    # (16 KiB before 2026-11-30) is not the one this code would write.
+    pages = WriteOptions().body_page_bytes
+    text = json.dumps({**dataclasses.asdict(params), "v": GENERATOR_VERSION, "pages": pages}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
