@@ -117,7 +117,8 @@ def _lines(
     if their indexes say some of their rows refer to another month's payload (the
     others' first: an index that says so is how the store learns it has any)."""
     lines: _Lines = {}
-    for key, (type, rows) in sorted(files.items(), key=lambda item: item[0] in referring):
+    ordered = sorted(files.items(), key=lambda item: item[0] in referring) if referring else files.items()
+    for key, (type, rows) in ordered:
         got = store.captures_by_row(type, *key, rows, if_referring=key in referring)
         if got is not None:
             lines[key] = (type, got)
