@@ -378,9 +378,9 @@ def test_a_load_with_workers_builds_its_month_indexes_in_a_process_of_its_own(
     workers_alive: list[bool] = []
     real = _month_build.build_month_indexes_apart
 
-    def spied(backend: Any, months: Any) -> None:
+    def spied(backend: Any, months: Any, given: Any = None) -> None:
         workers_alive.append(load._spill.pool is not None and load._spill.pool._executor is not None)
-        real(backend, months)
+        real(backend, months, given)
 
     monkeypatch.setattr(_month_build, "build_month_indexes_apart", spied)
     with WebIndex(tmp_path / "w") as index, index.bulk_load(jobs=2, **every) as load:

@@ -240,7 +240,11 @@ class BulkLoad:
         self._parted |= parted
         self.stored += attempts
         if indexed:
-            self._store.compact([], index_also=written, apart=self.has_workers)
+            try:
+                rows = self._spill.month_rows
+                self._store.compact([], index_also=written, apart=self.has_workers, month_rows=rows)
+            finally:
+                self._spill.drop_month_rows()
 
     def finish(self) -> int:
         """Write what is held, compact the partitions that got part files and
@@ -264,6 +268,7 @@ class BulkLoad:
                     # process keeps of a build weighs on a load still to commit (or on
                     # whatever this process does next, which is not known here).
                     apart=self.has_workers and self._commits > 1,
+                    month_rows=self._spill.month_rows,  # removed by close, below
                 )
             finally:
                 self._spill.close()

@@ -20,6 +20,7 @@ from web_index.storage.backends import LocalBackend, handle_version
 from web_index.storage.buffer import Buffer, MethodPartition
 from web_index.storage.indexes import (
     CaptureIndexes,
+    MonthRows,
     build_capture_index,
     capture_index_path,
     ensure_capture_indexes,
@@ -59,6 +60,7 @@ class Compaction(Listing):
         run: Callable[[list[tuple[MethodPartition, PartitionFiles | None]]], Iterable[int]] | None = None,
         index_also: Iterable[MethodPartition] = (),
         apart: bool = False,
+        month_rows: MonthRows | None = None,
     ) -> int:
         """Compact partitions with at least ``min_parts`` part files; return how many
         partitions (type, month, domain) changed.
@@ -74,7 +76,8 @@ class Compaction(Listing):
         all of them. ``index_also``: partitions whose
         months are indexed too (a bulk load's, written compacted already). ``apart``: the
         month indexes of a local store built in a process of their own, whose memory ends with
-        it (a bulk load's, which builds its months' at every commit).
+        it (a bulk load's, which builds its months' at every commit). ``month_rows``: index
+        rows of files a bulk load wrote, used for the files they still match.
         """
         self.backend.remove_orphans()
         done = 0
@@ -115,10 +118,10 @@ class Compaction(Listing):
         ordered = sorted(months)
         local = self.backend if apart and isinstance(self.backend, LocalBackend) else None
         if local is not None:
-            build_month_indexes_apart(local, ordered)
+            build_month_indexes_apart(local, ordered, month_rows)
         for n, (type, year, month) in enumerate(ordered, start=len(targets) + 1):
             if local is None:
-                build_month_index(self.backend, type, year, month)
+                build_month_index(self.backend, type, year, month, month_rows)
             if not type.is_metadata:
                 ensure_capture_indexes(self.backend, type, year, month, self.month_files(type, year, month))
             if on_progress is not None:

@@ -61,7 +61,7 @@ from web_index.storage._load_work import (
 from web_index.storage._locks import Locks
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
-from web_index.storage.indexes import build_capture_index, holders_moved
+from web_index.storage.indexes import MonthRows, MonthRowsSpool, build_capture_index, holders_moved
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -83,6 +83,7 @@ class Spill:
         self._where: dict[Partition, list[tuple[int, Run]]] = {}  # each chunk's run, and its file
         self.attempts = 0
         self.bytes = 0  # in the spill files so far
+        self._month_rows: MonthRows | None = None  # of the files the last commit wrote
 
     def add(self, attempts: Sequence[AttemptRows], payload_of: Mapping[str, str] | None = None) -> None:
         """Spill one chunk: a file per record type, a record batch per partition.
@@ -172,6 +173,18 @@ class Spill:
         self.bytes += chunks.bytes
 
     @property
+    def month_rows(self) -> MonthRows | None:
+        """The month index rows of the files the last commit wrote, made as it wrote them
+        (``indexes/_month_rows.py``), for :meth:`Store.compact` to build their months'
+        indexes from (till the next commit, :meth:`drop_month_rows` or :meth:`close`)."""
+        return self._month_rows
+
+    def drop_month_rows(self) -> None:
+        if self._month_rows is not None:
+            self._month_rows.remove()
+            self._month_rows = None
+
+    @property
     def pool(self) -> Pool | None:
         """The worker processes of the load, if it has any."""
         return self._pool
@@ -179,6 +192,7 @@ class Spill:
     def close(self) -> None:
         """Remove every spilled chunk and stop the worker processes."""
         self.discard()
+        self.drop_month_rows()
         if self._pool is not None:
             self._pool.close()
 
@@ -190,6 +204,7 @@ class Spill:
         those that had files before the commit (``listing`` lists them), so that
         their compaction tidies what was there too."""
         had_files = _had_files(listing)
+        self.drop_month_rows()
         try:
             order = sorted(self._where, key=commit_order)
             share = options.share_payloads
@@ -201,7 +216,7 @@ class Spill:
             original = functools.partial(self._rows, options=options)  # read again, if need be
             if isinstance(self._backend, LocalBackend):
                 spooled = self._spooled(self._backend, options, order, sharing, months)
-                parted = _write_local(
+                parted, self._month_rows = _write_local(
                     self._backend, locks, options, spooled, had_files, original, durable=durable
                 )
             else:
@@ -296,12 +311,16 @@ def _write_local(
     original: Callable[[Partition], pa.Table | Merged],
     *,
     durable: bool,
-) -> set[MethodPartition]:
+) -> tuple[set[MethodPartition], MonthRows | None]:
     written: list[Spooled] = []
     parted: set[MethodPartition] = set()
     indexes: list[tuple[Path, str, Spooled]] = []
+    gathered = MonthRowsSpool(backend)
     try:
         for s in spooled:
+            if s.month_rows is not None:  # gathered in one file, not held here
+                gathered.add(s.partition, s.month_rows)
+                s = s._replace(month_rows=None)
             written.append(s)
         if durable:
             backend.sync_all()  # every spooled file's bytes, before any is named
@@ -342,7 +361,10 @@ def _write_local(
                 info = backend.file_info(s.partition.compacted_path)
                 covered = compacted_stored(s.partition, info.size, info.version)
                 build_capture_index(backend, s.partition, [covered], prune=False, have=())
-        return parted
+        return parted, gathered.done()
+    except BaseException:
+        gathered.discard()
+        raise
     finally:
         for s in written:
             # A file not placed (the commit failed), an index of a file named as a part: never visible.

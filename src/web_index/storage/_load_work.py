@@ -43,7 +43,7 @@ from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN
 from web_index.storage._tables import sort_dedupe
 from web_index.storage._workers import DEATH_CAUSES, worker_processes
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
-from web_index.storage.indexes import capture_index_bytes, file_lines, table_lines
+from web_index.storage.indexes import FileRows, capture_index_bytes, file_lines, file_rows, table_lines
 from web_index.storage.payloads import (
     HOLDER_COLUMNS,
     Values,
@@ -191,6 +191,7 @@ class Spooled(NamedTuple):
     captures: Path | None  # its capture index, spooled: placed if the file is named the compacted file
     captures_path: str | None  # where that index goes
     holders: dict[str, FileInfo] | None = None  # the files whose payloads its lines place, as read
+    month_rows: FileRows | None = None  # its month index rows, if made (indexes/_month_rows.py)
 
 
 def shared_table(
@@ -240,9 +241,14 @@ def spool_partition(
         table = _measured(table, sizes)
     data, write_options = partition_file_args(partition, table, options)
     spool = backend.spool_parquet(data, **write_options)
-    if partition.type.is_metadata:
-        return Spooled(partition, spool, refers, None, None)
     try:
+        info = backend.spooled_info(spool)
+        # Made here, from the table in hand: the month's build then reads the file not again.
+        month_rows = None
+        if isinstance(table, pa.Table):
+            month_rows = file_rows(backend, partition.type, table, info.size, info.version)
+        if partition.type.is_metadata:
+            return Spooled(partition, spool, refers, None, None, month_rows=month_rows)
         path = partition.compacted_path
         # The lines carry the bodies' places: learnt from the file as written, read (not
         # mapped: every page of a big file would stay in this process's RSS while mapped).
@@ -255,10 +261,9 @@ def spool_partition(
                 # The lengths as written, row for row, or none (the file's pages then read).
                 known = sizes if len(sizes) == handle.metadata.num_rows else None
                 lines = file_lines(partition.type, handle, backend, path, holders, sizes=known)
-        info = backend.spooled_info(spool)
         covered = compacted_stored(partition, info.size, info.version)
         where, body = capture_index_bytes(partition, covered, frozenset(), lines)
-        return Spooled(partition, spool, refers, backend.spool_bytes(body), where, holders)
+        return Spooled(partition, spool, refers, backend.spool_bytes(body), where, holders, month_rows)
     except BaseException:
         spool.unlink(missing_ok=True)
         raise

@@ -1,6 +1,7 @@
 """Where a record is found: the month key index (one file per type and month,
 sorted by key hash: ``_month`` opens and looks up, ``_month_format`` is its file,
-``_month_build`` builds it, ``_month_verify`` checks it against the files) and the
+``_month_build`` builds it, from the files or from the rows a bulk load made of them as it
+wrote them, ``_month_rows``; ``_month_verify`` checks it against the files) and the
 capture indexes (SURT-sorted CDXJ beside each compacted ``get``/``head`` file: its
 lines in ``_capture_lines``, a response loaded from its line and its body's place
 in ``_capture_records``, opened and bisected in ``_captures``, written in
@@ -40,6 +41,10 @@ from web_index.storage.indexes._month import MonthIndex as MonthIndex
 from web_index.storage.indexes._month import open_month_index as open_month_index
 from web_index.storage.indexes._month_format import index_path as index_path
 from web_index.storage.indexes._month_format import key_hash as key_hash
+from web_index.storage.indexes._month_rows import FileRows as FileRows
+from web_index.storage.indexes._month_rows import MonthRows as MonthRows
+from web_index.storage.indexes._month_rows import MonthRowsSpool as MonthRowsSpool
+from web_index.storage.indexes._month_rows import file_rows as file_rows
 
 if TYPE_CHECKING:
     from web_index.storage.indexes._month_build import build_month_index as build_month_index

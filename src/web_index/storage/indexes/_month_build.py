@@ -12,8 +12,8 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -31,23 +31,27 @@ from web_index.storage.indexes._month_format import (
     SCHEMA,
     Covered,
     folder_stamp,
-    key_hash,
     wants_keys,
     write_index,
 )
+from web_index.storage.indexes._month_rows import CANONICAL_RID, MonthRows, hashed_keys
+
+if TYPE_CHECKING:  # polars imported where used: a build from rows a load made needs none
+    import polars as pl
 
 __all__ = ["build_month_index", "build_month_indexes_apart", "read_records"]
 
 log = logging.getLogger("web_index.storage")
-# A request id as the store writes it (UUIDv7, lower-case): its 16 bytes give it back exactly.
-_CANONICAL_RID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 
-def build_month_index(backend: Backend, type: RecordType, year: int, month: int) -> bool:
+def build_month_index(
+    backend: Backend, type: RecordType, year: int, month: int, given: MonthRows | None = None
+) -> bool:
     """Write the month's index if it is missing or out of date; return whether written.
 
     Domains whose files are unchanged since the previous index keep their
-    rows; only the others are read (key columns only).
+    rows; of the others, files whose rows are ``given`` (as a bulk load wrote them)
+    take those, the rest are read (key columns only).
     """
     folder = f"{type.value}/{year:04d}/{month:02d}"
     before = folder_stamp(backend.folder_version(folder))
@@ -88,8 +92,17 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     # of a million records would otherwise be held as frames, then as tables.
     tables = [SCHEMA.empty_table(), *(_index_table(p) for p in pieces)]
     del pieces
+    # A compacted file alone in its partition: the rows the load that wrote it made of it.
+    alone = {file_no[f[0].name]: f[0] for f in unread.values() if len(f) == 1 and f[0].part is None}
+    given_rows = given.rows_of(type, year, month, alone) if given is not None else None
+    if given_rows is not None:
+        tables.append(given_rows[0])
+        counted.update(given_rows[1])
+        unread = {d: f for d, f in unread.items() if not (len(f) == 1 and f[0].name in given_rows[1])}
     try:
         for piece in iter_records(backend, type, unread, file_no, superseded):
+            import polars as pl  # here: a build from the rows a load made needs none
+
             # Before duplicates across files are dropped: a file's own row count.
             for number, rows in piece.group_by("file_no").agg(pl.col("rows").sum()).iter_rows():
                 counted[names[number]] = counted.get(names[number], 0) + rows
@@ -116,7 +129,9 @@ def build_month_index(backend: Backend, type: RecordType, year: int, month: int)
     return True
 
 
-def build_month_indexes_apart(backend: LocalBackend, months: Sequence[tuple[RecordType, int, int]]) -> None:
+def build_month_indexes_apart(
+    backend: LocalBackend, months: Sequence[tuple[RecordType, int, int]], given: MonthRows | None = None
+) -> None:
     """:func:`build_month_index` of each of ``months``, in order, in a process of their own
     for each record type, which exits once its months are written.
 
@@ -129,7 +144,8 @@ def build_month_indexes_apart(backend: LocalBackend, months: Sequence[tuple[Reco
     importing the main module again, as any ``forkserver`` child does): one a type, not one
     a month. (One for every type's builds carried the first type's leftovers into the
     second's peak: a 10 GiB import peaked 134 MiB higher so.) A process that dies (killed,
-    out of memory) is a :class:`StoreError` naming the months; those built before stay built."""
+    out of memory) is a :class:`StoreError` naming the months; those built before stay built.
+    ``given``: as :func:`build_month_index` takes it."""
     from concurrent.futures.process import BrokenProcessPool
 
     from web_index.storage._workers import DEATH_CAUSES, worker_processes
@@ -138,7 +154,7 @@ def build_month_indexes_apart(backend: LocalBackend, months: Sequence[tuple[Reco
         of_type = [m for m in months if m[0] is type]
         pool = worker_processes(1, ())
         try:
-            pool.submit(_build_at, str(backend.root), of_type).result()
+            pool.submit(_build_at, str(backend.root), of_type, given).result()
         except BrokenProcessPool as exc:
             named = ", ".join(f"{t.value}/{y:04d}/{m:02d}" for t, y, m in of_type)
             raise StoreError(
@@ -148,13 +164,13 @@ def build_month_indexes_apart(backend: LocalBackend, months: Sequence[tuple[Reco
             pool.shutdown(wait=True)
 
 
-def _build_at(root: str, months: list[tuple[RecordType, int, int]]) -> None:
+def _build_at(root: str, months: list[tuple[RecordType, int, int]], given: MonthRows | None) -> None:
     from pathlib import Path
 
     backend = LocalBackend(Path(root))
     for type, year, month in months:
         crash_point("month-build")
-        build_month_index(backend, type, year, month)
+        build_month_index(backend, type, year, month, given)
 
 
 def _kept_rows(
@@ -177,6 +193,8 @@ def _kept_rows(
                 reuse[n] = file_no[previous.covers[n].name]
                 counted[previous.covers[n].name] = previous.covers[n].rows
     if reuse:
+        import polars as pl
+
         old = pl.from_arrow(old_rows)
         assert isinstance(old, pl.DataFrame)
         mapping = pl.DataFrame(
@@ -254,6 +272,8 @@ def iter_records(
             yield f, backend.open_parquet(f.path)
 
     def small_records() -> Iterator[pl.DataFrame]:
+        import polars as pl
+
         # A run read when the one before it has been hashed: never two runs' text at once.
         for batch in _batches(small):
             assert local is not None
@@ -298,6 +318,8 @@ def _file_records(type: RecordType, handle: pq.ParquetFile, number: int) -> Iter
     """Records (one row per chain) of one file, a batch at a time. A chain's rows
     are contiguous (files are sorted by key, time, request id, chain index), so
     the chain a batch ends in is held back for the next."""
+    import polars as pl
+
     carry: pl.DataFrame | None = None
     start = 0
     for batch in handle.iter_batches(batch_size=_READ_ROWS, columns=_key_columns(type), use_threads=False):
@@ -323,13 +345,13 @@ def _file_records(type: RecordType, handle: pq.ParquetFile, number: int) -> Iter
 def _hashed(frame: pl.DataFrame) -> pl.DataFrame | None:
     """Index rows read as text (``url_key``, ``request_id``) in the index's
     fixed-width form; ``None`` if a request id would not survive the trip."""
+    import polars as pl
+
     rids = frame.get_column("request_id")
-    if not rids.str.contains(_CANONICAL_RID).all():
+    if not rids.str.contains(CANONICAL_RID).all():
         return None
-    keys = frame.get_column("url_key").to_list()
-    hashes = {k: key_hash(k) for k in set(keys)}  # a URL fetched twice is hashed once
     return frame.with_columns(
-        pl.Series("key_hash", [hashes[k] for k in keys], dtype=pl.Binary),
+        pl.Series("key_hash", hashed_keys(frame.get_column("url_key").to_list()), dtype=pl.Binary),
         pl.col("request_id").str.replace_all("-", "", literal=True).str.decode("hex"),
     ).drop("url_key")
 
@@ -349,6 +371,8 @@ def _records(type: RecordType, frame: pl.DataFrame) -> pl.DataFrame:
     """Index rows from key columns plus ``file_no`` and the row within the file (``_row``)."""
     # A chain's rows are contiguous (files are sorted by key, time, request id,
     # chain index): a record is its first row and a count.
+    import polars as pl
+
     return frame.group_by("file_no", "request_id").agg(
         pl.col("url_key").first(),
         pl.col(TS_COLUMN[type]).first().cast(pl.Int64).alias("ts_us"),
