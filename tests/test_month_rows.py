@@ -50,11 +50,13 @@ def _rebuilt_from_files(store: Path) -> dict[str, tuple[pa.Table, dict[bytes, by
 def _items(records: list[tuple[Any, ...]], seed: int) -> tuple[list[Any], list[str]]:
     rng = random.Random(seed)
     items, ids = [], []
-    for domain, path, month, method, state, hops in records:
+    for domain, path, month, method, state, hops, *again in records:
         url = f"https://{domain}/p{path}"
         when = T0 + timedelta(days=40 * month, seconds=rng.randrange(86400))
         items.append(attempt(url, when, method=method, state=state, hops=hops, calibre=rng.choice([10, 20])))
-        ids.append(str(uuid.UUID(int=rng.getrandbits(128), version=4)))
+        # A request id given to two attempts (a load takes the ids it is given): one record.
+        same = bool(again and again[0] and ids)
+        ids.append(ids[-1] if same else str(uuid.UUID(int=rng.getrandbits(128), version=4)))
     return items, ids
 
 
@@ -66,6 +68,7 @@ records = st.lists(
         st.sampled_from(["get", "get", "head"]),
         st.sampled_from(["success", "success", "timeout"]),
         st.integers(1, 3),  # redirect hops: a record of several rows
+        st.sampled_from([False] * 9 + [True]),  # the request id of the attempt before
     ),
     min_size=1,
     max_size=30,
@@ -90,8 +93,9 @@ def test_a_loads_month_indexes_are_the_ones_its_files_give(
 ) -> None:
     """Chains of several rows, metadata types, months, commits of a chunk each (built in a
     process of their own) or one, rows sent inline or in a spool file of their own (this
-    process's commits only: the workers are not patched), a second load adding parts:
-    the month indexes equal, row for row and cover for cover, those built from the files."""
+    process's commits only: the workers are not patched), a request id given twice, a
+    second load adding parts: the month indexes equal, row for row and cover for cover,
+    those built from the files."""
     store = tmp_path_factory.mktemp("rows") / "s"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_month_rows, "_INLINE_BYTES", inline)
@@ -171,3 +175,20 @@ def test_rows_are_made_of_canonical_request_ids_only(tmp_path: Path) -> None:
     for rid in (ids[0].upper(), ids[0].replace("-", ""), ids[0][:-1] + "g"):
         changed = table.set_column(column, "request_id", pa.array([rid] * table.num_rows))
         assert _month_rows.file_rows(backend, RecordType.GET, changed, 1, "v") is None
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_request_id_given_to_two_attempts_is_read_back(tmp_path: Path, jobs: int) -> None:
+    """One request id on rows that are not side by side (the first attempt's second hop,
+    then another URL's only response: a load takes the ids it is given): the build groups a
+    file's rows by request id, so such a file gets no rows made, and is read back."""
+    first, other = str(uuid.uuid4()), str(uuid.uuid4())
+    items = [
+        attempt("https://a.example.com/p1", T0, hops=2),
+        attempt("https://a.example.com/p2", T0 + timedelta(seconds=1)),
+        attempt("https://a.example.com/p3", T0 + timedelta(seconds=2)),
+    ]
+    with WebIndex(tmp_path / "s") as index, index.bulk_load(jobs=jobs) as load:
+        load.add(items, request_ids=[first, other, first])
+    built = _month_indexes(tmp_path / "s")
+    assert built == _rebuilt_from_files(tmp_path / "s")

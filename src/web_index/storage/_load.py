@@ -318,10 +318,9 @@ def _write_local(
     gathered = MonthRowsSpool(backend)
     try:
         for s in spooled:
+            written.append(s._replace(month_rows=None))  # its files removed below if not named
             if s.month_rows is not None:  # gathered in one file, not held here
                 gathered.add(s.partition, s.month_rows)
-                s = s._replace(month_rows=None)
-            written.append(s)
         if durable:
             backend.sync_all()  # every spooled file's bytes, before any is named
         crash_point("load-before-naming")

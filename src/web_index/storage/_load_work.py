@@ -241,10 +241,10 @@ def spool_partition(
         table = _measured(table, sizes)
     data, write_options = partition_file_args(partition, table, options)
     spool = backend.spool_parquet(data, **write_options)
+    month_rows = None
     try:
         info = backend.spooled_info(spool)
-        # Made here, from the table in hand: the month's build then reads the file not again.
-        month_rows = None
+        # Made here, from the table in hand: the month's build then need not read the file.
         if isinstance(table, pa.Table):
             month_rows = file_rows(backend, partition.type, table, info.size, info.version)
         if partition.type.is_metadata:
@@ -266,6 +266,8 @@ def spool_partition(
         return Spooled(partition, spool, refers, backend.spool_bytes(body), where, holders, month_rows)
     except BaseException:
         spool.unlink(missing_ok=True)
+        if month_rows is not None and month_rows.path is not None:
+            Path(month_rows.path).unlink(missing_ok=True)
         raise
 
 

@@ -154,7 +154,7 @@ def build_month_indexes_apart(
         of_type = [m for m in months if m[0] is type]
         pool = worker_processes(1, ())
         try:
-            pool.submit(_build_at, str(backend.root), of_type, given).result()
+            pool.submit(_build_at, str(backend.root), of_type, given and given.of_type(type)).result()
         except BrokenProcessPool as exc:
             named = ", ".join(f"{t.value}/{y:04d}/{m:02d}" for t, y, m in of_type)
             raise StoreError(

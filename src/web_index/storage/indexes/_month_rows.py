@@ -1,7 +1,8 @@
 """A month index's rows of one file, made from the table the file was written from.
 
 A bulk load's commit makes them beside each file it writes (in its worker processes),
-and collects them in one spool file (:class:`MonthRows`), so that building the months'
+and gathers them in one spool file (:class:`MonthRowsSpool`, which gives a
+:class:`MonthRows`), so that building the months'
 indexes after the commit reads none of the files back and hashes none of their URL
 keys on the one core it runs on (``_month_build``). A file's rows are used only while
 the month lists that very file (name, size and version): a file named as a part, or
@@ -32,12 +33,13 @@ __all__ = ["CANONICAL_RID", "FileRows", "MonthRows", "MonthRowsSpool", "file_row
 CANONICAL_RID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 _HYPHENS = (8, 13, 18, 23)
 _HEX = tuple(i for i in range(36) if i not in _HYPHENS)
-# A file's rows travel back from a worker in its result message up to this many bytes, and
-# past it in a spool file of their own: a message of megabytes cut short by a killed worker
-# would hang the pool, and a file created for each of thousands of small partitions costs
-# more than the rows (file creation waits on the journal while the workers write).
+# A file's rows travel back from a worker in its result message (a message carries the
+# results of _load_work._CHUNK partitions) up to this many bytes, and past it in a spool
+# file of their own: a message of megabytes cut short by a killed worker would hang the
+# pool, and a file created for each of thousands of small partitions costs more than the
+# rows (file creation waits on the journal while the workers write).
 _INLINE_BYTES = 64 << 10
-# Bytes a record takes in FileRows.fixed: key hash, request id, time, row, rows, calibre.
+# Bytes a record takes in FileRows' fixed-width part: key hash, request id, time, row, rows, calibre.
 _WIDTHS = (16, 16, 8, 4, 4, 1)
 
 
@@ -60,7 +62,7 @@ class _Placed(NamedTuple):
     version: str
     offset: int
     records: int
-    tally: int  # bytes of FileRows.tally after the fixed ones
+    tally: int  # bytes of msgpack (states, fetchers) after the fixed-width part
 
 
 def hashed_keys(keys: list[str]) -> list[bytes]:
@@ -74,16 +76,20 @@ def file_rows(
 ) -> FileRows | None:
     """The month index's rows of the file of ``size`` and ``version`` written from
     ``table`` (its rows in the file's order), as the build reading the file back would
-    make them; ``None`` if a request id is not canonical (the build then reads the file,
-    and finds that out itself)."""
+    make them; ``None`` (the build then reads the file) for an empty table, a request id
+    column of another type, a request id that is not canonical (the build finds it too),
+    and one that names two records (the build groups a file's rows by request id, not by
+    run of rows: a bulk load takes the ids it is given, a WARC import those of its records)."""
     import msgspec
     import numpy as np
     import pyarrow as pa
 
     n = table.num_rows
     rid = table.column("request_id").combine_chunks()
+    if not n or rid.type != pa.string():
+        return None
     _, offsets_buffer, data = rid.buffers()
-    if not n or rid.type != pa.string() or offsets_buffer is None or data is None:
+    if offsets_buffer is None or data is None:
         return None
     offsets = np.frombuffer(memoryview(offsets_buffer), np.int32, n + 1, rid.offset * 4)
     if offsets[-1] - offsets[0] != 36 * n or (np.diff(offsets) != 36).any():
@@ -95,14 +101,19 @@ def file_rows(
     # A record is its chain's first row and a count: a chain's rows are contiguous, as a
     # file is sorted (key, time, request id, chain index).
     starts = np.flatnonzero(np.concatenate(([True], (text[1:] != text[:-1]).any(axis=1))))
+    raw = (nibbles[starts, 0::2] << 4 | nibbles[starts, 1::2]).astype(np.uint8)
+    if len(np.unique(raw.view(np.dtype((np.void, 16))))) < len(starts):
+        return None
     first = starts.tolist()
-    keys = cast(list[str], table.column("url_key").to_pylist())
+    firsts = table.select(["url_key", *(["state", "fetcher_name"] if type.is_metadata else [])])
+    if len(first) < n:  # chains of several rows: their first rows only
+        firsts = firsts.take(starts)
     ts = table.column(TS_COLUMN[type]).combine_chunks().view(pa.int64()).to_numpy()
     calibre = table.column("fetcher_calibre").to_numpy()
     fixed = b"".join(
         (
-            b"".join(hashed_keys([keys[i] for i in first])),
-            (nibbles[starts, 0::2] << 4 | nibbles[starts, 1::2]).astype(np.uint8).tobytes(),
+            b"".join(hashed_keys(cast(list[str], firsts.column("url_key").to_pylist()))),
+            raw.tobytes(),
             ts[starts].astype("<i8").tobytes(),
             starts.astype("<u4").tobytes(),
             np.diff(np.append(starts, n)).astype("<u4").tobytes(),
@@ -111,8 +122,7 @@ def file_rows(
     )
     tally = b""
     if type.is_metadata:
-        states, fetchers = (table.column(c).to_pylist() for c in ("state", "fetcher_name"))
-        tally = msgspec.msgpack.encode(([states[i] for i in first], [fetchers[i] for i in first]))
+        tally = msgspec.msgpack.encode([firsts.column(c).to_pylist() for c in ("state", "fetcher_name")])
     if len(fixed) + len(tally) <= _INLINE_BYTES:
         return FileRows(size, version, len(first), len(tally), fixed + tally, None)
     path = backend.spool_bytes(fixed + tally)
@@ -197,6 +207,10 @@ class MonthRows(NamedTuple):
             schema=schema(),
         )
         return table, counted
+
+    def of_type(self, type: RecordType) -> MonthRows:
+        """What this holds of one type's months (for a process that builds those only)."""
+        return MonthRows(self.path, {m: files for m, files in self.months.items() if m[0] is type})
 
     def remove(self) -> None:
         Path(self.path).unlink(missing_ok=True)
