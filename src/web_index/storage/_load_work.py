@@ -5,8 +5,9 @@ a worker process of its pool.
 A partition's work is its table (its batches from every spilled chunk, sorted
 and deduplicated), its payloads shared with the compacted files of other months
 (a ``get`` table to be a partition's compacted file), its file written unsynced
-into the spool folder, and, for a ``get``/``head`` file, its capture index made
-from the table and the file as written (the bodies' places), spooled too. A
+into the spool folder, its month index rows made from the table (sent back), and,
+for a ``get``/``head`` file, its capture index made from the table and the file as
+written (the bodies' places), spooled too. A
 worker reads the spill files itself (read, not mapped) and returns only paths, so
 the committing process never holds more than one partition's table, and nothing
 a worker writes is visible: the committing process names every file.
