@@ -16,8 +16,9 @@ file when the partition has none (a file written without a superseded list is
 exactly a compacted file that absorbed nothing, so it needs no compaction),
 else a part file for :meth:`Store.compact` to merge. The capture index of each
 new compacted file is made from the table in hand (not read back) and synced
-the same way; so are its month index rows, gathered in one spool file for the
-months' builds after the commit (``indexes/_month_rows.py``). On an object
+the same way. Its month index rows are made from the table too, and gathered in
+one spool file (never synced: lost, the build reads the files) for the months'
+builds after the commit (``indexes/_month_rows.py``). On an object
 store each file is created as the compacted file only if none exists (a
 conditional PUT, so no lock: a compactor racing it loses cleanly), else
 written as a part.
