@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple, cast
 
 from web_index.models import RecordType
+from web_index.storage._layout import TMP_DIR, compacted_stored
 from web_index.storage._schema import TS_COLUMN
 from web_index.storage.backends import LocalBackend, new_spool
 from web_index.storage.indexes._month_format import key_hash, schema
@@ -41,6 +42,7 @@ _HEX = tuple(i for i in range(36) if i not in _HYPHENS)
 _INLINE_BYTES = 64 << 10
 # Bytes a record takes in FileRows' fixed-width part: key hash, request id, time, row, rows, calibre.
 _WIDTHS = (16, 16, 8, 4, 4, 1)
+_ROWS = 4  # the rows column's place in _WIDTHS: a file's row count is their sum
 
 
 class FileRows(NamedTuple):
@@ -183,7 +185,7 @@ class MonthRows(NamedTuple):
                     states += s
                     fetchers += f
                 numbers.append(np.full(p.records, number, np.uint32))
-                counted[name] = int(np.frombuffer(columns[4][-1], "<u4").sum())
+                counted[name] = int(np.frombuffer(columns[_ROWS][-1], "<u4").sum())
         hashes, rids, ts, row, rows, calibre = (np.concatenate(c) for c in columns)
         k = len(ts) // 8
         nulls = pa.nulls(k, pa.string())
@@ -221,8 +223,6 @@ class MonthRowsSpool:
     of this process (a dead process's is removed as any dead writer's spool files)."""
 
     def __init__(self, backend: LocalBackend) -> None:
-        from web_index.storage._layout import TMP_DIR
-
         self._folder = backend.local_folder(TMP_DIR)
         self._path: Path | None = None
         self._fh: IO[bytes] | None = None
@@ -241,7 +241,7 @@ class MonthRowsSpool:
             self._path = new_spool(self._folder)
             self._fh = self._path.open("wb")
         self._fh.write(data)
-        name = partition.compacted_path.rsplit("/", 1)[-1]
+        name = compacted_stored(partition, rows.size, rows.version).name
         month = (partition.type, partition.year, partition.month)
         placed = _Placed(rows.size, rows.version, self._offset, rows.records, rows.tally)
         self._months.setdefault(month, {})[name] = placed
