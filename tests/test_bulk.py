@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -29,7 +30,7 @@ from web_index.models import (
     iter_queries,
     write_queries,
 )
-from web_index.query import _bulk, _spool
+from web_index.query import Plan, _bulk, _spool
 from web_index.urls import domain_of
 
 
@@ -178,7 +179,7 @@ def test_answer_to_file_equals_query_in_input_order(
     with WebIndex(root, read_only=True) as idx, pytest.MonkeyPatch.context() as mp:
         mp.setattr(_spool, "_MERGE_BUDGET", budget)
         n = _bulk.answer_to_file(
-            idx.query, source, out, batch_size=batch_size, window=window, on_progress=seen.append
+            idx._answer_plans, source, out, batch_size=batch_size, window=window, on_progress=seen.append
         )
         answers = idx.query(queries)
         expected = [_expected_row(i, q, r) for i, (q, r) in enumerate(zip(queries, answers, strict=True))]
@@ -198,9 +199,9 @@ def test_answer_to_file_groups_batches_by_partition(
     batches: list[set[str]] = []
     with WebIndex(root, read_only=True) as idx:
 
-        def answer(batch: list[Query]) -> list[Any]:
-            batches.append({domain_of(q.url) for q in batch})
-            return idx.query(batch)
+        def answer(batch: list[Plan]) -> list[Any]:
+            batches.append({p.domain for p in batch})
+            return idx._answer_plans(batch)
 
         _bulk.answer_to_file(answer, queries, tmp_path / "r.parquet", batch_size=10, window=1000)
     domains = sorted({domain_of(q.url) for q in queries})
@@ -303,3 +304,114 @@ def test_a_query_row_without_a_required_field_is_named_by_row(
         queries_of(table, tmp_path / "q.parquet")
     assert str(caught.value).startswith(f"{tmp_path / 'q.parquet'}, row 2: ")
     assert field in str(caught.value)
+
+
+_PLAN_URLS = [
+    "https://www.site1.com/p/1",
+    "https://WWW.Site1.COM:443/p/1#frag",
+    "http://exämple.de/ä?b=2&a=1",
+    "https://192.168.0.1/x",
+    "https://[::1]/",
+    "https://",
+    "ftp://site1.com/",
+    "https://site1.com/a b",
+    None,
+]
+_DATETIME = st.datetimes(
+    min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)
+)
+_WHEN = st.none() | _DATETIME
+_QUERY_FIELDS = ("kind", "type", "url", "request_id", "timestamp", "not_before", "not_after", "calibre")
+_QUERY_FIELDS += ("calibre_strict",)
+_ANY_ROW = st.fixed_dictionaries(
+    {
+        "kind": st.sampled_from([None, "key", "simple", "time-aware", "latest"]),
+        "type": st.sampled_from([None, "get", "head", "get-metadata", "head-metadata", "GET"]),
+        "url": st.sampled_from(_PLAN_URLS),
+        "request_id": st.sampled_from([None, "", "01a228ca-2d5d-7006-8314-f3c640fec18c"]),
+        "timestamp": _WHEN,
+        "not_before": _WHEN,
+        "not_after": _WHEN,
+        "calibre": st.sampled_from([None, 0, 30, 100, 101, 255]),
+        "calibre_strict": st.sampled_from([None, False, True]),
+    }
+)
+
+
+@st.composite
+def _query_row(draw: st.DrawFn) -> dict[str, Any]:
+    """A query's row, of its kind's form but for one value in ten drawn from anything."""
+    row: dict[str, Any] = dict.fromkeys(_QUERY_FIELDS)
+    kind = draw(st.sampled_from(["key", "simple", "time-aware", None]))
+    row |= {"kind": kind, "type": draw(st.sampled_from([None, "get", "head-metadata"]))}
+    row["url"] = draw(st.sampled_from(_PLAN_URLS[:5]))
+    calibre = {"calibre": draw(st.sampled_from([None, 0, 30, 100])), "calibre_strict": draw(st.booleans())}
+    if kind == "key" or (kind is None and draw(st.booleans())):
+        row |= {"timestamp": draw(_DATETIME), "request_id": "01a228ca-2d5d-7006-8314-f3c640fec18c"}
+    elif kind == "simple" or kind is None:
+        row |= calibre
+    else:
+        times = sorted(draw(st.lists(_DATETIME, min_size=3, max_size=3)))
+        if draw(st.integers(0, 9)) == 0:
+            times.reverse()  # an empty window
+        row |= calibre | {"not_before": draw(st.sampled_from([None, times[0]])), "timestamp": times[1]}
+        row["not_after"] = draw(st.sampled_from([None, times[2]]))
+    if draw(st.integers(0, 9)) == 0:
+        name = draw(st.sampled_from(sorted(row)))
+        row[name] = draw(_ANY_ROW)[name]
+    return row
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(_query_row(), min_size=1, max_size=6),
+    dropped=st.sets(st.sampled_from(["kind", "type", "calibre", "calibre_strict", "not_after"])),
+    extra=st.booleans(),
+    iso=st.booleans(),
+    far=st.booleans(),
+)
+def test_plans_of_rows_are_the_plans_of_their_queries(
+    rows: list[dict[str, Any]], dropped: set[str], extra: bool, iso: bool, far: bool
+) -> None:
+    """A batch's plans made from its columns are the plans of the queries its rows make,
+    and a table with an invalid row raises what making its queries raises, naming it."""
+    from web_index.errors import InvalidURLError
+    from web_index.models import queries_of
+    from web_index.query._plan import plan, plans_of
+
+    ts = pa.timestamp("us", tz="UTC")
+    types = {
+        "calibre": pa.uint8(),
+        "calibre_strict": pa.bool_(),
+        "timestamp": ts,
+        "not_before": ts,
+        "not_after": ts,
+    }
+    table = pa.Table.from_pylist(rows, schema=pa.schema([(k, types.get(k, pa.string())) for k in rows[0]]))
+    table = table.drop_columns(sorted(dropped))
+    if extra:
+        table = table.append_column("note", pa.array(["x"] * table.num_rows))
+    at = table.schema.get_field_index("timestamp")
+    if iso:  # times as the standard writes them: the queries' own path
+        table = table.set_column(at, "timestamp", pa.array([_iso(r["timestamp"]) for r in rows], pa.string()))
+    elif far:  # past what a datetime holds, as Arrow's microseconds can be: moved to its end
+        micros = pc.add(table.column(at).cast(pa.int64()), 1 << 60)
+        table = table.set_column(at, "timestamp", micros.cast(ts))
+    numbers = [n * 2 + 7 for n in range(table.num_rows)]
+
+    def outcome(make: Any) -> object:
+        try:
+            return make()
+        except (InvalidRecordError, InvalidURLError) as exc:
+            return (type(exc), str(exc))
+
+    expected = outcome(lambda: [plan(q) for q in queries_of(table, "q.parquet", numbers)])
+    event("planned" if isinstance(expected, list) else "refused")
+    assert outcome(lambda: plans_of(table, "q.parquet", numbers)) == expected
+
+
+_TIME_COLUMNS = ("timestamp", "not_before", "not_after")
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat()

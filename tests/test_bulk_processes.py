@@ -8,6 +8,9 @@ import functools
 import os
 import random
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
@@ -101,9 +104,9 @@ def test_batches_answered_elsewhere_in_any_order_make_the_same_file(
         yield from done
 
     with WebIndex(root, read_only=True) as index:
-        workers = _bulk.Workers(shuffled, index.query)
+        workers = _bulk.Workers(shuffled, index._answer_plans)
         n = _bulk.answer_to_file(
-            index.query, source, out, batch_size=batch_size, window=window, workers=workers
+            index._answer_plans, source, out, batch_size=batch_size, window=window, workers=workers
         )
     assert n == len(queries)
     assert pq.read_table(out).equals(expected)
@@ -207,7 +210,7 @@ def test_deaths_are_counted_over_the_whole_run(
         pool = _bulk.Workers(workers.run, answer, workers.start)
         with pytest.raises(StoreError, match="died 2 times"):
             _bulk.answer_to_file(
-                index.query,
+                index._answer_plans,
                 tmp_path / "q.parquet",
                 tmp_path / "r.parquet",
                 batch_size=20,
@@ -339,3 +342,32 @@ def test_a_worker_dying_halfway_through_its_answer_fails_the_tasks_not_hangs() -
         if not waiting.done():  # broken code: unstick the pool, or this process hangs at exit
             _workers._break(stuck, set())
         workers.shutdown()
+
+
+def test_a_dedicated_worker_reads_on_its_share_of_the_cores_and_keeps_its_memory(tmp_path: Path) -> None:
+    """``dedicate(n)``, as a query file's workers are: local reader threads the cores over
+    ``n`` (at least one), and a big batch's end gives no memory back (the next takes it)."""
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from web_index import WebIndex
+        from web_index.query import _pool
+
+        released = []
+        _pool.release_memory = lambda: released.append(1)
+        with _pool.answering(5000):
+            pass
+        assert released == [1], released  # a process that does more than answer gives it back
+        _pool.dedicate(int(sys.argv[2]))
+        with _pool.answering(5000):
+            pass
+        assert released == [1], released
+        with WebIndex(sys.argv[1]) as index:
+            threads = _pool.reader_pool(index._store)._max_workers
+        assert threads == max(1, (os.cpu_count() or 1) // int(sys.argv[2])), threads
+        """
+    )
+    for processes in (2, 64):
+        subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / f"s{processes}"), str(processes)], check=True
+        )

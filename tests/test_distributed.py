@@ -25,6 +25,7 @@ from web_index import FlushPolicy, WebIndex
 from web_index.cli import app
 from web_index.errors import MissingExtraError
 from web_index.models import PageKey, Query, RecordType, SimplePageQuery, TimeAwarePageQuery, write_queries
+from web_index.query import Plan
 
 try:
     import dask
@@ -172,7 +173,7 @@ def test_worker_processes_answer_an_object_store_as_one_process(
     assert pq.read_table(tmp_path / "out.parquet").equals(expected)
 
 
-def _answer_or_die(location: str, marks: str, queries: list[Query]) -> list[Any]:
+def _answer_or_die(location: str, marks: str, plans: list[Plan]) -> list[Any]:
     """On a worker: the third batch to start kills its worker process (once)."""
     from web_index import _on_cluster
 
@@ -184,7 +185,7 @@ def _answer_or_die(location: str, marks: str, queries: list[Query]) -> list[Any]
             pass
         else:
             os._exit(1)  # as a SIGKILL or an out-of-memory kill would
-    return _on_cluster._answer(location, None, queries)
+    return _on_cluster._answer(location, None, plans)
 
 
 def test_a_worker_killed_mid_batch_loses_and_repeats_nothing(

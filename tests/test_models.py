@@ -381,4 +381,4 @@ def test_a_result_table_holds_what_each_result_says(
     """The columns laid out for Arrow equal the rows the results make one by one."""
     triples = [(n * 3, q, r) for n, (q, r) in enumerate(pairs)]
     expected = pa.Table.from_pylist([_reference_row(*t) for t in triples], schema=RESULT_SCHEMA)
-    assert result_table(triples).equals(expected)
+    assert result_table((n, q.type, q.url, r) for n, q, r in triples).equals(expected)

@@ -22,13 +22,15 @@ from pathlib import Path
 from web_index._attempts import gc_paused
 from web_index.models import Query
 from web_index.query import (
+    Plan,
     Processes,
     Result,
     Workers,
     answer_on_cluster,
     answer_to_file,
+    dedicate,
     map_on_cluster,
-    run_queries,
+    run_plans,
 )
 from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptions, open_store
 
@@ -45,7 +47,7 @@ def answer_file(
     location: str,
     buffer: str | None,
     workers: str | int,
-    here: Callable[[list[Query]], list[Result]],
+    here: Callable[[list[Plan]], list[Result]],
     source: str | os.PathLike[str] | Iterable[Query],
     destination: str | os.PathLike[str],
     *,
@@ -61,6 +63,7 @@ def answer_file(
         return answer_on_cluster(
             workers, answer, source, destination, batch_size=batch_size, on_progress=on_progress
         )
+    dedicated = functools.partial(_answer, shared_location(location), buffer, dedicated=workers)
     with Processes(workers) as processes:
         return answer_to_file(
             here,
@@ -68,7 +71,7 @@ def answer_file(
             destination,
             batch_size=batch_size,
             on_progress=on_progress,
-            workers=Workers(processes.run, answer, processes.start, local=True),
+            workers=Workers(processes.run, dedicated, processes.start, local=True),
         )
 
 
@@ -109,10 +112,13 @@ def worker_store(
     return store
 
 
-def _answer(location: str, buffer: str | None, queries: list[Query]) -> list[Result]:
-    # As WebIndex.query answers them.
+def _answer(location: str, buffer: str | None, plans: list[Plan], *, dedicated: int = 0) -> list[Result]:
+    """As WebIndex.query answers them; ``dedicated``: in one of that many worker processes
+    of this machine that answer batches and nothing else."""
+    if dedicated:
+        dedicate(dedicated)
     with gc_paused():
-        return run_queries(worker_store(location, buffer, read_only=True), list(queries), bodies=True)  # type: ignore[return-value]
+        return run_plans(worker_store(location, buffer, read_only=True), plans, bodies=True)  # type: ignore[return-value]
 
 
 def _compact(

@@ -26,7 +26,7 @@ from web_index.models import (
     from_us,
     to_us,
 )
-from web_index.query import Result, run_queries, time_bound
+from web_index.query import Plan, Result, run_plans, run_queries, time_bound
 from web_index.storage import (
     SYSTEM_CLOCK,
     Buffer,
@@ -301,7 +301,7 @@ class WebIndex:
                 self.location,
                 self._buffer_location,
                 scheduler if scheduler is not None else jobs,
-                self.query,
+                self._answer_plans,
                 source,
                 destination,
                 batch_size=batch_size,
@@ -309,7 +309,9 @@ class WebIndex:
             )
         from web_index.query import answer_to_file
 
-        return answer_to_file(self.query, source, destination, batch_size=batch_size, on_progress=on_progress)
+        return answer_to_file(
+            self._answer_plans, source, destination, batch_size=batch_size, on_progress=on_progress
+        )
 
     def presence(self, queries: Sequence[Query]) -> list[bool]:
         """Whether each query matches anything, exactly as ``query(...) is not None``,
@@ -420,6 +422,11 @@ class WebIndex:
     def _run(self, queries: Sequence[Query], *, bodies: bool) -> list[Result | bool]:
         with gc_paused():
             return run_queries(self._store, list(queries), bodies=bodies)
+
+    def _answer_plans(self, plans: list[Plan]) -> list[Result]:
+        """A bulk batch's answers, from its queries' plans (``query_file``)."""
+        with gc_paused():
+            return run_plans(self._store, plans, bodies=True)  # type: ignore[return-value]
 
     async def async_query(self, queries: Sequence[Query]) -> list[Result]:
         """:meth:`query` off the event loop."""

@@ -48,6 +48,7 @@ from web_index.models._time import STORED_END as STORED_END
 from web_index.models._time import STORED_END_US as STORED_END_US
 from web_index.models._time import STORED_START as STORED_START
 from web_index.models._time import check_stored_us as check_stored_us
+from web_index.models._time import clamp_us as clamp_us
 from web_index.models._time import from_us as from_us
 from web_index.models._time import month_bounds as month_bounds
 from web_index.models._time import parse_ts as parse_ts

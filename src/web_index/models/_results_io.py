@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from web_index.models._enums import RecordType
 from web_index.models._queries import Query
 from web_index.models._records import AttemptMetadata, Page
 
@@ -84,11 +85,11 @@ class _Columns:
         self.names: list[str] = []
         self.values: list[str] = []
 
-    def add(self, position: int, query: Query, result: Page | AttemptMetadata | None) -> None:
+    def add(self, position: int, type: RecordType, url: str, result: Page | AttemptMetadata | None) -> None:
         top = self.top
         top["query"].append(position)
-        top["type"].append(query.type.value)
-        top["url"].append(query.url)
+        top["type"].append(type.value)
+        top["url"].append(url)
         top["found"].append(result is not None)
         if isinstance(result, Page):
             final = result.final
@@ -179,11 +180,12 @@ class _Columns:
         return pa.Table.from_arrays(columns, schema=schema)
 
 
-def result_table(results: Iterable[tuple[int, Query, Page | AttemptMetadata | None]]) -> pa.Table:
-    """``(position, query, result)`` triples as a :data:`RESULT_SCHEMA` table, in the order given."""
+def result_table(results: Iterable[tuple[int, RecordType, str, Page | AttemptMetadata | None]]) -> pa.Table:
+    """``(position, type, url, result)`` of each query (the type and URL it asked for) as a
+    :data:`RESULT_SCHEMA` table, in the order given."""
     columns = _Columns()
-    for position, query, result in results:
-        columns.add(position, query, result)
+    for position, type, url, result in results:
+        columns.add(position, type, url, result)
     return columns.table()
 
 
@@ -203,7 +205,7 @@ def write_results(
     pairs = iter(results)
     with pq.ParquetWriter(os.fspath(path), result_schema(), compression="zstd") as writer:
         while batch := list(itertools.islice(pairs, batch_size)):
-            writer.write_table(result_table((count + n, q, r) for n, (q, r) in enumerate(batch)))
+            writer.write_table(result_table((count + n, q.type, q.url, r) for n, (q, r) in enumerate(batch)))
             count += len(batch)
         if count == 0:
             writer.write_table(result_schema().empty_table())

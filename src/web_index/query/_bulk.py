@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from web_index.errors import InvalidRecordError, InvalidURLError
-from web_index.models import Query, queries_of, query_table, result_table
+from web_index.models import Query, query_table, result_table
+from web_index.query._plan import Plan, plans_of
 from web_index.query._results import Result
 from web_index.query._spool import OUTPUT_ROWS, Spool, spool_file
 from web_index.urls import key_and_domain
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["Workers", "answer_to_file"]
 
 
-Answer = Callable[[list[Query]], list[Result]]
+Answer = Callable[[list[Plan]], list[Result]]
 # ``(n, fn(*args))`` for the ``n``-th of the tasks, in any order, as they complete.
 Run = Callable[[Callable[..., Any], Iterable[tuple[Any, ...]]], Iterator[tuple[int, Any]]]
 
@@ -238,9 +239,10 @@ def _source_name(source: object) -> str:
 
 def _answered(answer: Answer, rows: pa.Table, numbers: Sequence[int], name: str) -> pa.Table:
     """The result rows of query ``rows`` (numbered ``numbers`` in the output), in their order."""
-    batch = queries_of(rows, name, numbers)
-    got = answer(batch)
-    return result_table(zip(numbers, batch, got, strict=True))
+    plans = plans_of(rows, name, numbers)
+    got = answer(plans)
+    urls = cast(list[str], rows.column("url").to_pylist())
+    return result_table(zip(numbers, (p.type for p in plans), urls, got, strict=True))
 
 
 def answer_window(

@@ -30,7 +30,7 @@ from web_index.query._pool import answering
 from web_index.query._results import Result, load_results
 from web_index.storage import Store
 
-__all__ = ["run_queries"]
+__all__ = ["run_plans", "run_queries"]
 
 _TRIES = 8
 
@@ -40,20 +40,29 @@ def run_queries(store: Store, queries: Sequence[Query], *, bodies: bool) -> list
     unique: dict[Query, int] = {}
     for q in queries:
         unique.setdefault(q, len(unique))
-    plans = [plan(q) for q in unique]
-    answers: list[Result | bool] = [None] * len(plans)
+    answers = run_plans(store, [plan(q) for q in unique], bodies=bodies)
+    return [answers[unique[q]] for q in queries]
+
+
+def run_plans(store: Store, plans: Sequence[Plan], *, bodies: bool) -> list[Result | bool]:
+    """Answer what ``plans`` ask, in their order: results, or presence booleans if not ``bodies``."""
+    unique: dict[Plan, int] = {}
+    for p in plans:
+        unique.setdefault(p, len(unique))
+    distinct = list(unique)
+    answers: list[Result | bool] = [None] * len(distinct)
     no_index: set[int] = set()  # plans the month index misled: read their partitions
-    pending = list(range(len(plans)))
+    pending = list(range(len(distinct)))
 
     # A query that raced a flush or a compaction (a file replaced between
     # listing and reading, a buffered row flushed meanwhile) is answered again;
     # the ones settled stay settled.
     def again() -> list[int]:
         nonlocal pending
-        pending = _attempt(store, plans, pending, answers, bodies, no_index)
+        pending = _attempt(store, distinct, pending, answers, bodies, no_index)
         return pending
 
-    with answering(len(plans)):
+    with answering(len(distinct)):
         retrying(
             again,
             tries=_TRIES,
@@ -61,9 +70,9 @@ def run_queries(store: Store, queries: Sequence[Query], *, bodies: bool) -> list
             done=lambda left: not left,
             gave_up="the store kept changing under this query batch; try again",
         )
-    index = list(unique.values())
-    by_query = dict(zip(unique, index, strict=True))
-    return [answers[by_query[q]] for q in queries]
+    if len(distinct) == len(plans):
+        return answers
+    return [answers[unique[p]] for p in plans]
 
 
 def _attempt(

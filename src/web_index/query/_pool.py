@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from web_index.storage import LocalBackend, Store, release_freed_memory
 
-__all__ = ["answering", "in_chunks", "reader_pool", "release_memory"]
+__all__ = ["answering", "dedicate", "in_chunks", "reader_pool", "release_memory"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -33,6 +33,19 @@ _BARRIER_S = 0.1
 _IN_FLIGHT = 0  # batches being answered in this process
 _IN_FLIGHT_LOCK = threading.Lock()
 _RELEASING = threading.Lock()  # held while a release's tasks are queued or running
+_SHARED_BY = 1  # processes answering batches at once on this machine, this one among them
+_KEEP_MEMORY = False  # this process answers batches and nothing else
+
+
+def dedicate(processes: int) -> None:
+    """Make this process one of ``processes`` that answer batches and nothing else on this
+    machine (a query file's workers), before its first batch: its local reader threads take
+    its share of the cores (at least one), and what a batch's decoding freed is kept for the
+    next, not given back. The workers keep every core busy already: more threads than that
+    fight over the GIL, and memory given back is taken again a batch later (a million
+    queries at S with two workers: 6% and 2-3% faster)."""
+    global _SHARED_BY, _KEEP_MEMORY
+    _SHARED_BY, _KEEP_MEMORY = max(1, processes), True
 
 
 def reader_pool(store: Store) -> ThreadPoolExecutor:
@@ -48,7 +61,7 @@ def reader_pool(store: Store) -> ThreadPoolExecutor:
         pool = _POOLS.get(local)
         if pool is None:
             cores = os.cpu_count() or 1
-            threads = cores if local else min(16, 4 * cores)
+            threads = max(1, cores // _SHARED_BY) if local else min(16, 4 * cores)
             name = _NAMES[0] if local else _NAMES[1]  # one name a thread
             pool = _POOLS[local] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
     return pool
@@ -87,7 +100,7 @@ def answering(queries: int) -> Iterator[None]:
         with _IN_FLIGHT_LOCK:
             _IN_FLIGHT -= 1
             last = _IN_FLIGHT == 0
-        if last and queries >= _RELEASE_AFTER:
+        if last and queries >= _RELEASE_AFTER and not _KEEP_MEMORY:
             release_memory()
 
 
