@@ -24,6 +24,8 @@ from web_index.storage.indexes import (
     build_capture_index,
     capture_index_path,
     ensure_capture_indexes,
+    index_on_write,
+    measured,
     refresh_held_places,
 )
 from web_index.storage.payloads import find_holders, part_digests, share_payloads, wanted_payloads
@@ -98,11 +100,13 @@ class Compaction(Listing):
         total = len(targets) + len(months)
         if run is None:
             # Each partition from the month listings just taken, not listed again (a scan of a
-            # month folder each: quadratic in a month's domains), and its capture index left to
-            # the month's pass below, which lists each index folder once, not once a partition.
+            # month folder each: quadratic in a month's domains), and on a local disk its capture
+            # index left to the month's pass below, which lists each index folder once, not once a
+            # partition; on an object store (a listing by prefix is one request) it is written from
+            # the bytes sent, which that pass would read back.
+            index_here = partitions is not None or self.backend.remote
             counts: Iterable[int] = (
-                self._compact_partition(mp, min_parts, listed.get(mp), indexed=partitions is not None)
-                for mp in targets
+                self._compact_partition(mp, min_parts, listed.get(mp), indexed=index_here) for mp in targets
             )
         else:
             counts = run([(mp, listed.get(mp)) for mp in targets])
@@ -208,11 +212,10 @@ class Compaction(Listing):
             changed = 0
             for type in (mp.method, mp.method.metadata):
                 partition = Partition(type, mp.year, mp.month, mp.domain)
-                if self._compact_type(partition, min_parts, None if listed is None else listed[type]):
-                    changed += 1
-                    if indexed and not type.is_metadata:
-                        files = self.partition_files(partition)
-                        build_capture_index(self.backend, partition, files, prune=True)
+                index = indexed and not type.is_metadata
+                changed += self._compact_type(
+                    partition, min_parts, None if listed is None else listed[type], index
+                )
             return changed
 
     def _month_listed(
@@ -278,7 +281,22 @@ class Compaction(Listing):
             if refresh_held_places(self.backend, other, covered, month):
                 self.capture_indexes.forget(capture_index_path(other, covered))
 
-    def _compact_type(self, partition: Partition, min_parts: int, listed: list[StoredFile] | None) -> bool:
+    def _compact_type(
+        self, partition: Partition, min_parts: int, listed: list[StoredFile] | None, index: bool = False
+    ) -> bool:
+        """Compact one type of a partition if it has ``min_parts`` part files (or files to
+        upgrade); return whether anything changed. ``index``: write the compacted file's
+        capture index: on an object store from the bytes sent, which a reading back would
+        fetch again (on the cluster import of 1 GiB, every body the references place)."""
+        indexed: list[bool] = []  # whether the index was written from the bytes sent
+        changed = self._compact_type_once(partition, min_parts, listed, indexed if index else None)
+        if changed and index and not any(indexed):
+            build_capture_index(self.backend, partition, self.partition_files(partition), prune=True)
+        return changed
+
+    def _compact_type_once(
+        self, partition: Partition, min_parts: int, listed: list[StoredFile] | None, index: list[bool] | None
+    ) -> bool:
         if listed is not None and not self._compacted_as_listed(partition, listed):
             listed = None
         files, opened, dead = self.open_visible(partition, listed, once=True)
@@ -317,6 +335,11 @@ class Compaction(Listing):
         version = handle_version(old[0]) if old else None
         condition: dict[str, object] = {"if_match": version} if version else {} if old else {"create": True}
         crash_point("compact-before-commit")
+        if index is not None and self.backend.remote:
+            sizes: list[int | None] = []  # of the bodies, as they are written
+            merged = measured(merged, sizes) if partition.type is RecordType.GET else merged
+            hook = index_on_write(self.backend, partition, merged, sizes, superseded, prune=True, done=index)
+            condition = {**condition, "written": hook}
         try:
             write_partition_file(
                 self.backend,

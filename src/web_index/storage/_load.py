@@ -38,17 +38,17 @@ from __future__ import annotations
 import functools
 import itertools
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from web_index.errors import ConflictError
 from web_index.models import AttemptRows, RecordType
 from web_index.storage._chunks import Chunks, partition_tables
 from web_index.storage._crash import crash_point
-from web_index.storage._files import WriteOptions, partition_file_args, write_partition_file
+from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import TMP_DIR, Partition, compacted_stored
 from web_index.storage._listing import Listing
+from web_index.storage._load_remote import write_remote
 from web_index.storage._load_work import (
     BATCH_BYTES,
     GATHER_MAX,
@@ -64,7 +64,12 @@ from web_index.storage._load_work import (
 from web_index.storage._locks import Locks
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
-from web_index.storage.indexes import MonthRows, MonthRowsSpool, build_capture_index, holders_moved
+from web_index.storage.indexes import (
+    MonthRows,
+    MonthRowsSpool,
+    build_capture_index,
+    holders_moved,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -225,7 +230,10 @@ class Spill:
             else:
                 tables = (shared_table(self._backend, p, original(p), sharing(p), months) for p in order)
                 written = zip(order, tables, strict=True)
-                parted = _write_remote(self._backend, options, written, had_files, original)
+                parted = {
+                    method_partition(p)
+                    for p in write_remote(self._backend, options, written, had_files, original)
+                }
             return {method_partition(p) for p in self._where}, parted
         finally:
             self.discard()
@@ -373,25 +381,3 @@ def _write_local(
             s.spool.unlink(missing_ok=True)
             if s.captures is not None:
                 s.captures.unlink(missing_ok=True)
-
-
-def _write_remote(
-    backend: Backend,
-    options: WriteOptions,
-    tables: Iterator[tuple[Partition, tuple[pa.Table | Iterable[pa.Table], bool]]],
-    had_files: Callable[[Partition], bool],
-    original: Callable[[Partition], pa.Table | Merged],
-) -> set[MethodPartition]:
-    parted: set[MethodPartition] = set()
-    for partition, (table, refers) in tables:
-        if not had_files(partition):
-            try:
-                create: dict[str, object] = {"create": True}
-                write_partition_file(backend, partition, table, options, part=None, condition=create)
-                continue
-            except ConflictError:  # compacted by another meanwhile: this file is a part of it
-                if refers:
-                    table = original(partition)  # a part never refers
-        write_partition_file(backend, partition, table, options, part=str(uuid.uuid4()))
-        parted.add(method_partition(partition))
-    return parted

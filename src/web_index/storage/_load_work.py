@@ -40,11 +40,11 @@ from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import Partition, compacted_stored
 from web_index.storage._memory import release_freed_memory
 from web_index.storage._merge import merge_sorted
-from web_index.storage._schema import BODY_COLUMN, DIGEST_COLUMNS, REF_COLUMN
+from web_index.storage._schema import DIGEST_COLUMNS, REF_COLUMN
 from web_index.storage._tables import sort_dedupe
 from web_index.storage._workers import DEATH_CAUSES, worker_processes
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
-from web_index.storage.indexes import FileRows, capture_index_bytes, file_lines, file_rows, table_lines
+from web_index.storage.indexes import FileRows, capture_index_bytes, file_rows, measured, written_lines
 from web_index.storage.payloads import (
     HOLDER_COLUMNS,
     Values,
@@ -231,15 +231,13 @@ def spool_partition(
     """Write ``partition``'s file (and its capture index) into the spool folder."""
     import pyarrow as pa
 
-    from web_index.storage.pages import CheckedFile
-
     table, refers = shared_table(backend, partition, rows, share, months)
     # The caller hands ``rows`` over (run_task keeps no reference): a table it was copied
     # from (payloads shared) is not held through the write and the lines.
     del rows
     sizes: list[int | None] = []  # of a merged partition's bodies, as it is written
     if partition.type is RecordType.GET and not isinstance(table, pa.Table):
-        table = _measured(table, sizes)
+        table = measured(table, sizes)
     data, write_options = partition_file_args(partition, table, options)
     spool = backend.spool_parquet(data, **write_options)
     month_rows = None
@@ -250,18 +248,8 @@ def spool_partition(
             month_rows = file_rows(backend, partition.type, table, info.size, info.version)
         if partition.type.is_metadata:
             return Spooled(partition, spool, refers, None, None, month_rows=month_rows)
-        path = partition.compacted_path
-        # The lines carry the bodies' places: learnt from the file as written, read (not
-        # mapped: every page of a big file would stay in this process's RSS while mapped).
-        with pa.OSFile(str(spool), "rb") as source:
-            holders: dict[str, FileInfo] = {}
-            handle = CheckedFile(source, path=path)
-            if isinstance(table, pa.Table):
-                lines = table_lines(partition.type, table, handle, backend, path, holders)
-            else:  # merged as read: its lines from the file, a row group at a time
-                # The lengths as written, row for row, or none (the file's pages then read).
-                known = sizes if len(sizes) == handle.metadata.num_rows else None
-                lines = file_lines(partition.type, handle, backend, path, holders, sizes=known)
+        holders: dict[str, FileInfo] = {}
+        lines = written_lines(backend, partition, table, sizes, spool, holders)
         covered = compacted_stored(partition, info.size, info.version)
         where, body = capture_index_bytes(partition, covered, frozenset(), lines)
         return Spooled(partition, spool, refers, backend.spool_bytes(body), where, holders, month_rows)
@@ -270,17 +258,6 @@ def spool_partition(
         if month_rows is not None and month_rows.path is not None:
             Path(month_rows.path).unlink(missing_ok=True)
         raise
-
-
-def _measured(tables: Iterable[pa.Table], sizes: list[int | None]) -> Iterator[pa.Table]:
-    """``tables`` as they come, their bodies' lengths added to ``sizes`` on the way: the places
-    of the file they are written to then follow from them (``pages/_places.py``), its pages
-    not decompressed again."""
-    import pyarrow.compute as pc
-
-    for table in tables:
-        sizes += pc.binary_length(table.column(BODY_COLUMN)).to_pylist()
-        yield table
 
 
 def run_task(root: str, options: WriteOptions, task: Task) -> Spooled:

@@ -59,6 +59,9 @@ from web_index.storage.backends.base import (
 )
 from web_index.storage.pages import check_whole
 
+# ``write_parquet``'s ``written``: the object's bytes as sent (in memory, or a local file), and its info.
+_Written = Callable[[bytes | bytearray | Path, FileInfo], None]
+
 __all__ = ["S3Backend"]
 
 # One GET of the last TAIL bytes reads the footer, and the whole object when it
@@ -282,33 +285,47 @@ class S3Backend:
         self.put(path, data)
 
     def write_parquet(self, path: str, table: pa.Table | pa.RecordBatchReader, **options: object) -> int:
+        """As :meth:`Backend.write_parquet`; ``written`` (a callable): called once the object
+        is written, with its bytes as sent (in memory, or the local file they were sent from)
+        and what :meth:`file_info` says of it, so that its writer learns from them what it
+        would otherwise read back (a capture index's body places), before they are let go."""
         tag = options.pop("if_match", None)
         if_match = tag if isinstance(tag, str) else None
         create = bool(options.pop("create", False))
+        hook = options.pop("written", None)
+        written: _Written | None = hook if callable(hook) else None
         if isinstance(table, pa.Table):
             data = sealed_bytes(table, **options)
-            return self._put_written(path, data, if_match=if_match, create=create)
+            etag = self._put_written(path, data, if_match=if_match, create=create)
+            if written is not None:
+                written(data, FileInfo(path.rsplit("/", 1)[-1], len(data), etag or ""))
+            return len(data)
         # A stream may be larger than memory: spooled to a local file, then sent.
         spool = new_spool(self.local_folder(TMP_DIR))
         try:
             size = write_sealed(table, spool, **options)
             if size <= self.multipart_bytes:
                 data = bytearray(spool.read_bytes())
-                return self._put_written(path, data, if_match=if_match, create=create)
-            self._put_large(path, spool, size, if_match=if_match, create=create)
+                etag = self._put_written(path, data, if_match=if_match, create=create)
+            else:
+                etag = self._put_large(path, spool, size, if_match=if_match, create=create)
+            if written is not None:
+                written(spool, FileInfo(path.rsplit("/", 1)[-1], size, etag or ""))
             return size
         finally:
             with contextlib.suppress(FileNotFoundError):
                 spool.unlink()
 
-    def _put_written(self, path: str, data: bytearray, *, if_match: str | None, create: bool) -> int:
+    def _put_written(self, path: str, data: bytearray, *, if_match: str | None, create: bool) -> str | None:
         etag = self.put(path, data, if_match=if_match, create=create)
         if self.on_written is not None:
             self.on_written(path, len(data), bytes(data[-self.tail_bytes :]), etag)
-        return len(data)
+        return etag
 
-    def _put_large(self, path: str, spool: Path, size: int, *, if_match: str | None, create: bool) -> None:
-        """Send a large object in parts (S3 takes at most 5 GB in one PUT).
+    def _put_large(
+        self, path: str, spool: Path, size: int, *, if_match: str | None, create: bool
+    ) -> str | None:
+        """Send a large object in parts (S3 takes at most 5 GB in one PUT); its ETag.
 
         S3 cannot make a multipart upload conditional here (obstore sends a
         condition only with a single PUT), so the condition is checked just
@@ -333,11 +350,13 @@ class S3Backend:
             )
         except BaseError as exc:
             raise self._fail(exc, f"writing {path}") from None
+        etag = result.get("e_tag")
         if self.on_written is not None:
             with spool.open("rb") as fh:
                 fh.seek(max(0, size - self.tail_bytes))
                 tail = fh.read()
-            self.on_written(path, size, tail, result.get("e_tag"))
+            self.on_written(path, size, tail, etag)
+        return etag
 
     def delete(self, path: str) -> None:
         self.requests.add("delete")

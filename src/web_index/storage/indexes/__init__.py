@@ -33,8 +33,11 @@ from web_index.storage.indexes._captures_build import build_capture_index as bui
 from web_index.storage.indexes._captures_build import ensure_capture_indexes as ensure_capture_indexes
 from web_index.storage.indexes._captures_build import file_lines as file_lines
 from web_index.storage.indexes._captures_build import holders_moved as holders_moved
+from web_index.storage.indexes._captures_build import index_on_write as index_on_write
+from web_index.storage.indexes._captures_build import measured as measured
 from web_index.storage.indexes._captures_build import refresh_held_places as refresh_held_places
 from web_index.storage.indexes._captures_build import table_lines as table_lines
+from web_index.storage.indexes._captures_build import written_lines as written_lines
 from web_index.storage.indexes._captures_verify import capture_index_findings as capture_index_findings
 from web_index.storage.indexes._month import IndexHit as IndexHit
 from web_index.storage.indexes._month import MonthIndex as MonthIndex

@@ -8,15 +8,17 @@ about 300 bytes a capture, 300 MB for a partition of a million.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._files import list_partition_files, read_superseded
-from web_index.storage._layout import Partition, StoredFile, compacted_file
+from web_index.storage._layout import Partition, StoredFile, compacted_file, compacted_stored
 from web_index.storage._schema import BODY_COLUMN, REF_COLUMN
 from web_index.storage.backends import Backend, FileInfo, handle_version
 from web_index.storage.indexes._capture_lines import (
@@ -47,8 +49,11 @@ __all__ = [
     "ensure_capture_indexes",
     "file_lines",
     "holders_moved",
+    "index_on_write",
+    "measured",
     "refresh_held_places",
     "table_lines",
+    "written_lines",
 ]
 
 log = logging.getLogger("web_index.storage")
@@ -71,6 +76,62 @@ def build_capture_index(
     try:
         return _build(backend, partition, files, prune, have)
     except Exception as exc:  # a full disk, a damaged file: read without an index meanwhile
+        log.warning("no capture index for %s: %s (compact() tries again)", partition, exc)
+        return False
+
+
+def index_on_write(
+    backend: Backend,
+    partition: Partition,
+    table: pa.Table | Iterable[pa.Table],
+    sizes: list[int | None],
+    superseded: Collection[str] = (),
+    *,
+    prune: bool,
+    done: list[bool] | None = None,
+) -> Callable[[bytes | bytearray | Path, FileInfo], None]:
+    """A ``written`` hook for an object store's ``write_parquet`` of ``partition``'s compacted
+    file from ``table`` (its rows, or the tables it came as, their bodies' lengths gathered in
+    ``sizes`` by :func:`measured`): it writes the file's capture index from the bytes sent and
+    those rows, which :func:`build_capture_index` would read back (the pages of every payload
+    the rows' references place among them); ``superseded``, ``prune``: the index's, see
+    :func:`write_capture_index`; ``done`` gets whether it was written."""
+
+    def written(data: bytes | bytearray | Path, info: FileInfo) -> None:
+        if partition.type.is_metadata or not info.version:
+            return  # no index; or a version no listing names: built as listed, later
+        covered = compacted_stored(partition, info.size, info.version)
+        lines = functools.partial(written_lines, backend, partition, table, sizes, data)
+        wrote = _index_written(backend, partition, covered, superseded, lines, prune=prune)
+        if done is not None:
+            done.append(wrote)
+
+    return written
+
+
+def _index_written(
+    backend: Backend,
+    partition: Partition,
+    covered: StoredFile,
+    superseded: Collection[str],
+    lines_of: Callable[[dict[str, FileInfo]], list[bytes]],
+    *,
+    prune: bool,
+) -> bool:
+    """Write the capture index of the compacted file ``covered`` that its writer has just
+    written, from the lines ``lines_of(holders)`` makes of what the writer has in hand (the
+    rows, the bytes sent): what :func:`build_capture_index` would read the file back for
+    (on an object store, the pages of every payload its references place). As there, a
+    failure is logged, never raised, and a holder compacted again meanwhile has the index
+    built again from the file; return whether written."""
+    try:
+        holders: dict[str, FileInfo] = {}
+        lines = lines_of(holders)
+        write_capture_index(backend, partition, covered, frozenset(superseded), lines, prune=prune)
+        if holders and holders_moved(backend, holders):  # see _build
+            return _build(backend, partition, [covered], prune, ())
+        return True
+    except Exception as exc:  # a full disk, a lost connection: the compaction pass writes it
         log.warning("no capture index for %s: %s (compact() tries again)", partition, exc)
         return False
 
@@ -232,3 +293,44 @@ def _current(partition: Partition, files: list[StoredFile]) -> set[str]:
     """The name of the capture index the partition's files call for (none without a compacted file)."""
     covered = compacted_file(files)
     return set() if covered is None else {capture_index_name(partition, covered)}
+
+
+def written_lines(
+    backend: Backend,
+    partition: Partition,
+    table: pa.Table | Iterable[pa.Table],
+    sizes: list[int | None],
+    written: bytes | bytearray | Path,
+    holders: dict[str, FileInfo],
+) -> list[bytes]:
+    """The capture lines of ``partition``'s compacted file, just written from ``table`` (its
+    rows, or the tables it was written from as they came, their bodies' lengths gathered in
+    ``sizes`` by :func:`measured`) as the bytes ``written`` (in memory, or a local file): the
+    bodies' places learnt from those bytes and the lengths in hand, nothing read back from
+    the store; ``holders``: see :func:`~web_index.storage.indexes.table_lines`."""
+    import pyarrow as pa
+
+    from web_index.storage.pages import CheckedFile
+
+    path = partition.compacted_path
+    # Read, not mapped: every page of a big file would stay in this process's RSS while mapped.
+    in_memory = isinstance(written, bytes | bytearray)
+    with pa.BufferReader(written) if in_memory else pa.OSFile(str(written), "rb") as source:
+        handle = CheckedFile(source, path=path)
+        if isinstance(table, pa.Table):
+            return table_lines(partition.type, table, handle, backend, path, holders)
+        # Merged as read: its lines from the file, a row group at a time; the lengths as
+        # written, row for row, or none (the file's pages then read).
+        known = sizes if len(sizes) == handle.metadata.num_rows else None
+        return file_lines(partition.type, handle, backend, path, holders, sizes=known)
+
+
+def measured(tables: Iterable[pa.Table], sizes: list[int | None]) -> Iterator[pa.Table]:
+    """``tables`` as they come, their bodies' lengths added to ``sizes`` on the way: the places
+    of the file they are written to then follow from them (``pages/_places.py``), its pages
+    not decompressed again."""
+    import pyarrow.compute as pc
+
+    for table in tables:
+        sizes += pc.binary_length(table.column(BODY_COLUMN)).to_pylist()
+        yield table
