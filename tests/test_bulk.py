@@ -369,9 +369,10 @@ def _query_row(draw: st.DrawFn) -> dict[str, Any]:
     extra=st.booleans(),
     iso=st.booleans(),
     far=st.booleans(),
+    twice=st.booleans(),
 )
 def test_plans_of_rows_are_the_plans_of_their_queries(
-    rows: list[dict[str, Any]], dropped: set[str], extra: bool, iso: bool, far: bool
+    rows: list[dict[str, Any]], dropped: set[str], extra: bool, iso: bool, far: bool, twice: bool
 ) -> None:
     """A batch's plans made from its columns are the plans of the queries its rows make,
     and a table with an invalid row raises what making its queries raises, naming it."""
@@ -397,6 +398,11 @@ def test_plans_of_rows_are_the_plans_of_their_queries(
     elif far:  # past what a datetime holds, as Arrow's microseconds can be: moved to its end
         micros = pc.add(table.column(at).cast(pa.int64()), 1 << 60)
         table = table.set_column(at, "timestamp", micros.cast(ts))
+    for name in ("not_before", "not_after"):  # a column of no value: typed null, not timestamp
+        if name in table.column_names and table.column(name).null_count == table.num_rows and far:
+            table = table.set_column(table.schema.get_field_index(name), name, pa.nulls(table.num_rows))
+    if twice:  # a column given twice: a row's last value that is not null counts
+        table = table.append_column("calibre", pa.nulls(table.num_rows, pa.uint8()))
     numbers = [n * 2 + 7 for n in range(table.num_rows)]
 
     def outcome(make: Any) -> object:

@@ -128,8 +128,9 @@ def plans_of(rows: pa.Table, source: object, numbers: Sequence[int]) -> list[Pla
     import pyarrow as pa
 
     names = rows.column_names
-    times = [rows.schema.field(n).type for n in names if n in _TIMES]
-    if set(names) <= _COLUMNS and all(pa.types.is_timestamp(t) and t.tz is not None for t in times):
+    times = [rows.schema.field(i).type for i, n in enumerate(names) if n in _TIMES]
+    timed = all((pa.types.is_timestamp(t) and t.tz is not None) or pa.types.is_null(t) for t in times)
+    if set(names) <= _COLUMNS and len(set(names)) == len(names) and timed:
         columns: dict[str, list[Any]] = {}
         for i, name in enumerate(names):
             column = rows.column(i)

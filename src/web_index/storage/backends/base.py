@@ -112,6 +112,12 @@ class Backend(Protocol):
         ``if_match=<version>`` / ``create=True``: an object store writes only if
         the object is still that version / does not exist yet, else raises
         ``ConflictError`` (local stores rely on their locks and ignore these).
+
+        ``written=<callable>``: called once the file is written, with its bytes (in
+        memory, or a local file holding them) and what :meth:`file_info` says of it,
+        so that the writer learns from them what it would read back (a capture
+        index's body places); an object store whose listing may name the object
+        otherwise than its PUT did (a multipart upload's ETag) does not call it.
         """
         ...
 

@@ -196,7 +196,11 @@ class LocalBackend:
         # Conditions for object stores; flock locks already serialise local writers.
         options.pop("if_match", None)
         options.pop("create", None)
-        return self._replace(path, lambda tmp: write_sealed(table, tmp, **options))
+        written = options.pop("written", None)
+        size = self._replace(path, lambda tmp: write_sealed(table, tmp, **options))
+        if callable(written):
+            written(self._path(path), self.file_info(path))
+        return size
 
     # -- a bulk load's writes: many files written, synced once, then named ------
 

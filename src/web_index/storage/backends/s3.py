@@ -285,10 +285,10 @@ class S3Backend:
         self.put(path, data)
 
     def write_parquet(self, path: str, table: pa.Table | pa.RecordBatchReader, **options: object) -> int:
-        """As :meth:`Backend.write_parquet`; ``written`` (a callable): called once the object
-        is written, with its bytes as sent (in memory, or the local file they were sent from)
-        and what :meth:`file_info` says of it, so that its writer learns from them what it
-        would otherwise read back (a capture index's body places), before they are let go."""
+        """As :meth:`Backend.write_parquet`; ``written`` gets the bytes as sent (in memory, or
+        the local file they were sent from) and the object's info, the version its PUT
+        returned, before the bytes are let go; after a multipart upload only if a listing
+        names the object by that version."""
         tag = options.pop("if_match", None)
         if_match = tag if isinstance(tag, str) else None
         create = bool(options.pop("create", False))
@@ -309,6 +309,10 @@ class S3Backend:
                 etag = self._put_written(path, data, if_match=if_match, create=create)
             else:
                 etag = self._put_large(path, spool, size, if_match=if_match, create=create)
+                # A multipart upload's ETag is of another form, which a listing may spell
+                # otherwise (and the object may be another's by then): what it names is read.
+                if written is not None and self.file_info(path, fresh=True).version != (etag or ""):
+                    written = None
             if written is not None:
                 written(spool, FileInfo(path.rsplit("/", 1)[-1], size, etag or ""))
             return size
