@@ -63,7 +63,7 @@ def answer_file(
         return answer_on_cluster(
             workers, answer, source, destination, batch_size=batch_size, on_progress=on_progress
         )
-    dedicated = functools.partial(_answer, shared_location(location), buffer, dedicated=workers)
+    dedicated = functools.partial(answer, dedicated=workers)
     with Processes(workers) as processes:
         return answer_to_file(
             here,

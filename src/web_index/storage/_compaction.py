@@ -7,6 +7,7 @@ import functools
 import itertools
 import logging
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from web_index.errors import ConflictError, CorruptFileError
 from web_index.models import RecordType
@@ -25,10 +26,12 @@ from web_index.storage.indexes import (
     capture_index_path,
     ensure_capture_indexes,
     index_on_write,
-    measured,
     refresh_held_places,
 )
 from web_index.storage.payloads import find_holders, part_digests, share_payloads, wanted_payloads
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["METHODS", "Compaction", "Listings", "PartitionFiles"]
 
@@ -282,7 +285,7 @@ class Compaction(Listing):
                 self.capture_indexes.forget(capture_index_path(other, covered))
 
     def _compact_type(
-        self, partition: Partition, min_parts: int, listed: list[StoredFile] | None, index: bool = False
+        self, partition: Partition, min_parts: int, listed: list[StoredFile] | None, index: bool
     ) -> bool:
         """Compact one type of a partition if it has ``min_parts`` part files (or files to
         upgrade); return whether anything changed. ``index``: write the compacted file's
@@ -335,16 +338,15 @@ class Compaction(Listing):
         version = handle_version(old[0]) if old else None
         condition: dict[str, object] = {"if_match": version} if version else {} if old else {"create": True}
         crash_point("compact-before-commit")
+        rows: pa.Table | Iterable[pa.Table] = merged
         if index is not None and self.backend.remote:
-            sizes: list[int | None] = []  # of the bodies, as they are written
-            merged = measured(merged, sizes) if partition.type is RecordType.GET else merged
-            hook = index_on_write(self.backend, partition, merged, sizes, superseded, prune=True, done=index)
+            rows, hook = index_on_write(self.backend, partition, merged, superseded, prune=True, done=index)
             condition = {**condition, "written": hook}
         try:
             write_partition_file(
                 self.backend,
                 partition,
-                merged,
+                rows,
                 self.write_options,
                 part=None,
                 superseded=superseded,

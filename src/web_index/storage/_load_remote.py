@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from web_index.errors import ConflictError
-from web_index.models import RecordType
 from web_index.storage._files import WriteOptions, write_partition_file
 from web_index.storage._layout import Partition
 from web_index.storage._load_work import Merged
 from web_index.storage.backends import Backend
-from web_index.storage.indexes import index_on_write, measured
+from web_index.storage.indexes import index_on_write
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,13 +55,7 @@ def _create_indexed(
     one is there), then its capture index from the rows and bytes in hand: the compaction
     pass that would write it reads the file back for it, and the pages of every body its
     rows' references place (the 1 GiB import into SeaweedFS: 879 of its 1,019 MB)."""
-    import pyarrow as pa
-
-    sizes: list[int | None] = []  # of a merged partition's bodies, as it is written
-    if partition.type is RecordType.GET and not isinstance(table, pa.Table):
-        table = measured(table, sizes)
-
-    index = index_on_write(backend, partition, table, sizes, prune=False)
+    table, index = index_on_write(backend, partition, table, prune=False)
     write_partition_file(
         backend, partition, table, options, part=None, condition={"create": True, "written": index}
     )

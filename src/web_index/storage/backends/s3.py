@@ -294,11 +294,12 @@ class S3Backend:
         create = bool(options.pop("create", False))
         hook = options.pop("written", None)
         written: _Written | None = hook if callable(hook) else None
+        name = path.rsplit("/", 1)[-1]
         if isinstance(table, pa.Table):
             data = sealed_bytes(table, **options)
             etag = self._put_written(path, data, if_match=if_match, create=create)
             if written is not None:
-                written(data, FileInfo(path.rsplit("/", 1)[-1], len(data), etag or ""))
+                written(data, FileInfo(name, len(data), etag or ""))
             return len(data)
         # A stream may be larger than memory: spooled to a local file, then sent.
         spool = new_spool(self.local_folder(TMP_DIR))
@@ -314,7 +315,7 @@ class S3Backend:
                 if written is not None and self.file_info(path, fresh=True).version != (etag or ""):
                     written = None
             if written is not None:
-                written(spool, FileInfo(path.rsplit("/", 1)[-1], size, etag or ""))
+                written(spool, FileInfo(name, size, etag or ""))
             return size
         finally:
             with contextlib.suppress(FileNotFoundError):

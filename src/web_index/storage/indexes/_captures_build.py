@@ -84,29 +84,34 @@ def index_on_write(
     backend: Backend,
     partition: Partition,
     table: pa.Table | Iterable[pa.Table],
-    sizes: list[int | None],
     superseded: Collection[str] = (),
     *,
     prune: bool,
     done: list[bool] | None = None,
-) -> Callable[[bytes | bytearray | Path, FileInfo], None]:
-    """A ``written`` hook for an object store's ``write_parquet`` of ``partition``'s compacted
-    file from ``table`` (its rows, or the tables it came as, their bodies' lengths gathered in
-    ``sizes`` by :func:`measured`): it writes the file's capture index from the bytes sent and
-    those rows, which :func:`build_capture_index` would read back (the pages of every payload
-    the rows' references place among them); ``superseded``, ``prune``: the index's, see
-    :func:`write_capture_index`; ``done`` gets whether it was written."""
+) -> tuple[pa.Table | Iterable[pa.Table], Callable[[bytes | bytearray | Path, FileInfo], None]]:
+    """``table`` to write as ``partition``'s compacted file on an object store (its rows, or
+    the tables it comes as, then measured on the way: :func:`measured`), and a ``written``
+    hook for that ``write_parquet``: it writes the file's capture index from the bytes sent
+    and those rows, which :func:`build_capture_index` would read back (the pages of every
+    payload the rows' references place among them); ``superseded``, ``prune``: the index's,
+    see :func:`write_capture_index`; ``done`` gets whether it was written."""
+    import pyarrow as pa
+
+    sizes: list[int | None] = []  # of the bodies, as they are written
+    if partition.type is RecordType.GET and not isinstance(table, pa.Table):
+        table = measured(table, sizes)
+    rows = table
 
     def written(data: bytes | bytearray | Path, info: FileInfo) -> None:
         if partition.type.is_metadata or not info.version:
             return  # no index; or a version no listing names: built as listed, later
         covered = compacted_stored(partition, info.size, info.version)
-        lines = functools.partial(written_lines, backend, partition, table, sizes, data)
+        lines = functools.partial(written_lines, backend, partition, rows, sizes, data)
         wrote = _index_written(backend, partition, covered, superseded, lines, prune=prune)
         if done is not None:
             done.append(wrote)
 
-    return written
+    return table, written
 
 
 def _index_written(
