@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from web_index import WebIndex
 from web_index.models import SimplePageQuery
+from web_index.storage.pages import _known
 from web_index.storage.pages import _reader as _pages
 
 HERE = Path(__file__).resolve().parent
@@ -53,7 +54,7 @@ def main() -> None:
             modes = ("page", "row group") if round % 2 == 0 else ("row group", "page")
             for mode in modes:
                 _pages.body_pages = real if mode == "page" else (lambda handle: None)  # type: ignore[assignment]
-                _pages._KNOWN.clear()
+                _known.KNOWN.clear()
                 queries = [SimplePageQuery(url=u) for u in sample]
                 with WebIndex(args.store / "store") as idx:
                     c0, t0 = time.process_time(), time.perf_counter()

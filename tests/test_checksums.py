@@ -30,7 +30,7 @@ from web_index.errors import CorruptFileError
 from web_index.models import PageKey, Query, SimplePageQuery, TimeAwarePageQuery
 from web_index.storage.backends import S3Backend
 from web_index.storage.indexes import _month as _index
-from web_index.storage.pages import _reader
+from web_index.storage.pages import _known
 from web_index.storage.pages._reader import body_pages
 
 URLS = [f"https://shop.example.com/p{i}" for i in range(5)]
@@ -126,7 +126,7 @@ def test_a_flipped_bit_in_a_local_file_is_an_error_naming_it_or_the_right_answer
             flipped = bytearray(data)
             flipped[pos] ^= 1 << bit
             _replace(target, bytes(flipped))
-            _reader._KNOWN.clear()  # what the intact file taught would hide a damaged offset index
+            _known.KNOWN.clear()  # what the intact file taught would hide a damaged offset index
             try:
                 got = idx.query(queries)
             except CorruptFileError as exc:
@@ -202,7 +202,7 @@ def test_a_flipped_bit_in_an_s3_object_is_an_error_naming_it_or_the_right_answer
         flipped = bytearray(data)
         flipped[pos] ^= 1 << bit
         backend.put(path, bytes(flipped))
-        _reader._KNOWN.clear()
+        _known.KNOWN.clear()
         fresh = WebIndex(loc)  # no cached listing or footer of the intact object
         try:
             ask = functools.partial(fresh.query, queries)

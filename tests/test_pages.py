@@ -34,7 +34,7 @@ from web_index.storage import Partition, WriteOptions
 from web_index.storage._files import outdated, read_superseded, write_partition_file
 from web_index.storage._tables import columns_to_table
 from web_index.storage.backends import LocalBackend, S3Backend
-from web_index.storage.pages import _reader
+from web_index.storage.pages import _known, _reader
 from web_index.storage.pages._checksum import CheckedFile
 from web_index.storage.pages._reader import body_pages, read_group
 
@@ -452,7 +452,7 @@ def test_a_flipped_bit_in_a_paged_file_is_an_error_naming_it_or_the_right_answer
             flipped = bytearray(data)
             flipped[pos] ^= 1 << bit
             _replace(target, bytes(flipped))
-            _reader._KNOWN.clear()  # what the intact file taught would hide a damaged offset index
+            _known.KNOWN.clear()  # what the intact file taught would hide a damaged offset index
             ask = functools.partial(idx.query, queries)
             judge_damage(ask, expected, rel, outcomes, f"byte {pos} bit {bit}")
     finally:
@@ -546,7 +546,7 @@ def test_on_s3_a_page_of_an_object_replaced_since_its_open_is_gone_not_a_body(se
     handle = backend.open_parquet(path)
     pages = body_pages(handle)
     assert pages is not None
-    _reader._KNOWN.clear()
+    _known.KNOWN.clear()
     backend.put(path, b"another version")  # as a compaction's commit would replace it
     # Gone (the reader lists again), never bytes of another version: the page's
     # range is fetched with If-Match on the ETag the handle opened.
@@ -567,7 +567,7 @@ def test_a_damaged_body_page_is_an_error_naming_the_file_and_the_record(tmp_path
     data = bytearray(path.read_bytes())
     data[page.offset + page.size - 100] ^= 0x10  # inside the page's compressed values
     _replace(path, bytes(data))
-    _reader._KNOWN.clear()
+    _known.KNOWN.clear()
     fresh = backend.open_parquet(PARTITION.compacted_path)
     with pytest.raises(CorruptFileError) as caught:
         read_group(fresh, 0, [0])

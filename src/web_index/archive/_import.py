@@ -30,7 +30,8 @@ import os
 from collections.abc import Callable, Iterable
 
 from web_index.archive._import_cluster import import_on_cluster
-from web_index.archive._import_run import ImportReport, Run, import_files
+from web_index.archive._import_report import ImportReport
+from web_index.archive._import_run import Run, import_files
 from web_index.archive._import_workers import import_on_workers
 from web_index.archive._revisits import Waiting
 from web_index.archive._sources import ArchiveFile, archive_files

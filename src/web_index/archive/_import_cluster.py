@@ -33,7 +33,8 @@ from typing import Any
 from web_index._bulk_load import BulkLoad
 from web_index._on_cluster import shared_location
 from web_index.archive._import_file import FileRead, ReadSettings, portable, read_files, worker_index
-from web_index.archive._import_run import ImportReport, Run, _Capture
+from web_index.archive._import_report import ImportReport
+from web_index.archive._import_run import Run, _Capture
 from web_index.archive._revisits import Waiting
 from web_index.archive._sources import ArchiveFile
 from web_index.index import WebIndex

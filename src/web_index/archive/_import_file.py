@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple, TypeVar
 
 from web_index._bulk_load import BulkLoad
-from web_index.archive._import_run import ImportReport, Run, _Capture, import_files
+from web_index.archive._import_report import ImportReport
+from web_index.archive._import_run import Run, _Capture, import_files
 from web_index.archive._revisits import Waiting
 from web_index.archive._sources import ArchiveFile, archive_files
 from web_index.errors import WarcError

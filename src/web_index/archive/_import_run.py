@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING
 from web_index.archive._arc_read import read_arc
 from web_index.archive._http import parse_http_response, restore_headers, store_body
 from web_index.archive._import_originals import Originals, body_again, partition_of
+from web_index.archive._import_report import ImportReport
 from web_index.archive._revisits import Waiting, resolve_revisits
 from web_index.archive._sources import ArchiveFile
 from web_index.archive._warc_fields import RevisitTarget, record_request_id, revisit_target, warcinfo_software
@@ -29,38 +30,11 @@ from web_index.models import AttemptMetadata, AttemptState, PageKey, RecordType,
 if TYPE_CHECKING:
     from web_index._bulk_load import BulkLoad
 
-__all__ = ["ImportReport", "Run", "import_files"]
+__all__ = ["Run", "import_files"]
 
 _RESOLVED_AT_ONCE = 2048  # revisits of a bulk import resolved together (their bodies held meanwhile)
 _METHODS_KEPT = 1 << 16  # request records waiting for their response (it is mostly the next record)
 _DEFAULT_FETCHER = ("warc-import", "unknown")
-
-
-@dataclass
-class ImportReport:
-    """What an import did, record by record."""
-
-    files: int = 0
-    bytes: int = 0
-    records: int = 0
-    stored: int = 0
-    already_stored: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)  # record type or reason -> count
-    problems: list[WarcError] = field(default_factory=list)
-
-    def skip(self, why: str) -> None:
-        self.skipped[why] = self.skipped.get(why, 0) + 1
-
-    def include(self, other: ImportReport) -> None:
-        """Add what ``other`` (another process's part of the import) counted."""
-        self.files += other.files
-        self.bytes += other.bytes
-        self.records += other.records
-        self.stored += other.stored
-        self.already_stored += other.already_stored
-        for why, count in other.skipped.items():
-            self.skipped[why] = self.skipped.get(why, 0) + count
-        self.problems += other.problems
 
 
 @dataclass

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING
 from web_index._bulk_load import BulkLoad
 from web_index._on_cluster import shared_location
 from web_index.archive._import_file import FileRead, ReadSettings, portable, read_files
-from web_index.archive._import_run import ImportReport, Run
+from web_index.archive._import_report import ImportReport
+from web_index.archive._import_run import Run
 from web_index.archive._sources import ArchiveFile
 from web_index.index import WebIndex
 from web_index.storage import Chunks

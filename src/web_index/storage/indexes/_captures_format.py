@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import array
 import bisect
-import hashlib
 import io
 import os
 import re
@@ -53,6 +52,7 @@ import zstandard
 from web_index.errors import CorruptFileError
 from web_index.storage._layout import StoredFile
 from web_index.storage.indexes._capture_lines import line_row
+from web_index.storage.indexes._captures_filter import key_filter, may_hold
 
 __all__ = ["BLOCK_LINES", "FORMAT", "CaptureIndex", "IndexMeta", "encode_index"]
 
@@ -64,8 +64,6 @@ _NO_LINE = -1  # a row without a line (never in a store's own file)
 # A fast level: its blocks decode in ~2.8 us, not ~5 (Huffman-coded literals cost the rest),
 # for 26% more index bytes; 10,000 latest lookups as one batch spend a block a winner (6% less time).
 _ZSTD_LEVEL = -2
-_BLOOM_BITS_A_KEY = 10
-_BLOOM_HASHES = 4
 
 
 class IndexMeta(msgspec.Struct, frozen=True):
@@ -124,7 +122,7 @@ def encode_index(covers: str, size: int, version: str, superseded: list[str], li
         table.byteswap()
         blocks.byteswap()
     keys = {line[: line.index(b" ")] for line in lines}
-    bloom = _bloom(keys)
+    bloom = key_filter(keys)
     placed = blocks.tobytes() + b"".join(heads)
     row_table = table.tobytes()
     months = sorted({m.decode() for line in lines if b'"held":"' in line for m in _HELD.findall(line)})
@@ -283,7 +281,7 @@ class CaptureIndex:
     def lines(self, prefixes: tuple[bytes, ...]) -> Iterator[bytes]:
         """The lines starting with one of ``prefixes``, in order."""
         key = min(prefixes)
-        if len(prefixes) == 1 and key.endswith(b" ") and not _may_hold(self._bloom_bytes(), key[:-1]):
+        if len(prefixes) == 1 and key.endswith(b" ") and not may_hold(self._bloom_bytes(), key[:-1]):
             return  # a key (an exact match) this index does not hold: no block read
         heads = self._head_list()
         # Blocks before this one hold only lines below the key (their successor's head is).
@@ -391,35 +389,6 @@ def _numbers(section: memoryview, width: int) -> memoryview[int]:
         swapped.byteswap()
         section = memoryview(swapped)
     return section.cast("I" if width == 4 else "Q")
-
-
-def _bloom(keys: set[bytes]) -> bytes:
-    """A Bloom filter of ``keys``: ~10 bits a key, 4 bits set each (~1% false positives)."""
-    bits = max(64, -(-len(keys) * _BLOOM_BITS_A_KEY // 8) * 8)
-    table = bytearray(bits // 8)
-    for key in keys:
-        h1, h2 = _hashes(key)
-        for i in range(_BLOOM_HASHES):
-            bit = (h1 + i * h2) % bits
-            table[bit >> 3] |= 1 << (bit & 7)
-    return bytes(table)
-
-
-def _may_hold(table: bytes, key: bytes) -> bool:
-    bits = 8 * len(table)
-    if not bits:
-        return True
-    h1, h2 = _hashes(key)
-    for i in range(_BLOOM_HASHES):  # a loop, not all(...): a lookup asks this of every month
-        bit = (h1 + i * h2) % bits
-        if not table[bit >> 3] >> (bit & 7) & 1:
-            return False
-    return True
-
-
-def _hashes(key: bytes) -> tuple[int, int]:
-    h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
-    return h & 0xFFFFFFFF, (h >> 32) | 1
 
 
 def _lower_bound(text: bytes, key: bytes, prefixes: tuple[bytes, ...]) -> int:

@@ -23,12 +23,10 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-import threading
 import weakref
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from web_index.errors import CorruptFileError
 from web_index.models import payload_sha1
@@ -42,6 +40,7 @@ from web_index.storage.pages._format import (
     page_locations,
     plain_values,
 )
+from web_index.storage.pages._known import KNOWN, Known, Page
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,12 +55,6 @@ _RLE = 3
 # Parquet codec names (as pyarrow reports them) that pyarrow's Codec decodes
 # exactly as Parquet frames them. (Parquet's old LZ4 is Hadoop-framed: not here.)
 _CODECS = {"ZSTD": "zstd", "SNAPPY": "snappy", "GZIP": "gzip", "BROTLI": "brotli", "LZ4_RAW": "lz4_raw"}
-
-
-class _Page(NamedTuple):
-    offset: int
-    size: int  # header included
-    first_row: int
 
 
 class BodyPages:
@@ -85,7 +78,7 @@ class BodyPages:
         # changes with any byte of it.
         digits = (handle.metadata.metadata or {}).get(CHECKSUM_KEY)
         self._key = (handle.store_path, digits) if digits else None
-        self._known = (_KNOWN.get(self._key) if self._key else None) or _Known()
+        self._known = (KNOWN.get(self._key) if self._key else None) or Known()
 
     @property
     def handle(self) -> CheckedFile:
@@ -131,15 +124,15 @@ class BodyPages:
     def _group_rows(self, group: int) -> int:
         return int(self.handle.metadata.row_group(group).num_rows)
 
-    def _index(self, group: int) -> list[_Page]:
+    def _index(self, group: int) -> list[Page]:
         pages = self._known.pages.get(group)
         if pages is None:
             pages = self._known.pages[group] = self._read_index(group)
             if self._key:
-                _KNOWN.put(self._key, self._known)
+                KNOWN.put(self._key, self._known)
         return pages
 
-    def _read_index(self, group: int) -> list[_Page]:
+    def _read_index(self, group: int) -> list[Page]:
         chunk = self.handle.metadata.row_group(group).column(self.column)
         if not _pageable(chunk, self.codec_name):
             raise UnsupportedPageError(f"row group {group} has no page index, or pages of another kind")
@@ -148,7 +141,7 @@ class BodyPages:
             raise UnsupportedPageError("offset index not found in the footer")
         at, length = where
         try:
-            pages = [_Page(*loc) for loc in page_locations(self._read(at, length))]
+            pages = [Page(*loc) for loc in page_locations(self._read(at, length))]
         except (ThriftError, KeyError, TypeError, ValueError) as exc:
             raise self._damaged(f"unreadable offset index of row group {group} ({exc})") from None
         start, end = chunk.data_page_offset, chunk.data_page_offset + chunk.total_compressed_size
@@ -209,7 +202,7 @@ class BodyPages:
 
     # -- one page -------------------------------------------------------------------
 
-    def _page(self, page: _Page, count: int, what: Callable[[], str]) -> list[bytes | None]:
+    def _page(self, page: Page, count: int, what: Callable[[], str]) -> list[bytes | None]:
         import pyarrow as pa
 
         data = self._read(page.offset, page.size)
@@ -280,61 +273,6 @@ class BodyPages:
 
     def _damaged(self, problem: str) -> CorruptFileError:
         return CorruptFileError(self.path, problem)
-
-
-class _Known:
-    """What one version of a file has taught: its footer, where the body
-    chunks' metadata start in it, and the body pages of the groups read."""
-
-    def __init__(self) -> None:
-        self.footer: bytes | None = None
-        self.spots: list[int] | None = None
-        self.pages: dict[int, list[_Page]] = {}
-
-    def weight(self) -> int:
-        return len(self.footer or b"") + 8 * len(self.spots or ()) + 64 * sum(map(len, self.pages.values()))
-
-
-class _KnownFiles:
-    """The :class:`_Known` of recently read files, within a byte budget."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, bytes], tuple[_Known, int]] = OrderedDict()
-        self._total = 0
-
-    def get(self, key: tuple[str, bytes]) -> _Known | None:
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is None:
-                return None
-            self._entries.move_to_end(key)
-            return hit[0]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._total = 0
-
-    def put(self, key: tuple[str, bytes], known: _Known) -> None:
-        weight = known.weight()
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._total -= old[1]
-            if weight > self.budget:
-                return
-            self._entries[key] = (known, weight)
-            self._total += weight
-            while self._total > self.budget:
-                _key, (_known, dropped) = self._entries.popitem(last=False)
-                self._total -= dropped
-
-
-# 32 MiB: the footers of a few big files (a 5 GB file's is ~5 MB) and the page
-# locations of thousands of row groups.
-_KNOWN = _KnownFiles(32 << 20)
 
 
 # Per open file: its body pages reader, or None (no page index: read by row group).
