@@ -324,6 +324,64 @@ def test_a_compaction_indexes_what_it_sent(
         _same_as_local(s3, local)
 
 
+def test_a_bulk_load_builds_its_month_indexes_from_the_rows_it_sent(
+    seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an object store too, a bulk load's month indexes are built from the rows its commit
+    made of each file as it sent it: no file is read back for them (on the 1 GiB import into
+    SeaweedFS, the key columns of 728 files were), and they are row for row and cover for
+    cover the indexes the files give, chains of several responses and metadata types included."""
+    from web_index.models import RecordType
+    from web_index.storage.indexes import _month_build, build_month_index
+
+    read: list[str] = []
+    real = _month_build.iter_records
+
+    def spied(backend: Any, type: RecordType, listing: dict[str, Any], *args: Any) -> Any:
+        if backend.remote:
+            read.extend(f.name for files in listing.values() for f in files)
+        return real(backend, type, listing, *args)
+
+    monkeypatch.setattr(_month_build, "iter_records", spied)
+    loc = seaweed.new_store()
+    items = [
+        attempt(
+            f"https://h{i % 3}.example.com/p{i % 4}",
+            T0 + timedelta(days=40 * (i % 2), hours=i),
+            method="head" if i % 5 == 0 else "get",
+            state="timeout" if i % 7 == 0 else "success",
+            hops=1 + i % 2,
+        )
+        for i in range(48)
+    ]
+    with WebIndex(loc) as index, index.bulk_load() as load:
+        load.add(items)
+    assert read == []
+    backend = S3Backend(loc)
+
+    def month_indexes() -> dict[str, tuple[pa.Table, dict[bytes, bytes]]]:
+        found = {}
+        for type in RecordType:
+            for year in backend.list_folders(f"_index/{type.value}"):
+                for f in backend.list_files(f"_index/{type.value}/{year}"):
+                    if f.name.endswith(".parquet"):
+                        path = f"_index/{type.value}/{year}/{f.name}"
+                        handle = backend.open_parquet(path)
+                        meta = handle.metadata.metadata or {}
+                        ignored = {b"web_index.index.listed", b"web_index.checksum"}  # when, how sealed
+                        found[path] = (handle.read(), {k: v for k, v in meta.items() if k not in ignored})
+        return found
+
+    built = month_indexes()
+    assert {path.split("/")[1] for path in built} == {"get", "get-metadata", "head", "head-metadata"}
+    for path in built:
+        backend.delete(path)
+        type, year, month = path.removeprefix("_index/").removesuffix(".parquet").split("/")
+        assert build_month_index(backend, RecordType(type), int(year), int(month))
+    assert len(read) == len(built)  # each month's one file, read back this time
+    assert month_indexes() == built
+
+
 def _reads_back(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The partitions of object stores whose compacted files are read back for their capture
     indexes, from now (a local store's compaction leaves its indexes to the month's pass)."""

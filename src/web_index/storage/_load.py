@@ -21,7 +21,8 @@ one spool file (never synced: lost, the build reads the files) for the months'
 builds after the commit (``indexes/_month_rows.py``). On an object
 store each file is created as the compacted file only if none exists (a
 conditional PUT, so no lock: a compactor racing it loses cleanly), else
-written as a part.
+written as a part; its capture index and month index rows are made as it is
+sent (``_load_remote``).
 
 With ``jobs`` > 1 the per-partition work before naming (the table, payload
 sharing, the file, its capture index) is done by worker processes
@@ -230,10 +231,14 @@ class Spill:
             else:
                 tables = (shared_table(self._backend, p, original(p), sharing(p), months) for p in order)
                 written = zip(order, tables, strict=True)
-                parted = {
-                    method_partition(p)
-                    for p in write_remote(self._backend, options, written, had_files, original)
-                }
+                gathered = MonthRowsSpool(self._backend)
+                try:
+                    remote = write_remote(self._backend, options, written, had_files, original, gathered)
+                except BaseException:
+                    gathered.discard()
+                    raise
+                parted = {method_partition(p) for p in remote}
+                self._month_rows = gathered.done()
             return {method_partition(p) for p in self._where}, parted
         finally:
             self.discard()

@@ -1,10 +1,10 @@
 """A month index's rows of one file, made from the table the file was written from.
 
-A bulk load's commit makes them beside each file it writes (in its worker processes),
-and gathers them in one spool file (:class:`MonthRowsSpool`, which gives a
-:class:`MonthRows`), so that building the months'
-indexes after the commit reads none of the files back and hashes none of their URL
-keys on the one core it runs on (``_month_build``). A file's rows are used only while
+A bulk load's commit makes them beside each file it writes (in its worker processes on
+a local disk, as it sends each file on an object store), and gathers them in one spool
+file (:class:`MonthRowsSpool`, which gives a :class:`MonthRows`), so that building the
+months' indexes after the commit reads none of the files back and hashes none of their
+URL keys on the one core it runs on (``_month_build``). A file's rows are used only while
 the month lists that very file (name, size and version): a file named as a part, or
 compacted again since, is read as any other.
 """
@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple, cast
 from web_index.models import RecordType
 from web_index.storage._layout import TMP_DIR, compacted_stored
 from web_index.storage._schema import TS_COLUMN
-from web_index.storage.backends import LocalBackend, new_spool
+from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.indexes._month_format import key_hash, schema
 
 if TYPE_CHECKING:
@@ -74,11 +74,13 @@ def hashed_keys(keys: list[str]) -> list[bytes]:
 
 
 def file_rows(
-    backend: LocalBackend, type: RecordType, table: pa.Table, size: int, version: str
+    backend: LocalBackend | None, type: RecordType, table: pa.Table, size: int, version: str
 ) -> FileRows | None:
     """The month index's rows of the file of ``size`` and ``version`` written from
     ``table`` (its rows in the file's order), as the build reading the file back would
-    make them; ``None`` (the build then reads the file) for an empty table, a request id
+    make them, past ``_INLINE_BYTES`` in a spool file of ``backend`` (a worker's, sent
+    back), with ``None`` always in ``data`` (this process's, gathered at once);
+    ``None`` (the build then reads the file) for an empty table, a request id
     column of another type, a request id that is not canonical (the build finds it too),
     and one that names two records (the build groups a file's rows by request id, not by
     run of rows: a bulk load takes the ids it is given, a WARC import those of its records)."""
@@ -125,7 +127,7 @@ def file_rows(
     tally = b""
     if type.is_metadata:
         tally = msgspec.msgpack.encode([firsts.column(c).to_pylist() for c in ("state", "fetcher_name")])
-    if len(fixed) + len(tally) <= _INLINE_BYTES:
+    if backend is None or len(fixed) + len(tally) <= _INLINE_BYTES:
         return FileRows(size, version, len(first), len(tally), fixed + tally, None)
     path = backend.spool_bytes(fixed + tally)
     return FileRows(size, version, len(first), len(tally), b"", str(path))
@@ -222,7 +224,7 @@ class MonthRowsSpool:
     """Gathers the :class:`FileRows` of a commit's files as they come, in one spool file
     of this process (a dead process's is removed as any dead writer's spool files)."""
 
-    def __init__(self, backend: LocalBackend) -> None:
+    def __init__(self, backend: Backend) -> None:
         self._folder = backend.local_folder(TMP_DIR)
         self._path: Path | None = None
         self._fh: IO[bytes] | None = None
