@@ -30,6 +30,16 @@ OPEN = AddressPolicy.permissive_local()
         "::ffff:169.254.169.254",
         "64:ff9b::a9fe:a9fe",
         "2002:a9fe:a9fe::1",
+        # IPv4 inside IPv6 the other ways: IPv4-compatible, SIIT, local-use NAT64.
+        "::a9fe:a9fe",
+        "::169.254.169.254",
+        "::ffff:0:a9fe:a9fe",
+        "64:ff9b:1::a9fe:a9fe",
+        "64:ff9b:1:2::a9fe:a9fe",
+        # The metadata services' other addresses: in ranges a fetcher may be told to allow.
+        "fd20:ce::254",
+        "fd00:c1::a9fe:a9fe",
+        "168.63.129.16",
     ],
 )
 def test_always_refused_even_when_local_is_allowed(address: str) -> None:
@@ -38,14 +48,18 @@ def test_always_refused_even_when_local_is_allowed(address: str) -> None:
     assert not AddressPolicy(allow=(ipaddress.ip_network("169.254.0.0/16"),)).allows(address) or True
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"])
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1", "::127.0.0.1", "64:ff9b:1::7f00:1"]
+)
 def test_loopback_needs_opting_in(address: str) -> None:
     assert not DEFAULT.allows(address)
     assert AddressPolicy(allow_loopback=True).allows(address)
     assert not AddressPolicy(allow_private=True).allows(address)
 
 
-@pytest.mark.parametrize("address", ["10.0.0.1", "172.16.5.4", "192.168.1.1", "100.64.0.1", "fd12::1"])
+@pytest.mark.parametrize(
+    "address", ["10.0.0.1", "172.16.5.4", "192.168.1.1", "100.64.0.1", "fd12::1", "::ffff:0:a00:1"]
+)
 def test_private_needs_opting_in(address: str) -> None:
     assert not DEFAULT.allows(address)
     assert AddressPolicy(allow_private=True).allows(address)
@@ -89,12 +103,18 @@ def test_metadata_and_link_local_never_pass(
         assert plain.is_global
 
 
-@given(st.ip_addresses(v=4))
-def test_ipv4_mapped_is_judged_like_ipv4(ip: ipaddress.IPv4Address) -> None:
-    mapped = ipaddress.IPv6Address(f"::ffff:{ip}")
+# IPv4-mapped, IPv4-compatible, SIIT, NAT64 well-known and local-use.
+_PREFIXES = ["::ffff:0:0", "::", "::ffff:0:0:0", "64:ff9b::", "64:ff9b:1::"]
+
+
+@given(st.ip_addresses(v=4), st.sampled_from(_PREFIXES))
+def test_ipv4_in_ipv6_is_judged_like_ipv4(ip: ipaddress.IPv4Address, prefix: str) -> None:
+    """An IPv4 address inside an IPv6 one (mapped, compatible, SIIT, NAT64) is refused
+    whenever the IPv4 address itself is."""
+    inside = ipaddress.IPv6Address(int(ipaddress.IPv6Address(prefix)) | int(ip))
     for policy in (DEFAULT, OPEN):
-        if not policy.allows(ip):
-            assert not policy.allows(mapped)
+        if not policy.allows(ip) and int(inside) > 1:
+            assert not policy.allows(inside)
 
 
 def test_resolution_checks_every_address() -> None:

@@ -138,6 +138,46 @@ def test_every_browser_connection_passes_the_policy(chromium_path: str, browser_
     assert hits == []
 
 
+def test_a_page_s_webrtc_sends_nothing_past_the_policy(chromium_path: str, browser_loop: LoopThread) -> None:
+    """WebRTC's UDP goes around the proxy every other connection passes through: a page's STUN
+    and TURN requests to a denied address send it nothing (Chromium is told to use no UDP the
+    proxy does not carry; without it, the canary below got 4 datagrams in an audit)."""
+    import contextlib
+    import socket
+    import time
+
+    canary = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    canary.bind(("127.0.0.2", 0))
+    canary.settimeout(0.2)
+    port = canary.getsockname()[1]
+    servers = f'[{{urls: "stun:127.0.0.2:{port}"}}, {{urls: "turn:127.0.0.2:{port}?transport=udp",'
+    servers += ' username: "u", credential: "p"}]'
+    page = (
+        f"<p>{'text ' * 60}</p><script>"
+        f"const pc = new RTCPeerConnection({{iceServers: {servers}}});"
+        'pc.createDataChannel("x");'
+        "pc.createOffer().then(o => pc.setLocalDescription(o));"
+        "</script>"
+    )
+    received: list[bytes] = []
+    with LocalServer({"/": lambda r: reply(r, 200, page)}) as origin:
+        policy = AddressPolicy(allow_loopback=True, deny=(ipaddress.ip_network("127.0.0.2/32"),))
+        fetcher = BrowserFetcher(
+            executable_path=chromium_path, address_policy=policy, limits=LIMITS, settle_timeout=1.0
+        )
+        try:
+            got = browser_loop.run(fetcher.fetch(origin.url("/")))
+            deadline = time.monotonic() + 1.5  # ICE gathering goes on after the page settles
+            while time.monotonic() < deadline:
+                with contextlib.suppress(TimeoutError):
+                    received.append(canary.recv(2048))
+        finally:
+            browser_loop.run(fetcher.aclose())
+            canary.close()
+    assert got.state is S.SUCCESS, got.logs
+    assert received == []
+
+
 def test_default_policy_with_one_exception(chromium_path: str, browser_loop: LoopThread) -> None:
     """Loopback refused except one allowed address: the proxy itself is no exception."""
     with LocalServer({"/": lambda r: reply(r, 200, "<p>hi</p>")}, host="127.0.0.3") as allowed:

@@ -36,8 +36,11 @@ _ALWAYS_DENIED = _nets(
     "169.254.0.0/16",  # IPv4 link-local; AWS/GCP/Azure/OCI metadata at .169.254
     "fe80::/10",  # IPv6 link-local
     "fd00:ec2::254/128",  # AWS metadata over IPv6
+    "fd20:ce::254/128",  # Google Cloud metadata over IPv6
+    "fd00:c1::a9fe:a9fe/128",  # Oracle Cloud metadata over IPv6
     "100.100.100.200/32",  # Alibaba Cloud metadata
     "192.0.0.192/32",  # Oracle Cloud classic metadata
+    "168.63.129.16/32",  # Azure's platform address (WireServer): public, never a web site
     "0.0.0.0/8",  # "this network": connects to the local host on Linux
     "::/128",
     "224.0.0.0/4",  # multicast
@@ -55,7 +58,11 @@ _PRIVATE = _nets(
 )
 
 
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# IPv6 addresses whose last 32 bits are an IPv4 address a host may reach through them:
+# IPv4-compatible (deprecated, but still routed where a sit tunnel is up), SIIT's
+# IPv4-translated, and NAT64's well-known and local-use prefixes (RFC 6052, 8215).
+# (IPv4-mapped and 6to4 have ipaddress properties of their own, below.)
+_EMBEDS_IPV4 = _nets("::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48")
 
 
 def _within(ip: IPAddress, networks: tuple[IPNetwork, ...]) -> bool:
@@ -104,7 +111,8 @@ class AddressPolicy:
                 # An IPv4 address in IPv6 clothing is an IPv4 address.
                 return self.refusal(ip.ipv4_mapped)
             embedded = ip.sixtofour
-            if embedded is None and ip in _NAT64:
+            # (:: and ::1 are the unspecified and loopback addresses, not 0.0.0.0 and 0.0.0.1.)
+            if embedded is None and int(ip) > 1 and _within(ip, _EMBEDS_IPV4):
                 embedded = ipaddress.IPv4Address(ip.packed[-4:])
             if embedded is not None:
                 inner = self.refusal(embedded)

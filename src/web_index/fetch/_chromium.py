@@ -19,6 +19,10 @@ CHROMIUM_ARGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
+    # WebRTC sends its UDP (STUN, TURN) straight to the address a page names, around the
+    # proxy that checks every other connection against the address policy: none but what
+    # the proxy carries.
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
 
 

@@ -4,7 +4,9 @@ Chromium resolves names and follows redirects itself, beyond the reach of
 request interception (redirect hops are never routed). So each browser
 context talks through this proxy: it receives host names, resolves them,
 checks every address, and connects to an address that passed. Every
-connection the page opens, document, redirect or subresource, is checked.
+connection the page opens, document, redirect or subresource, is checked
+(and WebRTC, which would send UDP around any proxy, is held to what the proxy
+carries: ``CHROMIUM_ARGS``).
 """
 
 from __future__ import annotations
