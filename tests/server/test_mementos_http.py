@@ -16,11 +16,32 @@ import pytest
 from tests.archive.pywb import running_pywb_remote
 from tests.server.serving import serving
 from web_index import WebIndex
+from web_index.archive import content_policy
 from web_index.models import AttemptMetadata, Response
 
 T0 = datetime(2024, 5, 1, 8, 30, tzinfo=UTC)
 PAGE = "https://example.com/news?id=7"
 OLD = "http://example.com/old"
+HOSTILE = "http://example.com/hostile"
+# Archived fields a browser acts on for the origin that serves them: none may reach the
+# archive's own origin (its cookies, a refresh to the live web, reports sent there...).
+_ACTING = {
+    "set-cookie": "web_index_session=attacker; Path=/\npwned=1",
+    "refresh": "0; url=http://live.example/",
+    "content-security-policy": "default-src *; report-uri http://live.example/report",
+    "content-security-policy-report-only": "default-src 'none'; report-uri http://live.example/ro",
+    "clear-site-data": '"cookies", "storage"',
+    "service-worker-allowed": "/",
+    "link": "<http://live.example/>; rel=preconnect",
+    "www-authenticate": 'Basic realm="archive"',
+    "access-control-allow-origin": "*",
+    "cache-control": "max-age=31536000, immutable",
+    "x-served-by": "origin",
+}
+
+
+def _root(http: httpx.Client) -> str:
+    return str(http.base_url).rstrip("/")
 
 
 def _stamp(t: datetime) -> str:
@@ -57,6 +78,9 @@ def http(tmp_path: Path) -> Iterator[httpx.Client]:
             ),
         ]
         index.insert("get", OLD, T0, _meta(OLD), moved)
+        hostile = {**html, **_ACTING, "etag": '"v1"', "last-modified": "Wed, 01 May 2024 08:00:00 GMT"}
+        page = _response(HOSTILE, HOSTILE, T0, 200, hostile, b"<p>hi</p>")
+        index.insert("get", HOSTILE, T0, _meta(HOSTILE), [page])
         with serving(index) as client:
             yield client
 
@@ -64,19 +88,57 @@ def http(tmp_path: Path) -> Iterator[httpx.Client]:
 def test_a_memento_is_the_response_as_it_was(http: httpx.Client) -> None:
     got = http.get(f"/store/{_stamp(T0)}id_/{PAGE}")
     assert got.status_code == 200 and got.content == b"<html><body><p>Day 0 news</p></body></html>"
-    assert got.headers["x-served-by"] == "origin" and got.headers["content-type"].startswith("text/html")
+    assert got.headers["content-type"].startswith("text/html")
+    assert got.headers["x-archive-orig-x-served-by"] == "origin" and "x-served-by" not in got.headers
     assert got.headers["memento-datetime"] == format_datetime(T0, usegmt=True)
     assert f'<{PAGE}>; rel="original"' in got.headers["link"]
     policy = got.headers["content-security-policy"]
     assert (
         policy.startswith("sandbox;")
-        and "default-src 'self' data:;" in policy
+        and f"default-src {_root(http)}/store/ data:;" in policy  # not another collection's paths
         and "script-src 'none'" in policy
     )
+    assert got.headers["x-content-type-options"] == "nosniff"
     later = http.get(f"/store/{_stamp(T0 + timedelta(days=1, hours=5))}id_/{PAGE}")  # the closest
     assert later.content.startswith(b"<html><body><p>Day 1")
     assert http.get(f"/store/2024id_/{PAGE}").content.startswith(b"<html><body><p>Day 1")  # end of 2024
     assert http.head(f"/store/{_stamp(T0)}id_/{PAGE}").status_code == 200
+
+
+def test_archived_fields_a_browser_acts_on_are_served_under_names_of_their_own(http: httpx.Client) -> None:
+    """Of an archived response's fields only those that describe the body keep their names:
+    cookies, refreshes, policies with reports, Link, Clear-Site-Data and the rest are served as
+    ``X-Archive-Orig-*`` (pywb's names), and the archive's own policy is the only one."""
+    got = http.get(f"/store/{_stamp(T0)}id_/{HOSTILE}")
+    assert got.status_code == 200 and got.content == b"<p>hi</p>"
+    for name in _ACTING:
+        assert name not in got.headers or name in ("content-security-policy", "link"), name
+    cookies = got.headers.get_list("x-archive-orig-set-cookie")
+    assert cookies == ["web_index_session=attacker; Path=/", "pwned=1"]
+    assert got.headers["x-archive-orig-refresh"] == _ACTING["refresh"]
+    assert got.headers.get_list("content-security-policy") == [content_policy(f"{_root(http)}/store/")]
+    assert "live.example" not in got.headers["link"]  # only the memento's own Link
+    assert not got.cookies
+    kept = {
+        "content-type": "text/html; charset=utf-8",
+        "etag": '"v1"',
+        "last-modified": "Wed, 01 May 2024 08:00:00 GMT",
+    }
+    assert {name: got.headers[name] for name in kept} == kept
+
+
+def test_a_browser_opening_a_raw_page_gets_its_text(http: httpx.Client) -> None:
+    """A raw memento a browser would show as a page of its own gets to a browser's navigation
+    as text (its links, never rewritten, lead to the live web), its type under its own name;
+    to a client of the API (no ``Sec-Fetch-Dest``), and to a browser's image or fetch, as it was."""
+    path = f"/store/{_stamp(T0)}id_/{PAGE}"
+    for dest in ("document", "iframe"):
+        got = http.get(path, headers={"Sec-Fetch-Dest": dest})
+        assert got.headers["content-type"].startswith("text/plain"), dest
+        assert got.headers["x-archive-orig-content-type"] == "text/html; charset=utf-8"
+        assert got.content == b"<html><body><p>Day 0 news</p></body></html>"
+    for headers in ({}, {"Sec-Fetch-Dest": "empty"}):
+        assert http.get(path, headers=headers).headers["content-type"] == "text/html; charset=utf-8"
 
 
 def test_a_timestamp_redirects_to_the_closest_memento(http: httpx.Client) -> None:

@@ -22,6 +22,7 @@ from web_index.archive._cdx_query import DEFAULT_LIMIT as DEFAULT_LIMIT
 from web_index.archive._cdx_query import MAX_LIMIT as MAX_LIMIT
 from web_index.archive._cdx_query import CdxQuery as CdxQuery
 from web_index.archive._cdx_query import parse_cdx_query as parse_cdx_query
+from web_index.archive._cdx_query import url_for_path as url_for_path
 from web_index.archive._cdx_query import url_in_path as url_in_path
 from web_index.archive._collection import Collection as Collection
 from web_index.archive._collection import Loaded as Loaded
@@ -32,7 +33,12 @@ from web_index.archive._collection_config import parse_collections as parse_coll
 from web_index.archive._export import ExportReport, export_warcs
 from web_index.archive._export import Tally as Tally
 from web_index.archive._http import ARCHIVED_CONTENT_POLICY as ARCHIVED_CONTENT_POLICY
+from web_index.archive._http import ARCHIVED_PREFIX as ARCHIVED_PREFIX
+from web_index.archive._http import BROWSING as BROWSING
 from web_index.archive._http import HOP_BY_HOP as HOP_BY_HOP
+from web_index.archive._http import content_policy as content_policy
+from web_index.archive._http import navigable as navigable
+from web_index.archive._http import served_name as served_name
 from web_index.archive._http import wire_headers as wire_headers
 from web_index.archive._import import ImportReport, import_warcs
 from web_index.archive._sources import ArchiveFile, archive_files

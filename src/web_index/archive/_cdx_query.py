@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import regex as _regex
 
@@ -192,6 +192,20 @@ def url_in_path(rest: str, query: str) -> str:
         rest = unquote(rest)
     rest = re.sub(r"^(https?:/)(?=[^/])", r"\1/", rest)
     return f"{rest}?{query}" if query else rest
+
+
+# What a browser changes in a path before it asks for it: a dot segment ("." or "..", or
+# either as %2e) removes itself and maybe the segment before, and a backslash is a slash.
+_MOVES_PATH = re.compile(r"[/\\](?:\.|%2e){1,2}(?:[/\\?#]|$)|\\", re.IGNORECASE)
+
+
+def url_for_path(url: str) -> str:
+    """``url`` as an archive path ends with it, :func:`url_in_path`'s inverse: as it is, or
+    percent-encoded whole where a browser would resolve it into another path (an archived
+    ``http://x/../../store/...`` turned into a link to another page of this server)."""
+    if _MOVES_PATH.search(url) is None or not url[:5].lower().startswith("http"):
+        return url
+    return quote(url, safe="")
 
 
 def _flag(params: Mapping[str, Sequence[str]], name: str) -> bool:

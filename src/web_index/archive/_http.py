@@ -20,12 +20,17 @@ from web_index.fetch import BoundedDecoder, DecompressionBombError
 
 __all__ = [
     "ARCHIVED_CONTENT_POLICY",
+    "ARCHIVED_PREFIX",
+    "BROWSING",
     "HOP_BY_HOP",
     "ORIGINAL",
+    "content_policy",
     "dechunk",
     "decoded",
+    "navigable",
     "parse_http_response",
     "restore_headers",
+    "served_name",
     "status_line",
     "store_body",
     "wire_headers",
@@ -34,15 +39,41 @@ __all__ = [
 # Prefix of a field export renamed because the body it writes is decoded.
 ORIGINAL = "x-web-index-original-"
 _FRAMING = ("content-encoding", "transfer-encoding", "content-length")
+
+
+def content_policy(sources: str = "'self'") -> str:
+    """What archived content is served under, wherever a browser may open it (a raw memento,
+    the UI's frame): an origin of its own (sandbox, never allow-same-origin), no script, no
+    form, no plugin, and nothing loaded but from ``sources`` (a CSP source: this server, or
+    better one collection's path on it, since another of its collections may be the live
+    web's): archived pages are hostile, and never reach the live web."""
+    return (
+        f"sandbox; default-src {sources} data:; style-src {sources} 'unsafe-inline' data:; "
+        "script-src 'none'; object-src 'none'; form-action 'none'; base-uri 'none'; frame-ancestors 'self'"
+    )
+
+
+ARCHIVED_CONTENT_POLICY = content_policy()
 # A connection's own fields, never a page's: not replayed, not taken from a remote's answer.
-# What archived content is served under, wherever a browser may open it (a raw memento, the UI's
-# frame): an origin of its own (sandbox, never allow-same-origin), no script, no form, no plugin,
-# and nothing loaded but from this server: archived pages are hostile, and never reach the live web.
-ARCHIVED_CONTENT_POLICY = (
-    "sandbox; default-src 'self' data:; style-src 'self' 'unsafe-inline' data:; script-src 'none'; "
-    "object-src 'none'; form-action 'none'; base-uri 'none'; frame-ancestors 'self'"
-)
 HOP_BY_HOP = frozenset(["connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"])
+# An archived field served to a browser under a name of its own, as pywb serves them: a
+# browser acts on a response's fields for the origin that serves it (cookies set or cleared,
+# a Refresh, a policy's reports, a service worker's scope, an authentication prompt, CORS,
+# caching, Link prefetches...), and the archive's origin is not the page's.
+ARCHIVED_PREFIX = "x-archive-orig-"
+# The archived fields served as they are: what says what the body is, and nothing else.
+_SERVED_AS_IS = frozenset(
+    [
+        "content-type",
+        "content-language",
+        "content-encoding",  # the body as served still has it (wire_headers renames it if not)
+        "content-range",
+        "content-disposition",
+        "last-modified",
+        "etag",
+        "accept-ranges",
+    ]
+)
 _PIECE = 1 << 12  # fed to the decoder at a time: a break loses at most this much
 
 _STATUS = re.compile(rb"HTTP/\d(?:\.\d)? +(\d{3})(?: .*)?")
@@ -150,6 +181,32 @@ def wire_headers(headers: Mapping[str, str], body: bytes | None) -> list[tuple[s
     if renamed and body is not None:
         out.append(("content-length", str(len(body))))
     return out
+
+
+_MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
+# Requests a browser makes to show a response as a page (or inside one), not to use it.
+BROWSING = frozenset(["document", "iframe", "frame", "embed", "object"])
+
+
+def navigable(content_type: str) -> bool:
+    """Whether a browser shown a body of this ``Content-Type`` as a page could render it as a
+    document with links of its own, the way out of the archive to the live web once clicked:
+    HTML, XHTML, SVG, any XML, and a value that is not one media type (``text/plain,
+    text/html``: browsers take one of them)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if not _MEDIA_TYPE.fullmatch(media):
+        return bool(media)  # several types, or none a browser knows: it may sniff HTML
+    return media in ("text/html", "text/xml", "text/xsl") or media.endswith(("/xml", "+xml"))
+
+
+def served_name(name: str) -> str:
+    """The name an archived header field is served under to a browser: its own for what
+    describes the body (and for :func:`wire_headers`' renamed fields), else
+    :data:`ARCHIVED_PREFIX` and its name."""
+    low = name.lower()
+    if low in _SERVED_AS_IS or low.startswith((ORIGINAL, ARCHIVED_PREFIX)):
+        return name
+    return ARCHIVED_PREFIX + name
 
 
 def restore_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:

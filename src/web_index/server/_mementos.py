@@ -12,10 +12,17 @@ percent-encoded (``http%3A//…``), which is decoded once. A redirect's
 ``Location`` points at the memento of its target (``…id_/http…``), as
 clients that follow replayed redirects expect.
 
-Archived pages are served under :data:`~web_index.archive.ARCHIVED_CONTENT_POLICY`:
-sandboxed in an origin of their own, no script, and nothing loaded from
-anywhere but this server, so a memento opened in a browser never reaches the
-live web.
+Archived pages are served under :func:`~web_index.archive.content_policy`:
+sandboxed in an origin of their own, no script, and nothing loaded from anywhere
+but their collection's paths on this server (another collection may be the live
+web), so a memento opened in a browser never reaches the live web. Of the
+archived header fields, only those that describe the body keep their names; the
+rest (``Set-Cookie``, ``Refresh``, a policy's reports, ``Link``,
+``Clear-Site-Data``...) are served as ``X-Archive-Orig-<name>``, as pywb does,
+since a browser would act on them for this server's origin (``served_name``). A
+browser that opens a raw memento it would render as a page of its own (HTML,
+SVG, XML: ``navigable``) gets it as text, since its links, never rewritten here,
+lead to the live web; clients of the API get it as it was.
 """
 
 from __future__ import annotations
@@ -30,11 +37,16 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from web_index.archive import (
-    ARCHIVED_CONTENT_POLICY,
+    ARCHIVED_PREFIX,
+    BROWSING,
     HOP_BY_HOP,
     CdxQuery,
     Collection,
+    content_policy,
+    navigable,
     parse_cdx_query,
+    served_name,
+    url_for_path,
     url_in_path,
     wire_headers,
 )
@@ -84,15 +96,28 @@ async def memento(request: Request) -> Response:
     response, (fields, moment) = loaded.response, loaded.capture
     base = memento_base(request, coll.name, fields)
     if not raw:
-        return RedirectResponse(base + fields["url"], status_code=302)
+        return RedirectResponse(base + url_for_path(fields["url"]), status_code=302)
     headers: list[tuple[str, str]] = []
+    # A browser opening a raw page: its links lead to the live web, unrewritten. Its text, then
+    # (clients of the API, pywb and cdx_toolkit among them, send no Sec-Fetch-Dest).
+    as_text = request.headers.get("sec-fetch-dest") in BROWSING and navigable(
+        response.headers.get("content-type") or ""
+    )
     for name, value in wire_headers(response.headers, response.data):
         if name.lower() in HOP_BY_HOP:
             continue
         if name.lower() == "location":
-            value = base + urljoin(fields["url"], value)
-        headers.append((name, value))
-    headers += [*memento_headers(fields, moment, base), ("content-security-policy", ARCHIVED_CONTENT_POLICY)]
+            headers.append((name, base + urljoin(fields["url"], value)))
+        elif name.lower() == "content-type" and as_text:
+            headers += [(ARCHIVED_PREFIX + name, value), ("content-type", "text/plain")]
+        else:  # what else a browser would do for this server's origin, under a name of its own
+            headers.append((served_name(name), value))
+    policy = content_policy(f"{server_root(request)}/{coll.name}/")  # another collection may be live
+    headers += [
+        *memento_headers(fields, moment, base),
+        ("content-security-policy", policy),
+        ("x-content-type-options", "nosniff"),
+    ]
     out = Response(response.data or b"", status_code=response.status_code)
     out.raw_headers = [
         *((n.encode("latin-1", "replace"), v.encode("latin-1", "replace")) for n, v in headers),

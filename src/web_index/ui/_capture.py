@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from web_index.archive import parse_cdx_query
+from web_index.archive import parse_cdx_query, url_for_path
 from web_index.crawl import extract, is_html
 from web_index.errors import InvalidRecordError
 from web_index.index import WebIndex
@@ -88,8 +88,8 @@ async def capture(request: Request) -> Response:
         text_cut=len(text) > TEXT_SHOWN,
         chain=chain.responses if chain is not None else None,
         position=fields.get("position"),
-        frame=f"{UI_PREFIX}/{name}/{ts}if_/{fields['url']}",
-        raw=f"/{name}/{ts}id_/{fields['url']}",
+        frame=f"{UI_PREFIX}/{name}/{ts}if_/{url_for_path(fields['url'])}",
+        raw=f"/{name}/{ts}id_/{url_for_path(fields['url'])}",
         record=f"/{name}/resource?{look}",
         cdx=f"/{name}/cdx?{look}&limit=1&output=json",
         history=history_path(name, fields["url"]),

@@ -24,7 +24,7 @@ from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from web_index.archive import Collection, url_in_path
+from web_index.archive import Collection, url_for_path, url_in_path
 from web_index.index import WebIndex
 
 _T = TypeVar("_T")
@@ -200,7 +200,7 @@ def target_url(request: Request, prefix: str) -> str:
 
 def capture_path(coll: str, fields: Mapping[str, Any]) -> str:
     """A capture's page: its timestamp and URL in the path, as the Wayback Machine's."""
-    return f"{UI_PREFIX}/{coll}/{fields['timestamp']}/{fields['url']}"
+    return f"{UI_PREFIX}/{coll}/{fields['timestamp']}/{url_for_path(fields['url'])}"
 
 
 def compare_path(coll: str, url: str, a: str, b: str) -> str:

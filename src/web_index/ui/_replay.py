@@ -19,15 +19,13 @@ from selectolax.lexbor import LexborHTMLParser
 from starlette.requests import Request
 from starlette.responses import Response
 
-from web_index.archive import ARCHIVED_CONTENT_POLICY, parse_cdx_query
+from web_index.archive import content_policy, navigable, parse_cdx_query, url_for_path
 from web_index.crawl import CSS_IMPORT, CSS_URL, is_html
 from web_index.errors import InvalidRecordError
 from web_index.fetch import decode_body
 from web_index.ui._render import UI_PREFIX, UiError, store_of, target_url
 
-__all__ = ["REPLAY_POLICY", "replay", "rewrite_css", "rewrite_html"]
-
-REPLAY_POLICY = ARCHIVED_CONTENT_POLICY
+__all__ = ["replay", "rewrite_css", "rewrite_html"]
 _URL_ATTRIBUTES = {
     "href": ("a", "area", "link"),
     "src": ("img", "iframe", "frame", "source", "audio", "video", "track", "embed", "input", "script"),
@@ -59,7 +57,7 @@ def _archived(base: str, prefix: str) -> Callable[[str], str | None]:
             return None
         if scheme not in ("http", "https"):
             return None  # javascript:, mailto:, file:, ...: nothing to replay
-        return prefix + absolute
+        return prefix + url_for_path(absolute)  # an absolute URL keeps its dot segments
 
     return to_archive
 
@@ -147,7 +145,10 @@ async def replay(request: Request) -> Response:
     except InvalidRecordError as exc:
         raise UiError(400, f"{asked!r}: {exc.problem}") from None
     loaded = await coll.load(query, live=False)
-    headers = {"content-security-policy": REPLAY_POLICY, "x-content-type-options": "nosniff"}
+    # Nothing loaded but from this collection's replay: another collection may be the live web.
+    root = f"{request.url.scheme}://{request.url.netloc}{request.scope.get('root_path', '')}"
+    policy = content_policy(f"{root}{UI_PREFIX}/{name}/")
+    headers = {"content-security-policy": policy, "x-content-type-options": "nosniff"}
     if loaded is None:
         return Response(b"", status_code=404, headers=headers)
     fields = loaded.capture[0]
@@ -168,4 +169,8 @@ async def replay(request: Request) -> Response:
         text, _ = decode_body(body, ctype)
         out = rewrite_css(text, fields["url"], prefix).encode()
         return Response(out, status_code=status, media_type="text/css; charset=utf-8", headers=headers)
+    if navigable(ctype) and request.headers.get("sec-fetch-dest") != "image":
+        # SVG, XML, a type not one (an SVG in an <img> is inert): shown as a page, its links
+        # would lead out of the archive, unrewritten. Its text, then.
+        return Response(body, status_code=status, media_type="text/plain", headers=headers)
     return Response(body, status_code=status, media_type=ctype or "application/octet-stream", headers=headers)
