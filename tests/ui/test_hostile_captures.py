@@ -24,6 +24,11 @@ STAMP = "20240301120000"
 # A WARC import keeps such a target URI as it is; a browser resolves its dot segments.
 DOTTED = f"http://evil.test/../../../../store/{STAMP}id_/http://site.test/x"
 LINKS = "http://site.test/links"
+# Refreshes as browsers follow them: a delay with a fraction, a URL without "url=".
+REFRESHES = {
+    "http://site.test/refresh-bare": '<meta http-equiv="refresh" content="0; http://live.example/a">',
+    "http://site.test/refresh-half": "<meta http-equiv=refresh content=\"0.5; URL='http://live.example/b'\">",
+}
 TYPES = {
     "http://site.test/comma": "text/plain, text/html",
     "http://site.test/doc.xml": "application/xml",
@@ -49,6 +54,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     with WebIndex(store) as index:
         links = f'<a href="{DOTTED}">dotted</a><a href="http://evil.test/a/../b">b</a>'
         items = [_page(DOTTED, "<p>dotted</p>"), _page(LINKS, links)]
+        items += [_page(url, body) for url, body in REFRESHES.items()]
         index.insert_many(items + [_page(url, OUT, ctype) for url, ctype in TYPES.items()])  # type: ignore[arg-type]
     with WebIndex(store, read_only=True) as index, serving(index, ui=True) as client:
         yield client
@@ -85,6 +91,13 @@ def test_a_replayed_page_s_dotted_links_stay_in_the_archive(ui: httpx.Client) ->
     prefix = f"/ui/store/{STAMP}if_/"
     assert len(targets) == 2 and all(t.startswith(prefix) for t in targets)
     assert [unquote(t[len(prefix) :]) for t in targets] == [DOTTED, "http://evil.test/a/../b"]
+
+
+def test_every_refresh_a_browser_follows_stays_in_the_archive(ui: httpx.Client) -> None:
+    for url in REFRESHES:
+        got = ui.get(f"/ui/store/{STAMP}if_/{url}").text
+        content = unescape(re.findall(r'content="([^"]*)"', got)[0])
+        assert "live.example" in content and f"; url=/ui/store/{STAMP}if_/http://live.example/" in content
 
 
 def test_documents_that_are_not_html_are_shown_as_text(ui: httpx.Client) -> None:

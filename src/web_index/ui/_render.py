@@ -52,9 +52,10 @@ __all__ = [
 ]
 
 UI_PREFIX = "/ui"
-# The UI's own pages: its stylesheet, its script, its frames of archived pages.
+# The UI's own pages: its stylesheet, its frames of archived pages, and no script at all (the
+# server serves archived scripts from its own origin: 'self' would let an injection run one).
 PAGE_POLICY = (
-    "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+    "default-src 'none'; style-src 'self'; script-src 'none'; img-src 'self' data:; "
     "frame-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'self'"
 )
 

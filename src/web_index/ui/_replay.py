@@ -37,7 +37,8 @@ _URL_ATTRIBUTES = {
     "xlink:href": ("use", "image"),
 }
 _DROPPED_ATTRIBUTES = ("integrity", "ping")  # a rewritten body fails its hash; pings reach out
-_REFRESH = re.compile(r"^\s*(\d+)\s*[;,]\s*url\s*=\s*(.*)$", re.IGNORECASE)
+# A refresh's delay (browsers take "0.5" too) and its URL, after "url=" or not (they take both).
+_REFRESH = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*[;,]\s*(?:url\s*=\s*)?(.*)$", re.IGNORECASE)
 
 
 def _archived(base: str, prefix: str) -> Callable[[str], str | None]:
@@ -127,8 +128,8 @@ def _srcset(value: str, to_archive: Callable[[str], str | None]) -> str:
 def _refresh(node: object, to_archive: Callable[[str], str | None]) -> None:
     content = node.attributes.get("content") or ""  # type: ignore[attr-defined]
     m = _REFRESH.match(content)
-    if m is None:
-        return
+    if m is None or not m.group(2).strip("'\" "):
+        return  # no URL: the page itself again
     target = to_archive(m.group(2).strip("'\""))
     if target is None:
         node.decompose()  # type: ignore[attr-defined]
