@@ -121,6 +121,7 @@ def listening_on(port: int) -> list[str]:
 
 
 def test_serve_binds_loopback_by_default_and_refuses_a_bad_host(tmp_path: Path) -> None:
+    """On loopback by default, and answering to the loopback's names only."""
     store = tmp_path / "store"
     WebIndex(store).close()
     bad = subprocess.run([CLI, "serve", "--store", str(store), "--host", "example.org"], capture_output=True)
@@ -138,10 +139,28 @@ def test_serve_binds_loopback_by_default_and_refuses_a_bad_host(tmp_path: Path) 
         got = httpx.get(f"http://127.0.0.1:{port}/search?site=a.test&q=x")
         assert got.status_code == 404
         assert json.loads(got.text)["error"].startswith("no search database is published for 'a.test'")
+        for name in ("localhost", f"localhost:{port}", "[::1]"):  # what else names the loopback
+            assert httpx.get(f"http://127.0.0.1:{port}/", headers={"Host": name}).status_code == 200
+        # A page elsewhere whose DNS turns its name into 127.0.0.1 (DNS rebinding) is refused.
+        cdx = f"http://127.0.0.1:{port}/store/cdx?url=a.test"
+        rebound = httpx.get(cdx, headers={"Host": f"evil.test:{port}"})
+        assert rebound.status_code == 400
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
     assert b"Traceback" not in proc.stderr.read()  # type: ignore[union-attr]
+
+
+def test_the_names_a_server_answers_to() -> None:
+    """Loopback's names on loopback, any elsewhere (others reach it by names it cannot know),
+    what ``--allowed-host`` says when given."""
+    from web_index.cli._serve import allowed_hosts
+
+    assert allowed_hosts("127.0.0.1", []) == ["127.0.0.1", "localhost", "[::1]"]
+    assert allowed_hosts("127.0.0.2", []) == ["127.0.0.1", "localhost", "[::1]", "127.0.0.2"]
+    assert allowed_hosts("::1", []) == allowed_hosts("localhost", []) == ["127.0.0.1", "localhost", "[::1]"]
+    assert allowed_hosts("0.0.0.0", []) is None and allowed_hosts("10.0.0.5", []) is None
+    assert allowed_hosts("0.0.0.0", ["Archive.Example"]) == ["archive.example"]
 
 
 def test_every_role_in_one_process_on_the_embedded_broker(tmp_path: Path) -> None:

@@ -134,6 +134,14 @@ def serve(
     save_timeout: Annotated[
         float, typer.Option(min=1, help="Seconds a save may take, its page and what the page needs.")
     ] = 90.0,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A name clients reach the server by (the Host header; repeat for more); any other is"
+            " refused (default: on loopback, 127.0.0.1, localhost and [::1]; elsewhere, any name).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the store over HTTP until SIGINT or SIGTERM (see docs/server.md, docs/ui.md).
 
@@ -159,7 +167,7 @@ def serve(
         _app, location, token, config, allow_loopback, allow_private, remote_timeout,
         queue=queue, search_timeout=search_timeout, max_batch=max_batch, max_body=max_body,
         max_records=max_records, ui=ui, max_saves=max_saves, save_timeout=save_timeout,
-        save_form=workers == 1,
+        save_form=workers == 1, allowed_hosts=allowed_hosts(host, allowed_host or []),
     )  # fmt: skip
     with cli_errors(location):
         # Built here first with several workers too: a mistake is said once, as a usage error,
@@ -184,6 +192,22 @@ def serve(
         if workers > 1:
             run(functools.partial(_worker_app, build), host=host, port=port, workers=workers)
     raise typer.Exit(EXIT_OK)
+
+
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def allowed_hosts(host: str, given: list[str]) -> list[str] | None:
+    """The names a server bound to ``host`` answers to: ``given``; else on loopback the
+    loopback names (a page elsewhere that its DNS rebinds to 127.0.0.1 is refused), else
+    any (``None``: a server others reach is reached by names it cannot know)."""
+    if given:
+        return [name.lower() for name in given]
+    if host == "localhost":
+        return list(_LOOPBACK_NAMES)
+    if ipaddress.ip_address(host).is_loopback:
+        return list(dict.fromkeys([*_LOOPBACK_NAMES, f"[{host}]" if ":" in host else host]))
+    return None
 
 
 def _check_port(host: str, port: int) -> None:

@@ -9,11 +9,12 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.routing import Route
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
@@ -55,6 +56,7 @@ def create_app(
     fetch: FetchConfig | None = None,
     max_saves: int = DEFAULT_MAX_SAVES,
     save_timeout: float = DEFAULT_SAVE_TIMEOUT,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The server's app over ``index``.
 
@@ -87,6 +89,11 @@ def create_app(
     and private addresses are refused), at most ``max_saves`` at once, each for
     at most ``save_timeout`` seconds; the web pages' "save a page now" shares
     these bounds (``app.state.saves``).
+
+    ``allowed_hosts``: the only names (``Host`` header values, port aside) it answers
+    to, a 400 for any other: on loopback, the loopback names, so that a page whose
+    name its DNS rebinds to 127.0.0.1 cannot read the archive or save through it
+    (``web-index serve`` gives them; default: any name).
     """
     if max_batch < 1 or max_body < 1 or max_records < 1:
         raise ValueError(
@@ -123,6 +130,9 @@ def create_app(
             for each in served.values():
                 await each.aclose()
 
+    # A page elsewhere whose name its DNS turns into 127.0.0.1 (DNS rebinding) is, to the
+    # browser, of the same origin as this server: a Host it does not know is refused.
+    hosts = [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))] if allowed_hosts else []
     app = Starlette(
         # Tried in order: the lookups first, as no other path has two segments ending so.
         routes=[
@@ -139,7 +149,7 @@ def create_app(
         ],
         lifespan=lifespan,
         exception_handlers=HANDLERS,
-        middleware=[Middleware(Lookups, handlers={"cdx": cdx, "index": cdx, "resource": resource})],
+        middleware=[*hosts, Middleware(Lookups, handlers={"cdx": cdx, "index": cdx, "resource": resource})],
     )
     # No 307 to "path/" for a path that matches nothing: "/api/insert/" would be
     # a memento path, so an absent /api/insert (or a mistyped /api/querry) would
