@@ -114,3 +114,24 @@ def insertion_request(
     for r in out["data"]:
         r.pop("request_id")
     return out
+
+
+def browser_path(base: str, href: str) -> str:
+    """The path a browser asks for when ``href`` is followed on the page at ``base``: joined
+    as urljoin does, then its dot segments (``.``, ``..``, either as ``%2e``) and backslashes
+    resolved as a browser resolves them in any URL, absolute ones included (urljoin does not)."""
+    from urllib.parse import urljoin, urlsplit
+
+    path = urlsplit(urljoin(base, href)).path.replace("\\", "/")
+    out: list[str] = []
+    for segment in path.split("/")[1:]:
+        low = segment.lower()
+        if low in (".", "%2e"):
+            continue
+        if low in ("..", ".%2e", "%2e.", "%2e%2e"):
+            if out:
+                out.pop()
+            continue
+        out.append(segment)
+    trailing = path.split("/")[-1].lower() in (".", "..", "%2e", "%2e%2e", ".%2e", "%2e.")
+    return "/" + "/".join(out) + ("/" if trailing and out else "")

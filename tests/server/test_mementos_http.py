@@ -8,12 +8,14 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
+from urllib.parse import unquote
 
 import cdx_toolkit
 import httpx
 import pytest
 
 from tests.archive.pywb import running_pywb_remote
+from tests.factories import browser_path
 from tests.server.serving import serving
 from web_index import WebIndex
 from web_index.archive import content_policy
@@ -23,6 +25,7 @@ T0 = datetime(2024, 5, 1, 8, 30, tzinfo=UTC)
 PAGE = "https://example.com/news?id=7"
 OLD = "http://example.com/old"
 HOSTILE = "http://example.com/hostile"
+JUMP = "http://example.com/jump"
 # Archived fields a browser acts on for the origin that serves them: none may reach the
 # archive's own origin (its cookies, a refresh to the live web, reports sent there...).
 _ACTING = {
@@ -78,6 +81,11 @@ def http(tmp_path: Path) -> Iterator[httpx.Client]:
             ),
         ]
         index.insert("get", OLD, T0, _meta(OLD), moved)
+        dotted = [
+            _response(JUMP, JUMP, T0, 302, {"location": "http://evil.test/../../store/x"}, b""),
+            _response(JUMP, "http://evil.test/store/x", T0 + timedelta(seconds=1), 200, html, b"<p>x</p>"),
+        ]
+        index.insert("get", JUMP, T0, _meta(JUMP), dotted)
         hostile = {**html, **_ACTING, "etag": '"v1"', "last-modified": "Wed, 01 May 2024 08:00:00 GMT"}
         page = _response(HOSTILE, HOSTILE, T0, 200, hostile, b"<p>hi</p>")
         index.insert("get", HOSTILE, T0, _meta(HOSTILE), [page])
@@ -139,6 +147,16 @@ def test_a_browser_opening_a_raw_page_gets_its_text(http: httpx.Client) -> None:
         assert got.content == b"<html><body><p>Day 0 news</p></body></html>"
     for headers in ({}, {"Sec-Fetch-Dest": "empty"}):
         assert http.get(path, headers=headers).headers["content-type"] == "text/html; charset=utf-8"
+
+
+def test_a_redirect_to_a_dotted_url_points_at_its_memento_as_a_browser_reads_it(http: httpx.Client) -> None:
+    """A Location with dot segments is sent percent-encoded after the memento's prefix: a
+    browser resolving it stays on the target's memento, not on another page of this server."""
+    got = http.get(f"/store/{_stamp(T0)}id_/{JUMP}")
+    assert got.status_code == 302
+    where = browser_path(str(got.url), got.headers["location"])
+    prefix = f"/store/{_stamp(T0)}id_/"
+    assert where.startswith(prefix) and unquote(where[len(prefix) :]) == "http://evil.test/../../store/x"
 
 
 def test_a_timestamp_redirects_to_the_closest_memento(http: httpx.Client) -> None:

@@ -10,11 +10,12 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from html import unescape
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote
 
 import httpx
 import pytest
 
+from tests.factories import browser_path
 from tests.server.serving import serving
 from web_index import WebIndex
 from web_index.models import AttemptMetadata, Response
@@ -69,12 +70,12 @@ def test_a_dotted_url_s_links_lead_to_its_own_pages(ui: httpx.Client) -> None:
     it is: resolved as a browser would, it still names the capture, and it opens it."""
     history = ui.get("/ui/store/history", params={"url": DOTTED})
     assert history.status_code == 200
-    resolved = [urlsplit(urljoin(str(history.url), h)).path for h in _hrefs(history.text)]
+    resolved = [browser_path(str(history.url), h) for h in _hrefs(history.text)]
     captures = [p for p in resolved if p.startswith(f"/ui/store/{STAMP}")]
     assert captures and all(unquote(p.split("/", 4)[4]) == DOTTED for p in captures)
     opened = ui.get(captures[0], follow_redirects=True)
     assert opened.status_code == 200 and not opened.history  # its own address: no redirect
-    inside = [urlsplit(urljoin(str(opened.url), h)).path for h in _hrefs(opened.text)]
+    inside = [browser_path(str(opened.url), h) for h in _hrefs(opened.text)]
     frame = [p for p in inside if p.startswith(f"/ui/store/{STAMP}if_/")]
     raw = [p for p in inside if p.startswith(f"/store/{STAMP}id_/")]
     assert frame and raw and all(unquote(p.split("/", 4)[4]) == DOTTED for p in frame)
@@ -87,7 +88,7 @@ def test_a_replayed_page_s_dotted_links_stay_in_the_archive(ui: httpx.Client) ->
     """An absolute link with dot segments in a replayed page is rewritten into the archive so
     that a browser's resolving it still names the same URL, in this collection's replay."""
     got = ui.get(f"/ui/store/{STAMP}if_/{LINKS}", headers={"Sec-Fetch-Dest": "iframe"})
-    targets = [urlsplit(urljoin(str(got.url), h)).path for h in _hrefs(got.text)]
+    targets = [browser_path(str(got.url), h) for h in _hrefs(got.text)]
     prefix = f"/ui/store/{STAMP}if_/"
     assert len(targets) == 2 and all(t.startswith(prefix) for t in targets)
     assert [unquote(t[len(prefix) :]) for t in targets] == [DOTTED, "http://evil.test/a/../b"]

@@ -107,7 +107,7 @@ async def memento(request: Request) -> Response:
         if name.lower() in HOP_BY_HOP:
             continue
         if name.lower() == "location":
-            headers.append((name, base + urljoin(fields["url"], value)))
+            headers.append((name, base + url_for_path(urljoin(fields["url"], value))))
         elif name.lower() == "content-type" and as_text:
             headers += [(ARCHIVED_PREFIX + name, value), ("content-type", "text/plain")]
         else:  # what else a browser would do for this server's origin, under a name of its own
