@@ -5,12 +5,16 @@ SeaweedFS, in the same run, on warc_bench's dataset (1 GiB of per-record-gzip WA
 
     .venv/bin/python bench/cluster_import_bench.py                 # 1 GiB, one round
     .venv/bin/python bench/cluster_import_bench.py --size-mb 256 --rounds 3
+    .venv/bin/python bench/cluster_import_bench.py --sides seaweedfs --against OLD/src --rounds 2
 
 Each side runs in a process of its own (its peak RSS, and its workers', its own), from a
 fresh store, after the WARCs are read once into the page cache; the cluster is started
 and its workers have imported web_index before the clock starts (a cluster already used
 for queries and compaction). The three stores must hold the same records (their
-``stats()``: records by type, partitions). Writes bench/results/cluster-import.json and .md.
+``stats()``: records by type, partitions). ``--sides`` runs some of them only; ``--against
+SRC`` runs each also with the ``web_index`` package at SRC (``PYTHONPATH``, the same venv),
+the two codes alternated round by round, as rows of their own. Writes
+bench/results/cluster-import.json and .md.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from tests.servers import BUCKET, SeaweedFS, weed_binary  # noqa: E402
 from warc_bench import Params, ensure_warcs, warm  # noqa: E402
 
 SIDES = ("local disk, jobs=2", "SeaweedFS, jobs=2", "SeaweedFS, cluster of 2")
+_NAMED = dict(zip(("local", "seaweedfs", "cluster"), SIDES, strict=True))
 
 
 def _child(side: str, store: str, files: list[str]) -> dict[str, Any]:
@@ -106,6 +111,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--workdir", default="/tmp/web-index-warc-bench")
     ap.add_argument("--out", default="cluster-import")
+    ap.add_argument("--sides", default="local,seaweedfs,cluster", help="some of local, seaweedfs, cluster")
+    ap.add_argument("--against", help="a src folder of another web_index, run beside this one")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -121,19 +128,24 @@ def main() -> None:
     server = SeaweedFS(binary, work / "weed", volumes=400)  # each side writes several GB
     server.start()
     env = {**os.environ, **server.env(), "XDG_CACHE_HOME": str(work / "xdg")}
-    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
+    chosen = [_NAMED[name] for name in args.sides.split(",")]
+    codes = {"": env}
+    if args.against is not None:
+        codes[f" @ {args.against}"] = {**env, "PYTHONPATH": str(Path(args.against).resolve())}
+    runs: dict[str, list[dict[str, Any]]] = {side + code: [] for side in chosen for code in codes}
     try:
-        for _ in range(args.rounds):
-            for side in SIDES:
-                store = (
-                    str(work / "local")
-                    if side.startswith("local")
-                    else f"s3://{BUCKET}/{uuid.uuid4().hex[:10]}"
-                )
-                shutil.rmtree(work / "local", ignore_errors=True)
-                warm([Path(f) for f in files])
-                runs[side].append(_run(side, store, files, env))
-                print(side, runs[side][-1], flush=True)
+        for r in range(args.rounds):
+            for side in chosen:
+                for code, code_env in list(codes.items())[:: 1 if r % 2 == 0 else -1]:
+                    store = (
+                        str(work / "local")
+                        if side.startswith("local")
+                        else f"s3://{BUCKET}/{uuid.uuid4().hex[:10]}"
+                    )
+                    shutil.rmtree(work / "local", ignore_errors=True)
+                    warm([Path(f) for f in files])
+                    runs[side + code].append(_run(side, store, files, code_env))
+                    print(side + code, runs[side + code][-1], flush=True)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -147,9 +159,11 @@ def main() -> None:
         "same_records": len(holds) == 1,
     }
     median = result["median_s"]
-    result["cluster_against"] = {
-        side: round(median[side] / median[SIDES[2]], 3) for side in SIDES[:2]
-    }  # > 1: the cluster is faster
+    result["cluster_against"] = (
+        {side: round(median[side] / median[SIDES[2]], 3) for side in SIDES[:2]}
+        if all(side in median for side in SIDES)
+        else {}
+    )  # > 1: the cluster is faster
     (HERE / "results" / f"{args.out}.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"Run {result['when']}: {len(files)} WARC files, {info['bytes'] / 2**20:,.0f} MiB, "
@@ -160,7 +174,7 @@ def main() -> None:
         "| cluster ÷ this side, speed |",
         "|---|---:|---:|---|---:|",
     ]
-    for side in SIDES:
+    for side in runs:
         last = runs[side][-1]
         ratio = result["cluster_against"].get(side)
         workers = last["workers_peak_rss_mib"] or "-"
