@@ -160,7 +160,27 @@ def test_the_names_a_server_answers_to() -> None:
     assert allowed_hosts("127.0.0.2", []) == ["127.0.0.1", "localhost", "[::1]", "127.0.0.2"]
     assert allowed_hosts("::1", []) == allowed_hosts("localhost", []) == ["127.0.0.1", "localhost", "[::1]"]
     assert allowed_hosts("0.0.0.0", []) is None and allowed_hosts("10.0.0.5", []) is None
-    assert allowed_hosts("0.0.0.0", ["Archive.Example"]) == ["archive.example"]
+    assert allowed_hosts("0.0.0.0", ["Archive.Example:8080"]) == ["Archive.Example:8080"]
+
+
+@pytest.mark.parametrize(
+    ("given", "host", "known"),
+    [
+        ("127.0.0.1", "127.0.0.1:8080", True),
+        ("localhost", "LOCALHOST:8080", True),
+        ("[::1]", "[::1]:8080", True),
+        ("::1", "[::1]", True),  # given bare
+        ("Archive.Example:8080", "archive.example", True),  # a port given is no part of the name
+        ("127.0.0.1", "127.0.0.1.evil.test", False),
+        ("127.0.0.1", "evil.test:8080", False),
+        ("[::1]", "[0:0:0:0:0:0:0:2]:80", False),
+        ("127.0.0.1", "", False),
+    ],
+)
+def test_the_host_check(given: str, host: str, known: bool) -> None:
+    from web_index.server._hosts import host_name
+
+    assert (host_name(host) == host_name(given)) is known
 
 
 def test_every_role_in_one_process_on_the_embedded_broker(tmp_path: Path) -> None:

@@ -29,9 +29,14 @@ LINKS = "http://site.test/links"
 REFRESHES = {
     "http://site.test/refresh-bare": '<meta http-equiv="refresh" content="0; http://live.example/a">',
     "http://site.test/refresh-half": "<meta http-equiv=refresh content=\"0.5; URL='http://live.example/b'\">",
+    "http://site.test/refresh-space": '<meta http-equiv="refresh" content="0 http://live.example/c">',
+    "http://site.test/refresh-dot": '<meta http-equiv="refresh" content=".5;url=http://live.example/d">',
 }
 TYPES = {
     "http://site.test/comma": "text/plain, text/html",
+    "http://site.test/comma-after-charset": "text/plain; charset=iso-8859-1, text/html",
+    "http://site.test/mixed": "multipart/x-mixed-replace; boundary=x",
+    "http://site.test/untyped": "",
     "http://site.test/doc.xml": "application/xml",
     "http://site.test/pic.svg": "image/svg+xml",
 }
@@ -109,6 +114,8 @@ def test_documents_that_are_not_html_are_shown_as_text(ui: httpx.Client) -> None
             got = ui.get(f"/ui/store/{STAMP}if_/{url}", headers={"Sec-Fetch-Dest": dest})
             assert got.headers["content-type"].startswith("text/plain"), (url, dest)
             assert got.headers["x-content-type-options"] == "nosniff"
+    latin = ui.get(f"/ui/store/{STAMP}if_/http://site.test/comma-after-charset")
+    assert latin.headers["content-type"] == "text/plain; charset=iso-8859-1"  # its own charset
     svg = ui.get(f"/ui/store/{STAMP}if_/http://site.test/pic.svg", headers={"Sec-Fetch-Dest": "image"})
     assert svg.headers["content-type"] == "image/svg+xml"
 

@@ -34,10 +34,10 @@ from web_index.archive._export import ExportReport, export_warcs
 from web_index.archive._export import Tally as Tally
 from web_index.archive._http import ARCHIVED_CONTENT_POLICY as ARCHIVED_CONTENT_POLICY
 from web_index.archive._http import ARCHIVED_PREFIX as ARCHIVED_PREFIX
-from web_index.archive._http import BROWSING as BROWSING
 from web_index.archive._http import HOP_BY_HOP as HOP_BY_HOP
+from web_index.archive._http import collection_sources as collection_sources
 from web_index.archive._http import content_policy as content_policy
-from web_index.archive._http import navigable as navigable
+from web_index.archive._http import inert as inert
 from web_index.archive._http import served_name as served_name
 from web_index.archive._http import wire_headers as wire_headers
 from web_index.archive._import import ImportReport, import_warcs

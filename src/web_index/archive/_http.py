@@ -21,13 +21,13 @@ from web_index.fetch import BoundedDecoder, DecompressionBombError
 __all__ = [
     "ARCHIVED_CONTENT_POLICY",
     "ARCHIVED_PREFIX",
-    "BROWSING",
     "HOP_BY_HOP",
     "ORIGINAL",
+    "collection_sources",
     "content_policy",
     "dechunk",
     "decoded",
-    "navigable",
+    "inert",
     "parse_http_response",
     "restore_headers",
     "served_name",
@@ -54,6 +54,16 @@ def content_policy(sources: str = "'self'") -> str:
 
 
 ARCHIVED_CONTENT_POLICY = content_policy()
+
+
+def collection_sources(root: str, path: str) -> str:
+    """The CSP source for what a collection serves at ``path`` on the server at ``root``
+    (``http://host:port``): ``'self'`` where the host is an IPv6 literal, which CSP's
+    grammar has no form for (a browser would drop the source, and load nothing)."""
+    host = root.split("://", 1)[-1]
+    return "'self'" if host.startswith("[") else f"{root}{path}"
+
+
 # A connection's own fields, never a page's: not replayed, not taken from a remote's answer.
 HOP_BY_HOP = frozenset(["connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"])
 # An archived field served to a browser under a name of its own, as pywb serves them: a
@@ -183,20 +193,24 @@ def wire_headers(headers: Mapping[str, str], body: bytes | None) -> list[tuple[s
     return out
 
 
-_MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
-# Requests a browser makes to show a response as a page (or inside one), not to use it.
-BROWSING = frozenset(["document", "iframe", "frame", "embed", "object"])
+# Media types a browser shows with no links of its own (or does not show at all, a plugin's
+# in a sandbox): the only archived types a replay serves as they are, HTML and CSS aside,
+# which it rewrites. SVG, XML, multipart and whatever else a browser may render as a page are
+# not among them: a link in one would be followed as it is, out of the archive.
+_INERT = re.compile(
+    r"(?:image/(?!svg)[a-z0-9.+-]+|audio/[a-z0-9.+-]+|video/[a-z0-9.+-]+|font/[a-z0-9.+-]+"
+    r"|text/(?:plain|css|javascript)|application/(?:javascript|x-javascript|json|octet-stream|pdf|wasm"
+    r"|font-woff|vnd\.ms-fontobject))"
+)
 
 
-def navigable(content_type: str) -> bool:
-    """Whether a browser shown a body of this ``Content-Type`` as a page could render it as a
-    document with links of its own, the way out of the archive to the live web once clicked:
-    HTML, XHTML, SVG, any XML, and a value that is not one media type (``text/plain,
-    text/html``: browsers take one of them)."""
-    media = content_type.split(";", 1)[0].strip().lower()
-    if not _MEDIA_TYPE.fullmatch(media):
-        return bool(media)  # several types, or none a browser knows: it may sniff HTML
-    return media in ("text/html", "text/xml", "text/xsl") or media.endswith(("/xml", "+xml"))
+def inert(content_type: str) -> bool:
+    """Whether a body of this ``Content-Type`` is safe to show a browser as it is: one media
+    type (in a list, browsers take the last, whatever the first), of a kind shown with no links
+    of its own (:data:`_INERT`)."""
+    if "," in content_type:
+        return False
+    return _INERT.fullmatch(content_type.split(";", 1)[0].strip().lower()) is not None
 
 
 def served_name(name: str) -> str:

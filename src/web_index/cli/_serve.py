@@ -202,7 +202,7 @@ def allowed_hosts(host: str, given: list[str]) -> list[str] | None:
     loopback names (a page elsewhere that its DNS rebinds to 127.0.0.1 is refused), else
     any (``None``: a server others reach is reached by names it cannot know)."""
     if given:
-        return [name.lower() for name in given]
+        return list(given)  # as the server compares them: lower-case, port aside
     if host == "localhost":
         return list(_LOOPBACK_NAMES)
     if ipaddress.ip_address(host).is_loopback:

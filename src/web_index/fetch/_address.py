@@ -54,15 +54,18 @@ _PRIVATE = _nets(
     "192.168.0.0/16",
     "100.64.0.0/10",  # carrier-grade NAT, as internal as RFC 1918 in practice
     "fc00::/7",  # unique local
+    # NAT64's local-use block (RFC 8215): a network's own translator, whose prefix there may
+    # be a /48, /56 or /64 that places the IPv4 address elsewhere than the last 32 bits.
+    "64:ff9b:1::/48",
     "198.18.0.0/15",  # benchmarking
 )
 
 
 # IPv6 addresses whose last 32 bits are an IPv4 address a host may reach through them:
 # IPv4-compatible (deprecated, but still routed where a sit tunnel is up), SIIT's
-# IPv4-translated, and NAT64's well-known and local-use prefixes (RFC 6052, 8215).
-# (IPv4-mapped and 6to4 have ipaddress properties of their own, below.)
-_EMBEDS_IPV4 = _nets("::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48")
+# IPv4-translated, and NAT64's well-known prefix (RFC 6052). (IPv4-mapped and 6to4 have
+# ipaddress properties of their own, below.)
+_EMBEDS_IPV4 = _nets("::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/96")
 
 
 def _within(ip: IPAddress, networks: tuple[IPNetwork, ...]) -> bool:

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.routing import Route
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
@@ -26,6 +25,7 @@ from web_index.index import WebIndex
 from web_index.server import _api
 from web_index.server._cdx import DEFAULT_COLLECTION, cdx
 from web_index.server._errors import HANDLERS
+from web_index.server._hosts import KnownHosts
 from web_index.server._lookups import Lookups
 from web_index.server._mementos import memento, timegate
 from web_index.server._resource import resource, resource_post
@@ -132,7 +132,7 @@ def create_app(
 
     # A page elsewhere whose name its DNS turns into 127.0.0.1 (DNS rebinding) is, to the
     # browser, of the same origin as this server: a Host it does not know is refused.
-    hosts = [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))] if allowed_hosts else []
+    hosts = [Middleware(KnownHosts, names=allowed_hosts)] if allowed_hosts else []
     app = Starlette(
         # Tried in order: the lookups first, as no other path has two segments ending so.
         routes=[

@@ -19,10 +19,11 @@ web), so a memento opened in a browser never reaches the live web. Of the
 archived header fields, only those that describe the body keep their names; the
 rest (``Set-Cookie``, ``Refresh``, a policy's reports, ``Link``,
 ``Clear-Site-Data``...) are served as ``X-Archive-Orig-<name>``, as pywb does,
-since a browser would act on them for this server's origin (``served_name``). A
-browser that opens a raw memento it would render as a page of its own (HTML,
-SVG, XML: ``navigable``) gets it as text, since its links, never rewritten here,
-lead to the live web; clients of the API get it as it was.
+since a browser would act on them for this server's origin (``served_name``), as
+the Wayback Machine's ``id_`` serves them too. The body is as it was, unrewritten:
+a link in a raw page opened in a browser leads where it led (the web pages' frame
+is the rewritten view). An archived URL put in a path of this server is
+percent-encoded whole when a browser would resolve its dot segments (``url_for_path``).
 """
 
 from __future__ import annotations
@@ -37,13 +38,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from web_index.archive import (
-    ARCHIVED_PREFIX,
-    BROWSING,
     HOP_BY_HOP,
     CdxQuery,
     Collection,
+    collection_sources,
     content_policy,
-    navigable,
     parse_cdx_query,
     served_name,
     url_for_path,
@@ -98,21 +97,14 @@ async def memento(request: Request) -> Response:
     if not raw:
         return RedirectResponse(base + url_for_path(fields["url"]), status_code=302)
     headers: list[tuple[str, str]] = []
-    # A browser opening a raw page: its links lead to the live web, unrewritten. Its text, then
-    # (clients of the API, pywb and cdx_toolkit among them, send no Sec-Fetch-Dest).
-    as_text = request.headers.get("sec-fetch-dest") in BROWSING and navigable(
-        response.headers.get("content-type") or ""
-    )
     for name, value in wire_headers(response.headers, response.data):
         if name.lower() in HOP_BY_HOP:
             continue
         if name.lower() == "location":
             headers.append((name, base + url_for_path(urljoin(fields["url"], value))))
-        elif name.lower() == "content-type" and as_text:
-            headers += [(ARCHIVED_PREFIX + name, value), ("content-type", "text/plain")]
         else:  # what else a browser would do for this server's origin, under a name of its own
             headers.append((served_name(name), value))
-    policy = content_policy(f"{server_root(request)}/{coll.name}/")  # another collection may be live
+    policy = content_policy(collection_sources(server_root(request), f"/{coll.name}/"))
     headers += [
         *memento_headers(fields, moment, base),
         ("content-security-policy", policy),
@@ -185,7 +177,7 @@ async def _timegate(request: Request, coll: Collection, url: str) -> Response:
         return not_found(url)
     fields, moment = found[0]
     root = f"{server_root(request)}/{coll.name}"
-    chosen = f"{root}/{fields['timestamp']}id_/{fields['url']}"
+    chosen = f"{root}/{fields['timestamp']}id_/{url_for_path(fields['url'])}"
     date = format_datetime(moment, usegmt=True)
     link = (
         f'<{url}>; rel="original", '

@@ -13,6 +13,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from web_index.archive import url_for_path
 from web_index.server._api import authorize
 from web_index.server._body import read_body
 from web_index.server._errors import ApiError, bad_parameter
@@ -55,7 +56,8 @@ def _answer(job: SaveJob, coll: str) -> dict[str, Any]:
     out: dict[str, Any] = {"url": job.url, "state": job.state}
     if job.capture is not None:
         stamp, url = job.capture["timestamp"], job.capture["url"]
-        out["capture"] = {"timestamp": stamp, "url": url, "memento": f"/{coll}/{stamp}id_/{url}"}
+        memento = f"/{coll}/{stamp}id_/{url_for_path(url)}"
+        out["capture"] = {"timestamp": stamp, "url": url, "memento": memento}
     else:
         out["reason"] = job.reason
     if saved is not None:

@@ -16,7 +16,7 @@ from email.utils import format_datetime
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from web_index.archive import MAX_LIMIT, parse_cdx_query
+from web_index.archive import MAX_LIMIT, parse_cdx_query, url_for_path
 from web_index.server._cdx import collection, find_cut, not_found
 from web_index.server._errors import ApiError
 from web_index.server._mementos import server_root, target_url
@@ -34,7 +34,7 @@ async def timemap(request: Request) -> Response:
     if not captures:
         return not_found(url)
     root = f"{server_root(request)}/{coll.name}"
-    mementos = [(f"{root}/{c['timestamp']}id_/{c['url']}", moment) for c, moment in captures]
+    mementos = [(f"{root}/{c['timestamp']}id_/{url_for_path(c['url'])}", moment) for c, moment in captures]
     if form == "json":
         body = {
             "original_uri": url,

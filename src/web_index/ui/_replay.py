@@ -19,7 +19,7 @@ from selectolax.lexbor import LexborHTMLParser
 from starlette.requests import Request
 from starlette.responses import Response
 
-from web_index.archive import content_policy, navigable, parse_cdx_query, url_for_path
+from web_index.archive import collection_sources, content_policy, inert, parse_cdx_query, url_for_path
 from web_index.crawl import CSS_IMPORT, CSS_URL, is_html
 from web_index.errors import InvalidRecordError
 from web_index.fetch import decode_body
@@ -36,9 +36,12 @@ _URL_ATTRIBUTES = {
     "formaction": ("button", "input"),
     "xlink:href": ("use", "image"),
 }
+_CHARSET = re.compile(r"charset\s*=\s*[\"']?([A-Za-z0-9._:-]+)", re.IGNORECASE)
 _DROPPED_ATTRIBUTES = ("integrity", "ping")  # a rewritten body fails its hash; pings reach out
-# A refresh's delay (browsers take "0.5" too) and its URL, after "url=" or not (they take both).
-_REFRESH = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*[;,]\s*(?:url\s*=\s*)?(.*)$", re.IGNORECASE)
+# A refresh as the HTML standard reads it: a delay (digits and dots, ".5" too), then a ";",
+# a "," or white space, then the URL, after "url=" or not, quoted or not.
+_REFRESH_DELAY = re.compile(r"\s*([\d.]*)")
+_REFRESH_URL = re.compile(r"[\s;,]*(?:url\s*=\s*)?", re.IGNORECASE)
 
 
 def _archived(base: str, prefix: str) -> Callable[[str], str | None]:
@@ -126,15 +129,23 @@ def _srcset(value: str, to_archive: Callable[[str], str | None]) -> str:
 
 
 def _refresh(node: object, to_archive: Callable[[str], str | None]) -> None:
+    """A refresh's URL rewritten into the archive; the refresh removed if it names one that
+    cannot be replayed. (Any text after the delay is taken as a URL: whatever a browser would
+    follow, it is rewritten, or gone.)"""
     content = node.attributes.get("content") or ""  # type: ignore[attr-defined]
-    m = _REFRESH.match(content)
-    if m is None or not m.group(2).strip("'\" "):
+    delay = _REFRESH_DELAY.match(content)
+    assert delay is not None  # matches the empty string
+    rest = content[delay.end() :]
+    url = rest[_REFRESH_URL.match(rest).end() :].strip()  # type: ignore[union-attr]
+    if url[:1] in ("'", '"'):
+        url = url[1:].split(url[0], 1)[0]
+    if not url.strip():
         return  # no URL: the page itself again
-    target = to_archive(m.group(2).strip("'\""))
+    target = to_archive(url)
     if target is None:
         node.decompose()  # type: ignore[attr-defined]
     else:
-        node.attrs["content"] = f"{m.group(1)}; url={target}"  # type: ignore[attr-defined]
+        node.attrs["content"] = f"{delay.group(1) or '0'}; url={target}"  # type: ignore[attr-defined]
 
 
 async def replay(request: Request) -> Response:
@@ -148,7 +159,7 @@ async def replay(request: Request) -> Response:
     loaded = await coll.load(query, live=False)
     # Nothing loaded but from this collection's replay: another collection may be the live web.
     root = f"{request.url.scheme}://{request.url.netloc}{request.scope.get('root_path', '')}"
-    policy = content_policy(f"{root}{UI_PREFIX}/{name}/")
+    policy = content_policy(collection_sources(root, f"{UI_PREFIX}/{name}/"))
     headers = {"content-security-policy": policy, "x-content-type-options": "nosniff"}
     if loaded is None:
         return Response(b"", status_code=404, headers=headers)
@@ -170,8 +181,11 @@ async def replay(request: Request) -> Response:
         text, _ = decode_body(body, ctype)
         out = rewrite_css(text, fields["url"], prefix).encode()
         return Response(out, status_code=status, media_type="text/css; charset=utf-8", headers=headers)
-    if navigable(ctype) and request.headers.get("sec-fetch-dest") != "image":
-        # SVG, XML, a type not one (an SVG in an <img> is inert): shown as a page, its links
-        # would lead out of the archive, unrewritten. Its text, then.
-        return Response(body, status_code=status, media_type="text/plain", headers=headers)
-    return Response(body, status_code=status, media_type=ctype or "application/octet-stream", headers=headers)
+    svg_image = request.headers.get("sec-fetch-dest") == "image" and ctype.lower().startswith("image/svg+xml")
+    if inert(ctype) or svg_image:  # an SVG an <img> shows is inert: no link, no script
+        return Response(body, status_code=status, media_type=ctype, headers=headers)
+    # SVG, XML, a list of types, none: a browser may show it as a page whose links, not
+    # rewritten, lead out of the archive. Its text, then, in its own charset.
+    charset = _CHARSET.search(ctype)
+    media = f"text/plain; charset={charset.group(1)}" if charset else "text/plain"
+    return Response(body, status_code=status, media_type=media, headers=headers)
