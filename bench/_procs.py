@@ -56,3 +56,10 @@ def busy() -> float:
     """CPU seconds the whole machine has been busy (all but idle and iowait)."""
     ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return (sum(ticks) - ticks[3] - ticks[4]) / TICK
+
+
+def code_env(src: Path | None) -> dict[str, str]:
+    """This process's environment, running the ``web_index`` package at ``src`` (a tree's
+    ``src`` folder, through ``PYTHONPATH``) when given, else the venv's."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return env | {"PYTHONPATH": str(src)} if src else env

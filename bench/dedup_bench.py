@@ -59,7 +59,7 @@ import _site
 import load_bench
 import synth
 from _dedup_report import PARTS, TARGETS, report
-from _procs import free_port, stop
+from _procs import code_env, free_port, stop
 from _results import save
 from site_bench import RUST_BOOKS, git, machine
 from store_bench import _body_column_bytes
@@ -80,11 +80,6 @@ def niced() -> Iterator[None]:
         yield
     finally:
         os.setpriority(os.PRIO_PROCESS, 0, 0)  # root may lower it again
-
-
-def code_env(src: Path | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return env | {"PYTHONPATH": str(src)} if src else env
 
 
 def store_bytes(root: Path) -> dict[str, Any]:

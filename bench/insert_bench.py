@@ -38,7 +38,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _results  # noqa: E402
-from _procs import busy  # noqa: E402
+from _procs import busy, code_env  # noqa: E402
 
 _CHILD = """
 import json, pickle, sys, time
@@ -55,11 +55,6 @@ print(json.dumps({"seconds": seconds}))
 """
 
 
-def _env(src: Path | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return env | {"PYTHONPATH": str(src)} if src else env
-
-
 def _run(items: Path, root: Path, mode: str, src: Path | None) -> dict[str, Any]:
     import json
 
@@ -67,7 +62,7 @@ def _run(items: Path, root: Path, mode: str, src: Path | None) -> dict[str, Any]
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(items), str(root), mode],
-        env=_env(src),
+        env=code_env(src),
         capture_output=True,
         text=True,
         check=False,

@@ -63,8 +63,8 @@ _PRIVATE = _nets(
 
 # IPv6 addresses whose last 32 bits are an IPv4 address a host may reach through them:
 # IPv4-compatible (deprecated, but still routed where a sit tunnel is up), SIIT's
-# IPv4-translated, and NAT64's well-known prefix (RFC 6052). (IPv4-mapped and 6to4 have
-# ipaddress properties of their own, below.)
+# IPv4-translated, and NAT64's well-known prefix and local-use block in its /96 form (RFC 6052,
+# 8215). (IPv4-mapped and 6to4 have ipaddress properties of their own, below.)
 _EMBEDS_IPV4 = _nets("::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/96")
 
 

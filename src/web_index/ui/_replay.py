@@ -40,8 +40,7 @@ _CHARSET = re.compile(r"charset\s*=\s*[\"']?([A-Za-z0-9._:-]+)", re.IGNORECASE)
 _DROPPED_ATTRIBUTES = ("integrity", "ping")  # a rewritten body fails its hash; pings reach out
 # A refresh as the HTML standard reads it: a delay (digits and dots, ".5" too), then a ";",
 # a "," or white space, then the URL, after "url=" or not, quoted or not.
-_REFRESH_DELAY = re.compile(r"\s*([\d.]*)")
-_REFRESH_URL = re.compile(r"[\s;,]*(?:url\s*=\s*)?", re.IGNORECASE)
+_REFRESH = re.compile(r"\s*([\d.]*)[\s;,]*(?:url\s*=\s*)?(.*)", re.IGNORECASE | re.DOTALL)
 
 
 def _archived(base: str, prefix: str) -> Callable[[str], str | None]:
@@ -133,10 +132,8 @@ def _refresh(node: object, to_archive: Callable[[str], str | None]) -> None:
     cannot be replayed. (Any text after the delay is taken as a URL: whatever a browser would
     follow, it is rewritten, or gone.)"""
     content = node.attributes.get("content") or ""  # type: ignore[attr-defined]
-    delay = _REFRESH_DELAY.match(content)
-    assert delay is not None  # matches the empty string
-    rest = content[delay.end() :]
-    url = rest[_REFRESH_URL.match(rest).end() :].strip()  # type: ignore[union-attr]
+    delay, url = _REFRESH.fullmatch(content).groups()  # type: ignore[union-attr]  # matches any text
+    url = url.strip()
     if url[:1] in ("'", '"'):
         url = url[1:].split(url[0], 1)[0]
     if not url.strip():
@@ -145,7 +142,7 @@ def _refresh(node: object, to_archive: Callable[[str], str | None]) -> None:
     if target is None:
         node.decompose()  # type: ignore[attr-defined]
     else:
-        node.attrs["content"] = f"{delay.group(1) or '0'}; url={target}"  # type: ignore[attr-defined]
+        node.attrs["content"] = f"{delay or '0'}; url={target}"  # type: ignore[attr-defined]
 
 
 async def replay(request: Request) -> Response:
