@@ -26,6 +26,8 @@ PAGE = "https://example.com/news?id=7"
 OLD = "http://example.com/old"
 HOSTILE = "http://example.com/hostile"
 JUMP = "http://example.com/jump"
+VIDEO = "http://example.com/clip.mp4"
+CLIP = bytes(range(256)) * 4
 # Archived fields a browser acts on for the origin that serves them: none may reach the
 # archive's own origin (its cookies, a refresh to the live web, reports sent there...).
 _ACTING = {
@@ -89,6 +91,8 @@ def http(tmp_path: Path) -> Iterator[httpx.Client]:
         hostile = {**html, **_ACTING, "etag": '"v1"', "last-modified": "Wed, 01 May 2024 08:00:00 GMT"}
         page = _response(HOSTILE, HOSTILE, T0, 200, hostile, b"<p>hi</p>")
         index.insert("get", HOSTILE, T0, _meta(HOSTILE), [page])
+        video = {"content-type": "video/mp4", "accept-ranges": "none", "etag": '"clip"'}
+        index.insert("get", VIDEO, T0, _meta(VIDEO), [_response(VIDEO, VIDEO, T0, 200, video, CLIP)])
         with serving(index) as client:
             yield client
 
@@ -133,6 +137,31 @@ def test_archived_fields_a_browser_acts_on_are_served_under_names_of_their_own(h
         "last-modified": "Wed, 01 May 2024 08:00:00 GMT",
     }
     assert {name: got.headers[name] for name in kept} == kept
+
+
+def test_a_memento_serves_the_byte_range_asked(http: httpx.Client) -> None:
+    """A player seeks in a replayed video by ranges: a 206 of the bytes asked, a 416 past the
+    end, the whole body where the range names another version; the archived Accept-Ranges
+    is the origin's, not this server's, so it is served under a name of its own."""
+    path = f"/store/{_stamp(T0)}id_/{VIDEO}"
+    whole = http.get(path)
+    assert whole.status_code == 200 and whole.content == CLIP
+    assert whole.headers["accept-ranges"] == "bytes"
+    assert whole.headers["x-archive-orig-accept-ranges"] == "none"
+    part = http.get(path, headers={"range": "bytes=1000-"})
+    assert part.status_code == 206 and part.content == CLIP[1000:]
+    assert part.headers["content-range"] == f"bytes 1000-1023/{len(CLIP)}"
+    assert part.headers["content-length"] == "24" and part.headers["memento-datetime"]
+    assert part.headers["content-type"] == "video/mp4"
+    tail = http.get(path, headers={"range": "bytes=-10", "if-range": '"clip"'})
+    assert tail.status_code == 206 and tail.content == CLIP[-10:]
+    past = http.get(path, headers={"range": f"bytes={len(CLIP)}-"})
+    assert past.status_code == 416 and past.content == b""
+    assert past.headers["content-range"] == f"bytes */{len(CLIP)}"
+    changed = http.get(path, headers={"range": "bytes=0-9", "if-range": '"another"'})
+    assert changed.status_code == 200 and changed.content == CLIP
+    moved = http.get(f"/store/{_stamp(T0)}id_/{OLD}", headers={"range": "bytes=0-1"})
+    assert moved.status_code == 301 and "content-range" not in moved.headers  # as archived
 
 
 def test_a_redirect_to_a_dotted_url_points_at_its_memento_as_a_browser_reads_it(http: httpx.Client) -> None:
@@ -246,6 +275,10 @@ def test_pywb_replays_through_the_memento_protocol(http: httpx.Client, tmp_path:
         assert raw.content == b"<html><body><p>Day 0 news</p></body></html>"
         timemap = pywb.client.get(f"{pywb.base_url}/{pywb.collection}/timemap/link/{PAGE}")
         assert timemap.status_code == 200 and timemap.text.count('rel="memento"') == 2, pywb.log_tail()
+        # A player seeking through pywb in a video that lives only here.
+        seek = pywb.client.get(pywb.replay_url(VIDEO, _stamp(T0)), headers={"range": "bytes=1000-"})
+        assert seek.status_code == 206 and seek.content == CLIP[1000:], pywb.log_tail()
+        assert seek.headers["content-range"] == f"bytes 1000-1023/{len(CLIP)}"
 
 
 def test_a_policy_names_a_collection_s_paths_but_on_an_ipv6_literal() -> None:

@@ -41,6 +41,8 @@ from web_index.archive._http import inert as inert
 from web_index.archive._http import served_name as served_name
 from web_index.archive._http import wire_headers as wire_headers
 from web_index.archive._import import ImportReport, import_warcs
+from web_index.archive._ranges import Ranged as Ranged
+from web_index.archive._ranges import ranged as ranged
 from web_index.archive._sources import ArchiveFile, archive_files
 from web_index.archive._sources import wacz_files as wacz_files
 from web_index.archive._wacz import WaczReport, export_wacz

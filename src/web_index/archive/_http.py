@@ -81,7 +81,6 @@ _SERVED_AS_IS = frozenset(
         "content-disposition",
         "last-modified",
         "etag",
-        "accept-ranges",
     ]
 )
 _PIECE = 1 << 12  # fed to the decoder at a time: a break loses at most this much

@@ -44,6 +44,7 @@ from web_index.archive import (
     collection_sources,
     content_policy,
     parse_cdx_query,
+    ranged,
     served_name,
     url_for_path,
     url_in_path,
@@ -96,10 +97,14 @@ async def memento(request: Request) -> Response:
     base = memento_base(request, coll.name, fields)
     if not raw:
         return RedirectResponse(base + url_for_path(fields["url"]), status_code=302)
+    body = response.data or b""
+    archived = {name.lower(): value for name, value in response.headers.items()}
+    part = ranged(body, response.status_code, request.headers, archived)
+    ours = {name for name, _ in part.headers}
     headers: list[tuple[str, str]] = []
     for name, value in wire_headers(response.headers, response.data):
-        if name.lower() in HOP_BY_HOP:
-            continue
+        if name.lower() in HOP_BY_HOP or served_name(name).lower() in ours:
+            continue  # an archived Content-Range: a 206 of this server has its own
         if name.lower() == "location":
             headers.append((name, base + url_for_path(urljoin(fields["url"], value))))
         else:  # what else a browser would do for this server's origin, under a name of its own
@@ -109,11 +114,12 @@ async def memento(request: Request) -> Response:
         *memento_headers(fields, moment, base),
         ("content-security-policy", policy),
         ("x-content-type-options", "nosniff"),
+        *part.headers,
     ]
-    out = Response(response.data or b"", status_code=response.status_code)
+    out = Response(part.body, status_code=part.status or response.status_code)
     out.raw_headers = [
         *((n.encode("latin-1", "replace"), v.encode("latin-1", "replace")) for n, v in headers),
-        (b"content-length", str(len(response.data or b"")).encode()),
+        (b"content-length", str(len(part.body)).encode()),
     ]
     return out
 

@@ -19,7 +19,7 @@ from selectolax.lexbor import LexborHTMLParser
 from starlette.requests import Request
 from starlette.responses import Response
 
-from web_index.archive import collection_sources, content_policy, inert, parse_cdx_query, url_for_path
+from web_index.archive import collection_sources, content_policy, inert, parse_cdx_query, ranged, url_for_path
 from web_index.crawl import CSS_IMPORT, CSS_URL, is_html
 from web_index.errors import InvalidRecordError
 from web_index.fetch import decode_body
@@ -180,7 +180,13 @@ async def replay(request: Request) -> Response:
         return Response(out, status_code=status, media_type="text/css; charset=utf-8", headers=headers)
     svg_image = request.headers.get("sec-fetch-dest") == "image" and ctype.lower().startswith("image/svg+xml")
     if inert(ctype) or svg_image:  # an SVG an <img> shows is inert: no link, no script
-        return Response(body, status_code=status, media_type=ctype, headers=headers)
+        # A replayed video or audio seeks by ranges, as it would on the web.
+        archived = {name.lower(): value for name, value in response.headers.items()}
+        part = ranged(body, status, request.headers, archived)
+        served = Response(part.body, status_code=part.status or status, media_type=ctype, headers=headers)
+        for name, value in part.headers:
+            served.headers[name] = value
+        return served
     # SVG, XML, a list of types, none: a browser may show it as a page whose links, not
     # rewritten, lead out of the archive. Its text, then, in its own charset.
     charset = _CHARSET.search(ctype)
