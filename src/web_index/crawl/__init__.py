@@ -1,5 +1,6 @@
 """The crawl and site-search pipeline: messages, brokers and the workers' roles."""
 
+from web_index.crawl._css import replace_css_urls as replace_css_urls
 from web_index.crawl._failures import FailureGroup
 from web_index.crawl._indexer import Indexer
 from web_index.crawl._local_packs import LocalPacks
@@ -45,8 +46,6 @@ from web_index.crawl._pipeline import (
     store_packs,
 )
 from web_index.crawl._placement import Placement
-from web_index.crawl._requisites import CSS_IMPORT as CSS_IMPORT
-from web_index.crawl._requisites import CSS_URL as CSS_URL
 from web_index.crawl._requisites import css_requisites, requisites_of
 from web_index.crawl._roles import Crawler, Packer, Timer
 from web_index.crawl._routing import SearchRouter

@@ -8,11 +8,11 @@ attributes into the archive."""
 from __future__ import annotations
 
 import asyncio
-import re
 from urllib.parse import urljoin
 
 from selectolax.lexbor import LexborHTMLParser
 
+from web_index.crawl._css import css_urls
 from web_index.crawl._messages import CrawlSpec, Index, encode
 from web_index.crawl._pages import _looks_binary, normalise
 from web_index.crawl.queues import Broker
@@ -20,8 +20,6 @@ from web_index.fetch import RobotsCache, decode_body
 from web_index.models import Response
 
 __all__ = [
-    "CSS_IMPORT",
-    "CSS_URL",
     "LOADED_ATTRIBUTES",
     "css_requisites",
     "queue_requisites",
@@ -53,8 +51,6 @@ LOADED_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("td[background]", "background"),
 )
 _LOADED_RELS = {"stylesheet", "icon", "shortcut", "apple-touch-icon", "preload", "modulepreload", "manifest"}
-CSS_URL = re.compile(r"""url\(\s*(['"]?)(.*?)\1\s*\)""", re.IGNORECASE | re.DOTALL)
-CSS_IMPORT = re.compile(r"""@import\s+(['"])(.*?)\1""", re.IGNORECASE)
 _MAX = 2_000  # requisites a page: a page of 100,000 images is read, not all of it fetched
 
 
@@ -66,8 +62,7 @@ def srcset_urls(value: str) -> list[str]:
 def css_requisites(css: str, base: str) -> list[str]:
     """The URLs a stylesheet (or ``style`` attribute) at ``base`` loads: its
     ``url()``\\ s and ``@import``\\ s, normalised, each once, in order."""
-    found = [m.group(2) for m in CSS_IMPORT.finditer(css)] + [m.group(2) for m in CSS_URL.finditer(css)]
-    return _unique(found, base)
+    return _unique(css_urls(css), base)
 
 
 def stylesheet_requisites(response: Response) -> list[str]:
@@ -102,10 +97,9 @@ def requisites_of(body: bytes, content_type: str | None, url: str) -> list[str]:
     for node in doc.css("img[srcset], source[srcset], img[data-srcset]"):
         raw += srcset_urls(node.attributes.get("srcset") or node.attributes.get("data-srcset") or "")
     for node in doc.css("style"):
-        raw += [m.group(2) for m in CSS_IMPORT.finditer(node.text())]
-        raw += [m.group(2) for m in CSS_URL.finditer(node.text())]
+        raw += css_urls(node.text())
     for node in doc.css("[style]"):
-        raw += [m.group(2) for m in CSS_URL.finditer(node.attributes.get("style") or "")]
+        raw += css_urls(node.attributes.get("style") or "")
     return _unique(raw, base)
 
 

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from web_index.archive import collection_sources, content_policy, inert, parse_cdx_query, ranged, url_for_path
-from web_index.crawl import CSS_IMPORT, CSS_URL, is_html
+from web_index.crawl import is_html, replace_css_urls
 from web_index.errors import InvalidRecordError
 from web_index.fetch import decode_body
 from web_index.ui._render import UI_PREFIX, UiError, store_of, target_url
@@ -66,18 +66,10 @@ def _archived(base: str, prefix: str) -> Callable[[str], str | None]:
 
 
 def rewrite_css(css: str, base: str, prefix: str) -> str:
-    """``css`` with every ``url()`` and ``@import`` pointing into the archive."""
+    """``css`` with every URL it names (``url()``, ``image-set()``, ``@import``) pointing
+    into the archive, and any that cannot be replayed emptied."""
     to_archive = _archived(base, prefix)
-
-    def url(m: re.Match[str]) -> str:
-        target = to_archive(m.group(2))
-        return f'url("{target}")' if target is not None else 'url("")'
-
-    def imported(m: re.Match[str]) -> str:
-        target = to_archive(m.group(2))
-        return f'@import "{target}"' if target is not None else '@import ""'
-
-    return CSS_IMPORT.sub(imported, CSS_URL.sub(url, css))
+    return replace_css_urls(css, lambda url: to_archive(url) or "")
 
 
 def rewrite_html(html: str, base: str, prefix: str) -> str:
