@@ -23,11 +23,18 @@ _FORMS = [
     ('a {{ background: -webkit-image-set("{}" 2x type("image/png")) }}', _QUOTABLE),
     ("a {{ background: image-set(url({}) 1x) }}", _PLAIN),
     ('@import "{}";', _QUOTABLE),
+    ('@import "{}" supports(content: "x") screen;', _QUOTABLE),  # "x" is no URL
     ("@import /* first */ url({}) screen;", _PLAIN),
     ('@font-face {{ src: url("{}") format("woff2") }}', _QUOTABLE),
     ("@media print {{ b {{ list-style: url({}) }} }}", _PLAIN),
 ]
-_NOT_URLS = ['a::before { content: "not a url" }', 'q { quotes: "«" "»" }', "p { color: red }"]
+_NOT_URLS = [
+    'a::before { content: "not a url" }',
+    'q { quotes: "«" "»" }',
+    "p { color: red }",
+    "@namespace svg url(http://www.w3.org/2000/svg);",  # a name: it loads nothing
+    '@namespace "http://www.w3.org/1999/xhtml";',
+]
 
 
 @st.composite

@@ -1,9 +1,9 @@
 """The URLs a stylesheet (or a ``style`` attribute) names, found and replaced as a
 browser's CSS tokenizer reads them (tinycss2): ``url()`` quoted or not and however
 escaped (``u\\72l(…)`` is ``url(…)`` to a browser), the strings of ``image-set()``,
-the string after ``@import``. A pattern over the text misses what a tokenizer
-reads otherwise: a crawl would not fetch such an image, and a replay would leave
-it pointing at the live web."""
+the string after ``@import``; not ``@namespace``'s URL, which loads nothing. A
+pattern over the text misses what a tokenizer reads otherwise: a crawl would not
+fetch such an image, and a replay would leave it pointing at the live web."""
 
 from __future__ import annotations
 
@@ -43,10 +43,17 @@ def replace_css_urls(css: str, replace: Callable[[str], str]) -> str:
 
 
 def _visit(nodes: Iterable[Any], replace: Callable[[str], str]) -> None:
-    importing = False
+    rule = None  # the at-rule whose prelude is being read (up to its ";" or block)
     for node in nodes:
         kind = node.type
-        if kind == "url":
+        if kind in _BETWEEN:
+            continue
+        if kind == "at-keyword":
+            rule = node.lower_value
+            continue
+        if rule == "namespace":
+            pass  # a namespace's URL is a name: it loads nothing, and a selector matches it as written
+        elif kind == "url":
             _set(node, replace(node.value))
         elif kind == "function":
             name = node.lower_name
@@ -57,12 +64,10 @@ def _visit(nodes: Iterable[Any], replace: Callable[[str], str]) -> None:
             _visit(node.arguments, replace)
         elif kind in _BLOCKS:
             _visit(node.content, replace)
-        elif importing and kind == "string":
+        elif kind == "string" and rule == "import":  # its prelude's one string is its URL
             _set(node, replace(node.value))
-        if kind == "at-keyword":
-            importing = node.lower_value == "import"
-        elif kind not in _BETWEEN:
-            importing = False
+        if kind == "{} block" or (kind == "literal" and node.value == ";"):
+            rule = None
 
 
 def _set(token: Any, url: str) -> None:
