@@ -244,3 +244,31 @@ def capture_index_files(root: Path) -> dict[str, bytes]:
 
 def _no_decompression(*_args: object) -> bytes:
     raise AssertionError("a page decompressed again")
+
+
+def test_a_commit_waits_for_what_the_spool_disk_and_the_merge_allow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default a load commits at 8 GiB spilled, or at half the spool disk's free space if that
+    is less (the spill stays there until its commit has written the files); a load told its
+    ``commit_bytes`` commits at those."""
+    from web_index import _bulk_load
+
+    gib = 1 << 30
+    assert _bulk_load.default_commit_bytes(100 * gib) == 8 * gib
+    assert _bulk_load.default_commit_bytes(6 * gib) == 3 * gib
+    assert _bulk_load.default_commit_bytes(0) == 256 << 20
+    items = _items(0, 30)
+    with WebIndex(tmp_path / "a") as index, index.bulk_load(chunk=10) as load:
+        load.add(items)
+        assert load.commits == 0  # three chunks spilled, far from any bound
+    assert load.commits == 1
+    # A disk with little room (and no least size): the spill commits once it holds half of it.
+    monkeypatch.setattr(_bulk_load, "_COMMIT_LEAST", 0)
+    monkeypatch.setattr(load_module.Spill, "free_bytes", property(lambda self: 2))
+    with WebIndex(tmp_path / "b") as index:
+        with index.bulk_load(chunk=10) as load:
+            load.add(items[:10])
+            assert load.commits == 1
+            load.add(items[10:])
+        assert load.commits == 3 and _present(index, items) == [True] * 30

@@ -353,11 +353,12 @@ def test_a_worker_that_raises_fails_the_load_and_leaves_the_store_as_it_was(tmp_
 def test_a_load_with_workers_builds_its_month_indexes_in_a_process_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A load of several commits never builds a month index in its own process (a build's
-    memory stays with the process that ran it, docs/performance.md): with this process's
-    builder broken, a load with workers still indexes every month it wrote (one process's
-    load fails, and so does a load of one commit, which builds here), and the index is the
-    one this process builds from the same files."""
+    """A load of several commits, or of one big commit, never builds a month index in its own
+    process (a build's memory stays with the process that ran it, docs/performance.md): with
+    this process's builder broken, a load with workers still indexes every month it wrote (one
+    process's load fails, and so does a small load of one commit, which builds here), and the
+    index is the one this process builds from the same files."""
+    from web_index import _bulk_load
     from web_index.storage.indexes import _month_build
 
     items = _items(0, 30)
@@ -403,6 +404,11 @@ def test_a_load_with_workers_builds_its_month_indexes_in_a_process_of_its_own(
             index.bulk_load(**options) as load,
         ):
             load.add(items)
+    # One commit past _APART_BYTES (a big month's build would stay in this process) builds apart.
+    monkeypatch.setattr(_bulk_load, "_APART_BYTES", 1)
+    with WebIndex(tmp_path / "x") as index, index.bulk_load(jobs=2, chunk=10) as load:
+        load.add(items)
+    assert load.commits == 1 and sorted(p.name for p in (tmp_path / "x" / "_index").rglob("*.keys"))
 
 
 def test_a_month_build_that_dies_fails_the_load_and_the_next_compaction_builds_it(

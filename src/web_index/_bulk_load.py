@@ -13,7 +13,7 @@ from web_index.ingest import Limits
 from web_index.models import AttemptRows, PageKey
 from web_index.storage import Chunks, MethodPartition, Partition, PartitionFiles, Store, WriteOptions
 
-__all__ = ["BulkLoad"]
+__all__ = ["BulkLoad", "default_commit_bytes"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -32,6 +32,17 @@ class Handed(Protocol):
 
 
 _CHUNK_BYTES = 64 << 20  # bodies held before a chunk is spilled (each ~3 times while it is)
+# The spill a commit waits for by default. Past one commit a load writes its partitions twice
+# (a part file a commit, then the compaction that merges them: a 3 GiB import of WARCs took
+# 163.6 s in two commits, 112.1 s in one), so the bigger the better, but for two bounds: a
+# commit's merge holds a batch of each chunk spilled (8 GiB is ~128 chunks of 64 MiB), and the
+# spill stays on the spool's disk until the commit has written its files (half its free space).
+_COMMIT_MOST = 8 << 30
+_COMMIT_LEAST = 256 << 20
+# A commit past this many spilled bytes builds its months' indexes in a process of its own when
+# the load has workers, as every commit before the last does: a build holds its whole month (a
+# 3 GiB import's loader grew from 122 to 329 MiB building its months after one commit).
+_APART_BYTES = 4 << 30
 _GET_ROW = 15  # values in a GET response row (its body last); a HEAD row has 14
 _NEVER = 1 << 62  # commit_bytes of a load that never commits: it hands over
 
@@ -56,7 +67,7 @@ class BulkLoad:
         limits: Limits,
         *,
         chunk: int = 50_000,
-        commit_bytes: int = 4 << 30,
+        commit_bytes: int | None = None,
         on_progress: Callable[[int, int], None] | None = None,
         jobs: int = 1,
         reopen: tuple[str, str | None] | None = None,
@@ -75,7 +86,10 @@ class BulkLoad:
         self._commits = 0
         self.staged: list[tuple[Partition, str]] = []
         """With ``stage``: each partition written, and its staged file."""
+        if commit_bytes is None:
+            commit_bytes = default_commit_bytes(self._spill.free_bytes)
         self._commit_bytes = commit_bytes
+        self._spilled = 0  # bytes the commits so far took from the spill
         self._limits = limits
         self._chunk = chunk
         self._on_progress = on_progress
@@ -235,6 +249,7 @@ class BulkLoad:
             self.staged += self._store.stage_spill(self._spill, f"{self._stage}/{self._commits}")
             return
         attempts = self._spill.attempts
+        self._spilled += self._spill.bytes
         written, parted = self._store.commit_spill(self._spill)
         self._written |= written
         self._parted |= parted
@@ -263,11 +278,11 @@ class BulkLoad:
                     index_also=self._written,
                     on_progress=self._on_progress,
                     run=self._run(),
-                    # A load of one commit builds its months' indexes here, as it always
-                    # did: building apart costs a process start (~0.3-0.6 s), and what this
-                    # process keeps of a build weighs on a load still to commit (or on
-                    # whatever this process does next, which is not known here).
-                    apart=self.has_workers and self._commits > 1,
+                    # A small load of one commit builds its months' indexes here: building
+                    # apart costs a process start (~0.3-0.6 s). A bigger one builds apart, as
+                    # a load of several does: what this process keeps of a build of a big
+                    # month weighs on whatever it does next, which is not known here.
+                    apart=self.has_workers and (self._commits > 1 or self._spilled > _APART_BYTES),
                     month_rows=self._spill.month_rows,  # removed by close, below
                 )
             finally:
@@ -306,6 +321,12 @@ class BulkLoad:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.finish()
+
+
+def default_commit_bytes(free: int) -> int:
+    """The spill a commit waits for when the load is not told: as much as a commit's merge and
+    the spool's disk (``free`` bytes of it) allow."""
+    return max(_COMMIT_LEAST, min(_COMMIT_MOST, free // 2))
 
 
 def _compact(

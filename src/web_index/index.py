@@ -176,7 +176,7 @@ class WebIndex:
         self,
         *,
         chunk: int = 50_000,
-        commit_bytes: int = 4 << 30,
+        commit_bytes: int | None = None,
         on_progress: Callable[[int, int], None] | None = None,
         jobs: int = 1,
     ) -> BulkLoad:
@@ -186,11 +186,13 @@ class WebIndex:
         Use it as a context manager and :meth:`BulkLoad.add` items as to
         :meth:`insert_many`; they are spilled ``chunk`` attempts at a time
         (sooner if their bodies pass 64 MiB), sorted by partition, into files of
-        the store's spool folder; once ``commit_bytes`` are spilled, and at the
-        end of the ``with`` block, every partition spilled is written in one
-        file. The end of the block also compacts every partition the load added
-        a part file to (one that had files already) and brings the
-        month and capture indexes up to date, also when the block raised.
+        the store's spool folder; once ``commit_bytes`` are spilled (by default
+        8 GiB, or half the spool disk's free space if less), and at the end of
+        the ``with`` block, every partition spilled is written in one file.
+        The end of the block also compacts every partition the load added a
+        part file to (one that had files already, an earlier commit's too) and
+        brings the month and capture indexes up to date, also when the block
+        raised.
         ``on_progress(done, total)`` follows that last step.
 
         ``jobs`` > 1: worker processes write each commit's files (docs/api.md#bulk-loads).

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -180,6 +181,11 @@ class Spill:
             self._where.setdefault(partition, []).append((start + f, run._replace(path=paths[run.path])))
         self.attempts += chunks.attempts
         self.bytes += chunks.bytes
+
+    @property
+    def free_bytes(self) -> int:
+        """The free space of the disk the spill is on (where it waits for its commit)."""
+        return shutil.disk_usage(self._folder).free
 
     @property
     def month_rows(self) -> MonthRows | None:

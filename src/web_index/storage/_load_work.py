@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 # A partition's rows in a chunk are spilled in record batches of about this: a partition merged
-# as read holds a batch of each chunk of its commit (~64 of them at 4 GiB a commit).
+# as read holds a batch of each chunk of its commit (~128 of them at 8 GiB, a commit's default size).
 BATCH_BYTES = 1 << 20
 # A partition's spilled bytes past which it is merged as read, not gathered: a gathered one is
 # held ~3-6 times over in a worker (its batches, sorted, shared, written, its lines), and two
