@@ -34,9 +34,10 @@ class Handed(Protocol):
 _CHUNK_BYTES = 64 << 20  # bodies held before a chunk is spilled (each ~3 times while it is)
 # The spill a commit waits for by default. Past one commit a load writes its partitions twice
 # (a part file a commit, then the compaction that merges them: a 3 GiB import of WARCs took
-# 163.6 s in two commits, 112.1 s in one), so the bigger the better, but for two bounds: a
-# commit's merge holds a batch of each chunk spilled (8 GiB is ~128 chunks of 64 MiB), and the
-# spill stays on the spool's disk until the commit has written its files (half its free space).
+# 153.6 s in two commits, 101.5 s in one, bench/results/warc-3gib-s23*.md), so the bigger the
+# better, but for two bounds: a commit's merge holds a batch of each chunk spilled (8 GiB is
+# ~128 chunks of 64 MiB), and the spill stays on the spool's disk until the commit has written
+# its files (half its free space).
 _COMMIT_MOST = 8 << 30
 _COMMIT_LEAST = 256 << 20
 # A commit past this many spilled bytes builds its months' indexes in a process of its own when
