@@ -48,13 +48,9 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
 
 
 def test_a_replayed_video_is_served_by_the_ranges_the_browser_asks(tab: Any, ui: httpx.Client) -> None:
-    answers: list[Any] = []
-    tab.on("response", lambda r: answers.append(r) if r.url.endswith("/clip.webm") else None)
-    tab.goto(f"/ui/store/{STAMP}if_/{WATCH}")
-    tab.wait_for_function("document.querySelector('video').networkState !== 0")
-    tab.wait_for_timeout(300)  # the media request's answer, read by the response handler
-    assert answers, "the browser asked nothing for the video"
-    first = answers[0]
+    with tab.expect_response(lambda r: r.url.endswith("/clip.webm")) as answer:
+        tab.goto(f"/ui/store/{STAMP}if_/{WATCH}")
+    first = answer.value  # the browser's first request for the video
     asked = first.request.all_headers().get("range")
     assert asked and asked.startswith("bytes=0-"), asked
     assert first.status == 206, first.status
