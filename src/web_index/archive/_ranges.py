@@ -31,37 +31,37 @@ class Ranged(NamedTuple):
     headers: list[tuple[str, str]]
 
 
-_WHOLE: list[tuple[str, str]] = [("accept-ranges", "bytes")]
+_ACCEPT = ("accept-ranges", "bytes")
 
 
 def ranged(body: bytes, status: int, asked: Mapping[str, str], archived: Mapping[str, str]) -> Ranged:
     """The part of ``body`` (a capture's, its status ``status``) that the request's
     fields ``asked`` (lower-case names) select, given the capture's own fields
-    ``archived`` (lower-case names: its ``ETag`` and ``Last-Modified`` are what an
+    ``archived`` (any case: its ``ETag`` and ``Last-Modified`` are what an
     ``If-Range`` is compared with)."""
     if status != 200:
         return Ranged(None, body, [])  # a redirect, an error, a 206 archived: as they were
     value = asked.get("range")
     if value is None or not _unchanged(asked.get("if-range"), archived):
-        return Ranged(None, body, _WHOLE)
+        return Ranged(None, body, [_ACCEPT])
     spec = _SPEC.fullmatch(value.strip())
     if spec is None:
-        return Ranged(None, body, _WHOLE)  # several ranges, another unit, not a range: ignored
+        return Ranged(None, body, [_ACCEPT])  # several ranges, another unit, not a range: ignored
     first, last, size = spec.group(1), spec.group(2), len(body)
     if not first and not last:
-        return Ranged(None, body, _WHOLE)
+        return Ranged(None, body, [_ACCEPT])
     if first:
         start = int(first)
         end = min(int(last), size - 1) if last else size - 1
         if last and int(last) < start:
-            return Ranged(None, body, _WHOLE)  # invalid: a server ignores it
+            return Ranged(None, body, [_ACCEPT])  # invalid: a server ignores it
     else:  # the last N bytes
         start, end = max(size - int(last), 0), size - 1
         if int(last) == 0:
             start = size  # no byte: not satisfiable
     if start >= size:
-        return Ranged(416, b"", [("content-range", f"bytes */{size}"), *_WHOLE])
-    return Ranged(206, body[start : end + 1], [("content-range", f"bytes {start}-{end}/{size}"), *_WHOLE])
+        return Ranged(416, b"", [("content-range", f"bytes */{size}"), _ACCEPT])
+    return Ranged(206, body[start : end + 1], [("content-range", f"bytes {start}-{end}/{size}"), _ACCEPT])
 
 
 def _unchanged(if_range: str | None, archived: Mapping[str, str]) -> bool:
@@ -69,11 +69,12 @@ def _unchanged(if_range: str | None, archived: Mapping[str, str]) -> bool:
     weak one never matches), or its Last-Modified date exactly."""
     if if_range is None:
         return True
+    fields = {name.lower(): value for name, value in archived.items()}  # only when asked
     wanted = if_range.strip()
     if wanted.startswith(('"', "W/")):
-        etag = archived.get("etag", "").strip()
+        etag = fields.get("etag", "").strip()
         return not wanted.startswith("W/") and not etag.startswith("W/") and wanted == etag
-    modified = archived.get("last-modified")
+    modified = fields.get("last-modified")
     if modified is None:
         return False
     try:

@@ -97,14 +97,11 @@ async def memento(request: Request) -> Response:
     base = memento_base(request, coll.name, fields)
     if not raw:
         return RedirectResponse(base + url_for_path(fields["url"]), status_code=302)
-    body = response.data or b""
-    archived = {name.lower(): value for name, value in response.headers.items()}
-    part = ranged(body, response.status_code, request.headers, archived)
-    ours = {name for name, _ in part.headers}
+    part = ranged(response.data or b"", response.status_code, request.headers, response.headers)
     headers: list[tuple[str, str]] = []
     for name, value in wire_headers(response.headers, response.data):
-        if name.lower() in HOP_BY_HOP or served_name(name).lower() in ours:
-            continue  # an archived Content-Range: a 206 of this server has its own
+        if name.lower() in HOP_BY_HOP or (part.status is not None and name.lower() == "content-range"):
+            continue  # an archived Content-Range: a 206 (or 416) of this server has its own
         if name.lower() == "location":
             headers.append((name, base + url_for_path(urljoin(fields["url"], value))))
         else:  # what else a browser would do for this server's origin, under a name of its own

@@ -173,8 +173,7 @@ async def replay(request: Request) -> Response:
     svg_image = request.headers.get("sec-fetch-dest") == "image" and ctype.lower().startswith("image/svg+xml")
     if inert(ctype) or svg_image:  # an SVG an <img> shows is inert: no link, no script
         # A replayed video or audio seeks by ranges, as it would on the web.
-        archived = {name.lower(): value for name, value in response.headers.items()}
-        part = ranged(body, status, request.headers, archived)
+        part = ranged(body, status, request.headers, response.headers)
         served = Response(part.body, status_code=part.status or status, media_type=ctype, headers=headers)
         for name, value in part.headers:
             served.headers[name] = value
