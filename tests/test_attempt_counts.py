@@ -14,8 +14,8 @@ import pytest
 from tests.factories import T0, attempt
 from web_index import FlushPolicy, WebIndex
 from web_index.models import AttemptMetadata, RecordType
-from web_index.storage.indexes import _month as _index
 from web_index.storage.indexes import _month_format as _format
+from web_index.storage.indexes import _month_open
 
 STATES = ["success", "timeout", "error", "blocked"]
 
@@ -75,7 +75,7 @@ def test_verify_finds_a_month_index_whose_counts_lie(tmp_path: Path, lie: str) -
         index.compact()
         assert index.verify().ok
         backend = index._store.backend
-        month = _index.open_month_index(backend, RecordType.GET_METADATA, T0.year, T0.month)
+        month = _month_open.open_month_index(backend, RecordType.GET_METADATA, T0.year, T0.month)
         assert month is not None
         table, covers = month.handle.read(), list(month.covers)
         if lie == "rows":

@@ -29,7 +29,7 @@ from web_index import FlushPolicy, WebIndex, WriteOptions
 from web_index.errors import CorruptFileError
 from web_index.models import PageKey, Query, SimplePageQuery, TimeAwarePageQuery
 from web_index.storage.backends import S3Backend
-from web_index.storage.indexes import _month as _index
+from web_index.storage.indexes import _month_open
 from web_index.storage.pages import _known
 from web_index.storage.pages._reader import body_pages
 
@@ -138,7 +138,7 @@ def test_a_flipped_bit_in_a_local_file_is_an_error_naming_it_or_the_right_answer
                 outcomes["right"] += 1
     finally:
         _replace(target, data)
-        _index._OPEN.clear()
+        _month_open._OPEN.clear()
     assert idx.query(queries) == expected
     idx.close()
     if kind != "index":

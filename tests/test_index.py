@@ -32,6 +32,7 @@ from web_index.storage.backends import LocalBackend
 from web_index.storage.indexes import _month as _index
 from web_index.storage.indexes import _month_build as _build
 from web_index.storage.indexes import _month_format as _format
+from web_index.storage.indexes import _month_open as _open
 
 DOMAINS = ["alpha.com", "beta.org", "gamma.net", "delta.io"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -244,7 +245,7 @@ def test_an_incremental_rebuild_equals_a_fresh_one(store: tuple[Path, list[Query
         idx.compact()  # rebuilds from the old index, rereading changed domains only
     incremental = {p.relative_to(root): _rows(p) for p in (root / "_index").rglob("*.parquet")}
     shutil.rmtree(root / "_index")
-    _index._OPEN.clear()
+    _open._OPEN.clear()
     with WebIndex(root) as idx:
         idx.compact()
     fresh = {p.relative_to(root): _rows(p) for p in (root / "_index").rglob("*.parquet")}
@@ -261,7 +262,7 @@ def test_small_files_read_in_runs_of_any_size_give_the_same_index(
     built = {p.relative_to(root): _rows(p) for p in (root / "_index").rglob("*.parquet")}
     monkeypatch.setattr(_build, "_BATCH_BYTES", 1)
     shutil.rmtree(root / "_index")
-    _index._OPEN.clear()
+    _open._OPEN.clear()
     with WebIndex(root) as idx:
         idx.compact()
     assert {p.relative_to(root): _rows(p) for p in (root / "_index").rglob("*.parquet")} == built
@@ -297,7 +298,7 @@ def test_one_query_at_a_time_equals_a_batch_through_every_lookup_path(
     expected = _without_index(root, tmp_path, queries)
     for keys_file in root.rglob("*.keys"):  # the Parquet index's own lookups (test_month_keys: the other)
         keys_file.unlink()
-    monkeypatch.setattr(_index, "_OPEN", {})
+    monkeypatch.setattr(_open, "_OPEN", {})
     monkeypatch.setattr(_index, "_TABLE_BUDGET", budget)
     monkeypatch.setattr(_index, "_TABLE_BYTES", 0)
     monkeypatch.setattr(_index, "_ROWS_A_STEP", rows_a_step)  # kept: filtered (10**9), bisected (0)
@@ -305,7 +306,7 @@ def test_one_query_at_a_time_equals_a_batch_through_every_lookup_path(
         answers = [_describe(idx.query([q]))[0] for q in queries]
         presence = [idx.presence([q])[0] for q in queries]
     assert (answers, presence) == expected
-    opened = list(_index._OPEN.values())
+    opened = list(_open._OPEN.values())
     assert any(len(ix._groups) > 4 and ix._point_reads > 1 for ix in opened)  # row-group lookups ran
     kept = [ix for ix in opened if ix._table is not None]
     assert bool(kept) == bool(budget)
@@ -317,19 +318,19 @@ def test_a_kept_index_out_of_key_order_is_filtered_not_bisected(
     store: tuple[Path, list[Query]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root, _ = store
-    monkeypatch.setattr(_index, "_OPEN", {})
+    monkeypatch.setattr(_open, "_OPEN", {})
     monkeypatch.setattr(_index, "_TABLE_BYTES", 0)
     monkeypatch.setattr(_index, "_ROWS_A_STEP", 0)  # bisect whenever it may
     first = min((root / "_index" / "get").rglob("*.parquet"))  # get/<yyyy>/<mm>.parquet
-    ix = _index.open_month_index(LocalBackend(root), RecordType.GET, int(first.parent.name), int(first.stem))
+    ix = _open.open_month_index(LocalBackend(root), RecordType.GET, int(first.parent.name), int(first.stem))
     assert ix is not None
     rows = ix.handle.read(columns=list(_index.LOOKUP_COLUMNS))
     keys = {h: f"key{n}" for n, h in enumerate(rows.column("key_hash").to_pylist()[:5])}
     assert ix._keep(rows) and ix._keys is not None
     in_order = sorted(ix.lookup(keys), key=lambda hit: (hit.url_key, hit.request_id))
     assert len(in_order) >= len(keys)
-    _index.forget_month_index(LocalBackend(root), RecordType.GET, int(first.parent.name), int(first.stem))
-    ix = _index.open_month_index(LocalBackend(root), RecordType.GET, int(first.parent.name), int(first.stem))
+    _open.forget_month_index(LocalBackend(root), RecordType.GET, int(first.parent.name), int(first.stem))
+    ix = _open.open_month_index(LocalBackend(root), RecordType.GET, int(first.parent.name), int(first.stem))
     assert ix is not None
     assert ix._keep(rows.take(list(range(rows.num_rows - 1, -1, -1))))  # reversed: as a hand-made one
     assert ix._keys is None
@@ -349,7 +350,7 @@ def test_a_stamped_index_spares_the_month_listing_until_the_folder_changes(
     for path in (root / "_index").rglob("*.parquet"):
         assert b"web_index.index.listed" in (pq.read_metadata(path).metadata or {})
         type, year, month = RecordType(path.parent.parent.name), int(path.parent.name), int(path.stem)
-        index = _index.open_month_index(backend, type, year, month)
+        index = _open.open_month_index(backend, type, year, month)
         assert index is not None
         # What the index says the folder holds is what a listing finds.
         listed = list_partition_files(backend, index.folder, type, year, month)
@@ -403,7 +404,7 @@ def test_a_month_with_a_request_id_the_index_cannot_hold_gets_no_index(
     rewrite_store_file(target, table.set_column(i, "request_id", upper))
     index = root / "_index" / "get-metadata" / target.parent.parent.name / f"{target.parent.name}.parquet"
     index.unlink()
-    _index._OPEN.clear()
+    _open._OPEN.clear()
     with WebIndex(root) as idx:
         idx.compact()
     assert not index.exists()
@@ -429,7 +430,7 @@ def test_an_index_of_an_older_format_is_ignored_reported_and_rebuilt(store: tupl
         meta = dict(table.schema.metadata or {})
         meta[b"web_index.index.version"] = b"2"
         rewrite_store_file(path, table.replace_schema_metadata(meta))
-    _index._OPEN.clear()
+    _open._OPEN.clear()
     assert _answers(root, queries) == expected
     with WebIndex(root) as idx:
         notes = [f.message for f in idx.verify().notes]
@@ -464,12 +465,12 @@ def test_covers_in_any_order_and_foreign_names_give_the_same_answers(
         numbers = pa.array([where[n] for n in table.column(i).to_pylist()], type=pa.uint32())
         meta[_format.COVERS_KEY] = base64.b64encode(zlib.compress(_format.encode_covers(shuffled)))
         rewrite_store_file(path, table.set_column(i, "file_no", numbers).replace_schema_metadata(meta))
-    _index._OPEN.clear()
+    _open._OPEN.clear()
     assert _answers(root, queries) == expected
     backend = LocalBackend(root)
     for path in (root / "_index").rglob("*.parquet"):
         type, year, month = RecordType(path.parent.parent.name), int(path.parent.name), int(path.stem)
-        index = _index.open_month_index(backend, type, year, month)
+        index = _open.open_month_index(backend, type, year, month)
         assert index is not None
         covered = index.current_listing(backend)
         assert covered is not None  # the folder is unchanged: its stamp still holds

@@ -29,9 +29,9 @@ from web_index.storage import Backend, Partition
 from web_index.storage._schema import FORMAT_VERSION
 from web_index.storage._tables import rows_to_table, sort_dedupe
 from web_index.storage.backends import sealed_bytes
-from web_index.storage.indexes import _month as _index
 from web_index.storage.indexes import _month_build as _build
 from web_index.storage.indexes import _month_format as _format
+from web_index.storage.indexes import _month_open
 
 URL = "https://www.example.com/page"
 PARTITION = Partition(RecordType.GET_METADATA, T0.year, T0.month, "example.com")
@@ -135,7 +135,7 @@ def _forge_covers(index: WebIndex) -> None:
     name and size alone did): its rows now lie about a file it says it covers."""
     backend = index._store.backend
     t, y, m = PARTITION.type, PARTITION.year, PARTITION.month
-    old = _index.open_month_index(backend, t, y, m)
+    old = _month_open.open_month_index(backend, t, y, m)
     assert old is not None
     versions = {i.name: (i.size, i.version) for i in backend.list_files(PARTITION.folder)}
     covers = [c._replace(size=versions[c.name][0], version=versions[c.name][1]) for c in old.covers]

@@ -165,19 +165,19 @@ def test_an_index_let_go_while_read_keeps_nothing_against_the_budget(tmp_path: P
     from web_index import WebIndex
     from web_index.models import RecordType
     from web_index.storage.backends import LocalBackend
-    from web_index.storage.indexes import _month
+    from web_index.storage.indexes import _month, _month_open
 
     with WebIndex(tmp_path / "s", create=True) as index:
         index.insert_many([attempt(f"https://a.example/{n}") for n in range(10)])
         index.flush()
         index.compact()
     backend = LocalBackend(tmp_path / "s")
-    held = _month.open_month_index(backend, RecordType.GET, T0.year, T0.month)
+    held = _month_open.open_month_index(backend, RecordType.GET, T0.year, T0.month)
     assert held is not None
     table = held.handle.read()
-    _month.forget_month_index(backend, RecordType.GET, T0.year, T0.month)
+    _month_open.forget_month_index(backend, RecordType.GET, T0.year, T0.month)
     before = _month._TABLE_BYTES
     assert not held._keep(table)
     assert before == _month._TABLE_BYTES
-    again = _month.open_month_index(backend, RecordType.GET, T0.year, T0.month)
+    again = _month_open.open_month_index(backend, RecordType.GET, T0.year, T0.month)
     assert again is not None and again is not held and again._keep(again.handle.read())

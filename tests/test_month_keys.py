@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 from tests.test_index import _answers, _populate, _queries, _without_index
 from web_index import WebIndex
 from web_index.errors import CorruptFileError
-from web_index.storage.indexes import _month as _index
-from web_index.storage.indexes import _month_build, _month_format, _month_keys
+from web_index.storage.indexes import MonthIndex, _month_build, _month_format, _month_keys, _month_open
 from web_index.storage.indexes._month_keys import KeysFile, encode_keys
 
 _EDGES = [b"\x00" * 16, b"\xff" * 16, b"a" + b"\x00" * 15, b"a" + b"\x00" * 14 + b"\x01", b"\x80" * 16]
@@ -117,8 +116,8 @@ def _store(tmp_path: Path) -> tuple[Path, list[Any]]:
     return root, _queries(keys, seed=12)
 
 
-def _opened_indexes() -> list[_index.MonthIndex]:
-    return list(_index._OPEN.values())
+def _opened_indexes() -> list[MonthIndex]:
+    return list(_month_open._OPEN.values())
 
 
 def test_batches_are_answered_from_the_keys_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,7 +125,7 @@ def test_batches_are_answered_from_the_keys_files(tmp_path: Path, monkeypatch: p
     parquet = sorted(p.with_suffix("") for p in (root / "_index").rglob("*.parquet"))
     assert parquet and parquet == sorted(p.with_suffix("") for p in (root / "_index").rglob("*.keys"))
     expected = _without_index(root, tmp_path, queries)
-    monkeypatch.setattr(_index, "_OPEN", {})
+    monkeypatch.setattr(_month_open, "_OPEN", {})
     assert _answers(root, queries) == expected
     opened = _opened_indexes()
     assert opened and all(ix.keys is not None and ix._table is None for ix in opened)
@@ -148,7 +147,7 @@ def test_a_damaged_stale_or_missing_keys_file_costs_speed_not_answers(
             path.write_bytes(encode_keys(table, (1, "not-this-build"), "", None))
         else:
             path.unlink()
-    monkeypatch.setattr(_index, "_OPEN", {})
+    monkeypatch.setattr(_month_open, "_OPEN", {})
     assert _answers(root, queries) == expected
     with WebIndex(root, read_only=True) as idx:
         report = idx.verify()
@@ -159,7 +158,7 @@ def test_a_damaged_stale_or_missing_keys_file_costs_speed_not_answers(
         assert all(ix.keys is None for ix in _opened_indexes())
     with WebIndex(root) as idx:
         idx.compact()  # writes them again
-    monkeypatch.setattr(_index, "_OPEN", {})
+    monkeypatch.setattr(_month_open, "_OPEN", {})
     assert _answers(root, queries) == expected
     assert all(ix.keys is not None for ix in _opened_indexes())
     with WebIndex(root, read_only=True) as idx:
@@ -181,5 +180,5 @@ def test_an_index_written_before_keys_files_gains_one_with_the_same_rows(
     after = {p: pa.parquet.read_table(p) for p in (root / "_index").rglob("*.parquet")}
     assert {p: t.to_pylist() for p, t in before.items()} == {p: t.to_pylist() for p, t in after.items()}
     assert len(list((root / "_index").rglob("*.keys"))) == len(after)
-    monkeypatch.setattr(_index, "_OPEN", {})
+    monkeypatch.setattr(_month_open, "_OPEN", {})
     assert _answers(root, queries) == expected

@@ -41,9 +41,9 @@ from web_index.storage.indexes._captures_build import written_lines as written_l
 from web_index.storage.indexes._captures_verify import capture_index_findings as capture_index_findings
 from web_index.storage.indexes._month import IndexHit as IndexHit
 from web_index.storage.indexes._month import MonthIndex as MonthIndex
-from web_index.storage.indexes._month import open_month_index as open_month_index
 from web_index.storage.indexes._month_format import index_path as index_path
 from web_index.storage.indexes._month_format import key_hash as key_hash
+from web_index.storage.indexes._month_open import open_month_index as open_month_index
 from web_index.storage.indexes._month_rows import FileRows as FileRows
 from web_index.storage.indexes._month_rows import MonthRows as MonthRows
 from web_index.storage.indexes._month_rows import MonthRowsSpool as MonthRowsSpool

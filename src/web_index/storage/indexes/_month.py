@@ -30,9 +30,10 @@ The index is derived data, written by compaction, and never trusted blindly:
 
 So a stale, missing or deleted index costs speed, never an answer.
 
-This module opens an index and looks keys up in it. The file's columns and
-footer are in ``_month_format``, building (and rebuilding) it in
-``_month_build``, and what ``verify`` says of it in ``_month_verify``.
+This module looks keys up in an opened index. Opening one (once per process) is
+``_month_open``'s, the file's columns and footer are in ``_month_format``,
+building (and rebuilding) it in ``_month_build``, and what ``verify`` says of it
+in ``_month_verify``.
 """
 
 from __future__ import annotations
@@ -51,24 +52,21 @@ from web_index.storage._layout import StoredFile
 from web_index.storage.backends import Backend
 from web_index.storage.indexes._month_format import (
     LOOKUP_COLUMNS,
-    STAMP_KEY,
     TALLY_COLUMNS,
     Covered,
-    covers_from,
     folder_stamp,
     index_path,
-    read_covers,
     rid_text,
     row_group_ranges,
 )
-from web_index.storage.indexes._month_keys import KeysFile, Row, keys_path, open_keys
+from web_index.storage.indexes._month_keys import KeysFile, Row
 from web_index.storage.indexes._month_listing import CoveredListing, spans
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["IndexHit", "MonthIndex", "forget_month_index", "open_month_index"]
+__all__ = ["IndexHit", "MonthIndex"]
 
 log = logging.getLogger("web_index.storage")
 
@@ -264,7 +262,7 @@ class MonthIndex:
         chunks = table.column("key_hash").chunks
         column = chunks[0] if chunks else None
         in_order = column is None or len(column) < 2 or pc.all(pc.less_equal(column[:-1], column[1:])).as_py()
-        with _OPEN_LOCK:
+        with _BUDGET_LOCK:
             if self._forgotten:  # its bytes would count against the budget with no one to give them back
                 return False
             if self._table is not None or _TABLE_BYTES + table.nbytes > _TABLE_BUDGET:
@@ -275,8 +273,20 @@ class MonthIndex:
             self._keys = _Hashes(column) if column is not None and in_order else None
         return True
 
+    def forget(self) -> None:
+        """Out of the cache of opened indexes: give back its memory budget, and its listing,
+        which refers back to it (without that cycle the index, its files mapped, goes when its
+        last reader lets go, not at the next collection of cycles)."""
+        global _TABLE_BYTES
+        with _BUDGET_LOCK:
+            self._forgotten = True
+            self._listing = None
+            if self._table is not None:
+                _TABLE_BYTES -= self._table.nbytes
+                self._table = self._keys = None
+
     def _fits(self, table: pa.Table) -> bool:
-        with _OPEN_LOCK:
+        with _BUDGET_LOCK:
             return self._table is None and _TABLE_BYTES + table.nbytes <= _TABLE_BUDGET
 
     def _hits(self, sub: pa.Table, keys: Mapping[bytes, str]) -> list[IndexHit]:
@@ -319,102 +329,14 @@ class _Hashes:
         return bytes(self._data[at : at + 16])
 
 
-# Opened indexes by (store URL, path): a footer parsed once per process, reopened
-# when the file's size or version changes (a rebuilt index is a new file under
-# the same name, and can be as long as the one it replaces).
-_OPEN: dict[tuple[str, str], MonthIndex] = {}
-_OPEN_LOCK = threading.Lock()
 # Whole indexes kept in memory by this process, at most this many bytes in all
 # (about 110 bytes a record: 1 GiB holds the indexes of ~9 million records).
 _TABLE_BUDGET = 1 << 30
 _TABLE_BYTES = 0
+_BUDGET_LOCK = threading.Lock()
 # Row-group lookups in one index before the whole of it is read and kept:
 # one-off queries stay cheap, a process that keeps asking gets memory speed.
 _POINT_READS_BEFORE_KEEP = 4
 # A kept index is bisected for a few keys, filtered for many: a bisection step (~0.5 us) costs
 # what filtering this many rows does. (A key in a 16,813-row month: 157-173 -> 74-77 us, measured.)
 _ROWS_A_STEP = 64
-
-
-def open_month_index(backend: Backend, type: RecordType, year: int, month: int) -> MonthIndex | None:
-    """The month's index, or ``None`` if there is none (or it is unreadable)."""
-    path = index_path(type, year, month)
-    folder, name = path.rsplit("/", 1)
-    listed = {i.name: i for i in backend.list_files(folder, f"{month:02d}.")}
-    info = listed.get(name)
-    key = (backend.url, path)
-    if info is None:
-        with _OPEN_LOCK:
-            _forget(_OPEN.pop(key, None))
-        return None
-    with _OPEN_LOCK:
-        cached = _OPEN.get(key)
-    if cached is not None and cached.file == (info.size, info.version):
-        return cached
-    file = (info.size, info.version)
-    opened = None
-    if keys_path(type, year, month).rsplit("/", 1)[1] in listed:
-        opened = _from_keys(backend, type, year, month, file)
-    if opened is None:
-        opened = _from_parquet(backend, type, year, month, file)
-    if opened is None:
-        return None
-    with _OPEN_LOCK:
-        _forget(_OPEN.get(key))
-        _OPEN[key] = opened
-    return opened
-
-
-def forget_month_index(backend: Backend, type: RecordType, year: int, month: int) -> None:
-    """Drop this process's opened copy of the month's index (its files mapped, its table
-    if kept): what is about to replace it need not be held beside it."""
-    with _OPEN_LOCK:
-        _forget(_OPEN.pop((backend.url, index_path(type, year, month)), None))
-
-
-def _from_keys(
-    backend: Backend, type: RecordType, year: int, month: int, file: tuple[int, str]
-) -> MonthIndex | None:
-    """The index opened from its keys file alone, if that file is whole and names this version of it."""
-    try:
-        keys = open_keys(backend, type, year, month)
-        if keys is None or tuple(keys.index) != file:
-            return None
-        covers = covers_from(keys.covers)
-    except CorruptFileError as exc:
-        log.warning("%s: %s; reading %s instead", exc.path, exc.problem, index_path(type, year, month))
-        return None
-    path = index_path(type, year, month)
-    return MonthIndex(type, year, month, lambda: backend.open_parquet(path), covers, file, keys.stamp, keys)
-
-
-def _from_parquet(
-    backend: Backend, type: RecordType, year: int, month: int, file: tuple[int, str]
-) -> MonthIndex | None:
-    import pyarrow as pa
-
-    path = index_path(type, year, month)
-    try:
-        handle = backend.open_parquet(path)
-        covers = read_covers(handle)
-    except FileNotFoundError:
-        return None
-    except (pa.ArrowException, OSError, CorruptFileError):
-        return None  # a damaged index only costs speed: read the partitions instead
-    raw_stamp = (handle.metadata.metadata or {}).get(STAMP_KEY)
-    stamp = raw_stamp.decode(errors="replace") if raw_stamp else None
-    return MonthIndex(type, year, month, lambda: handle, covers, file, stamp)
-
-
-def _forget(index: MonthIndex | None) -> None:
-    """Give back the memory budget of an index replaced or gone (caller holds the lock), and
-    its listing, which refers back to it: without that cycle the index (its files mapped) goes
-    when its last reader lets go, not at the next collection of cycles."""
-    global _TABLE_BYTES
-    if index is None:
-        return
-    index._forgotten = True
-    index._listing = None
-    if index._table is not None:
-        _TABLE_BYTES -= index._table.nbytes
-        index._table = index._keys = None

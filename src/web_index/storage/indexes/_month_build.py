@@ -26,7 +26,7 @@ from web_index.storage._memory import release_freed_memory
 from web_index.storage._schema import TS_COLUMN
 from web_index.storage._tables import sorted_unique
 from web_index.storage.backends import Backend, LocalBackend
-from web_index.storage.indexes._month import MonthIndex, forget_month_index, open_month_index
+from web_index.storage.indexes._month import MonthIndex
 from web_index.storage.indexes._month_format import (
     SCHEMA,
     Covered,
@@ -34,6 +34,7 @@ from web_index.storage.indexes._month_format import (
     wants_keys,
     write_index,
 )
+from web_index.storage.indexes._month_open import forget_month_index, open_month_index
 from web_index.storage.indexes._month_rows import CANONICAL_RID, MonthRows, hashed_keys
 
 if TYPE_CHECKING:  # polars imported where used: a build from rows a load made needs none

@@ -14,7 +14,6 @@ from web_index.errors import CorruptFileError
 from web_index.models import RecordType
 from web_index.storage._files import list_partition_files
 from web_index.storage.backends import Backend
-from web_index.storage.indexes._month import open_month_index
 from web_index.storage.indexes._month_build import read_records
 from web_index.storage.indexes._month_format import (
     COVERS_KEY,
@@ -27,6 +26,7 @@ from web_index.storage.indexes._month_format import (
     wants_keys,
 )
 from web_index.storage.indexes._month_keys import encode_keys, keys_path
+from web_index.storage.indexes._month_open import open_month_index
 
 __all__ = ["index_disagreement", "index_note"]
 
