@@ -855,6 +855,12 @@ def main() -> None:
         "timed, their stores compared (e.g. 1,2; the first is the one re-imported and reported as "
         "'import')",
     )
+    ap.add_argument(
+        "--reimport-jobs",
+        type=int,
+        default=None,
+        help="import_warcs(jobs=) of the re-import (default: the first of --jobs, as the import it repeats)",
+    )
     ap.add_argument("--label", default="", help="what web_index was measured, when not this checkout's src/")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -910,6 +916,7 @@ def main() -> None:
     common = {"files": [str(f) for f in files], "durable": not args.no_durable}
     stores = {j: workdir / ("store" if j == jobs[0] else f"store-j{j}") for j in jobs}
     store = stores[jobs[0]]
+    reimport_jobs = jobs[0] if args.reimport_jobs is None else args.reimport_jobs
     for rnd in range(args.rounds):
         for s in stores.values():
             shutil.rmtree(s, ignore_errors=True)
@@ -940,11 +947,12 @@ def main() -> None:
                         f"import (round {rnd + 1}) stored {rep['stored']:,}, expected {expect_stored:,}", rep
                     )
         prepare(store)
-        r = timed_step("re-import", common | {"store": str(store)})
+        r = timed_step("re-import", common | {"store": str(store), "jobs": reimport_jobs})
         reimport_runs.append(r)
         rep = r["report"]
         print(
-            f"re-import: {r['seconds']:.1f} s, {ds['bytes'] / MB / r['seconds']:.1f} MB/s; "
+            f"re-import (jobs={reimport_jobs}): {r['seconds']:.1f} s, "
+            f"{ds['bytes'] / MB / r['seconds']:.1f} MB/s; "
             f"stored {rep['stored']}, already stored {rep['already_stored']:,}",
             flush=True,
         )
@@ -1008,7 +1016,7 @@ def main() -> None:
             if len(jobs) > 1
         ),
         _row(
-            "re-import (idempotent)",
+            f"re-import (idempotent, jobs={reimport_jobs})",
             median_of(reimport_runs, "seconds"),
             ds,
             re_imp,
@@ -1067,6 +1075,7 @@ def main() -> None:
         "table": table,
         "ratios": ratios,
         "jobs": {str(j): {"seconds": median_of(runs_of[j], "seconds"), "answers": answers[j]} for j in jobs},
+        "reimport_jobs": reimport_jobs,
         "same_answers": same_answers,
         "runs": {
             "indexer": indexer_runs,
