@@ -9,14 +9,18 @@ it takes as one file a partition under a staging folder of the store, where no r
 may refer to captures of any file and so wait for the commit. A worker that dies mid-file
 takes only that task with it: the scheduler runs it again, and it stages the same names.
 
-Once every file is done, the partitions that several files touched are merged, a task
-each; this process names each partition's one file a part file of it (each partition gets
-all of the import's records or none, whenever the process dies), stores the revisits,
-resolved against what is now stored (in rounds of their own, as a local import does: a
-revisit is stored once what it refers to is), and has the partitions compacted and
-indexed on the cluster. Without ``skip_invalid``, a problem in a file stops that file (what came before it
-there is committed) and is raised once the rest is. The staging folder is removed however
-the import ends; a local store's ``remove_orphans`` removes that of an import that died.
+Once every file is done, each partition's staged files become visible whole, a partition
+at a time (each gets all of the import's records or none, whenever the process dies;
+``storage/_staged.py``): on an object store, a partition without files is written by a
+task as its compacted file, with its index, where it stays (its pages' data first, then
+their metadata); any other partition's files are merged by a task, and this process names
+the one file a part file of it. Then this process stores the revisits, resolved against
+what is now stored (in rounds of their own, as a local import does: a revisit is stored
+once what it refers to is), has the partitions that got part files compacted on the
+cluster, and indexes every month written. Without ``skip_invalid``, a problem in a file
+stops that file (what came before it there is committed) and is raised once the rest is.
+The staging folder is removed however the import ends; a local store's ``remove_orphans``
+removes that of an import that died.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from web_index._bulk_load import BulkLoad
-from web_index._on_cluster import shared_location
+from web_index._on_cluster import compactor, shared_location
 from web_index.archive._import_file import FileRead, ReadSettings, portable, read_files, worker_index
 from web_index.archive._import_report import ImportReport
 from web_index.archive._import_run import Run, _Capture
@@ -84,13 +88,15 @@ def import_on_cluster(
                 waiting.add(done.revisits)
                 if on_progress is not None:
                     on_progress(report)
-            named = _commit(index, location, scheduler, folder, staged)
+            named, created = _commit(index, location, scheduler, folder, staged)
             run = Run(index, calibre, batch, report, 1, skip_invalid)
             run.deferred = waiting
             rounds = _Rounds(index, f"{folder}/revisits", named)
             run.revisit_load = rounds.load
             run.store_deferred()  # the revisits, now that what they refer to is stored
-        index.compact(partitions=list(named), scheduler=scheduler)  # once, on the cluster
+        # Once, on the cluster: the partitions that got part files; every month written indexed here.
+        compact = compactor(index.location, index._buffer_location, scheduler, 1)
+        index._store.compact(named, index_also=created, run=compact)
         ended = True
     finally:
         _remove(index, folder, walk=not ended)
@@ -143,15 +149,30 @@ def _import_one(
 
 def _commit(
     index: WebIndex, location: str, scheduler: str, folder: str, staged: dict[Partition, list[str]]
-) -> set[MethodPartition]:
-    """Each partition's staged files merged into one (on the cluster), then each named a part
-    file of its partition; return the partitions named."""
+) -> tuple[set[MethodPartition], set[MethodPartition]]:
+    """Each partition's staged files made visible (see the module's docstring); return the
+    partitions that may have got a part file (to compact) and those written compacted."""
+    store = index._store
+    parted: set[MethodPartition] = set()
+    created: set[MethodPartition] = set()
+    if store.backend.remote:
+        had_files = store.had_files()
+        fresh = {p: paths for p, paths in staged.items() if not had_files(p)}
+        staged = {p: paths for p, paths in staged.items() if p not in fresh}
+        months = store.sharing_months()
+        create = functools.partial(_create_one, location, index._buffer_location, months)
+        for metadata in (False, True):  # a page's data before its metadata, as a flush
+            wave = [(p, paths) for p, paths in fresh.items() if p.type.is_metadata is metadata]
+            for p, maybe_parted in map_on_cluster(scheduler, create, wave):
+                method = MethodPartition(p.type.method, p.year, p.month, p.domain)
+                (parted if maybe_parted else created).add(method)
+        store.forget_listings(parted | created)  # written by the workers, not through this cache
     several = [(p, paths, _merged(folder, p)) for p, paths in staged.items() if len(paths) > 1]
     merge = functools.partial(_merge_one, location, index._buffer_location)
     one = {p: paths[0] for p, paths in staged.items() if len(paths) == 1}
     for p, to in map_on_cluster(scheduler, merge, several):
         one[p] = to
-    return index._store.name_staged(one.items())
+    return parted | store.name_staged(one.items()), created
 
 
 def _merged(folder: str, partition: Partition) -> str:
@@ -165,6 +186,13 @@ def _merge_one(
     partition, paths, to = item
     worker_index(location, buffer)._store.merge_staged(partition, paths, to)
     return partition, to
+
+
+def _create_one(
+    location: str, buffer: str | None, months: tuple[tuple[int, int], ...], item: tuple[Partition, list[str]]
+) -> tuple[Partition, bool]:
+    partition, paths = item
+    return partition, worker_index(location, buffer)._store.create_staged(partition, paths, months)
 
 
 def _remove(index: WebIndex, folder: str, *, walk: bool) -> None:

@@ -118,7 +118,7 @@ class Compaction(Listing):
             if on_progress is not None:
                 on_progress(n, total)
         if run is not None:
-            self._forget_listings(targets)
+            self.forget_listings(targets)
         # Here, not at the top: the build needs polars, which a store opened to be read never does.
         from web_index.storage.indexes import build_month_index, build_month_indexes_apart
 
@@ -135,9 +135,10 @@ class Compaction(Listing):
                 on_progress(n, total)
         return done
 
-    def _forget_listings(self, partitions: Iterable[MethodPartition]) -> None:
+    def forget_listings(self, partitions: Iterable[MethodPartition]) -> None:
         """Drop the read cache's listings of these partitions' folders: other processes
-        compacted them, and only this process's own writes invalidate its cache."""
+        wrote them (compacted them, a cluster's import), and only this process's own writes
+        invalidate its cache."""
         invalidate = getattr(self.backend, "invalidate", None)
         if callable(invalidate):
             for mp in partitions:

@@ -76,7 +76,7 @@ from web_index.storage.indexes import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Chunks", "Spill", "commit_order", "method_partition"]
+__all__ = ["Chunks", "Spill", "commit_order", "had_files_of", "method_partition"]
 
 
 class Spill:
@@ -218,7 +218,7 @@ class Spill:
         partitions written and those of them that got a part file (to compact):
         those that had files before the commit (``listing`` lists them), so that
         their compaction tidies what was there too."""
-        had_files = _had_files(listing)
+        had_files = had_files_of(listing)
         self.drop_month_rows()
         try:
             order = sorted(self._where, key=commit_order)
@@ -303,7 +303,8 @@ class Spill:
         return partition_rows(partition, runs, readers.__getitem__, options, GATHER_MAX)
 
 
-def _had_files(listing: Listing) -> Callable[[Partition], bool]:
+def had_files_of(listing: Listing) -> Callable[[Partition], bool]:
+    """Whether a partition has files, from one listing a month taken when first asked."""
     listed: dict[tuple[RecordType, int, int], set[str]] = {}
 
     def had_files(p: Partition) -> bool:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from web_index.errors import ConflictError
 from web_index.storage._files import WriteOptions, write_partition_file
 from web_index.storage._layout import Partition
-from web_index.storage._load_work import Merged
+from web_index.storage._load_work import Streamed
 from web_index.storage.backends import Backend, FileInfo
 from web_index.storage.indexes import MonthRowsSpool, file_rows, index_on_write
 
@@ -33,11 +33,12 @@ def write_remote(
     options: WriteOptions,
     tables: Iterator[tuple[Partition, tuple[pa.Table | Iterable[pa.Table], bool]]],
     had_files: Callable[[Partition], bool],
-    original: Callable[[Partition], pa.Table | Merged],
-    gathered: MonthRowsSpool,
+    original: Callable[[Partition], pa.Table | Streamed],
+    gathered: MonthRowsSpool | None,
 ) -> set[Partition]:
     """Write each partition's file; return those written as part files (to compact). The
-    month index rows of each file created go to ``gathered``."""
+    month index rows of each file created go to ``gathered`` (``None``: made by no one; the
+    month's build reads the file's key columns back)."""
     parted: set[Partition] = set()
     for partition, (table, refers) in tables:
         if not had_files(partition):
@@ -57,7 +58,7 @@ def _create_indexed(
     partition: Partition,
     table: pa.Table | Iterable[pa.Table],
     options: WriteOptions,
-    gathered: MonthRowsSpool,
+    gathered: MonthRowsSpool | None,
 ) -> None:
     """Create ``partition``'s compacted file on an object store (:class:`ConflictError` if
     one is there), then its capture index from the rows and bytes in hand: the compaction
@@ -71,7 +72,7 @@ def _create_indexed(
 
     def written(data: bytes | bytearray | Path, info: FileInfo) -> None:
         index(data, info)
-        if isinstance(table, pa.Table) and info.version:
+        if gathered is not None and isinstance(table, pa.Table) and info.version:
             rows = file_rows(None, partition.type, table, info.size, info.version)
             if rows is not None:
                 gathered.add(partition, rows)

@@ -31,7 +31,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 from web_index.errors import StoreError
 from web_index.models import RecordType
@@ -69,6 +69,7 @@ __all__ = [
     "Pool",
     "Run",
     "Spooled",
+    "Streamed",
     "Task",
     "partition_rows",
     "run_task",
@@ -106,6 +107,15 @@ class Task(NamedTuple):
     months: tuple[tuple[int, int], ...]  # the months holding ``get`` files, to look them up in
     commit: str  # which commit: a worker keeps its spill files open for that commit only
     gather_max: int  # GATHER_MAX as the committing process has it
+
+
+class Streamed(Protocol):
+    """A partition's rows too big to be held, as row groups in order (iterable again), and
+    their payloads' SHA-256 column read alone: what payload sharing reads first."""
+
+    def __iter__(self) -> Iterator[pa.Table]: ...
+
+    def digests(self) -> Iterator[pa.Table]: ...
 
 
 class Merged:
@@ -198,20 +208,20 @@ class Spooled(NamedTuple):
 def shared_table(
     backend: Backend,
     partition: Partition,
-    rows: pa.Table | Merged,
+    rows: pa.Table | Streamed,
     share: bool,
     months: Sequence[tuple[int, int]],
 ) -> tuple[pa.Table | Iterable[pa.Table], bool]:
-    """``rows`` (a table, or :class:`Merged` row groups), and whether its payloads stored
-    elsewhere became references (storage/payloads/_sharing.py): only with ``share``, which
-    the commit gives a ``get`` partition to be the compacted file of a partition without
-    files. Parts never refer: a compaction may make their rows references, which would
-    leave a reference to one of them without its body."""
+    """``rows`` (a table, or row groups: :class:`Merged`, a cluster's staged files), and
+    whether its payloads stored elsewhere became references (storage/payloads/_sharing.py):
+    only with ``share``, which the commit gives a ``get`` partition to be the compacted file
+    of a partition without files. Parts never refer: a compaction may make their rows
+    references, which would leave a reference to one of them without its body."""
     if not share:
         return rows, False
     import pyarrow as pa
 
-    if isinstance(rows, Merged):
+    if not isinstance(rows, pa.Table):
         wanted = wanted_payloads(rows.digests())
         return share_payloads(rows, find_holders(backend, partition, months, wanted), wanted), True
     wanted = wanted_payloads([rows])

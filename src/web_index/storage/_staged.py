@@ -1,50 +1,105 @@
-"""A load staged by many processes, then named by one: the commit of an import spread
-over a Dask cluster (``archive``'s ``_import_cluster``).
+"""A load staged by many processes, then committed: an import spread over a Dask cluster
+(``archive``'s ``_import_cluster``).
 
 Each worker writes, for each WARC file it imports, one file a partition under a staging
-folder of the store (``Spill.stage``), where no reader looks. A partition that several
-files touched is merged, on a worker too, into one staged file (:func:`merge_staged`:
-sorted, each record once, as compaction merges). Then one process gives each
-partition's one file its name as a part file of the partition (:func:`name_staged`): one
-rename, or one copy inside an object store, a partition, so a load that dies leaves each
-partition with every record the load gave it or none. Compaction makes them compacted
-files with their indexes, on the cluster as well.
+folder of the store (``Spill.stage``), where no reader looks. Then each partition's staged
+files become visible whole, a partition at a time, so a load that dies leaves each
+partition with every record the load gave it or none:
+
+* on an object store, a partition that had no files is written by a worker as its compacted
+  file where it stays (:func:`create_staged`: its staged files merged as read, its payloads
+  shared, one conditional create, its capture index from the bytes sent), as a bulk load's
+  commit there does (``_load_remote``): nothing is copied, and nothing is compacted after;
+* any other partition's staged files are merged into one on a worker (:func:`merge_staged`:
+  sorted, each record once, as compaction merges), which one process names a part file of
+  the partition (:func:`name_staged`: a rename, or one copy inside an object store), for
+  compaction to fold into what the partition held.
 """
 
 from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
+from web_index.models import RecordType
 from web_index.storage._files import WriteOptions, partition_file_args, row_groups
 from web_index.storage._layout import Partition
 from web_index.storage._load import commit_order, method_partition
+from web_index.storage._load_remote import write_remote
+from web_index.storage._load_work import shared_table
 from web_index.storage._merge import merge_sorted
 from web_index.storage.backends import Backend
 from web_index.storage.buffer import MethodPartition
+from web_index.storage.payloads import part_digests
 
-__all__ = ["merge_staged", "name_staged"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["create_staged", "merge_staged", "name_staged"]
+
+
+class _StagedRows:
+    """A partition's staged files (each sorted) merged as read, a row group of each held at
+    a time, each record once; iterable again, and their payload digests read alone."""
+
+    def __init__(self, backend: Backend, partition: Partition, paths: Sequence[str], options: WriteOptions):
+        self._type = partition.type
+        self._handles = [backend.open_parquet(path) for path in paths]  # FileNotFoundError if gone
+        self._group_rows = functools.partial(options.group_rows, partition.type)
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        return merge_sorted(self._type, [row_groups(h) for h in self._handles], self._group_rows)
+
+    def digests(self) -> Iterator[pa.Table]:
+        return part_digests(self._handles)
 
 
 def merge_staged(
     backend: Backend, options: WriteOptions, partition: Partition, paths: Sequence[str], to: str
 ) -> None:
-    """The staged files ``paths`` of ``partition`` (each sorted) written as one, at ``to``:
-    merged as read, a row group of each held at a time; then ``paths`` removed. Run again
-    after that (a task repeated), it finds ``to`` written and its inputs gone: done."""
+    """The staged files ``paths`` of ``partition`` written as one, at ``to``; then ``paths``
+    removed. Run again after that (a task repeated), it finds ``to`` written and its inputs
+    gone: done."""
     try:
-        opened = [backend.open_parquet(path) for path in paths]
+        rows = _StagedRows(backend, partition, paths, options)
     except FileNotFoundError:
         backend.file_info(to, fresh=True)  # gone because merged: else this raises
         return
-    merged = merge_sorted(
-        partition.type, [row_groups(h) for h in opened], functools.partial(options.group_rows, partition.type)
-    )
-    data, write_options = partition_file_args(partition, merged, options)
+    data, write_options = partition_file_args(partition, iter(rows), options)
     backend.write_parquet(to, data, **write_options)
     for path in paths:  # here, on the workers: an object store's deletes are a request each
         backend.delete(path)
+
+
+def create_staged(
+    backend: Backend,
+    options: WriteOptions,
+    partition: Partition,
+    paths: Sequence[str],
+    months: Sequence[tuple[int, int]],
+) -> bool:
+    """On an object store, the staged files ``paths`` of ``partition``, which had no files,
+    written as its compacted file (payloads shared with the domain's ``months``, capture index
+    from the bytes sent), or as a part file if another writer created that file meanwhile;
+    then ``paths`` removed. Return whether a part file may have been written (to compact).
+
+    Run again after its inputs are gone (a task repeated), it finds the partition's compacted
+    file and says "may": the first run's answer is not known, and compacting a partition that
+    has no part file changes nothing."""
+    try:
+        rows = _StagedRows(backend, partition, paths, options)
+    except FileNotFoundError:
+        backend.file_info(partition.compacted_path, fresh=True)  # written by the first run: else this raises
+        return True
+    share = options.share_payloads and partition.type is RecordType.GET
+    written = shared_table(backend, partition, rows, share, months)
+    one = iter([(partition, written)])
+    parted = write_remote(backend, options, one, lambda _: False, lambda _: rows, gathered=None)
+    for path in paths:
+        backend.delete(path)
+    return bool(parted)
 
 
 def name_staged(backend: Backend, staged: Iterable[tuple[Partition, str]]) -> set[MethodPartition]:

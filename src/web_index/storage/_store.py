@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from web_index.errors import CorruptFileError, StoreError
@@ -14,11 +14,11 @@ from web_index.storage._compaction import METHODS, Compaction, Listings
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, write_partition_file
 from web_index.storage._layout import LOCK_DIR, Partition, StoredFile, compacted_stored
-from web_index.storage._load import Spill
+from web_index.storage._load import Spill, had_files_of
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._marker import open_or_create
 from web_index.storage._schema import SORT_KEYS
-from web_index.storage._staged import merge_staged, name_staged
+from web_index.storage._staged import create_staged, merge_staged, name_staged
 from web_index.storage._tables import rows_to_table
 from web_index.storage.backends import Backend
 from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
@@ -192,6 +192,21 @@ class Store(Compaction):
     def merge_staged(self, partition: Partition, paths: Sequence[str], to: str) -> None:
         """The staged files of one partition as one staged file, at ``to``."""
         merge_staged(self.backend, self.write_options, partition, paths, to)
+
+    def create_staged(
+        self, partition: Partition, paths: Sequence[str], months: Sequence[tuple[int, int]]
+    ) -> bool:
+        """The staged files of a partition without files as its compacted file, on an object
+        store; whether a part file may have been written instead (``_staged``)."""
+        return create_staged(self.backend, self.write_options, partition, paths, months)
+
+    def had_files(self) -> Callable[[Partition], bool]:
+        """Whether a partition has files now (each month listed once, when first asked)."""
+        return had_files_of(self)
+
+    def sharing_months(self) -> tuple[tuple[int, int], ...]:
+        """The months whose ``get`` files a new compacted file's payloads may be shared with."""
+        return tuple(self.months(RecordType.GET)) if self.write_options.share_payloads else ()
 
     def name_staged(self, staged: Iterable[tuple[Partition, str]]) -> set[MethodPartition]:
         """Name staged files part files of their partitions (visible from then on); return

@@ -1,0 +1,156 @@
+"""A cluster import's staged files made visible on an object store (``storage/_staged.py``, on
+a real SeaweedFS): a partition that had no files becomes its compacted file in one write, its
+payloads shared and its capture index written from the bytes sent; one that has files by then
+gets a part file; a task repeated changes nothing. Each store is compared with one that bulk
+loaded the same records."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.factories import T0, attempt
+from tests.servers import SeaweedFS
+from tests.test_s3 import _reads_back
+from web_index import WebIndex
+from web_index._bulk_load import BulkLoad
+from web_index.models import RecordType
+from web_index.storage import MethodPartition, Partition
+from web_index.storage._files import SUPERSEDED_KEY
+
+Item = tuple[Any, ...]
+
+
+def _items(seed: int, n: int) -> list[Item]:
+    """GET attempts over two domains and two months, a few payloads served again and again
+    (stored once: references), HEADs and failures among them."""
+    out = []
+    for i in range(n):
+        k = seed * 1000 + i
+        method = "head" if k % 9 == 0 else "get"
+        state = "timeout" if k % 11 == 0 else "success"
+        body = b"same page " * (20 * (k % 3)) if method == "get" else b""
+        out.append(
+            attempt(
+                f"https://h{k % 2}.example.com/p{k % 7}",
+                T0 + timedelta(days=35 * (k % 2), hours=k % 50),
+                method=method,
+                state=state,
+                body=body,
+            )
+        )
+    return out
+
+
+def _stage(
+    index: WebIndex, folder: str, batches: Sequence[tuple[list[Item], list[str]]]
+) -> dict[Partition, list[str]]:
+    """Each batch staged as a worker stages one WARC file's records."""
+    staged: dict[Partition, list[str]] = {}
+    for n, (items, ids) in enumerate(batches):
+        with BulkLoad(index._store, index.limits, stage=f"{folder}/{n}") as load:
+            load.add(items, request_ids=ids)
+        for partition, path in load.staged:
+            staged.setdefault(partition, []).append(path)
+    return staged
+
+
+def _commit(index: WebIndex, staged: dict[Partition, list[str]]) -> set[bool]:
+    """What ``_import_cluster`` has its workers do, here: every partition created, data first."""
+    store = index._store
+    months = store.sharing_months()
+    said = {
+        store.create_staged(p, paths, months)
+        for p, paths in sorted(staged.items(), key=lambda i: i[0].type.is_metadata)
+    }
+    written = {MethodPartition(p.type.method, p.year, p.month, p.domain) for p in staged}
+    store.forget_listings(written)
+    store.compact(written if True in said else [], index_also=written)
+    return said
+
+
+def _records(index: WebIndex) -> dict[RecordType, list[dict[str, Any]]]:
+    return {t: sorted((r.to_dict() for r in index.scan(t)), key=str) for t in RecordType}
+
+
+def _compacted_footers(index: WebIndex) -> list[dict[bytes, bytes]]:
+    backend = index._store.backend
+    out = []
+    for type in RecordType:
+        for year, month in index._store.months(type):
+            for files in index._store.month_files(type, year, month).values():
+                out += [
+                    dict(backend.open_parquet(f.path).metadata.metadata or {})
+                    for f in files
+                    if f.part is None
+                ]
+    return out
+
+
+def _references(index: WebIndex) -> int:
+    """Rows of the store's compacted ``get`` files whose payload is another row's."""
+    backend, n = index._store.backend, 0
+    for year, month in index._store.months(RecordType.GET):
+        for files in index._store.month_files(RecordType.GET, year, month).values():
+            for f in files:
+                refs = backend.open_parquet(f.path).read(columns=["payload_ref"]).column(0)
+                n += len(refs) - refs.null_count
+    return n
+
+
+def test_a_new_partitions_staged_files_become_its_compacted_file_in_one_write(
+    seaweed: SeaweedFS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read_back = _reads_back(monkeypatch)
+    first, second = _items(1, 40), _items(2, 40)
+    ids = [str(uuid.uuid4()) for _ in range(80)]
+    # The second file holds ten of the first's records again: each is stored once.
+    batches = [(first, ids[:40]), (first[30:] + second, ids[30:40] + ids[40:])]
+    with WebIndex(seaweed.new_store()) as s3, WebIndex(tmp_path / "local") as local:
+        staged = _stage(s3, "_tmp/import", batches)
+        assert any(len(paths) > 1 for paths in staged.values())
+        assert _commit(s3, staged) == {False}
+        with local.bulk_load() as load:
+            for items, rids in batches:
+                load.add(items, request_ids=rids)
+        assert read_back == []  # every capture index written from the bytes sent
+        assert _records(s3) == _records(local)
+        for url in ("https://h0.example.com/", "https://h1.example.com/p3"):
+            assert list(s3.captures(url, match="domain")) == list(local.captures(url, match="domain"))
+        stats = s3.stats().partitions
+        assert stats and all(p.compacted and p.part_files == 0 for p in stats)
+        footers = _compacted_footers(s3)
+        assert len(footers) == len(stats) and not any(
+            SUPERSEDED_KEY in f for f in footers
+        )  # absorbed nothing
+        assert s3.verify().ok
+        assert 0 < _references(s3) == _references(local)  # payloads stored once, on both sides
+
+        # A task repeated after its first run removed its inputs: it changes nothing.
+        before = _records(s3)
+        partition, paths = next(iter(staged.items()))
+        assert s3._store.create_staged(partition, paths, ()) is True
+        assert _records(s3) == before and s3.verify().ok
+
+
+def test_a_partition_compacted_by_another_meanwhile_gets_a_part_file(
+    seaweed: SeaweedFS, tmp_path: Path
+) -> None:
+    first, second = _items(3, 30), _items(4, 30)
+    ids = [str(uuid.uuid4()) for _ in range(60)]
+    with WebIndex(seaweed.new_store()) as s3, WebIndex(tmp_path / "local") as local:
+        staged = _stage(s3, "_tmp/import", [(second, ids[30:])])
+        with s3.bulk_load() as load:  # the other writer, after the partitions were listed
+            load.add(first, request_ids=ids[:30])
+        assert True in _commit(s3, staged)
+        with local.bulk_load() as load:
+            load.add(first, request_ids=ids[:30])
+            load.add(second, request_ids=ids[30:])
+        assert _records(s3) == _records(local)
+        assert all(p.part_files == 0 for p in s3.stats().partitions)  # the parts compacted
+        assert s3.verify().ok
