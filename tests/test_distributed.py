@@ -409,6 +409,31 @@ def test_a_worker_killed_while_staging_costs_its_file_only(
     assert _staged_left(there) == []
 
 
+def test_a_worker_killed_after_creating_a_partition_costs_nothing(
+    cluster: Any, seaweed: SeaweedFS, tmp_path: Path
+) -> None:
+    """A worker dies (as a SIGKILL) right after it wrote a new partition's compacted file and
+    before it removed that partition's staged files: the task runs again, finds the file
+    there, writes the same records as a part file, and the compaction after folds it in."""
+    from web_index.archive import import_warcs
+
+    paths = _warc_files(tmp_path, seed=14)
+    here, there = seaweed.new_store(), seaweed.new_store()
+    with WebIndex(here) as index:
+        import_warcs(index, paths)
+    pids = cluster.run(os.getpid)
+    victim = sorted(pids)[0]
+    cluster.run(_set_env, "WEB_INDEX_CRASH_AT", "staged-created", workers=[victim])
+    with WebIndex(there) as index:
+        import_warcs(index, paths, scheduler=cluster.scheduler.address)
+    cluster.wait_for_workers(2, timeout=180)
+    assert sorted(cluster.run(os.getpid).values()) != sorted(pids.values())  # it died
+    assert _contents(there) == _contents(here)
+    assert _staged_left(there) == []
+    with WebIndex(there, read_only=True) as index:
+        assert all(p.compacted and p.part_files == 0 for p in index.stats().partitions)
+
+
 def test_a_broken_file_stops_itself_only_and_is_raised_after_the_commit(
     cluster: Any, seaweed: SeaweedFS, tmp_path: Path
 ) -> None:

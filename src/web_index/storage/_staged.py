@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from web_index.models import RecordType
+from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args, row_groups
 from web_index.storage._layout import Partition
 from web_index.storage._load import commit_order, method_partition
@@ -97,6 +98,7 @@ def create_staged(
     written = shared_table(backend, partition, rows, share, months)
     one = iter([(partition, written)])
     parted = write_remote(backend, options, one, lambda _: False, lambda _: rows, gathered=None)
+    crash_point("staged-created")  # its inputs still there: a task run again writes a part file
     for path in paths:
         backend.delete(path)
     return bool(parted)
