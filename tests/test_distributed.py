@@ -384,12 +384,16 @@ def test_an_import_on_the_cluster_stores_what_a_local_import_does(
     assert (not all(absorbed)) if where == "s3" else all(absorbed)
 
 
-def test_a_worker_killed_while_staging_costs_its_file_only(
-    cluster: Any, seaweed: SeaweedFS, tmp_path: Path
+@pytest.mark.parametrize("crash_at", ["stage-while-writing", "staged-created"])
+def test_a_worker_killed_mid_import_costs_nothing(
+    cluster: Any, seaweed: SeaweedFS, tmp_path: Path, crash_at: str
 ) -> None:
-    """A worker dies (as a SIGKILL) after staging one partition's file of its file: the
-    scheduler runs that file again on a worker, which stages the same names, and the import
-    ends as one that nothing interrupted."""
+    """A worker dies (as a SIGKILL) after staging one partition's file of its WARC file
+    (``stage-while-writing``: the scheduler runs that WARC file again on a worker, which stages
+    the same names), or right after it wrote a new partition's compacted file and before it
+    removed that partition's staged files (``staged-created``: the task runs again, finds the
+    file there and writes the same records as a part file, which the compaction after folds
+    in). The import ends as one that nothing interrupted."""
     from web_index.archive import import_warcs
 
     paths = _warc_files(tmp_path, seed=12)
@@ -398,36 +402,13 @@ def test_a_worker_killed_while_staging_costs_its_file_only(
         import_warcs(index, paths)
     pids = cluster.run(os.getpid)
     victim = sorted(pids)[0]
-    cluster.run(_set_env, "WEB_INDEX_CRASH_AT", "stage-while-writing", workers=[victim])
+    cluster.run(_set_env, "WEB_INDEX_CRASH_AT", crash_at, workers=[victim])
     with WebIndex(there) as index:
         import_warcs(index, paths, scheduler=cluster.scheduler.address)
     cluster.wait_for_workers(2, timeout=180)
     # It died; its nanny started another, which runs without the profiler too.
     assert sorted(cluster.run(os.getpid).values()) != sorted(pids.values())
     assert not any(_profiling(cluster).values())
-    assert _contents(there) == _contents(here)
-    assert _staged_left(there) == []
-
-
-def test_a_worker_killed_after_creating_a_partition_costs_nothing(
-    cluster: Any, seaweed: SeaweedFS, tmp_path: Path
-) -> None:
-    """A worker dies (as a SIGKILL) right after it wrote a new partition's compacted file and
-    before it removed that partition's staged files: the task runs again, finds the file
-    there, writes the same records as a part file, and the compaction after folds it in."""
-    from web_index.archive import import_warcs
-
-    paths = _warc_files(tmp_path, seed=14)
-    here, there = seaweed.new_store(), seaweed.new_store()
-    with WebIndex(here) as index:
-        import_warcs(index, paths)
-    pids = cluster.run(os.getpid)
-    victim = sorted(pids)[0]
-    cluster.run(_set_env, "WEB_INDEX_CRASH_AT", "staged-created", workers=[victim])
-    with WebIndex(there) as index:
-        import_warcs(index, paths, scheduler=cluster.scheduler.address)
-    cluster.wait_for_workers(2, timeout=180)
-    assert sorted(cluster.run(os.getpid).values()) != sorted(pids.values())  # it died
     assert _contents(there) == _contents(here)
     assert _staged_left(there) == []
     with WebIndex(there, read_only=True) as index:
