@@ -352,8 +352,9 @@ def _report(r: Any) -> tuple[Any, ...]:
 
 @pytest.mark.parametrize("where", ["s3", "local"])
 def test_an_import_on_the_cluster_stores_what_a_local_import_does(
-    cluster: Any, seaweed: SeaweedFS, tmp_path: Path, where: str
+    cluster: Any, seaweed: SeaweedFS, tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from tests.test_s3 import _reads_back
     from web_index.archive import import_warcs
     from web_index.storage import open_backend
 
@@ -367,8 +368,10 @@ def test_an_import_on_the_cluster_stores_what_a_local_import_does(
         sources[0] = f"{warcs}/in/0.warc.gz"
     with WebIndex(here) as index:
         local = import_warcs(index, paths)
+    read_back = _reads_back(monkeypatch)  # by this process: the month's pass after the commit
     with WebIndex(there) as index, distributed.get_task_stream(cluster) as tasks:
         spread = import_warcs(index, sources, scheduler=cluster.scheduler.address)
+    assert read_back == []  # every capture index written where its file was, from the bytes sent
     assert _report(spread) == _report(local)
     assert local.stored > 100 and local.skipped.get("revisit not resolved")
     assert _contents(there) == _contents(here)
