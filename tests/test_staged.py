@@ -20,7 +20,7 @@ from tests.test_s3 import _reads_back
 from web_index import WebIndex
 from web_index._bulk_load import BulkLoad
 from web_index.models import RecordType
-from web_index.storage import MethodPartition, Partition
+from web_index.storage import MethodPartition, Partition, _staged
 from web_index.storage._files import SUPERSEDED_KEY
 
 Item = tuple[Any, ...]
@@ -103,9 +103,13 @@ def _references(index: WebIndex) -> int:
     return n
 
 
+@pytest.mark.parametrize("streamed", [False, True])
 def test_a_new_partitions_staged_files_become_its_compacted_file_in_one_write(
-    seaweed: SeaweedFS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    seaweed: SeaweedFS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streamed: bool
 ) -> None:
+    """Held as a table (most partitions), or merged as read (past ``GATHER_MAX``)."""
+    if streamed:
+        monkeypatch.setattr(_staged, "GATHER_MAX", 0)
     read_back = _reads_back(monkeypatch)
     first, second = _items(1, 40), _items(2, 40)
     ids = [str(uuid.uuid4()) for _ in range(80)]

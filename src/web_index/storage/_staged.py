@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING
 
 from web_index.models import RecordType
 from web_index.storage._crash import crash_point
-from web_index.storage._files import WriteOptions, partition_file_args, row_groups
+from web_index.storage._files import WriteOptions, partition_file_args, read_table, row_groups
 from web_index.storage._layout import Partition
 from web_index.storage._load import commit_order, method_partition
 from web_index.storage._load_remote import write_remote
-from web_index.storage._load_work import shared_table
+from web_index.storage._load_work import GATHER_MAX, shared_table
 from web_index.storage._merge import merge_sorted
+from web_index.storage._tables import sort_dedupe
 from web_index.storage.backends import Backend
 from web_index.storage.buffer import MethodPartition
 from web_index.storage.payloads import part_digests
@@ -52,6 +53,19 @@ class _StagedRows:
 
     def __iter__(self) -> Iterator[pa.Table]:
         return merge_sorted(self._type, [row_groups(h) for h in self._handles], self._group_rows)
+
+    def whole(self) -> pa.Table | None:
+        """The rows as one table, if they take at most ``GATHER_MAX`` bytes (most partitions):
+        sent from memory, where a stream is spooled to a local file first."""
+        held = sum(
+            h.metadata.row_group(g).total_byte_size for h in self._handles for g in range(h.num_row_groups)
+        )
+        if held > GATHER_MAX:
+            return None
+        import pyarrow as pa
+
+        tables = [read_table(self._type, h) for h in self._handles]
+        return tables[0] if len(tables) == 1 else sort_dedupe(self._type, pa.concat_tables(tables))
 
     def digests(self) -> Iterator[pa.Table]:
         return part_digests(self._handles)
@@ -95,9 +109,12 @@ def create_staged(
         backend.file_info(partition.compacted_path, fresh=True)  # written by the first run: else this raises
         return True
     share = options.share_payloads and partition.type is RecordType.GET
-    written = shared_table(backend, partition, rows, share, months)
+    whole = rows.whole()
+    written = shared_table(backend, partition, rows if whole is None else whole, share, months)
     one = iter([(partition, written)])
-    parted = write_remote(backend, options, one, lambda _: False, lambda _: rows, gathered=None)
+    parted = write_remote(
+        backend, options, one, lambda _: False, lambda _: rows if whole is None else whole, gathered=None
+    )
     crash_point("staged-created")  # its inputs still there: a task run again writes a part file
     for path in paths:
         backend.delete(path)

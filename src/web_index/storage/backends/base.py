@@ -11,7 +11,7 @@ import shutil
 import socket
 import uuid
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -281,12 +281,16 @@ def sealed_bytes(table: pa.Table, **options: object) -> bytearray:
     return data
 
 
-def write_sealed(table: pa.Table | pa.RecordBatchReader, target: Path, **options: object) -> int:
-    """Write a store file to a local ``target`` with its checksum, synced; return its size."""
+def write_sealed(
+    table: pa.Table | pa.RecordBatchReader, target: Path, options: Mapping[str, object], *, sync: bool = True
+) -> int:
+    """Write a store file to a local ``target`` with its checksum, synced unless told not to
+    (a spool sent to an object store and then removed); return its size."""
     write_table(table, str(target), **options)
     with target.open("r+b") as fh:
         seal_file(fh.fileno())
-        os.fsync(fh.fileno())
+        if sync:
+            os.fsync(fh.fileno())
         return os.fstat(fh.fileno()).st_size
 
 

@@ -197,7 +197,7 @@ class LocalBackend:
         options.pop("if_match", None)
         options.pop("create", None)
         written = options.pop("written", None)
-        size = self._replace(path, lambda tmp: write_sealed(table, tmp, **options))
+        size = self._replace(path, lambda tmp: write_sealed(table, tmp, options))
         if callable(written):
             written(self._path(path), self.file_info(path))
         return size
