@@ -44,7 +44,8 @@ __all__ = ["create_staged", "merge_staged", "name_staged"]
 
 class _StagedRows:
     """A partition's staged files (each sorted) merged as read, a row group of each held at
-    a time, each record once; iterable again, and their payload digests read alone."""
+    a time, each record once; iterable again, and their payload digests read alone; or, when
+    small, read whole (:meth:`whole`)."""
 
     def __init__(self, backend: Backend, partition: Partition, paths: Sequence[str], options: WriteOptions):
         self._type = partition.type
@@ -110,11 +111,9 @@ def create_staged(
         return True
     share = options.share_payloads and partition.type is RecordType.GET
     whole = rows.whole()
-    written = shared_table(backend, partition, rows if whole is None else whole, share, months)
-    one = iter([(partition, written)])
-    parted = write_remote(
-        backend, options, one, lambda _: False, lambda _: rows if whole is None else whole, gathered=None
-    )
+    data: pa.Table | _StagedRows = rows if whole is None else whole
+    one = iter([(partition, shared_table(backend, partition, data, share, months))])
+    parted = write_remote(backend, options, one, lambda _: False, lambda _: data, gathered=None)
     crash_point("staged-created")  # its inputs still there: a task run again writes a part file
     for path in paths:
         backend.delete(path)
