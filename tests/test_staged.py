@@ -78,29 +78,27 @@ def _records(index: WebIndex) -> dict[RecordType, list[dict[str, Any]]]:
     return {t: sorted((r.to_dict() for r in index.scan(t)), key=str) for t in RecordType}
 
 
+def _compacted(index: WebIndex, types: Sequence[RecordType] = tuple(RecordType)) -> list[Any]:
+    """The compacted files of the store's ``types``, opened."""
+    store = index._store
+    return [
+        store.backend.open_parquet(f.path)
+        for type in types
+        for year, month in store.months(type)
+        for files in store.month_files(type, year, month).values()
+        for f in files
+        if f.part is None
+    ]
+
+
 def _compacted_footers(index: WebIndex) -> list[dict[bytes, bytes]]:
-    backend = index._store.backend
-    out = []
-    for type in RecordType:
-        for year, month in index._store.months(type):
-            for files in index._store.month_files(type, year, month).values():
-                out += [
-                    dict(backend.open_parquet(f.path).metadata.metadata or {})
-                    for f in files
-                    if f.part is None
-                ]
-    return out
+    return [dict(handle.metadata.metadata or {}) for handle in _compacted(index)]
 
 
 def _references(index: WebIndex) -> int:
     """Rows of the store's compacted ``get`` files whose payload is another row's."""
-    backend, n = index._store.backend, 0
-    for year, month in index._store.months(RecordType.GET):
-        for files in index._store.month_files(RecordType.GET, year, month).values():
-            for f in files:
-                refs = backend.open_parquet(f.path).read(columns=["payload_ref"]).column(0)
-                n += len(refs) - refs.null_count
-    return n
+    refs = [h.read(columns=["payload_ref"]).column(0) for h in _compacted(index, [RecordType.GET])]
+    return sum(len(r) - r.null_count for r in refs)
 
 
 @pytest.mark.parametrize("streamed", [False, True])

@@ -43,7 +43,7 @@ from web_index.archive._revisits import Waiting
 from web_index.archive._sources import ArchiveFile
 from web_index.index import WebIndex
 from web_index.query import map_on_cluster
-from web_index.storage import LocalBackend, MethodPartition, Partition
+from web_index.storage import LocalBackend, MethodPartition, Partition, method_partition
 
 __all__ = ["import_on_cluster"]
 
@@ -164,8 +164,7 @@ def _commit(
         for metadata in (False, True):  # a page's data before its metadata, as a flush
             wave = [(p, paths) for p, paths in fresh.items() if p.type.is_metadata is metadata]
             for p, maybe_parted in map_on_cluster(scheduler, create, wave):
-                method = MethodPartition(p.type.method, p.year, p.month, p.domain)
-                (parted if maybe_parted else created).add(method)
+                (parted if maybe_parted else created).add(method_partition(p))
         store.forget_listings(parted | created)  # written by the workers, not through this cache
     several = [(p, paths, _merged(folder, p)) for p, paths in staged.items() if len(paths) > 1]
     merge = functools.partial(_merge_one, location, index._buffer_location)

@@ -76,7 +76,7 @@ from web_index.storage.indexes import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Chunks", "Spill", "commit_order", "had_files_of", "method_partition"]
+__all__ = ["Chunks", "Spill", "commit_order", "had_files_of", "method_partition", "sharing_months"]
 
 
 class Spill:
@@ -223,7 +223,7 @@ class Spill:
         try:
             order = sorted(self._where, key=commit_order)
             share = options.share_payloads
-            months = tuple(listing.months(RecordType.GET)) if share else ()
+            months = sharing_months(listing, options)
 
             def sharing(p: Partition) -> bool:
                 return share and p.type is RecordType.GET and not had_files(p)
@@ -315,6 +315,11 @@ def had_files_of(listing: Listing) -> Callable[[Partition], bool]:
         return p.domain in listed[month]
 
     return had_files
+
+
+def sharing_months(listing: Listing, options: WriteOptions) -> tuple[tuple[int, int], ...]:
+    """The months whose ``get`` files a new compacted file's payloads may be shared with."""
+    return tuple(listing.months(RecordType.GET)) if options.share_payloads else ()
 
 
 def commit_order(p: Partition) -> tuple[MethodPartition, bool]:

@@ -14,7 +14,7 @@ from web_index.storage._compaction import METHODS, Compaction, Listings
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, write_partition_file
 from web_index.storage._layout import LOCK_DIR, Partition, StoredFile, compacted_stored
-from web_index.storage._load import Spill, had_files_of
+from web_index.storage._load import Spill, had_files_of, sharing_months
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._marker import open_or_create
 from web_index.storage._schema import SORT_KEYS
@@ -206,7 +206,7 @@ class Store(Compaction):
 
     def sharing_months(self) -> tuple[tuple[int, int], ...]:
         """The months whose ``get`` files a new compacted file's payloads may be shared with."""
-        return tuple(self.months(RecordType.GET)) if self.write_options.share_payloads else ()
+        return sharing_months(self, self.write_options)
 
     def name_staged(self, staged: Iterable[tuple[Partition, str]]) -> set[MethodPartition]:
         """Name staged files part files of their partitions (visible from then on); return
