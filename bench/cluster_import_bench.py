@@ -95,14 +95,35 @@ def _child(side: str, store: str, files: list[str]) -> dict[str, Any]:
     }
 
 
-def _run(side: str, store: str, files: list[str], env: dict[str, str]) -> dict[str, Any]:
+def _cpu_of(pid: int) -> float:
+    """CPU seconds (user and system) a running process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def _machine_cpu() -> float:
+    """CPU seconds the machine has been busy (every core, every process) so far: a side's
+    worker processes are not all waited for by it (a fork server's), so are not in its rusage."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _run(side: str, store: str, files: list[str], env: dict[str, str], weed: int) -> dict[str, Any]:
+    """One side in a process of its own; with the CPU seconds the machine was busy for, the
+    object store's server apart (the side's processes: the machine's less the server's)."""
     job = json.dumps({"side": side, "store": store, "files": files})
+    busy, theirs = _machine_cpu(), _cpu_of(weed)
     out = subprocess.run(
         [sys.executable, __file__, "--child", job], env=env, capture_output=True, text=True, check=False
     )
     if out.returncode != 0:
         raise SystemExit(f"{side} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    store_cpu = _cpu_of(weed) - theirs
+    result["cpu_s"] = round(_machine_cpu() - busy - store_cpu, 1)
+    result["object_store_cpu_s"] = round(store_cpu, 1)
+    return result
 
 
 def main() -> None:
@@ -144,7 +165,8 @@ def main() -> None:
                     )
                     shutil.rmtree(work / "local", ignore_errors=True)
                     warm([Path(f) for f in files])
-                    runs[side + code].append(_run(side, store, files, code_env))
+                    assert server.proc is not None
+                    runs[side + code].append(_run(side, store, files, code_env, server.proc.pid))
                     print(side + code, runs[side + code][-1], flush=True)
     finally:
         server.stop()
@@ -171,16 +193,19 @@ def main() -> None:
         f"(2 cores). Stores hold the same records: {'yes' if result['same_records'] else 'NO'}.",
         "",
         "| side | s (median) | MB/s | peak RSS MiB (this process / its workers) "
-        "| cluster ÷ this side, speed |",
-        "|---|---:|---:|---|---:|",
+        "| CPU s: the side's processes / SeaweedFS's / both ÷ (s × cores) | cluster ÷ this side, speed |",
+        "|---|---:|---:|---|---|---:|",
     ]
     for side in runs:
         last = runs[side][-1]
         ratio = result["cluster_against"].get(side)
         workers = last["workers_peak_rss_mib"] or "-"
+        cpu, store_cpu = last.get("cpu_s"), last.get("object_store_cpu_s")
+        busy = (cpu + store_cpu) / (last["seconds"] * (os.cpu_count() or 1)) if cpu is not None else None
+        cpus = f"{cpu} / {store_cpu} / {busy:.2f}" if busy is not None else "-"
         lines.append(
             f"| {side} | {median[side]:.1f} | {info['bytes'] / median[side] / 1e6:.1f} | "
-            f"{last['peak_rss_mib']} / {workers} | {f'{ratio}x' if ratio else ''} |"
+            f"{last['peak_rss_mib']} / {workers} | {cpus} | {f'{ratio}x' if ratio else ''} |"
         )
     (HERE / "results" / f"{args.out}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

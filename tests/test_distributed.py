@@ -391,12 +391,12 @@ def test_an_import_on_the_cluster_stores_what_a_local_import_does(
 def test_a_worker_killed_mid_import_costs_nothing(
     cluster: Any, seaweed: SeaweedFS, tmp_path: Path, crash_at: str
 ) -> None:
-    """A worker dies (as a SIGKILL) after staging one partition's file of its WARC file
-    (``stage-while-writing``: the scheduler runs that WARC file again on a worker, which stages
-    the same names), or right after it wrote a new partition's compacted file and before it
-    removed that partition's staged files (``staged-created``: the task runs again, finds the
-    file there and writes the same records as a part file, which the compaction after folds
-    in). The import ends as one that nothing interrupted."""
+    """A worker dies (as a SIGKILL) after staging one file of its WARC file (on an object
+    store a file a record type; ``stage-while-writing``: the scheduler runs that WARC file
+    again on a worker, which stages the same names), or right after it wrote a new
+    partition's compacted file (``staged-created``: the task runs again, its staged rows
+    still there, finds the file written and writes the same records as a part file, which
+    the compaction after folds in). The import ends as one that nothing interrupted."""
     from web_index.archive import import_warcs
 
     paths = _warc_files(tmp_path, seed=12)

@@ -1,8 +1,9 @@
-"""A cluster import's staged files made visible on an object store (``storage/_staged.py``, on
+"""A cluster import's staged rows made visible on an object store (``storage/_staged.py``, on
 a real SeaweedFS): a partition that had no files becomes its compacted file in one write, its
 payloads shared and its capture index written from the bytes sent; one that has files by then
-gets a part file; a task repeated changes nothing. Each store is compared with one that bulk
-loaded the same records."""
+gets a part file; a task repeated changes no record. Staged as the cluster stages on an object
+store (a file a record type, ``_staging``) and a file a partition. Each store is compared with
+one that bulk loaded the same records."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from tests.test_s3 import _reads_back
 from web_index import WebIndex
 from web_index._bulk_load import BulkLoad
 from web_index.models import RecordType
-from web_index.storage import MethodPartition, Partition, _staged
+from web_index.storage import MethodPartition, Partition, Piece, _staged
 from web_index.storage._files import SUPERSEDED_KEY
 
 Item = tuple[Any, ...]
@@ -48,26 +49,28 @@ def _items(seed: int, n: int) -> list[Item]:
 
 
 def _stage(
-    index: WebIndex, folder: str, batches: Sequence[tuple[list[Item], list[str]]]
-) -> dict[Partition, list[str]]:
+    index: WebIndex, folder: str, batches: Sequence[tuple[list[Item], list[str]]], *, packed: bool = True
+) -> dict[Partition, list[Piece]]:
     """Each batch staged as a worker stages one WARC file's records."""
-    staged: dict[Partition, list[str]] = {}
+    staged: dict[Partition, list[Piece]] = {}
     for n, (items, ids) in enumerate(batches):
-        with BulkLoad(index._store, index.limits, stage=f"{folder}/{n}") as load:
+        with BulkLoad(index._store, index.limits, stage=f"{folder}/{n}", packed=packed) as load:
             load.add(items, request_ids=ids)
-        for partition, path in load.staged:
-            staged.setdefault(partition, []).append(path)
+        for partition, piece in load.staged:
+            staged.setdefault(partition, []).append(piece)
     return staged
 
 
-def _commit(index: WebIndex, staged: dict[Partition, list[str]]) -> set[bool]:
-    """What ``_import_cluster`` has its workers do, here: every partition created, data first."""
+def _commit(index: WebIndex, staged: dict[Partition, list[Piece]]) -> set[bool]:
+    """What ``_import_cluster`` has its workers do, here: every partition created, data first,
+    in two tasks a wave (each staged file read once a task)."""
     store = index._store
     months = store.sharing_months()
-    said = {
-        store.create_staged(p, paths, months)
-        for p, paths in sorted(staged.items(), key=lambda i: i[0].type.is_metadata)
-    }
+    said: set[bool] = set()
+    for metadata in (False, True):
+        wave = sorted((p, pieces) for p, pieces in staged.items() if p.type.is_metadata is metadata)
+        for task in (wave[: len(wave) // 2], wave[len(wave) // 2 :]):
+            said.update(store.create_staged(task, months))
     written = {MethodPartition(p.type.method, p.year, p.month, p.domain) for p in staged}
     store.forget_listings(written)
     store.compact(written if True in said else [], index_also=written)
@@ -101,11 +104,12 @@ def _references(index: WebIndex) -> int:
     return sum(len(r) - r.null_count for r in refs)
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-def test_a_new_partitions_staged_files_become_its_compacted_file_in_one_write(
-    seaweed: SeaweedFS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streamed: bool
+@pytest.mark.parametrize(("streamed", "packed"), [(False, True), (True, True), (False, False)])
+def test_a_new_partitions_staged_rows_become_its_compacted_file_in_one_write(
+    seaweed: SeaweedFS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streamed: bool, packed: bool
 ) -> None:
-    """Held as a table (most partitions), or merged as read (past ``GATHER_MAX``)."""
+    """Held as a table (most partitions), or merged as read (past ``GATHER_MAX``: each
+    staged file's pieces then read a range at a time)."""
     if streamed:
         monkeypatch.setattr(_staged, "GATHER_MAX", 0)
     read_back = _reads_back(monkeypatch)
@@ -114,8 +118,10 @@ def test_a_new_partitions_staged_files_become_its_compacted_file_in_one_write(
     # The second file holds ten of the first's records again: each is stored once.
     batches = [(first, ids[:40]), (first[30:] + second, ids[30:40] + ids[40:])]
     with WebIndex(seaweed.new_store()) as s3, WebIndex(tmp_path / "local") as local:
-        staged = _stage(s3, "_tmp/import", batches)
-        assert any(len(paths) > 1 for paths in staged.values())
+        staged = _stage(s3, "_tmp/import", batches, packed=packed)
+        assert any(len(pieces) > 1 for pieces in staged.values())
+        files = {piece.path for pieces in staged.values() for piece in pieces}
+        assert len(files) == (2 * 4 if packed else len([p for ps in staged.values() for p in ps]))
         assert _commit(s3, staged) == {False}
         with local.bulk_load() as load:
             for items, rids in batches:
@@ -133,10 +139,15 @@ def test_a_new_partitions_staged_files_become_its_compacted_file_in_one_write(
         assert s3.verify().ok
         assert 0 < _references(s3) == _references(local)  # payloads stored once, on both sides
 
-        # A task repeated after its first run removed its inputs: it changes nothing.
+        # A task repeated: packed, its pieces are still there and it writes a part file of
+        # the same records; else the first run removed them and it finds its work done.
         before = _records(s3)
-        partition, paths = next(iter(staged.items()))
-        assert s3._store.create_staged(partition, paths, ()) is True
+        partition, pieces = next(iter(sorted(staged.items())))
+        assert s3._store.create_staged([(partition, pieces)], ()) == [True]
+        assert _records(s3) == before
+        part_files = sum(p.part_files for p in s3.stats().partitions)
+        assert part_files == (1 if packed else 0)
+        s3.compact()  # as the import does after, which the part file tells
         assert _records(s3) == before and s3.verify().ok
 
 

@@ -11,7 +11,15 @@ from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
 from web_index._on_cluster import worker_store
 from web_index.ingest import Limits
 from web_index.models import AttemptRows, PageKey
-from web_index.storage import Chunks, MethodPartition, Partition, PartitionFiles, Store, WriteOptions
+from web_index.storage import (
+    Chunks,
+    MethodPartition,
+    Partition,
+    PartitionFiles,
+    Piece,
+    Store,
+    WriteOptions,
+)
 
 __all__ = ["BulkLoad", "default_commit_bytes"]
 
@@ -56,9 +64,10 @@ class BulkLoad:
     file is written once, when ``commit_bytes`` have been spilled and at the
     end (see ``storage/_load.py``), by ``jobs`` processes.
 
-    With ``stage`` (a folder of the store), each partition's file is written there
-    instead, named nowhere a reader looks, and listed in :attr:`staged` for one
-    process to name with those of other loads (a cluster's import: ``storage/_staged.py``);
+    With ``stage`` (a folder of the store), each partition's rows are written there
+    instead (``packed``: in a pack a record type), named nowhere a reader looks, and listed
+    in :attr:`staged` for one process to commit with those of other loads (a cluster's
+    import: ``storage/_staged.py``);
     nothing is compacted and :attr:`stored` stays 0.
     """
 
@@ -73,6 +82,7 @@ class BulkLoad:
         jobs: int = 1,
         reopen: tuple[str, str | None] | None = None,
         stage: str | None = None,
+        packed: bool = False,
     ) -> None:
         from web_index.errors import InvalidRecordError
 
@@ -84,9 +94,10 @@ class BulkLoad:
         self._spill = store.spill(jobs)
         self._reopen = reopen  # the store's location and its buffer's, for workers to compact it
         self._stage = stage
+        self._packed = packed
         self._commits = 0
-        self.staged: list[tuple[Partition, str]] = []
-        """With ``stage``: each partition written, and its staged file."""
+        self.staged: list[tuple[Partition, Piece]] = []
+        """With ``stage``: each partition written, and where its rows are."""
         if commit_bytes is None:
             commit_bytes = default_commit_bytes(self._spill.free_bytes)
         self._commit_bytes = commit_bytes
@@ -247,7 +258,8 @@ class BulkLoad:
         otherwise read every file this commit wrote, a key column at a time)."""
         self._commits += 1
         if self._stage is not None:  # a folder a commit: a partition may be in several
-            self.staged += self._store.stage_spill(self._spill, f"{self._stage}/{self._commits}")
+            folder = f"{self._stage}/{self._commits}"
+            self.staged += self._store.stage_spill(self._spill, folder, packed=self._packed)
             return
         attempts = self._spill.attempts
         self._spilled += self._spill.bytes

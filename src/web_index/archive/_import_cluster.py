@@ -4,7 +4,9 @@ then committed once.
 Each file is a task. A worker opens the store itself (its location: an ``s3://`` URL, or a
 folder every worker sees at the same path), reads the file as a local import does (records
 the store holds already skipped, requests giving their responses' method) and writes what
-it takes as one file a partition under a staging folder of the store, where no reader looks
+it takes under a staging folder of the store, where no reader looks: on an object store one
+pack a record type, each partition a file at a byte range of it; on a folder one file a
+partition
 (``storage/_staged.py``). It answers with those files, its report and its revisits, which
 may refer to captures of any file and so wait for the commit. A worker that dies mid-file
 takes only that task with it: the scheduler runs it again, and it stages the same names.
@@ -13,14 +15,16 @@ Once every file is done, each partition's staged files become visible whole, a p
 at a time (each gets all of the import's records or none, whenever the process dies;
 ``storage/_staged.py``): on an object store, a partition without files is written by a
 task as its compacted file, with its index, where it stays (its pages' data first, then
-their metadata); any other partition's files are merged by a task, and this process names
-the one file a part file of it. Then this process stores the revisits, resolved against
+their metadata; a task writes neighbouring partitions, ~``_TASK_BYTES`` of their staged rows,
+reading each staged file once for them); any other partition's rows are merged by a task,
+and this process names the one file a part file of it. Then this process stores the revisits, resolved against
 what is now stored (in rounds of their own, as a local import does: a revisit is stored
 once what it refers to is), has the partitions that got part files compacted on the
 cluster, and indexes every month written. Without ``skip_invalid``, a problem in a file
 stops that file (what came before it there is committed) and is raised once the rest is.
-The staging folder is removed however the import ends; a local store's ``remove_orphans``
-removes that of an import that died.
+The staging folder is removed however the import ends (on an object store, its files a
+request each: a few a WARC file); a local store's ``remove_orphans`` removes that of an
+import that died.
 """
 
 from __future__ import annotations
@@ -43,11 +47,15 @@ from web_index.archive._revisits import Waiting
 from web_index.archive._sources import ArchiveFile
 from web_index.index import WebIndex
 from web_index.query import map_on_cluster
-from web_index.storage import LocalBackend, MethodPartition, Partition, method_partition
+from web_index.storage import LocalBackend, MethodPartition, Partition, Piece, method_partition
 
 __all__ = ["import_on_cluster"]
 
 _STAGING = "_tmp"  # the store's folder of temporary files (storage's TMP_DIR)
+# Staged bytes a task of new partitions writes (each staged file's share read in one request):
+# ~20 tasks a GiB of WARCs, enough to spread over the workers, where a task a partition was
+# ~730, each a task and a request for the scheduler and the object store.
+_TASK_BYTES = 48 << 20
 
 
 def import_on_cluster(
@@ -69,7 +77,7 @@ def import_on_cluster(
         owner = store.backend.local_folder(folder)
         (owner / "owner").write_text(socket.gethostname())  # see remove_dead_spools
     report = ImportReport()
-    staged: dict[Partition, list[str]] = {}
+    staged: dict[Partition, list[Piece]] = {}
     ended = False
     try:
         with Waiting[tuple[_Capture, str]]() as waiting:
@@ -83,8 +91,8 @@ def import_on_cluster(
             items = [(n, portable(f)) for n, f in enumerate(files)]
             for done, written in map_on_cluster(scheduler, work, items):
                 report.include(done.report)
-                for partition, path in written:
-                    staged.setdefault(partition, []).append(path)
+                for partition, piece in written:
+                    staged.setdefault(partition, []).append(piece)
                 waiting.add(done.revisits)
                 if on_progress is not None:
                     on_progress(report)
@@ -99,7 +107,7 @@ def import_on_cluster(
         index._store.compact(named, index_also=created, run=compact)
         ended = True
     finally:
-        _remove(index, folder, walk=not ended)
+        _remove(index, folder, walk=not ended or store.backend.remote)
     if report.problems and not skip_invalid:
         first = report.problems[0]
         report.problems = []
@@ -130,15 +138,16 @@ def _import_one(
     folder: str,
     settings: ReadSettings,
     item: tuple[int, ArchiveFile],
-) -> tuple[FileRead, list[tuple[Partition, str]]]:
+) -> tuple[FileRead, list[tuple[Partition, Piece]]]:
     """On a worker: one file read and staged under ``folder``/``n`` (a retry stages the same
     names; what it read before an error is staged too)."""
     n, file = item
 
     def new_load(index: WebIndex) -> BulkLoad:
-        return BulkLoad(index._store, index.limits, stage=f"{folder}/{n}")
+        packed = index._store.backend.remote
+        return BulkLoad(index._store, index.limits, stage=f"{folder}/{n}", packed=packed)
 
-    def staged(load: BulkLoad, _: bool) -> list[tuple[Partition, str]]:
+    def staged(load: BulkLoad, _: bool) -> list[tuple[Partition, Piece]]:
         load.finish()
         return load.staged
 
@@ -148,30 +157,50 @@ def _import_one(
 
 
 def _commit(
-    index: WebIndex, location: str, scheduler: str, folder: str, staged: dict[Partition, list[str]]
+    index: WebIndex, location: str, scheduler: str, folder: str, staged: dict[Partition, list[Piece]]
 ) -> tuple[set[MethodPartition], set[MethodPartition]]:
-    """Each partition's staged files made visible (see the module's docstring); return the
+    """Each partition's staged rows made visible (see the module's docstring); return the
     partitions that may have got a part file (to compact) and those written compacted."""
     store = index._store
     parted: set[MethodPartition] = set()
     created: set[MethodPartition] = set()
     if store.backend.remote:
         had_files = store.had_files()
-        fresh = {p: paths for p, paths in staged.items() if not had_files(p)}
-        staged = {p: paths for p, paths in staged.items() if p not in fresh}
+        fresh = {p: pieces for p, pieces in staged.items() if not had_files(p)}
+        staged = {p: pieces for p, pieces in staged.items() if p not in fresh}
         months = store.sharing_months()
-        create = functools.partial(_create_one, location, index._buffer_location, months)
+        create = functools.partial(_create_some, location, index._buffer_location, months)
         for metadata in (False, True):  # a page's data before its metadata, as a flush
-            wave = [(p, paths) for p, paths in fresh.items() if p.type.is_metadata is metadata]
-            for p, maybe_parted in map_on_cluster(scheduler, create, wave):
-                (parted if maybe_parted else created).add(method_partition(p))
+            wave = sorted((p, pieces) for p, pieces in fresh.items() if p.type.is_metadata is metadata)
+            for done in map_on_cluster(scheduler, create, _tasks(wave)):
+                for p, maybe_parted in done:
+                    (parted if maybe_parted else created).add(method_partition(p))
         store.forget_listings(parted | created)  # written by the workers, not through this cache
-    several = [(p, paths, _merged(folder, p)) for p, paths in staged.items() if len(paths) > 1]
     merge = functools.partial(_merge_one, location, index._buffer_location)
-    one = {p: paths[0] for p, paths in staged.items() if len(paths) == 1}
+    several = [(p, pieces, _merged(folder, p)) for p, pieces in staged.items() if not _own_file(pieces)]
+    one = {p: pieces[0] for p, pieces in staged.items() if _own_file(pieces)}
     for p, to in map_on_cluster(scheduler, merge, several):
-        one[p] = to
+        one[p] = Piece(to)
     return parted | store.name_staged(one.items()), created
+
+
+def _own_file(pieces: list[Piece]) -> bool:
+    """Whether a partition's rows are one staged file of its own, to be named as it is."""
+    return len(pieces) == 1 and pieces[0].whole
+
+
+def _tasks(wave: list[tuple[Partition, list[Piece]]]) -> list[list[tuple[Partition, list[Piece]]]]:
+    """Neighbouring partitions (in the staged files' order), ~``_TASK_BYTES`` of rows a task."""
+    tasks: list[list[tuple[Partition, list[Piece]]]] = []
+    held = _TASK_BYTES
+    for item in wave:
+        size = sum(piece.size for piece in item[1])
+        if held + size > _TASK_BYTES:
+            tasks.append([])
+            held = 0
+        tasks[-1].append(item)
+        held += size
+    return tasks
 
 
 def _merged(folder: str, partition: Partition) -> str:
@@ -180,18 +209,21 @@ def _merged(folder: str, partition: Partition) -> str:
 
 
 def _merge_one(
-    location: str, buffer: str | None, item: tuple[Partition, list[str], str]
+    location: str, buffer: str | None, item: tuple[Partition, list[Piece], str]
 ) -> tuple[Partition, str]:
-    partition, paths, to = item
-    worker_index(location, buffer)._store.merge_staged(partition, paths, to)
+    partition, pieces, to = item
+    worker_index(location, buffer)._store.merge_staged(partition, pieces, to)
     return partition, to
 
 
-def _create_one(
-    location: str, buffer: str | None, months: tuple[tuple[int, int], ...], item: tuple[Partition, list[str]]
-) -> tuple[Partition, bool]:
-    partition, paths = item
-    return partition, worker_index(location, buffer)._store.create_staged(partition, paths, months)
+def _create_some(
+    location: str,
+    buffer: str | None,
+    months: tuple[tuple[int, int], ...],
+    items: list[tuple[Partition, list[Piece]]],
+) -> list[tuple[Partition, bool]]:
+    said = worker_index(location, buffer)._store.create_staged(items, months)
+    return [(partition, maybe) for (partition, _), maybe in zip(items, said, strict=True)]
 
 
 def _remove(index: WebIndex, folder: str, *, walk: bool) -> None:

@@ -28,6 +28,7 @@ from web_index.storage._schema import BODY_COLUMN as BODY_COLUMN
 from web_index.storage._schema import KEY_COLUMNS as KEY_COLUMNS
 from web_index.storage._schema import REF_COLUMN as REF_COLUMN
 from web_index.storage._schema import TS_COLUMN as TS_COLUMN
+from web_index.storage._staging import Piece as Piece
 from web_index.storage._stats import AttemptCount as AttemptCount
 from web_index.storage._stats import attempt_counts as attempt_counts
 from web_index.storage._stats import stats as stats

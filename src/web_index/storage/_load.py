@@ -64,6 +64,7 @@ from web_index.storage._load_work import (
     spool_partition,
 )
 from web_index.storage._locks import Locks
+from web_index.storage._staging import Piece, stage_files, stage_packed
 from web_index.storage.backends import Backend, LocalBackend, new_spool
 from web_index.storage.buffer import MethodPartition
 from web_index.storage.indexes import (
@@ -249,20 +250,21 @@ class Spill:
         finally:
             self.discard()
 
-    def stage(self, folder: str, options: WriteOptions) -> list[tuple[Partition, str]]:
-        """Write every spilled partition's file under the store's ``folder`` (its path there
-        that of the partition's compacted file), named nowhere a reader looks, and empty the
-        spill; return each partition and its file. What a cluster's import does on each
-        worker, for one process to name them all (``_staged``)."""
-        staged = []
+    def stage(
+        self, folder: str, options: WriteOptions, *, packed: bool = False
+    ) -> list[tuple[Partition, Piece]]:
+        """Write every spilled partition's rows under the store's ``folder``, named nowhere a
+        reader looks, and empty the spill; return each partition and its :class:`Piece`: a
+        file of its own, or with ``packed`` a byte range of a pack a record type
+        (``_staging``). What a cluster's import does on each worker, for one process to
+        commit them all (``_staged``)."""
         try:
-            for p in sorted(self._where, key=commit_order):
-                path = f"{folder}/{p.compacted_path}"
-                data, write_options = partition_file_args(p, self._rows(p, options), options)
-                self._backend.write_parquet(path, data, **write_options)
-                crash_point("stage-while-writing")
-                staged.append((p, path))
-            return staged
+            # Packed, a record type's partitions one after the other: its pack is written once.
+            order = sorted(
+                self._where, key=lambda p: (p.type.value, commit_order(p)) if packed else commit_order(p)
+            )
+            parts = ((p, self._rows(p, options)) for p in order)
+            return (stage_packed if packed else stage_files)(self._backend, folder, parts, options)
         finally:
             self.discard()
 

@@ -19,6 +19,7 @@ from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._marker import open_or_create
 from web_index.storage._schema import SORT_KEYS
 from web_index.storage._staged import create_staged, merge_staged, name_staged
+from web_index.storage._staging import Piece
 from web_index.storage._tables import rows_to_table
 from web_index.storage.backends import Backend
 from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
@@ -184,21 +185,24 @@ class Store(Compaction):
         self._writable_locks()
         return Spill(self.backend, jobs)
 
-    def stage_spill(self, spill: Spill, folder: str) -> list[tuple[Partition, str]]:
-        """Write a spill's partitions under ``folder`` of the store, for :meth:`name_staged`
-        (one process names what many staged: see ``_staged``); return each and its file."""
-        return spill.stage(folder, self.write_options)
+    def stage_spill(
+        self, spill: Spill, folder: str, *, packed: bool = False
+    ) -> list[tuple[Partition, Piece]]:
+        """Write a spill's partitions under ``folder`` of the store, for one process to commit
+        what many staged (see ``_staged``); return each and its piece (``packed``: a pack a
+        record type, on an object store)."""
+        return spill.stage(folder, self.write_options, packed=packed)
 
-    def merge_staged(self, partition: Partition, paths: Sequence[str], to: str) -> None:
-        """The staged files of one partition as one staged file, at ``to``."""
-        merge_staged(self.backend, self.write_options, partition, paths, to)
+    def merge_staged(self, partition: Partition, pieces: Sequence[Piece], to: str) -> None:
+        """The staged pieces of one partition as one staged file, at ``to``."""
+        merge_staged(self.backend, self.write_options, partition, pieces, to)
 
     def create_staged(
-        self, partition: Partition, paths: Sequence[str], months: Sequence[tuple[int, int]]
-    ) -> bool:
-        """The staged files of a partition without files as its compacted file, on an object
-        store; whether a part file may have been written instead (``_staged``)."""
-        return create_staged(self.backend, self.write_options, partition, paths, months)
+        self, items: Sequence[tuple[Partition, Sequence[Piece]]], months: Sequence[tuple[int, int]]
+    ) -> list[bool]:
+        """The staged pieces of partitions without files as their compacted files, on an
+        object store; for each, whether a part file may have been written instead (``_staged``)."""
+        return create_staged(self.backend, self.write_options, items, months)
 
     def had_files(self) -> Callable[[Partition], bool]:
         """Whether a partition has files now (each month listed once, when first asked)."""
@@ -208,7 +212,7 @@ class Store(Compaction):
         """The months whose ``get`` files a new compacted file's payloads may be shared with."""
         return sharing_months(self, self.write_options)
 
-    def name_staged(self, staged: Iterable[tuple[Partition, str]]) -> set[MethodPartition]:
+    def name_staged(self, staged: Iterable[tuple[Partition, Piece]]) -> set[MethodPartition]:
         """Name staged files part files of their partitions (visible from then on); return
         the partitions named."""
         self._writable_locks()

@@ -89,12 +89,15 @@ class Backend(Protocol):
         read (a local store maps no such file)."""
         ...
 
-    def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:
+    def read_range(
+        self, path: str, start: int, length: int, *, fresh: bool = False, once: bool = False
+    ) -> bytes:
         """``length`` bytes of the file at ``path`` from ``start`` (fewer at its
         end), of whichever version is there: for reads that their caller checks
         (a body against its digest), not for a file's structure. ``fresh``: not
         through a descriptor kept from an earlier read (a local store keeps a
-        few open, which may be of a file since replaced). ``FileNotFoundError``
+        few open, which may be of a file since replaced). ``once``: read once
+        (a staged file's rows), so not worth keeping in a cache. ``FileNotFoundError``
         if there is no such file."""
         ...
 

@@ -216,9 +216,13 @@ class CachingBackend:
 
     # -- objects ---------------------------------------------------------------
 
-    def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:
+    def read_range(
+        self, path: str, start: int, length: int, *, fresh: bool = False, once: bool = False
+    ) -> bytes:
         # Cached by place, whatever the object's version: its caller checks what it reads (a
         # body against its digest) and asks again ``fresh`` when that fails, which replaces it.
+        if once:
+            return self.inner.read_range(path, start, length, fresh=fresh)
         key = ("P", path, start, length)
         if self.config.cache_ranges and not fresh:
             with self._lock:

@@ -184,7 +184,9 @@ class LocalBackend:
             with self._footers_lock:
                 self._footers.put(known, meta, weight, _FOREVER)
 
-    def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:
+    def read_range(
+        self, path: str, start: int, length: int, *, fresh: bool = False, once: bool = False
+    ) -> bytes:
         return self._descriptors.read(path, self._path(path), start, length, fresh=fresh)
 
     def check_file(self, path: str) -> bool:

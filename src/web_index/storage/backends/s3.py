@@ -202,7 +202,9 @@ class S3Backend:
         except BaseError as exc:
             raise self._fail(exc, f"reading {path}") from None
 
-    def read_range(self, path: str, start: int, length: int, *, fresh: bool = False) -> bytes:
+    def read_range(
+        self, path: str, start: int, length: int, *, fresh: bool = False, once: bool = False
+    ) -> bytes:
         return self.get_range(path, start, start + length, None) if length else b""
 
     def open_parquet(self, path: str, *, once: bool = False) -> pq.ParquetFile:
