@@ -1022,6 +1022,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         },
         "workloads": {},
     }
+    (HERE / "data").mkdir(exist_ok=True)  # absent when the dataset was kept elsewhere
     with tempfile.TemporaryDirectory(prefix="wi-bench-", dir=HERE / "data") as tmpname:
         tmp = Path(tmpname)
         for name in names:
