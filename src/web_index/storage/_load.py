@@ -40,7 +40,7 @@ import functools
 import itertools
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,7 +50,7 @@ from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import TMP_DIR, Partition, compacted_stored
 from web_index.storage._listing import Listing
-from web_index.storage._load_remote import write_remote
+from web_index.storage._load_remote import commit_remote
 from web_index.storage._load_work import (
     BATCH_BYTES,
     GATHER_MAX,
@@ -229,23 +229,22 @@ class Spill:
             def sharing(p: Partition) -> bool:
                 return share and p.type is RecordType.GET and not had_files(p)
 
-            original = functools.partial(self._rows, options=options)  # read again, if need be
             if isinstance(self._backend, LocalBackend):
+                original = functools.partial(self._rows, options=options)  # read again, if need be
                 spooled = self._spooled(self._backend, options, order, sharing, months)
                 parted, self._month_rows = _write_local(
                     self._backend, locks, options, spooled, had_files, original, durable=durable
                 )
-            else:
-                tables = (shared_table(self._backend, p, original(p), sharing(p), months) for p in order)
-                written = zip(order, tables, strict=True)
-                gathered = MonthRowsSpool(self._backend)
-                try:
-                    remote = write_remote(self._backend, options, written, had_files, original, gathered)
-                except BaseException:
-                    gathered.discard()
-                    raise
+            else:  # in the commit's threads: readers of their own
+                own = functools.partial(self._rows, options=options, own=True)
+
+                def table_of(p: Partition) -> tuple[pa.Table | Iterable[pa.Table], bool]:
+                    return shared_table(self._backend, p, own(p), sharing(p), months)
+
+                remote, self._month_rows = commit_remote(
+                    self._backend, options, order, table_of, had_files, own
+                )
                 parted = {method_partition(p) for p in remote}
-                self._month_rows = gathered.done()
             return {method_partition(p) for p in self._where}, parted
         finally:
             self.discard()
@@ -290,16 +289,18 @@ class Spill:
         )
         yield from self._pool.map(str(backend.root), options, tasks)
 
-    def _rows(self, partition: Partition, options: WriteOptions) -> pa.Table | Merged:
-        """The partition's rows: a table, or merged as read when big."""
+    def _rows(self, partition: Partition, options: WriteOptions, *, own: bool = False) -> pa.Table | Merged:
+        """The partition's rows: a table, or merged as read when big. ``own``: from readers of
+        its own, not those the spill keeps (a thread of a commit onto an object store)."""
         import pyarrow as pa
 
         readers = {}
         for f, run in self._where[partition]:
             path, reader = self._files[f]
-            if reader is None:  # absorbed: opened when read (the workers that commit read by path)
+            if reader is None or own:  # absorbed: opened when read (the workers that commit read by path)
                 reader = pa.ipc.open_file(pa.OSFile(str(path), "rb"))
-                self._files[f] = (path, reader)
+                if not own:
+                    self._files[f] = (path, reader)
             readers[run.path] = reader
         runs = [run for _, run in self._where[partition]]
         return partition_rows(partition, runs, readers.__getitem__, options, GATHER_MAX)

@@ -5,13 +5,17 @@ and bytes in hand.
 On a local disk the load's workers spool each file with its index and month rows, and the
 commit names them (``_load``); an object store has no rename, so a file is sent where it will
 stay, on the condition that nothing is there yet, and its month index rows gathered as it
-is sent.
+is sent. Several pages' partitions are written at a time, in threads (each page's data before
+its metadata, as a flush): a commit otherwise waited on each request in turn.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,36 +24,90 @@ from web_index.storage._files import WriteOptions, write_partition_file
 from web_index.storage._layout import Partition
 from web_index.storage._load_work import Streamed
 from web_index.storage.backends import Backend, FileInfo
-from web_index.storage.indexes import MonthRowsSpool, file_rows, index_on_write
+from web_index.storage.indexes import MonthRows, MonthRowsSpool, file_rows, index_on_write
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["write_remote"]
+__all__ = ["COMMIT_THREADS", "commit_remote", "write_remote"]
+
+# Pages a commit onto an object store writes at a time (its requests wait on the network): one
+# a core; two a core were no faster on the 1 GiB import into SeaweedFS and held a fifth more
+# memory (a partition's table and its file's bytes each).
+COMMIT_THREADS = min(8, os.cpu_count() or 1)
+
+
+def commit_remote(
+    backend: Backend,
+    options: WriteOptions,
+    order: Sequence[Partition],
+    table_of: Callable[[Partition], tuple[pa.Table | Iterable[pa.Table], bool]],
+    had_files: Callable[[Partition], bool],
+    original: Callable[[Partition], pa.Table | Streamed],
+) -> tuple[set[Partition], MonthRows | None]:
+    """A bulk load's commit: :func:`write_remote` of its partitions, ``COMMIT_THREADS`` at a
+    time; the month index rows of the files created, gathered in a spool file."""
+    gathered = MonthRowsSpool(backend)
+    try:
+        parted = write_remote(
+            backend, options, order, table_of, had_files, original, gathered, threads=COMMIT_THREADS
+        )
+    except BaseException:
+        gathered.discard()
+        raise
+    return parted, gathered.done()
 
 
 def write_remote(
     backend: Backend,
     options: WriteOptions,
-    tables: Iterator[tuple[Partition, tuple[pa.Table | Iterable[pa.Table], bool]]],
+    order: Sequence[Partition],
+    table_of: Callable[[Partition], tuple[pa.Table | Iterable[pa.Table], bool]],
     had_files: Callable[[Partition], bool],
     original: Callable[[Partition], pa.Table | Streamed],
     gathered: MonthRowsSpool | None,
+    *,
+    threads: int = 1,
 ) -> set[Partition]:
-    """Write each partition's file; return those written as part files (to compact). The
-    month index rows of each file created go to ``gathered`` (``None``: made by no one; the
-    month's build reads the file's key columns back)."""
-    parted: set[Partition] = set()
-    for partition, (table, refers) in tables:
+    """Write each partition's file (its rows, and whether they refer: ``table_of``), a page's
+    data before its metadata, the pages of ``threads`` partitions at a time; return those
+    written as part files (to compact). The month index rows of each file created go to
+    ``gathered`` (``None``: made by no one; the month's build reads the file's key columns
+    back). A file that failed raises once those being written are done; what was written
+    stays, each partition whole, as a commit cut short leaves it."""
+
+    def write(partition: Partition) -> bool:
+        table, refers = table_of(partition)
         if not had_files(partition):
             try:
                 _create_indexed(backend, partition, table, options, gathered)
-                continue
+                return False
             except ConflictError:  # compacted by another meanwhile: this file is a part of it
                 if refers:
                     table = original(partition)  # a part never refers
         write_partition_file(backend, partition, table, options, part=str(uuid.uuid4()))
-        parted.add(partition)
+        return True
+
+    def pages(partitions: list[Partition]) -> list[Partition]:
+        return [p for p in partitions if write(p)]
+
+    # A page's partitions (its data's, then its metadata's) one after the other, as a flush.
+    units = [
+        list(ps)
+        for _, ps in itertools.groupby(order, key=lambda p: (p.type.method, p.year, p.month, p.domain))
+    ]
+    if threads < 2 or len(units) < 2:
+        return {p for unit in units for p in pages(unit)}
+    parted: set[Partition] = set()
+    # Each file is a conditional PUT and its capture index another: one partition at a time,
+    # a commit waited on the network half the time (the 1 GiB import into SeaweedFS, the cores
+    # 0.53 busy); Parquet encoding and the requests release the GIL.
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="web-index-commit")
+    try:
+        for done in pool.map(pages, units):
+            parted.update(done)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return parted
 
 

@@ -130,8 +130,10 @@ def _create(
     share = options.share_payloads and partition.type is RecordType.GET
     whole = rows.whole()
     data: pa.Table | _StagedRows = rows if whole is None else whole
-    one = iter([(partition, shared_table(backend, partition, data, share, months))])
-    parted = write_remote(backend, options, one, lambda _: False, lambda _: data, gathered=None)
+    table = shared_table(backend, partition, data, share, months)
+    parted = write_remote(
+        backend, options, [partition], lambda _: table, lambda _: False, lambda _: data, None
+    )
     crash_point("staged-created")  # its inputs still there: a task run again writes a part file
     _remove_own(backend, pieces)
     return bool(parted)

@@ -12,6 +12,7 @@ compacted again since, is read as any other.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple, cast
@@ -230,6 +231,7 @@ class MonthRowsSpool:
         self._fh: IO[bytes] | None = None
         self._offset = 0
         self._months: dict[tuple[RecordType, int, int], dict[str, _Placed]] = {}
+        self._lock = threading.Lock()  # a commit onto an object store adds from its threads
 
     def add(self, partition: Partition, rows: FileRows) -> None:
         """``rows`` of ``partition``'s file, used only if it is named its compacted file
@@ -239,6 +241,10 @@ class MonthRowsSpool:
             spooled = Path(rows.path)
             data = spooled.read_bytes()
             spooled.unlink()
+        with self._lock:
+            self._add(partition, rows, data)
+
+    def _add(self, partition: Partition, rows: FileRows, data: bytes) -> None:
         if self._fh is None:
             self._path = new_spool(self._folder)
             self._fh = self._path.open("wb")
