@@ -11,20 +11,20 @@ partition
 may refer to captures of any file and so wait for the commit. A worker that dies mid-file
 takes only that task with it: the scheduler runs it again, and it stages the same names.
 
-Once every file is done, each partition's staged files become visible whole, a partition
+Once every file is done, each partition's staged rows become visible whole, a partition
 at a time (each gets all of the import's records or none, whenever the process dies;
 ``storage/_staged.py``): on an object store, a partition without files is written by a
 task as its compacted file, with its index, where it stays (its pages' data first, then
-their metadata; a task writes neighbouring partitions, ~``_TASK_BYTES`` of their staged rows,
-reading each staged file once for them); any other partition's rows are merged by a task,
-and this process names the one file a part file of it. Then this process stores the revisits, resolved against
-what is now stored (in rounds of their own, as a local import does: a revisit is stored
-once what it refers to is), has the partitions that got part files compacted on the
-cluster, and indexes every month written. Without ``skip_invalid``, a problem in a file
-stops that file (what came before it there is committed) and is raised once the rest is.
-The staging folder is removed however the import ends (on an object store, its files a
-request each: a few a WARC file); a local store's ``remove_orphans`` removes that of an
-import that died.
+their metadata; a task writes neighbouring partitions, ~``_TASK_BYTES`` of their staged
+rows, reading each pack once for them); any other partition's rows are merged by a task,
+and this process names the one file a part file of it. Then this process stores the
+revisits, resolved against what is now stored (in rounds of their own, as a local import
+does: a revisit is stored once what it refers to is), has the partitions that got part
+files compacted on the cluster, and indexes every month written. Without
+``skip_invalid``, a problem in a file stops that file (what came before it there is
+committed) and is raised once the rest is. The staging folder is removed however the
+import ends (on an object store, its files a request each: a few a WARC file); a local
+store's ``remove_orphans`` removes that of an import that died.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
 Each worker stages, for each WARC file it imports, its partitions' rows under a staging
 folder of the store (``Spill.stage``), where no reader looks: on an object store one pack a
 record type, a partition's rows a store file at a byte range of it (``_staging``); on a
-folder one file a partition. Then each partition's staged rows become visible whole, a partition at a time,
-so a load that dies leaves each partition with every record the load gave it or none:
+folder one file a partition. Then each partition's staged rows become visible whole, a
+partition at a time, so a load that dies leaves each partition with every record the load
+gave it or none:
 
 * on an object store, a partition that had no files is written by a worker as its compacted
   file where it stays (:func:`create_staged`: its pieces merged as read, its payloads
