@@ -50,7 +50,7 @@ from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import TMP_DIR, Partition, compacted_stored
 from web_index.storage._listing import Listing
-from web_index.storage._load_remote import commit_remote
+from web_index.storage._load_remote import write_remote
 from web_index.storage._load_work import (
     BATCH_BYTES,
     GATHER_MAX,
@@ -241,8 +241,8 @@ class Spill:
                 def table_of(p: Partition) -> tuple[pa.Table | Iterable[pa.Table], bool]:
                     return shared_table(self._backend, p, own(p), sharing(p), months)
 
-                remote, self._month_rows = commit_remote(
-                    self._backend, options, order, table_of, had_files, own
+                remote, self._month_rows = write_remote(
+                    self._backend, options, order, table_of, had_files, own, gather=True
                 )
                 parted = {method_partition(p) for p in remote}
             return {method_partition(p) for p in self._where}, parted

@@ -29,33 +29,12 @@ from web_index.storage.indexes import MonthRows, MonthRowsSpool, file_rows, inde
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["COMMIT_THREADS", "commit_remote", "write_remote"]
+__all__ = ["write_remote"]
 
 # Pages a commit onto an object store writes at a time (its requests wait on the network): one
 # a core; two a core were no faster on the 1 GiB import into SeaweedFS and held a fifth more
 # memory (a partition's table and its file's bytes each).
-COMMIT_THREADS = min(8, os.cpu_count() or 1)
-
-
-def commit_remote(
-    backend: Backend,
-    options: WriteOptions,
-    order: Sequence[Partition],
-    table_of: Callable[[Partition], tuple[pa.Table | Iterable[pa.Table], bool]],
-    had_files: Callable[[Partition], bool],
-    original: Callable[[Partition], pa.Table | Streamed],
-) -> tuple[set[Partition], MonthRows | None]:
-    """A bulk load's commit: :func:`write_remote` of its partitions, ``COMMIT_THREADS`` at a
-    time; the month index rows of the files created, gathered in a spool file."""
-    gathered = MonthRowsSpool(backend)
-    try:
-        parted = write_remote(
-            backend, options, order, table_of, had_files, original, gathered, threads=COMMIT_THREADS
-        )
-    except BaseException:
-        gathered.discard()
-        raise
-    return parted, gathered.done()
+_THREADS = min(8, os.cpu_count() or 1)
 
 
 def write_remote(
@@ -65,16 +44,17 @@ def write_remote(
     table_of: Callable[[Partition], tuple[pa.Table | Iterable[pa.Table], bool]],
     had_files: Callable[[Partition], bool],
     original: Callable[[Partition], pa.Table | Streamed],
-    gathered: MonthRowsSpool | None,
     *,
-    threads: int = 1,
-) -> set[Partition]:
+    threads: int = _THREADS,
+    gather: bool = False,
+) -> tuple[set[Partition], MonthRows | None]:
     """Write each partition's file (its rows, and whether they refer: ``table_of``), a page's
     data before its metadata, the pages of ``threads`` partitions at a time; return those
-    written as part files (to compact). The month index rows of each file created go to
-    ``gathered`` (``None``: made by no one; the month's build reads the file's key columns
-    back). A file that failed raises once those being written are done; what was written
-    stays, each partition whole, as a commit cut short leaves it."""
+    written as part files (to compact) and, with ``gather``, the month index rows of the files
+    created, in a spool file (else made by no one: the month's build reads the file's key
+    columns back). A file that failed raises once those being written are done; what was
+    written stays, each partition whole, as a commit cut short leaves it."""
+    gathered = MonthRowsSpool(backend) if gather else None
 
     def write(partition: Partition) -> bool:
         table, refers = table_of(partition)
@@ -96,19 +76,26 @@ def write_remote(
         list(ps)
         for _, ps in itertools.groupby(order, key=lambda p: (p.type.method, p.year, p.month, p.domain))
     ]
-    if threads < 2 or len(units) < 2:
-        return {p for unit in units for p in pages(unit)}
     parted: set[Partition] = set()
-    # Each file is a conditional PUT and its capture index another: one partition at a time,
-    # a commit waited on the network half the time (the 1 GiB import into SeaweedFS, the cores
-    # 0.53 busy); Parquet encoding and the requests release the GIL.
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="web-index-commit")
     try:
-        for done in pool.map(pages, units):
-            parted.update(done)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    return parted
+        if threads < 2 or len(units) < 2:
+            for unit in units:
+                parted.update(pages(unit))
+        else:
+            # Each file is a conditional PUT and its capture index another: one partition at a
+            # time, a commit waited on the network half the time (the 1 GiB import into
+            # SeaweedFS, the cores 0.53 busy); Parquet encoding and the requests release the GIL.
+            pool = ThreadPoolExecutor(threads, thread_name_prefix="web-index-commit")
+            try:
+                for done in pool.map(pages, units):
+                    parted.update(done)
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:
+        if gathered is not None:
+            gathered.discard()
+        raise
+    return parted, None if gathered is None else gathered.done()
 
 
 def _create_indexed(

@@ -132,9 +132,7 @@ def _create(
     whole = rows.whole()
     data: pa.Table | _StagedRows = rows if whole is None else whole
     table = shared_table(backend, partition, data, share, months)
-    parted = write_remote(
-        backend, options, [partition], lambda _: table, lambda _: False, lambda _: data, None
-    )
+    parted, _ = write_remote(backend, options, [partition], lambda _: table, lambda _: False, lambda _: data)
     crash_point("staged-created")  # its inputs still there: a task run again writes a part file
     _remove_own(backend, pieces)
     return bool(parted)

@@ -16,17 +16,16 @@ the import ends.
 
 from __future__ import annotations
 
-import functools
 import io
 import itertools
 import shutil
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import TMP_DIR, Partition
-from web_index.storage.backends import Backend, new_spool, sealed_bytes, write_sealed
+from web_index.storage.backends import Backend, ObjectFile, new_spool, sealed_bytes, write_sealed
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -145,57 +144,12 @@ class StagedPieces:
         """A piece's file (``FileNotFoundError`` if gone; its footer and pages checked as read)."""
         if piece.whole:
             return self._backend.open_parquet(piece.path)
-        import pyarrow as pa
-
-        from web_index.storage.pages import CheckedFile, check_footer
-
         base, data = self._chunks.get(piece.path, (0, b""))
-        view = _PieceView(piece, base, data, functools.partial(self._backend.read_range, once=True))
-        check_footer(piece.path, view.read_at, piece.size)
-        return CheckedFile(pa.PythonFile(view, mode="r"), path=piece.path)
 
+        def fetch(start: int, end: int) -> bytes:  # of the piece: ``piece.start`` on in the pack
+            at, length = piece.start + start, end - start
+            if base <= at and at + length <= base + len(data):
+                return data[at - base : at - base + length]
+            return self._backend.read_range(piece.path, at, length, once=True)
 
-class _PieceView(io.RawIOBase):
-    """A piece of a pack as a file of its own: its bytes from those fetched for the task
-    where they are there, else read from the store (``read_range(path, start, length)``)."""
-
-    def __init__(self, piece: Piece, base: int, data: bytes, read_range: Callable[[str, int, int], bytes]):
-        super().__init__()
-        self._piece, self._base, self._data, self._read_range = piece, base, data, read_range
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def size(self) -> int:
-        return self._piece.size
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self._pos = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos}.get(whence, self._piece.size) + offset
-        return self._pos
-
-    def read(self, size: int | None = -1) -> bytes:
-        start = self._pos
-        end = self._piece.size if size is None or size < 0 else min(self._piece.size, start + size)
-        if end <= start:
-            return b""
-        self._pos = end
-        at = self._piece.start + start  # in the pack
-        if self._base <= at and at + (end - start) <= self._base + len(self._data):
-            return self._data[at - self._base : at - self._base + (end - start)]
-        return self._read_range(self._piece.path, at, end - start)
-
-    def read_at(self, start: int, end: int) -> bytes:
-        self.seek(start)
-        return self.read(end - start)
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+        return ObjectFile(None, piece.path, piece.size, None, b"", fetch=fetch).parquet()

@@ -62,11 +62,13 @@ def handle_version(handle: pq.ParquetFile) -> str | None:
 
 
 class ObjectFile(io.RawIOBase):
-    """A seekable read-only file over one version of an object, by range requests."""
+    """A seekable read-only file over one version of an object, by range requests: the
+    ``backend``'s GETs of that version, or ``fetch(start, end)`` where given (a cache's, or
+    the bytes of a staged piece of a larger object, ``storage/_staging.py``)."""
 
     def __init__(
         self,
-        backend: S3Backend,
+        backend: S3Backend | None,
         path: str,
         size: int,
         etag: str | None,
@@ -139,6 +141,7 @@ class ObjectFile(io.RawIOBase):
         try:
             if self._fetch is not None:
                 return self._fetch(start, end)
+            assert self.backend is not None  # given one or the other
             return self.backend.get_range(self.path, start, end, self.etag)
         except FileNotFoundError:
             if self._on_gone is not None:
