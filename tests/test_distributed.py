@@ -338,7 +338,13 @@ def _staged_left(location: str) -> list[str]:
         return [str(p) for p in (Path(location) / "_tmp").rglob("*")]
     import obstore as obs
 
-    return [m["path"] for batch in obs.list(backend.store, "_tmp") for m in batch]  # type: ignore[attr-defined]
+    # And no staging folder's lease (``storage/_staging.py``) left behind.
+    return [
+        m["path"]
+        for prefix in ("_tmp", "_locks/stage")
+        for batch in obs.list(backend.store, prefix)
+        for m in batch
+    ]  # type: ignore[attr-defined]
 
 
 def _set_env(name: str, value: str) -> None:

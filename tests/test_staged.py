@@ -167,3 +167,48 @@ def test_a_partition_compacted_by_another_meanwhile_gets_a_part_file(
         assert _records(s3) == _records(local)
         assert all(p.part_files == 0 for p in s3.stats().partitions)  # the parts compacted
         assert s3.verify().ok
+
+
+def test_a_dead_processes_staging_folder_is_removed_once_its_lease_is_stale(
+    seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an object store nobody can tell whether a process on another machine lives: a
+    staging folder is kept while its process renews its lease, and removed by the next flush
+    or compaction once the lease is gone or stale; a folder of another name is not touched."""
+    import os
+    import time
+
+    from web_index.storage._lease import LeaseLocks
+
+    ttl = 0.5
+    monkeypatch.setenv("WEB_INDEX_LEASE_TTL", str(ttl))
+    items, ids = _items(3, 20), [str(uuid.uuid4()) for _ in range(20)]
+    location = seaweed.new_store()
+    with WebIndex(location) as live, WebIndex(location) as sweeper:
+        backend = sweeper._store.backend
+
+        def folders() -> set[str]:
+            return set(backend.inner.list_folders("_tmp"))
+
+        def leases() -> int:
+            return len(backend.inner.list_files("_locks/stage"))
+
+        with live._store.staging() as kept:
+            _stage(live, kept, [(items, ids)])
+            stale = f"_tmp/{os.getpid() + 1}-{uuid.uuid4()}"  # its process died: never renewed
+            assert LeaseLocks(backend.inner, ttl_s=ttl).acquire("stage", stale) is not None
+            unleased = f"_tmp/{os.getpid() + 2}-{uuid.uuid4()}"  # died before... or never had one
+            _stage(sweeper, stale, [(items, ids)])
+            _stage(sweeper, unleased, [(items, ids)])
+            _stage(sweeper, "_tmp/import", [(items, ids)])
+            assert leases() == 2
+            assert sweeper._store.remove_orphans() == 1
+            assert folders() == {n.removeprefix("_tmp/") for n in (kept, stale, "_tmp/import")}
+            time.sleep(2.5 * ttl)  # past its expiry by a lease's time
+            sweeper.flush()
+            assert folders() == {n.removeprefix("_tmp/") for n in (kept, "_tmp/import")}
+            assert leases() == 1  # the stale one taken over and given back: only the live one
+            sweeper.compact()
+            assert kept.removeprefix("_tmp/") in folders()
+        assert folders() == {"import"}
+        assert leases() == 0

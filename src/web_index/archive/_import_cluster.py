@@ -22,21 +22,18 @@ revisits, resolved against what is now stored (in rounds of their own, as a loca
 does: a revisit is stored once what it refers to is), has the partitions that got part
 files compacted on the cluster, and indexes every month written. Without
 ``skip_invalid``, a problem in a file stops that file (what came before it there is
-committed) and is raised once the rest is. The staging folder is removed however the
-import ends (on an object store, its files a request each: a few a WARC file); a local
-store's ``remove_orphans`` removes that of an import that died.
+committed) and is raised once the rest is. The staging folder is the store's
+(``Store.staging``): removed however the import ends (on an object store, its files a
+request each: a few a WARC file), and that of an import whose process died is removed by
+the store's next flush or compaction (on an object store, once the lease this process held
+on it is stale).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
-import shutil
-import socket
-import uuid
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 from web_index._bulk_load import BulkLoad
 from web_index._on_cluster import compactor, shared_location
@@ -47,11 +44,10 @@ from web_index.archive._revisits import Waiting
 from web_index.archive._sources import ArchiveFile
 from web_index.index import WebIndex
 from web_index.query import map_on_cluster
-from web_index.storage import LocalBackend, MethodPartition, Partition, Piece, method_partition
+from web_index.storage import MethodPartition, Partition, Piece, method_partition
 
 __all__ = ["import_on_cluster"]
 
-_STAGING = "_tmp"  # the store's folder of temporary files (storage's TMP_DIR)
 # Staged bytes a task of new partitions writes (each staged file's share read in one request):
 # ~20 tasks a GiB of WARCs, enough to spread over the workers, where a task a partition was
 # ~730, each a task and a request for the scheduler and the object store.
@@ -70,44 +66,34 @@ def import_on_cluster(
 ) -> ImportReport:
     """``import_warcs`` of ``files`` into ``index``, each file a task on the cluster at
     ``scheduler`` (``tcp://host:port``)."""
-    store = index._store
     location = shared_location(index.location)
-    folder = f"{_STAGING}/{os.getpid()}-{uuid.uuid4()}"
-    if isinstance(store.backend, LocalBackend):
-        owner = store.backend.local_folder(folder)
-        (owner / "owner").write_text(socket.gethostname())  # see remove_dead_spools
     report = ImportReport()
     staged: dict[Partition, list[Piece]] = {}
-    ended = False
-    try:
-        with Waiting[tuple[_Capture, str]]() as waiting:
-            work = functools.partial(
-                _import_one,
-                location,
-                index._buffer_location,
-                folder,
-                ReadSettings(calibre, skip_invalid, batch, index.limits),
-            )
-            items = [(n, portable(f)) for n, f in enumerate(files)]
-            for done, written in map_on_cluster(scheduler, work, items):
-                report.include(done.report)
-                for partition, piece in written:
-                    staged.setdefault(partition, []).append(piece)
-                waiting.add(done.revisits)
-                if on_progress is not None:
-                    on_progress(report)
-            named, created = _commit(index, location, scheduler, folder, staged)
-            run = Run(index, calibre, batch, report, 1, skip_invalid)
-            run.deferred = waiting
-            rounds = _Rounds(index, f"{folder}/revisits", named)
-            run.revisit_load = rounds.load
-            run.store_deferred()  # the revisits, now that what they refer to is stored
+    with index._store.staging() as folder, Waiting[tuple[_Capture, str]]() as waiting:
+        work = functools.partial(
+            _import_one,
+            location,
+            index._buffer_location,
+            folder,
+            ReadSettings(calibre, skip_invalid, batch, index.limits),
+        )
+        items = [(n, portable(f)) for n, f in enumerate(files)]
+        for done, written in map_on_cluster(scheduler, work, items):
+            report.include(done.report)
+            for partition, piece in written:
+                staged.setdefault(partition, []).append(piece)
+            waiting.add(done.revisits)
+            if on_progress is not None:
+                on_progress(report)
+        named, created = _commit(index, location, scheduler, folder, staged)
+        run = Run(index, calibre, batch, report, 1, skip_invalid)
+        run.deferred = waiting
+        rounds = _Rounds(index, f"{folder}/revisits", named)
+        run.revisit_load = rounds.load
+        run.store_deferred()  # the revisits, now that what they refer to is stored
         # Once, on the cluster: the partitions that got part files; every month written indexed here.
         compact = compactor(index.location, index._buffer_location, scheduler, 1)
         index._store.compact(named, index_also=created, run=compact)
-        ended = True
-    finally:
-        _remove(index, folder, walk=not ended or store.backend.remote)
     if report.problems and not skip_invalid:
         first = report.problems[0]
         report.problems = []
@@ -224,16 +210,3 @@ def _create_some(
 ) -> list[tuple[Partition, bool]]:
     said = worker_index(location, buffer)._store.create_staged(items, months)
     return [(partition, maybe) for (partition, _), maybe in zip(items, said, strict=True)]
-
-
-def _remove(index: WebIndex, folder: str, *, walk: bool) -> None:
-    """The staging folder. An import that ended well named or merged away every file in it;
-    ``walk``: one that did not may have left any (on an object store: a listing a folder)."""
-    backend: Any = index._store.backend
-    if isinstance(backend, LocalBackend):
-        shutil.rmtree(backend.local_folder(folder, create=False), ignore_errors=True)
-    elif walk:
-        for sub in backend.list_folders(folder):
-            _remove(index, f"{folder}/{sub}", walk=True)
-        for info in backend.list_files(folder):
-            backend.delete(f"{folder}/{info.name}")

@@ -53,6 +53,9 @@ class Compaction(Listing):
     def _writable_locks(self) -> Locks:
         raise NotImplementedError  # the store's
 
+    def remove_orphans(self) -> int:
+        raise NotImplementedError  # the store's
+
     def _write_claim(self, mp: MethodPartition, flush_id: str) -> int:
         raise NotImplementedError  # the store's: a flush that died, finished
 
@@ -84,7 +87,7 @@ class Compaction(Listing):
         it (a bulk load's, which builds its months' at every commit). ``month_rows``: index
         rows of files a bulk load wrote, used for the files they still match.
         """
-        self.backend.remove_orphans()
+        self.remove_orphans()
         done = 0
         listed: dict[MethodPartition, PartitionFiles] = {}
         if partitions is None:

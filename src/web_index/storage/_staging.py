@@ -12,19 +12,32 @@ would have a footer of every partition's row groups, tens of megabytes for a WAR
 a crawl's many domains, read by every task). A pack is never named a part file: every
 partition is written anew from its pieces, and the staging folder is removed whole when
 the import ends.
+
+A staging folder (:func:`staging_folder`) is its process's own: on a folder, a file in it
+names its host (``remove_dead_spools`` removes it once the process named in the folder's name
+is gone); on an object store, where no one can tell whether a process on another machine
+lives, the process holds a lease on the folder for as long as it stages (the store's
+``"stage"`` locks), and whoever finds the lease gone or stale removes the folder
+(:func:`remove_dead_staging`, which every flush and compaction runs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
+import os
+import re
 import shutil
-from collections.abc import Iterable, Sequence
+import socket
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import TMP_DIR, Partition
+from web_index.storage._locks import Locks
 from web_index.storage.backends import Backend, ObjectFile, new_spool, sealed_bytes, write_sealed
 
 if TYPE_CHECKING:
@@ -33,7 +46,16 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["Piece", "StagedPieces", "stage_files", "stage_packed"]
+__all__ = [
+    "Piece",
+    "StagedPieces",
+    "remove_dead_staging",
+    "stage_files",
+    "stage_packed",
+    "staging_folder",
+]
+
+_FOLDER_NAME = re.compile(r"\d+-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 # Each partition's sorted rows: a table, or tables as they are merged (a partition too big to hold).
 Parts = Iterable[tuple[Partition, "pa.Table | Iterable[pa.Table]"]]
@@ -153,3 +175,50 @@ class StagedPieces:
             return self._backend.read_range(piece.path, at, length, once=True)
 
         return ObjectFile(None, piece.path, piece.size, None, b"", fetch=fetch).parquet()
+
+
+@contextlib.contextmanager
+def staging_folder(backend: Backend, locks: Locks) -> Iterator[str]:
+    """A staging folder of this process's own (``_tmp/<pid>-<uuid>``), removed whole however
+    the block ends; on an object store its lease is held until then (taken before anything
+    is staged in it, given back after it is removed)."""
+    folder = f"{TMP_DIR}/{os.getpid()}-{uuid.uuid4()}"
+    with contextlib.ExitStack() as held:
+        if backend.remote:
+            held.enter_context(locks.hold("stage", folder))
+        else:
+            (backend.local_folder(folder) / "owner").write_text(socket.gethostname())
+        try:
+            yield folder
+        finally:
+            remove_folder(backend, folder)
+
+
+def remove_dead_staging(backend: Backend, locks: Locks) -> int:
+    """Remove an object store's staging folders whose process died (their lease gone, or
+    stale: its holder stopped renewing it a lease's time ago and more); return how many.
+    One listing when there are none."""
+    removed = 0
+    for name in backend.list_folders(TMP_DIR):
+        if not _FOLDER_NAME.fullmatch(name):
+            continue
+        folder = f"{TMP_DIR}/{name}"
+        with locks.hold("stage", folder, blocking=False) as dead:
+            if dead:
+                remove_folder(backend, folder)
+                removed += 1
+    return removed
+
+
+def remove_folder(backend: Backend, folder: str) -> None:
+    """A staging folder and all in it (on an object store: a listing a folder, a request a file)."""
+    if not backend.remote:
+        shutil.rmtree(backend.local_folder(folder, create=False), ignore_errors=True)
+        return
+    for sub in backend.list_folders(folder):
+        remove_folder(backend, f"{folder}/{sub}")
+    for info in backend.list_files(folder):
+        backend.delete(f"{folder}/{info.name}")
+    # The folder itself: a gateway that keeps folders as entries (SeaweedFS) would go on
+    # listing it empty, and every sweep would take its lease again. S3 has no such key.
+    backend.delete(f"{folder}/")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from web_index.errors import CorruptFileError, StoreError
@@ -19,7 +20,7 @@ from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._marker import open_or_create
 from web_index.storage._schema import SORT_KEYS
 from web_index.storage._staged import create_staged, merge_staged, name_staged
-from web_index.storage._staging import Piece
+from web_index.storage._staging import Piece, remove_dead_staging, staging_folder
 from web_index.storage._tables import rows_to_table
 from web_index.storage.backends import Backend
 from web_index.storage.buffer import Buffer, MethodPartition, open_buffer
@@ -48,7 +49,8 @@ class FlushPolicy(NamedTuple):
 
 def _default_locks(backend: Backend, buffer: Buffer) -> Locks:
     """Flush locks from a shared buffer if it has them (Postgres), else local ``flock``;
-    compaction locks as leases in the bucket for an object store, else local ``flock``."""
+    compaction locks, and a staging folder's (``_staging``), as leases in the bucket for an
+    object store, else local ``flock``."""
     inner = getattr(backend, "inner", backend)  # through the read cache
     local: Locks | None = None
 
@@ -66,7 +68,7 @@ def _default_locks(backend: Backend, buffer: Buffer) -> Locks:
         compact: Locks = LeaseLocks(cast("S3Backend", inner))
     else:
         compact = local_locks()
-    return KindLocks({"flush": flush, "compact": compact})
+    return KindLocks({"flush": flush, "compact": compact, "stage": compact})
 
 
 class Store(Compaction):
@@ -164,6 +166,19 @@ class Store(Compaction):
             raise StoreError("this store was opened read-only")
         return self._locks
 
+    def remove_orphans(self) -> int:
+        """Delete what writers that died left in the store: their spool files, and on an
+        object store their staging folders (``_staging``); return how many."""
+        removed = self.backend.remove_orphans()
+        if self.backend.remote:
+            removed += remove_dead_staging(self.backend, self._writable_locks())
+        return removed
+
+    def staging(self) -> AbstractContextManager[str]:
+        """A staging folder of this process's own in the store, removed whole when the
+        block ends (see ``_staging.staging_folder``)."""
+        return staging_folder(self.backend, self._writable_locks())
+
     def append(self, attempts: Sequence[AttemptRows]) -> None:
         self.buffer.append(attempts)
         crash_point("after-append")
@@ -235,7 +250,7 @@ class Store(Compaction):
 
     def flush(self, partitions: Iterable[MethodPartition] | None = None) -> int:
         """Move buffered rows into part files; return the number of attempts moved."""
-        self.backend.remove_orphans()
+        self.remove_orphans()
         targets = list(partitions) if partitions is not None else self.buffer.partitions()
         return self._flush_each(targets)
 

@@ -368,9 +368,10 @@ class S3Backend:
         return etag
 
     def delete(self, path: str) -> None:
+        """``path``; with a trailing ``/``, an empty folder of a gateway that keeps them."""
         self.requests.add("delete")
         try:
-            obs.delete(self.store, store_path(path))
+            obs.delete(self.store, store_path(path) + ("/" if path.endswith("/") else ""))
         except NotFoundError:
             return
         except BaseError as exc:
