@@ -212,3 +212,7 @@ def test_a_dead_processes_staging_folder_is_removed_once_its_lease_is_stale(
             assert kept.removeprefix("_tmp/") in folders()
         assert folders() == {"import"}
         assert leases() == 0
+        requests = backend.inner.requests
+        requests.reset()
+        assert sweeper._store.remove_orphans() == 0
+        assert requests.counts == {"list": 1}  # with no process's folder there: one listing

@@ -3,18 +3,19 @@ a partition's visible files, opened."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from web_index._retry import retrying
 from web_index.models import STORED_END, STORED_START, RecordType
-from web_index.storage._files import list_partition_files, visible_files
+from web_index.storage._files import WriteOptions, list_partition_files, visible_files
 from web_index.storage._layout import Partition, StoredFile
 from web_index.storage.backends import Backend
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
-__all__ = ["Listing"]
+__all__ = ["Listing", "had_files_of", "sharing_months"]
 
 # A partition as listed, its visible files opened, its superseded files.
 _Visible = tuple[list[StoredFile], list[tuple[StoredFile, "pq.ParquetFile"]], list[StoredFile]]
@@ -116,3 +117,22 @@ class Listing:
             on=(FileNotFoundError,),
             gave_up=f"partition {partition} kept changing while it was read; try again",
         )
+
+
+def had_files_of(listing: Listing) -> Callable[[Partition], bool]:
+    """Whether a partition has files, from one listing a month taken when first asked."""
+    listed: dict[tuple[RecordType, int, int], set[str]] = {}
+
+    def had_files(p: Partition) -> bool:
+        # One listing a month, taken before the commit names anything in it.
+        month = (p.type, p.year, p.month)
+        if month not in listed:
+            listed[month] = {d for d, files in listing.month_files(*month).items() if files}
+        return p.domain in listed[month]
+
+    return had_files
+
+
+def sharing_months(listing: Listing, options: WriteOptions) -> tuple[tuple[int, int], ...]:
+    """The months whose ``get`` files a new compacted file's payloads may be shared with."""
+    return tuple(listing.months(RecordType.GET)) if options.share_payloads else ()

@@ -49,7 +49,7 @@ from web_index.storage._chunks import Chunks, partition_tables
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, partition_file_args
 from web_index.storage._layout import TMP_DIR, Partition, compacted_stored
-from web_index.storage._listing import Listing
+from web_index.storage._listing import Listing, had_files_of, sharing_months
 from web_index.storage._load_remote import write_remote
 from web_index.storage._load_work import (
     BATCH_BYTES,
@@ -77,7 +77,7 @@ from web_index.storage.indexes import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Chunks", "Spill", "commit_order", "had_files_of", "method_partition", "sharing_months"]
+__all__ = ["Chunks", "Spill", "commit_order", "method_partition"]
 
 
 class Spill:
@@ -304,25 +304,6 @@ class Spill:
             readers[run.path] = reader
         runs = [run for _, run in self._where[partition]]
         return partition_rows(partition, runs, readers.__getitem__, options, GATHER_MAX)
-
-
-def had_files_of(listing: Listing) -> Callable[[Partition], bool]:
-    """Whether a partition has files, from one listing a month taken when first asked."""
-    listed: dict[tuple[RecordType, int, int], set[str]] = {}
-
-    def had_files(p: Partition) -> bool:
-        # One listing a month, taken before the commit names anything in it.
-        month = (p.type, p.year, p.month)
-        if month not in listed:
-            listed[month] = {d for d, files in listing.month_files(*month).items() if files}
-        return p.domain in listed[month]
-
-    return had_files
-
-
-def sharing_months(listing: Listing, options: WriteOptions) -> tuple[tuple[int, int], ...]:
-    """The months whose ``get`` files a new compacted file's payloads may be shared with."""
-    return tuple(listing.months(RecordType.GET)) if options.share_payloads else ()
 
 
 def commit_order(p: Partition) -> tuple[MethodPartition, bool]:

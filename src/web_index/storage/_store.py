@@ -15,7 +15,8 @@ from web_index.storage._compaction import METHODS, Compaction, Listings
 from web_index.storage._crash import crash_point
 from web_index.storage._files import WriteOptions, write_partition_file
 from web_index.storage._layout import LOCK_DIR, Partition, StoredFile, compacted_stored
-from web_index.storage._load import Spill, had_files_of, sharing_months
+from web_index.storage._listing import had_files_of, sharing_months
+from web_index.storage._load import Spill
 from web_index.storage._locks import FileLocks, KindLocks, Locks
 from web_index.storage._marker import open_or_create
 from web_index.storage._schema import SORT_KEYS
@@ -51,7 +52,7 @@ def _default_locks(backend: Backend, buffer: Buffer) -> Locks:
     """Flush locks from a shared buffer if it has them (Postgres), else local ``flock``;
     compaction locks, and a staging folder's (``_staging``), as leases in the bucket for an
     object store, else local ``flock``."""
-    inner = getattr(backend, "inner", backend)  # through the read cache
+    inner = _uncached(backend)
     local: Locks | None = None
 
     def local_locks() -> Locks:
@@ -69,6 +70,12 @@ def _default_locks(backend: Backend, buffer: Buffer) -> Locks:
     else:
         compact = local_locks()
     return KindLocks({"flush": flush, "compact": compact, "stage": compact})
+
+
+def _uncached(backend: Backend) -> Backend:
+    """The backend under the read cache, if any: what other machines share, as it is now."""
+    inner: Backend = getattr(backend, "inner", backend)
+    return inner
 
 
 class Store(Compaction):
@@ -170,8 +177,9 @@ class Store(Compaction):
         """Delete what writers that died left in the store: their spool files, and on an
         object store their staging folders (``_staging``); return how many."""
         removed = self.backend.remove_orphans()
-        if self.backend.remote:
-            removed += remove_dead_staging(self.backend, self._writable_locks())
+        if self.backend.remote and self._locks is not None:  # a read-only store judges nothing
+            # Listed as the bucket is now: a cached listing may hold a folder removed since.
+            removed += remove_dead_staging(_uncached(self.backend), self._locks)
         return removed
 
     def staging(self) -> AbstractContextManager[str]:

@@ -1,14 +1,19 @@
 """Where an S3 store's settings come from: the usual AWS environment
-variables, else a profile of ``~/.aws`` (see docs/deploy.md)."""
+variables, else a profile of ``~/.aws`` (see docs/deploy.md); and the obstore client
+made of them, with its timeouts and retries."""
 
 from __future__ import annotations
 
 import configparser
 import os
+from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["store_config"]
+from obstore.store import S3Store
+
+__all__ = ["new_store", "store_config"]
 
 
 def _profile_settings() -> dict[str, str]:
@@ -57,3 +62,26 @@ def store_config(bucket: str) -> dict[str, Any]:
     if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "region" in config):
         config["region"] = "us-east-1"
     return config
+
+
+def new_store(
+    bucket: str, prefix: str, settings: Mapping[str, Any], max_retries: int, retry_timeout_s: float
+) -> S3Store:
+    """The client of ``bucket`` under ``prefix``: transient failures (5xx, dropped connections,
+    timeouts) retried with backoff from 50 ms doubling to 5 s, ``max_retries`` times within
+    ``retry_timeout_s`` a request."""
+    return S3Store(
+        bucket,
+        prefix=prefix or None,
+        config=dict(settings),  # type: ignore[arg-type]
+        client_options={"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=60)},
+        retry_config={
+            "max_retries": max_retries,
+            "retry_timeout": timedelta(seconds=retry_timeout_s),
+            "backoff": {
+                "init_backoff": timedelta(milliseconds=50),
+                "max_backoff": timedelta(seconds=5),
+                "base": 2,
+            },
+        },
+    )

@@ -26,7 +26,6 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -42,12 +41,11 @@ from obstore.exceptions import (
     PreconditionError,
     UnauthenticatedError,
 )
-from obstore.store import S3Store
 
 from web_index.errors import ConflictError, StoreError
 from web_index.storage._layout import TMP_DIR
 from web_index.storage.backends._object_file import ObjectFile, ObjectInfo, RequestCounter, file_info
-from web_index.storage.backends._s3_config import store_config
+from web_index.storage.backends._s3_config import new_store, store_config
 from web_index.storage.backends.base import (
     FileInfo,
     listed_file,
@@ -100,21 +98,7 @@ class S3Backend:
         # Set by the read-through cache: cache-on-write of what this process wrote.
         self.on_written: Callable[[str, int, bytes, str | None], None] | None = None
         try:
-            self.store = S3Store(
-                self.bucket,
-                prefix=self.prefix or None,
-                config=settings,  # type: ignore[arg-type]
-                client_options={"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=60)},
-                retry_config={
-                    "max_retries": max_retries,
-                    "retry_timeout": timedelta(seconds=retry_timeout_s),
-                    "backoff": {
-                        "init_backoff": timedelta(milliseconds=50),
-                        "max_backoff": timedelta(seconds=5),
-                        "base": 2,
-                    },
-                },
-            )
+            self.store = new_store(self.bucket, self.prefix, settings, max_retries, retry_timeout_s)
         except BaseError as exc:
             raise StoreError(f"cannot configure the S3 store {self._url}: {exc}") from None
 
