@@ -451,3 +451,57 @@ def test_a_file_named_twice_in_a_bulk_import_is_stored_once(
     assert len(loads) == 2
     assert (report.stored, report.already_stored) == (2, 2)
     assert report.skipped == {"revisit not resolved": 2}
+
+
+@given(
+    total=st.integers(1, 10**12),
+    share=st.floats(0, 1),
+    records=st.integers(0, 10**9),
+    elapsed=st.floats(0.001, 10**6),
+)
+def test_the_pace_is_from_the_start_and_the_time_left_at_it(
+    total: int, share: float, records: int, elapsed: float
+) -> None:
+    from web_index.cli._archive_import import pace
+
+    done = round(total * share)
+    got = pace(done, records, elapsed, total)
+    assert got.mb_per_s == pytest.approx(done / elapsed / 1e6)
+    assert got.records_per_s == pytest.approx(records / elapsed)
+    if not done:
+        assert got.left == "-:--:-- left"
+    elif done >= total:
+        assert got.left == "writing"  # every byte read: the commit, whose length is not known
+    else:
+        hours, minutes, seconds = (int(x) for x in got.left.removesuffix(" left").split(":"))
+        assert minutes < 60 and seconds < 60
+        assert hours * 3600 + minutes * 60 + seconds == round((total - done) * elapsed / done)
+
+
+def test_the_progress_on_a_terminal_says_the_pace_since_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files come back from the workers whole: the MB/s is the import's since it started,
+    and the bar ends saying that the records are stored, with the time that took."""
+    from rich.console import Console
+
+    from web_index.cli import _app, _archive_import
+
+    screen = io.StringIO()
+    terminal = Console(file=screen, force_terminal=True, width=200, color_system=None)
+    monkeypatch.setattr(_app, "err", terminal)
+    monkeypatch.setattr(_archive_import, "err", terminal)
+    for n in range(3):
+        _three(tmp_path, f"{n}.warc.gz")
+    result = runner.invoke(app, ["import-warc", "--store", str(tmp_path / "s"), "--jobs", "2", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    frames = [line for line in screen.getvalue().replace("\r", "\n").splitlines() if "importing" in line]
+    assert frames and "-:--:-- left" in frames[0]
+    last = frames[-1]
+    assert "3/3 files" in last and last.rstrip().endswith("stored"), last
+    speed = float(last.split(" MB/s")[0].split()[-1])
+    size = sum(p.stat().st_size for p in tmp_path.glob("*.warc.gz"))
+    assert 0 <= speed <= size / 1e6 / 0.001  # at most the bytes over a millisecond: never GB/s
+    records = int(last.split(" records")[0].split()[-1].replace(",", ""))
+    rate = int(last.split("/s ")[-2].split()[-1].replace(",", ""))
+    assert 0 < rate <= records / 0.001  # records a second since the start, not in the last update

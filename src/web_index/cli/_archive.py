@@ -85,6 +85,9 @@ def import_warc(
     With --scheduler, each file is read by a worker of that Dask cluster, which
     writes to the store itself (the store and the files where every worker reads
     them: s3:// or one shared path), committed once here and compacted there.
+    On a terminal a progress bar shows the bytes and files read, MB/s and records
+    a second since the start, the time left at that pace, then "writing" while
+    what was read is written.
     """
     from web_index.archive import archive_files
     from web_index.errors import InvalidRecordError, StoreError

@@ -5,17 +5,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+from rich.progress import BarColumn, DownloadColumn, Progress, ProgressColumn, Task, TextColumn
+from rich.text import Text
 
 from web_index.cli._app import (
     EXIT_USAGE,
@@ -32,7 +25,49 @@ from web_index.cli._app import (
 if TYPE_CHECKING:
     from web_index.archive import ArchiveFile, ImportReport
 
-__all__ = ["run_import"]
+__all__ = ["Pace", "pace", "run_import"]
+
+
+class Pace(NamedTuple):
+    """An import's rates since it started, and the time left at them."""
+
+    mb_per_s: float
+    records_per_s: float
+    left: str  # "H:MM:SS left"; "-:--:-- left" before the first byte; "writing" once all are read
+
+
+def pace(done: int, records: int, elapsed: float, total: int) -> Pace:
+    """The import's pace after ``elapsed`` seconds, ``done`` of ``total`` bytes read.
+
+    From the start, not rich's speed columns: those average the last few updates, and an
+    import's come a file at a time from its workers (a 100 MB file done in one update
+    read as tens of GB/s, and the time left as nothing)."""
+    elapsed = max(elapsed, 1e-9)
+    speed = done / elapsed
+    if not done:
+        left = "-:--:-- left"
+    elif done >= total:  # what is left is the commit, which says nothing until it is done
+        left = "writing"
+    else:
+        left = f"{_clock((total - done) / speed)} left"
+    return Pace(speed / 1e6, records / elapsed, left)
+
+
+class _Elapsed(ProgressColumn):
+    """The time since ``started``, ticking: rich's own column stops once every byte is
+    read, and the commit comes after."""
+
+    def __init__(self, started: float) -> None:
+        super().__init__()
+        self.started = started
+
+    def render(self, task: Task) -> Text:
+        return Text(_clock(time.monotonic() - self.started), style="progress.elapsed")
+
+
+def _clock(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 def run_import(
@@ -60,28 +95,30 @@ def run_import(
         open_index(location, buffer, create=True, durable=durable) as index,
         Progress(
             TextColumn("[bold]importing"),
-            BarColumn(),
+            BarColumn(bar_width=20),
             DownloadColumn(),
-            TransferSpeedColumn(),
+            TextColumn("{task.fields[pace].mb_per_s:.1f} MB/s"),
             TextColumn(
-                "{task.fields[files]} files, {task.fields[records]:,} records, {task.fields[rate]:,.0f}/s"
+                "{task.fields[files]} files, {task.fields[records]:,} records, "
+                "{task.fields[pace].records_per_s:,.0f}/s"
             ),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
+            _Elapsed(started),
+            TextColumn("{task.fields[pace].left}"),
             console=err,
             disable=not err.is_terminal,
         ) as progress,
     ):
-        task = progress.add_task("import", total=total, files=f"0/{len(files)}", records=0, rate=0.0)
+        task = progress.add_task(
+            "import", total=total, files=f"0/{len(files)}", records=0, pace=pace(0, 0, 0.0, total)
+        )
 
         def advance(report: ImportReport) -> None:
-            elapsed = max(time.monotonic() - started, 1e-9)
             progress.update(
                 task,
                 completed=report.bytes,
                 files=f"{report.files}/{len(files)}",
                 records=report.records,
-                rate=report.records / elapsed,
+                pace=pace(report.bytes, report.records, time.monotonic() - started, total),
             )
 
         try:
@@ -96,6 +133,8 @@ def run_import(
             )
         except InvalidRecordError as exc:
             raise fail(EXIT_USAGE, str(exc)) from None
+        done = pace(report.bytes, report.records, time.monotonic() - started, total)
+        progress.update(task, completed=report.bytes, pace=done._replace(left="stored"))
     for problem in report.problems:
         say("[yellow]skipped[/]", problem)
     elapsed = time.monotonic() - started
@@ -113,12 +152,12 @@ def run_import(
         }
         sys.stdout.write(json.dumps(totals) + "\n")
         return
-    skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items()))
+    skipped = ", ".join(f"{n:,} {why}" for why, n in sorted(report.skipped.items()))
     say(
         "",
         f"{plural(report.files, 'file')}, {plural(report.records, 'record')} in {elapsed:.1f} s "
-        f"({report.bytes / max(elapsed, 1e-9) / 1e6:.1f} MB/s): stored {report.stored}, "
-        f"already stored {report.already_stored}"
+        f"({report.bytes / max(elapsed, 1e-9) / 1e6:.1f} MB/s): stored {report.stored:,}, "
+        f"already stored {report.already_stored:,}"
         + (f", not stored: {skipped}" if skipped else "")
         + (f", {len(report.problems)} broken" if report.problems else ""),
     )
