@@ -41,7 +41,7 @@ from web_index.storage._layout import Partition, compacted_stored
 from web_index.storage._memory import release_freed_memory
 from web_index.storage._merge import merge_sorted
 from web_index.storage._schema import DIGEST_COLUMNS, REF_COLUMN
-from web_index.storage._tables import sort_dedupe
+from web_index.storage._tables import conform, record_order
 from web_index.storage._workers import DEATH_CAUSES, worker_processes
 from web_index.storage.backends import Backend, FileInfo, LocalBackend
 from web_index.storage.indexes import FileRows, capture_index_bytes, file_rows, measured, written_lines
@@ -187,8 +187,10 @@ def partition_rows(
     table = pa.Table.from_batches(batches)
     del batches  # the table's now: its batches go as soon as it is replaced by its sorted copy
     if len(runs) > 1:
-        table = sort_dedupe(partition.type, table)
-    elif table.column(0).num_chunks > 1:
+        # Sorted, each record once, and filled in one take: a copy of the bodies, not two.
+        order = record_order(partition.type, table)
+        return conform(partition.type, fill_pending(table, where=str(partition), order=order))
+    if table.column(0).num_chunks > 1:
         table = table.combine_chunks()
     return fill_pending(table, where=str(partition))
 

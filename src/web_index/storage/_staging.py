@@ -191,7 +191,7 @@ def staging_folder(backend: Backend, locks: Locks) -> Iterator[str]:
         try:
             yield folder
         finally:
-            remove_folder(backend, folder)
+            _remove_folder(backend, folder)
 
 
 def remove_dead_staging(backend: Backend, locks: Locks) -> int:
@@ -205,18 +205,18 @@ def remove_dead_staging(backend: Backend, locks: Locks) -> int:
         folder = f"{TMP_DIR}/{name}"
         with locks.hold("stage", folder, blocking=False) as dead:
             if dead:
-                remove_folder(backend, folder)
+                _remove_folder(backend, folder)
                 removed += 1
     return removed
 
 
-def remove_folder(backend: Backend, folder: str) -> None:
+def _remove_folder(backend: Backend, folder: str) -> None:
     """A staging folder and all in it (on an object store: a listing a folder, a request a file)."""
     if not backend.remote:
         shutil.rmtree(backend.local_folder(folder, create=False), ignore_errors=True)
         return
     for sub in backend.list_folders(folder):
-        remove_folder(backend, f"{folder}/{sub}")
+        _remove_folder(backend, f"{folder}/{sub}")
     for info in backend.list_files(folder):
         backend.delete(f"{folder}/{info.name}")
     # The folder itself: a gateway that keeps folders as entries (SeaweedFS) would go on

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 __all__ = [
     "columns_to_table",
     "conform",
+    "record_order",
     "rows_to_table",
     "sort_dedupe",
     "sorted_unique",
@@ -103,15 +104,25 @@ def sort_dedupe(type: RecordType, table: pa.Table) -> pa.Table:
     (A polars round trip copied the bodies at each step: compacting one 64 MiB
     body peaked at 12.5 times its size.)
     """
+    return conform(type, table.take(record_order(type, table)))
+
+
+def record_order(type: RecordType, table: pa.Table) -> pa.Array[Any]:
+    """The rows of :func:`sort_dedupe`'s table, as indices into ``table``."""
     keys = SORT_KEYS[type]
     # One record is one identity (request id, chain index), and its copies sort
     # next to each other (same URL key and time).
-    return conform(type, sorted_unique(table, keys, keys[2:]))
+    return unique_order(table, keys, keys[2:])
 
 
 def sorted_unique(table: pa.Table, keys: Sequence[str], identity: Sequence[str]) -> pa.Table:
     """``table`` sorted by ``keys``, keeping the first of each run of rows with
     equal ``identity`` columns (never null), in one take of every column."""
+    return table.take(unique_order(table, keys, identity))
+
+
+def unique_order(table: pa.Table, keys: Sequence[str], identity: Sequence[str]) -> pa.Array[Any]:
+    """The rows of :func:`sorted_unique`'s table, as indices into ``table``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -127,4 +138,4 @@ def sorted_unique(table: pa.Table, keys: Sequence[str], identity: Sequence[str])
         if repeated is not None and pc.any(repeated).as_py():
             keep = pa.concat_arrays([pa.array([True]), pc.invert(repeated)])
             order = pc.filter(order, keep)
-    return table.take(order)
+    return order
