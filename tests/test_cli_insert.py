@@ -200,3 +200,46 @@ def test_the_issue_example(tmp_path: Path, skip: bool) -> None:
     else:
         assert result.exit_code == 2 and stored_lines(tmp_path, 4) == {1}
         assert result.stderr.startswith(f"error: {name}:2: not valid JSON")
+
+
+@pytest.mark.parametrize(
+    ("stdin", "options"),
+    [(False, []), (False, ["--bulk", "--jobs", "1"]), (False, ["--bulk", "--jobs", "2"]), (True, ["--bulk"])],
+)
+def test_the_progress_on_a_terminal_says_bytes_requests_and_their_pace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdin: bool, options: list[str]
+) -> None:
+    """As an import's: the input's bytes read, MB/s and requests a second since the start,
+    the time left while a file is read (nothing to say of a pipe's), then "stored"."""
+    import io
+
+    from rich.console import Console
+
+    from web_index.cli import _app, _pace
+
+    screen = io.StringIO()
+    terminal = Console(file=screen, force_terminal=True, width=200, color_system=None)
+    monkeypatch.setattr(_app, "err", terminal)
+    monkeypatch.setattr(_pace, "err", terminal)
+    count = 300
+    text = b"".join(_dump(request(line_url(n))) + b"\n" for n in range(1, count + 1))
+    args = ["insert", "--store", str(tmp_path / "s"), "--batch", "50", *options]
+    if stdin:
+        result = runner.invoke(app, [*args, "-"], input=text)
+    else:
+        (tmp_path / "in.jsonl").write_bytes(text)
+        result = runner.invoke(app, [*args, str(tmp_path / "in.jsonl")])
+    assert result.exit_code == 0, result.output
+    label = "loading" if options else "inserting"
+    frames = [line for line in screen.getvalue().replace("\r", "\n").splitlines() if label in line]
+    assert frames
+    last = frames[-1]
+    assert last.rstrip().endswith("stored") and f"{count} requests" in last, last
+    size = f"{len(text) / 1000:.1f}/{'?' if stdin else f'{len(text) / 1000:.1f}'} kB"
+    assert size in last, last  # every byte read, of a size known unless piped
+    speed = float(last.split(" MB/s")[0].split()[-1])
+    assert 0 < speed <= len(text) / 1e6 / 0.001  # since the start: never the last update's
+    rate = int(last.split("/s ")[-2].split()[-1].replace(",", ""))
+    assert 0 < rate <= count / 0.001
+    for frame in frames[:-1]:  # a file's time left, then what is written; a pipe's is not known
+        assert ("left" not in frame) if stdin else ("left" in frame or "writing" in frame), frame

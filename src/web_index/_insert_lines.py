@@ -136,6 +136,7 @@ class _Range:
     """What a worker made of a range of the file's lines."""
 
     stored: int = 0
+    bytes: int = 0  # of the file the range covers
     skipped: list[str] = field(default_factory=list)
     stopped: str | None = None  # the invalid line, or the read that failed, that ended the input
     chunks: Chunks | None = None
@@ -157,13 +158,14 @@ def insert_on_workers(
     batch: int,
     skip_invalid: bool,
     on_skipped: Callable[[str], None],
-    on_progress: Callable[[int], object],
+    on_progress: Callable[[int, int], object],
 ) -> tuple[int, int]:
     """The requests of the JSONL file at ``path`` (named ``name`` in messages) into ``load``
     (a bulk load with workers, of the store at ``location``), a range of lines each; return
-    how many were stored and skipped. Raises :class:`RefusedLineError` as :class:`Inserter` does."""
+    how many were stored and skipped; ``on_progress``: told the requests stored and the
+    file's bytes read so far. Raises :class:`RefusedLineError` as :class:`Inserter` does."""
     work = functools.partial(_insert_range, location, buffer, limits, path, name, batch, skip_invalid)
-    stored = skipped = 0
+    stored = skipped = read = 0
     unreadable: str | None = None  # the file could not be cut into ranges past this one
 
     def ranges() -> Generator[tuple[int, int, int]]:
@@ -176,12 +178,13 @@ def insert_on_workers(
             unreadable = _unreadable(name, exc)  # said once the ranges before it are stored
 
     def take(done: _Range) -> BaseException | None:
-        nonlocal stored, skipped
+        nonlocal stored, skipped, read
         for message in done.skipped:
             on_skipped(message)
         skipped += len(done.skipped)
         stored += done.stored
-        on_progress(stored)
+        read += done.bytes
+        on_progress(stored, read)
         return None if done.stopped is None else RefusedLineError(done.stopped, stored)
 
     given = ranges()
@@ -249,7 +252,7 @@ def _insert_range(
 ) -> _Range:
     """In a worker: a range of the file's lines into a load that hands its chunks over."""
     start, stop, first = where
-    done = _Range()
+    done = _Range(bytes=stop - start)
     try:
         store = worker_store(location, buffer, read_only=False)
         load = BulkLoad.handing_over(store, limits)

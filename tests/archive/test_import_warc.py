@@ -458,17 +458,20 @@ def test_a_file_named_twice_in_a_bulk_import_is_stored_once(
     share=st.floats(0, 1),
     records=st.integers(0, 10**9),
     elapsed=st.floats(0.001, 10**6),
+    known=st.booleans(),
 )
 def test_the_pace_is_from_the_start_and_the_time_left_at_it(
-    total: int, share: float, records: int, elapsed: float
+    total: int, share: float, records: int, elapsed: float, known: bool
 ) -> None:
-    from web_index.cli._archive_import import pace
+    from web_index.cli._pace import pace
 
     done = round(total * share)
-    got = pace(done, records, elapsed, total)
+    got = pace(done, records, elapsed, total if known else None)
     assert got.mb_per_s == pytest.approx(done / elapsed / 1e6)
     assert got.records_per_s == pytest.approx(records / elapsed)
-    if not done:
+    if not known:
+        assert got.left == ""  # a pipe's size: no time left to say
+    elif not done:
         assert got.left == "-:--:-- left"
     elif done >= total:
         assert got.left == "writing"  # every byte read: the commit, whose length is not known
@@ -485,12 +488,12 @@ def test_the_progress_on_a_terminal_says_the_pace_since_the_start(
     and the bar ends saying that the records are stored, with the time that took."""
     from rich.console import Console
 
-    from web_index.cli import _app, _archive_import
+    from web_index.cli import _app, _pace
 
     screen = io.StringIO()
     terminal = Console(file=screen, force_terminal=True, width=200, color_system=None)
     monkeypatch.setattr(_app, "err", terminal)
-    monkeypatch.setattr(_archive_import, "err", terminal)
+    monkeypatch.setattr(_pace, "err", terminal)
     for n in range(3):
         _three(tmp_path, f"{n}.warc.gz")
     result = runner.invoke(app, ["import-warc", "--store", str(tmp_path / "s"), "--jobs", "2", str(tmp_path)])

@@ -5,15 +5,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, NamedTuple
-
-from rich.progress import BarColumn, DownloadColumn, Progress, ProgressColumn, Task, TextColumn
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from web_index.cli._app import (
     EXIT_USAGE,
     cli_errors,
-    err,
     fail,
     jobs_of,
     open_index,
@@ -21,53 +17,12 @@ from web_index.cli._app import (
     say,
     store_location,
 )
+from web_index.cli._pace import pace, paced_progress
 
 if TYPE_CHECKING:
     from web_index.archive import ArchiveFile, ImportReport
 
-__all__ = ["Pace", "pace", "run_import"]
-
-
-class Pace(NamedTuple):
-    """An import's rates since it started, and the time left at them."""
-
-    mb_per_s: float
-    records_per_s: float
-    left: str  # "H:MM:SS left"; "-:--:-- left" before the first byte; "writing" once all are read
-
-
-def pace(done: int, records: int, elapsed: float, total: int) -> Pace:
-    """The import's pace after ``elapsed`` seconds, ``done`` of ``total`` bytes read.
-
-    From the start, not rich's speed columns: those average the last few updates, and an
-    import's come a file at a time from its workers (a 100 MB file done in one update
-    read as tens of GB/s, and the time left as nothing)."""
-    elapsed = max(elapsed, 1e-9)
-    speed = done / elapsed
-    if not done:
-        left = "-:--:-- left"
-    elif done >= total:  # what is left is the commit, which says nothing until it is done
-        left = "writing"
-    else:
-        left = f"{_clock((total - done) / speed)} left"
-    return Pace(speed / 1e6, records / elapsed, left)
-
-
-class _Elapsed(ProgressColumn):
-    """The time since ``started``, ticking: rich's own column stops once every byte is
-    read, and the commit comes after."""
-
-    def __init__(self, started: float) -> None:
-        super().__init__()
-        self.started = started
-
-    def render(self, task: Task) -> Text:
-        return Text(_clock(time.monotonic() - self.started), style="progress.elapsed")
-
-
-def _clock(seconds: float) -> str:
-    s = round(seconds)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+__all__ = ["run_import"]
 
 
 def run_import(
@@ -93,19 +48,10 @@ def run_import(
     with (
         cli_errors(location),
         open_index(location, buffer, create=True, durable=durable) as index,
-        Progress(
-            TextColumn("[bold]importing"),
-            BarColumn(bar_width=20),
-            DownloadColumn(),
-            TextColumn("{task.fields[pace].mb_per_s:.1f} MB/s"),
-            TextColumn(
-                "{task.fields[files]} files, {task.fields[records]:,} records, "
-                "{task.fields[pace].records_per_s:,.0f}/s"
-            ),
-            _Elapsed(started),
-            TextColumn("{task.fields[pace].left}"),
-            console=err,
-            disable=not err.is_terminal,
+        paced_progress(
+            "importing",
+            "{task.fields[files]} files, {task.fields[records]:,} records",
+            started,
         ) as progress,
     ):
         task = progress.add_task(

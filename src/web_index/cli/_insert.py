@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Annotated, BinaryIO, NamedTuple
 
 import typer
+from rich.progress import Progress, TaskID
 
 from web_index._bulk_load import BulkLoad
 from web_index._insert_lines import Inserter, RefusedLineError, batches, insert_on_workers
@@ -30,10 +31,10 @@ from web_index.cli._app import (
     open_index,
     open_input,
     plural,
-    progress_bar,
     say,
     store_location,
 )
+from web_index.cli._pace import pace, paced_progress
 from web_index.index import InsertItem, WebIndex
 from web_index.ingest import iter_insert_lines
 
@@ -44,12 +45,22 @@ class _UnreadableInputError(Exception):
     """The input could not be read on (an I/O error, not an invalid line)."""
 
 
-def _read(handle: BinaryIO, name: str) -> Iterator[bytes]:
-    # Told apart from the store's OSErrors: a broken input is the caller's (exit 2).
-    try:
-        yield from handle
-    except OSError as exc:
-        raise _UnreadableInputError(f"cannot read {name}: {exc.strerror or exc}") from None
+class _Input:
+    """The input's lines, and how many of its bytes were read so far."""
+
+    def __init__(self, handle: BinaryIO, name: str) -> None:
+        self.handle = handle
+        self.name = name
+        self.read = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        # Told apart from the store's OSErrors: a broken input is the caller's (exit 2).
+        try:
+            for line in self.handle:
+                self.read += len(line)
+                yield line
+        except OSError as exc:
+            raise _UnreadableInputError(f"cannot read {self.name}: {exc.strerror or exc}") from None
 
 
 @app.command()
@@ -85,34 +96,41 @@ def insert(
     name = "<stdin>" if source == "-" else source
     # Bytes, not text: lines split on "\n" only, and one that is not UTF-8 is refused alone.
     handle = open_input(source)  # closed below, after the store
+    size = _size(handle) if source != "-" else None
     try:
         with (
             cli_errors(location),
             open_index(location, buffer, create=True, durable=durable) as index,
-            progress_bar() as progress,
+            paced_progress(
+                "loading" if bulk else "inserting", "{task.fields[requests]:,} requests", started
+            ) as progress,
         ):
-            task = progress.add_task("loading" if bulk else "inserting", total=None)
+            task = progress.add_task("insert", total=size, requests=0, pace=pace(0, 0, 0.0, size))
+
+            def on_stored(stored: int, read: int) -> None:
+                now = pace(read, stored, time.monotonic() - started, size)
+                progress.update(task, completed=read, requests=stored, pace=now)
+
             with contextlib.ExitStack() as stack:
                 add = index.insert_many
                 workers = False
                 if bulk:
-                    writing = progress.add_task("writing files", total=None, visible=False)
 
-                    def on_progress(done: int, total: int) -> None:
-                        progress.update(writing, completed=done, total=total, visible=True)
+                    def on_written(done: int, total: int) -> None:
+                        # The input read whole: what is left is the files, told as they are written.
+                        _say_left(progress, task, f"writing files {done:,}/{total:,}")
 
-                    size = None if source == "-" else os.fstat(handle.fileno()).st_size
-                    load = index.bulk_load(on_progress=on_progress, jobs=jobs_of(jobs, size))
+                    load = index.bulk_load(on_progress=on_written, jobs=jobs_of(jobs, size))
                     add = stack.enter_context(load).add
                     # A file (not a pipe: it cannot be read again) is read by the load's workers,
                     # a range of its lines each.
-                    regular = source != "-" and stat.S_ISREG(os.fstat(handle.fileno()).st_mode)
-                    workers = regular and load.has_workers and index._reopenable
-                how = _How(name, batch, skip_invalid, lambda stored: progress.update(task, completed=stored))
+                    workers = size is not None and load.has_workers and index._reopenable
+                how = _How(name, batch, skip_invalid, on_stored)
                 if workers:
                     totals = _on_workers(index, load, source, how)
                 else:
-                    totals = _insert_lines(index, add, handle, how)
+                    totals = _insert_lines(index, add, _Input(handle, name), how)
+            _say_left(progress, task, "stored")
     finally:
         if source != "-":
             handle.close()
@@ -134,21 +152,21 @@ class _How(NamedTuple):
     name: str
     batch: int
     skip_invalid: bool
-    on_stored: Callable[[int], object]
+    on_stored: Callable[[int, int], object]  # told the requests stored, the input's bytes read
 
 
 def _insert_lines(
-    index: WebIndex, add: Callable[[list[InsertItem]], object], handle: BinaryIO, how: _How
+    index: WebIndex, add: Callable[[list[InsertItem]], object], source: _Input, how: _How
 ) -> tuple[int, int]:
     """The input's lines read here, a batch at a time."""
     inserter = Inserter(index.limits, add, how.name, how.skip_invalid, _skipped)
-    lines = iter_insert_lines(_read(handle, how.name), how.name)
+    lines = iter_insert_lines(source, how.name)
     try:
         for chunk in batches(
             lines, how.batch, stop_at_error=not how.skip_invalid, broken=_UnreadableInputError
         ):
             inserter.store(chunk)
-            how.on_stored(inserter.stored)
+            how.on_stored(inserter.stored, source.read)
     except _UnreadableInputError as exc:
         raise fail(EXIT_USAGE, f"{exc} ({_stored(inserter.stored)} before it)") from None
     except RefusedLineError as exc:
@@ -173,6 +191,18 @@ def _on_workers(index: WebIndex, load: BulkLoad, source: str, how: _How) -> tupl
         )
     except RefusedLineError as exc:
         raise fail(EXIT_USAGE, f"{exc.error} ({_stored(exc.stored)} before it)") from None
+
+
+def _size(handle: BinaryIO) -> int | None:
+    """The input file's size; ``None`` for a pipe or a device, whose size is not known."""
+    info = os.fstat(handle.fileno())
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def _say_left(progress: Progress, task: TaskID, left: str) -> None:
+    """The bar's last column says ``left`` (the pace's other figures as they were)."""
+    shown = next(t for t in progress.tasks if t.id == task).fields["pace"]
+    progress.update(task, pace=shown._replace(left=left))
 
 
 def _skipped(message: str) -> None:
