@@ -29,7 +29,9 @@ import io
 import logging
 import os
 import re
+import secrets
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -40,15 +42,19 @@ from web_index.storage.backends import Backend, LocalBackend, open_files_share
 from web_index.storage.indexes._captures_format import FORMAT, CaptureIndex, encode_index
 
 __all__ = [
+    "CHECK_SUFFIX",
     "CaptureIndex",
     "CaptureIndexes",
     "capture_index_bytes",
     "capture_index_folder",
     "capture_index_name",
     "capture_index_path",
+    "check_mark",
     "forget_capture_index",
     "index_domain",
     "index_names",
+    "listed_names",
+    "marked_index",
     "open_capture_index",
     "remove_indexes",
     "write_capture_index",
@@ -60,6 +66,11 @@ log = logging.getLogger("web_index.storage")
 # ``.cdxj``: such names are listed too, to be removed as stale).
 _NAME = re.compile(r"(.+)\.[0-9a-f]{16}\.cdxj(?:\.zst)?")
 _SUFFIX = ".cdxj.zst"
+# Beside an index whose lines place payloads in other months' files, while its writer checks
+# that those files did not change meanwhile: one left behind (its writer died) has the index
+# written again by the next compact() (``ensure_capture_indexes``).
+CHECK_SUFFIX = ".check"
+_CHECK = re.compile(r"(.+)\.([0-9a-f]{8})[0-9a-f]{8}\.check")
 # An index this large is kept open, its header held and its blocks read as needed; a smaller one
 # is read whole. A batch over a big store opens thousands of indexes of a few hundred KiB: read
 # whole they outgrow _HELD_MAX, so that the next batch opens them all again.
@@ -146,12 +157,36 @@ def index_domain(name: str) -> str:
 
 def index_names(backend: Backend, folder: str, domain: str | None = None) -> list[str]:
     """The names of the capture indexes in ``folder`` (of one domain's partition, if given)."""
-    names = []
+    return listed_names(backend, folder, domain)[0]
+
+
+def listed_names(backend: Backend, folder: str, domain: str | None = None) -> tuple[list[str], list[str]]:
+    """The names of the capture indexes in ``folder`` (of one domain's partition, if given),
+    and the marks of those whose payloads' places are still to be checked (``CHECK_SUFFIX``;
+    :func:`marked_index` names an index of its mark): one listing."""
+    names: list[str] = []
+    checks: list[str] = []
     for info in backend.list_files(folder, "" if domain is None else f"{domain}."):
-        found = _NAME.fullmatch(info.name)
+        name = info.name
+        checked = _CHECK.fullmatch(name)
+        found = _NAME.fullmatch(name if checked is None else checked[1])
         if found is not None and domain in (None, found[1]):
-            names.append(info.name)
-    return names
+            (names if checked is None else checks).append(name)
+    return names, checks
+
+
+def check_mark(path: str) -> str:
+    """A new mark for the index at ``path`` (see ``CHECK_SUFFIX``): one a writer, so that
+    a writer that finishes its check never removes another's, named with its time."""
+    return f"{path}.{int(time.time()) & 0xFFFFFFFF:08x}{secrets.token_hex(4)}{CHECK_SUFFIX}"
+
+
+def marked_index(mark: str) -> tuple[str, float]:
+    """The name of the index that ``mark`` (a name ``listed_names`` gave) is of, and the
+    mark's age in seconds."""
+    checked = _CHECK.fullmatch(mark)
+    assert checked is not None
+    return checked[1], time.time() - int(checked[2], 16)
 
 
 class CaptureIndexes:

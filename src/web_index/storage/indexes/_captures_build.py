@@ -32,8 +32,11 @@ from web_index.storage.indexes._captures import (
     capture_index_folder,
     capture_index_name,
     capture_index_path,
+    check_mark,
     index_domain,
     index_names,
+    listed_names,
+    marked_index,
     open_capture_index,
     remove_indexes,
     write_capture_index,
@@ -58,6 +61,9 @@ __all__ = [
 
 log = logging.getLogger("web_index.storage")
 _TRIES = 4  # reads of the holders' places, each made stale by a compaction of one of them
+# A mark of an index still to be checked (``CHECK_SUFFIX``) younger than this may be its
+# writer's, at work: its index is written again, the mark kept (clocks of many machines differ).
+_MARK_KEPT = 600.0
 
 
 def build_capture_index(
@@ -132,10 +138,10 @@ def _index_written(
     try:
         holders: dict[str, FileInfo] = {}
         lines = lines_of(holders)
+        mark = _checking(backend, partition, covered, holders)
         write_capture_index(backend, partition, covered, frozenset(superseded), lines, prune=prune)
-        if holders and holders_moved(backend, holders):  # see _build
-            return _build(backend, partition, [covered], prune, ())
-        return True
+        wrote = _build(backend, partition, [covered], prune, ()) if holders_moved(backend, holders) else True
+        return _unmark(backend, mark, wrote)  # see _build
     except Exception as exc:  # a full disk, a lost connection: the compaction pass writes it
         log.warning("no capture index for %s: %s (compact() tries again)", partition, exc)
         return False
@@ -156,13 +162,14 @@ def _build(
         have = index_names(backend, folder, partition.domain)
     if capture_index_name(partition, covered) in have:
         return False
+    mark: str | None = None
     for _ in range(_TRIES):
         try:
             handle = backend.open_parquet(covered.path, once=True)
         except FileNotFoundError:  # compacted again meanwhile: that compaction writes its own
-            return False
+            return _unmark(backend, mark, False)
         if handle_version(handle) not in (None, covered.version):
-            return False
+            return _unmark(backend, mark, False)
         superseded = read_superseded(handle, covered.path)
         holders: dict[str, FileInfo] = {}
         lines = file_lines(partition.type, handle, backend, covered.path, holders)
@@ -171,17 +178,39 @@ def _build(
         try:
             now = backend.file_info(covered.path, fresh=True)
         except FileNotFoundError:
-            return False
+            return _unmark(backend, mark, False)
         if (now.size, now.version) != (covered.size, covered.version):
-            return False
+            return _unmark(backend, mark, False)
+        mark = mark or _checking(backend, partition, covered, holders)
         write_capture_index(backend, partition, covered, superseded, lines, prune=prune)
         # A holder compacted again after its places were read, and before this index
         # was there for its compaction to write again (refresh_held_places): read anew.
-        # One compacted later finds this index, and writes it again itself.
+        # One compacted later finds this index, and writes it again itself. Until the
+        # check is done, the mark says it is to be done (a writer killed meanwhile).
         if not holders_moved(backend, holders):
-            return True
-    log.warning("capture index of %s: the months holding its payloads kept changing", partition)
-    return True
+            break
+    else:
+        log.warning("capture index of %s: the months holding its payloads kept changing", partition)
+    return _unmark(backend, mark, True)
+
+
+def _unmark(backend: Backend, mark: str | None, wrote: bool) -> bool:
+    """The check of the places is done: remove its ``mark`` (if any); return ``wrote``."""
+    if mark is not None:
+        backend.delete(mark)
+    return wrote
+
+
+def _checking(
+    backend: Backend, partition: Partition, covered: StoredFile, holders: Mapping[str, FileInfo]
+) -> str | None:
+    """Mark the index of ``covered`` as one whose payloads' places (in ``holders``) are to
+    be checked once it is written; return the mark's path (None: it places none)."""
+    if not holders:
+        return None
+    mark = check_mark(capture_index_path(partition, covered))
+    backend.write_bytes(mark, b"")
+    return mark
 
 
 def holders_moved(backend: Backend, files: Mapping[str, FileInfo]) -> bool:
@@ -264,16 +293,28 @@ def ensure_capture_indexes(
 ) -> int:
     """Write the capture index of every compacted file of a month (``listing``,
     by domain) that has none: stores compacted before indexes were written, a
-    compaction killed before its index. Remove the indexes of files rewritten
+    compaction killed before its index; and again those whose writer was killed
+    before it checked their payloads' places. Remove the indexes of files rewritten
     since (left by a compaction whose own index failed). Return how many were
     written."""
-    have = set(index_names(backend, capture_index_folder(type, year, month)))
+    folder = capture_index_folder(type, year, month)
+    names, checks = listed_names(backend, folder)
+    have = set(names)
     written = 0
     for domain, files in sorted(listing.items()):
         partition = Partition(type, year, month, domain)
         covered = compacted_file(files)
         if covered is not None and capture_index_name(partition, covered) not in have:
             written += build_capture_index(backend, partition, files, prune=False, have=have)
+    for mark in checks:  # its writer died before checking its payloads' places, or is checking
+        name, age = marked_index(mark)
+        domain = index_domain(name)
+        partition, files = Partition(type, year, month, domain), listing.get(domain, [])
+        covered = compacted_file(files)
+        if covered is not None and capture_index_name(partition, covered) == name:
+            written += build_capture_index(backend, partition, files, prune=False, have=())
+        if age > _MARK_KEPT:  # a writer still at work needs its mark: it may write after this
+            backend.delete(f"{folder}/{mark}")
     by_domain: dict[str, set[str]] = defaultdict(set)
     for name in have:
         by_domain[index_domain(name)].add(name)
