@@ -51,6 +51,7 @@ from web_index.models import (
     SimplePageQuery,
     TimeAwarePageQuery,
 )
+from web_index.query import _find_many
 from web_index.storage import PostgresBuffer
 from web_index.storage import _load as load_module
 from web_index.storage.indexes._month_verify import index_disagreement
@@ -361,8 +362,20 @@ class StoreMachine(RuleBasedStateMachine):
             max_size=12,
         ),
         readonly=st.booleans(),
+        arrays=st.booleans(),
     )
-    def query(self, data: st.DataObject, batch: list[Query], readonly: bool) -> None:
+    def query(self, data: st.DataObject, batch: list[Query], readonly: bool, arrays: bool) -> None:
+        """A batch answered as the reference does, its candidates weighed one at a time or,
+        as for a batch of many plans, as arrays (``_find_many``)."""
+        assert self.index is not None
+        many = _find_many.MANY_PLANS
+        _find_many.MANY_PLANS = 0 if arrays else 1 << 30
+        try:
+            self._query(data, batch, readonly)
+        finally:
+            _find_many.MANY_PLANS = many
+
+    def _query(self, data: st.DataObject, batch: list[Query], readonly: bool) -> None:
         assert self.index is not None
         if self.keys:
             picked = data.draw(st.lists(st.sampled_from(self.keys), max_size=4))

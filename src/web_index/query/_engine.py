@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from web_index._retry import retrying
 from web_index.models import Query, RecordType
 from web_index.query._find import Found, find_in_buffer, find_in_files
+from web_index.query._find_many import find_many
 from web_index.query._plan import Plan, plan
 from web_index.query._pool import answering
 from web_index.query._results import Result, load_results
@@ -90,7 +91,8 @@ def _attempt(
 
     for type, idxs in by_type.items():
         find_in_buffer(store, type, [plans[i] for i in idxs], idxs, found)
-        find_in_files(store, type, plans, idxs, found, no_index)
+        if not find_many(store, type, plans, idxs, found, no_index):
+            find_in_files(store, type, plans, idxs, found, no_index)
 
     retry: list[int] = []
     if not bodies:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import bisect
 import logging
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, cast
 
 import msgspec
@@ -34,7 +36,7 @@ from web_index.storage import (
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
-__all__ = ["FileRows", "Found", "find_in_buffer", "find_in_files"]
+__all__ = ["FileRows", "Found", "find_in_buffer", "find_in_files", "read_partitions"]
 
 log = logging.getLogger("web_index.query")
 
@@ -151,25 +153,7 @@ def _from_month(
             by_hash[p.key_hash] = p.url_key
             continue
         by_domain[domain].append(i)
-    # Partitions the index does not cover are read from their files, concurrently
-    # (Parquet decoding and object-store requests release the GIL).
-    pool = reader_pool(store)
-    jobs = [
-        (
-            members,
-            pool.submit(
-                _read_partition,
-                store,
-                type,
-                year,
-                month,
-                domain,
-                listing[domain],
-                sorted({plans[i].url_key for i in members}),
-            ),
-        )
-        for domain, members in by_domain.items()
-    ]
+    jobs = read_partitions(store, type, year, month, by_domain, plans, listing)
     if indexed:
         assert index is not None
         hits: dict[str, list[IndexHit]] = defaultdict(list)
@@ -199,6 +183,40 @@ def _from_month(
                 _offer(found, i, p, cand, src)
 
 
+def read_partitions(
+    store: Store,
+    type: RecordType,
+    year: int,
+    month: int,
+    by_domain: Mapping[str, list[int]],
+    plans: Sequence[Plan],
+    listing: Mapping[str, list[StoredFile]],
+) -> list[tuple[list[int], Future[_PerKey]]]:
+    """The month's partitions of these domains read from their files for the plans at
+    ``by_domain``'s positions (in ``plans``), concurrently (Parquet decoding and object-store
+    requests release the GIL): each domain's positions, and its candidates to come."""
+    pool = reader_pool(store)
+    return [
+        (
+            members,
+            pool.submit(
+                _read_partition,
+                store,
+                type,
+                year,
+                month,
+                domain,
+                listing[domain],
+                sorted({plans[i].url_key for i in members}),
+            ),
+        )
+        for domain, members in by_domain.items()
+    ]
+
+
+_PerKey = dict[str, dict[str, tuple[Candidate, FileRows]]]  # candidates by URL key and request id
+
+
 def _read_partition(
     store: Store,
     type: RecordType,
@@ -207,7 +225,7 @@ def _read_partition(
     domain: str,
     files: list[StoredFile],
     keys: list[str],
-) -> dict[str, dict[str, tuple[Candidate, FileRows]]]:
+) -> _PerKey:
     """Candidates per URL key and request id in one partition (key columns only)."""
     _files, opened, _dead = store.open_visible(Partition(type, year, month, domain), files)
     per_key: dict[str, dict[str, tuple[Candidate, FileRows]]] = defaultdict(dict)

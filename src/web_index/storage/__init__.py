@@ -41,6 +41,7 @@ from web_index.storage.backends import CachingBackend as CachingBackend
 from web_index.storage.buffer import Buffer, MethodPartition
 from web_index.storage.indexes import CaptureFields as CaptureFields
 from web_index.storage.indexes import IndexHit as IndexHit
+from web_index.storage.indexes import MonthIndex as MonthIndex
 from web_index.storage.indexes import StoredCapture as StoredCapture
 from web_index.storage.indexes import capture_mime as capture_mime
 from web_index.storage.indexes import capture_response as capture_response
@@ -48,6 +49,7 @@ from web_index.storage.indexes import find_capture_lines as find_capture_lines
 from web_index.storage.indexes import key_hash as key_hash
 from web_index.storage.indexes import open_month_index as open_month_index
 from web_index.storage.indexes import parse_capture_line as parse_capture_line
+from web_index.storage.indexes import rid_text as rid_text
 from web_index.storage.indexes import stored_response as stored_response
 from web_index.storage.pages import read_group as read_group
 from web_index.storage.payloads import resolve_rows as resolve_rows

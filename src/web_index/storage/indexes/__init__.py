@@ -43,6 +43,7 @@ from web_index.storage.indexes._month import IndexHit as IndexHit
 from web_index.storage.indexes._month import MonthIndex as MonthIndex
 from web_index.storage.indexes._month_format import index_path as index_path
 from web_index.storage.indexes._month_format import key_hash as key_hash
+from web_index.storage.indexes._month_format import rid_text as rid_text
 from web_index.storage.indexes._month_open import open_month_index as open_month_index
 from web_index.storage.indexes._month_rows import FileRows as FileRows
 from web_index.storage.indexes._month_rows import MonthRows as MonthRows

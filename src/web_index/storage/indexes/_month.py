@@ -63,6 +63,7 @@ from web_index.storage.indexes._month_keys import KeysFile, Row
 from web_index.storage.indexes._month_listing import CoveredListing, spans
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -194,10 +195,8 @@ class MonthIndex:
         if keys is not None:
             try:
                 return self._hits_of(keys.lookup(list(by_hash)), by_hash)
-            except CorruptFileError as exc:  # derived data: the Parquet index answers instead
-                parquet = index_path(self.type, self.year, self.month)
-                log.warning("%s: %s; reading %s instead", exc.path, exc.problem, parquet)
-                self.keys = None
+            except CorruptFileError as exc:
+                self._keys_damaged(exc)
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -250,6 +249,27 @@ class MonthIndex:
             starts = self._starts
             table = pa.concat_tables([table.slice(starts[g], starts[g + 1] - starts[g]) for g in groups])
         return self._hits(table.filter(pc.is_in(table.column("key_hash"), value_set=wanted)), by_hash)
+
+    def rows_of(
+        self, hashes: np.ndarray[Any, Any]
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
+        """What :meth:`KeysFile.rows_of` says of these key hashes (an ``S16`` array), their
+        ``file_no`` numbering :attr:`covers`; ``None`` where the month has no keys file (or
+        a damaged one, no longer used), and :meth:`lookup` answers from the Parquet index."""
+        keys = self.keys
+        if keys is None:
+            return None
+        try:
+            return keys.rows_of(hashes)
+        except CorruptFileError as exc:
+            self._keys_damaged(exc)
+            return None
+
+    def _keys_damaged(self, exc: CorruptFileError) -> None:
+        """Derived data: the Parquet index answers instead."""
+        parquet = index_path(self.type, self.year, self.month)
+        log.warning("%s: %s; reading %s instead", exc.path, exc.problem, parquet)
+        self.keys = None
 
     def _keep(self, table: pa.Table) -> bool:
         """Keep the whole index in memory if the budget allows; return whether kept."""

@@ -165,10 +165,19 @@ class KeysFile:
         """Every row of these key hashes."""
         import numpy as np
 
-        n = self.rows
-        if not hashes or not n:
-            return []
         given = np.array(hashes, dtype=f"S{_KEY}")
+        which, values = self.rows_of(given)
+        return [(hashes[i], *v) for i, v in zip(which.tolist(), values.tolist(), strict=True)]
+
+    def rows_of(self, given: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """Every row of these key hashes (an ``S16`` array): for each row, the position in
+        ``given`` of its hash, and its values (``ts_us``, ``request_id`` as ``V16``,
+        ``calibre``, ``file_no``, ``row``, ``rows``), a key's rows together."""
+        import numpy as np
+
+        n = self.rows
+        if not len(given) or not n:
+            return np.empty(0, np.intp), np.empty(0, _record_dtype())
         order = np.argsort(given)  # searched in order: twice as fast (the probes share pages)
         wanted = given[order]
         keys = self._keys
@@ -191,14 +200,13 @@ class KeysFile:
         counts = end - first
         hit = np.flatnonzero(counts)
         if not len(hit):
-            return []
+            return np.empty(0, np.intp), np.empty(0, _record_dtype())
         counts, starts = counts[hit], first[hit]
         # Each key's run of rows as one index array: start, start + 1, ... for each.
         ends = np.cumsum(counts)
         rows = np.arange(ends[-1]) - np.repeat(ends - counts - starts, counts)
         self._check(1, rows)
-        by = order[np.repeat(hit, counts)].tolist()
-        return [(hashes[i], *v) for i, v in zip(by, self._values[rows].tolist(), strict=True)]
+        return order[np.repeat(hit, counts)], self._values[rows]
 
     def intact(self) -> bool:
         """Whether every chunk passes its check (a build keeps such a file; ~22 ms a million rows)."""
