@@ -72,6 +72,7 @@ from web_index.storage.indexes import (
     MonthRowsSpool,
     build_capture_index,
     holders_moved,
+    mark_checking,
 )
 
 if TYPE_CHECKING:
@@ -363,15 +364,20 @@ def _write_local(
         if durable:
             backend.sync_all()  # the names above, and the capture indexes' bytes
         crash_point("load-before-capture-indexes")
+        # An index that places payloads in other months' files is checked once placed: marked
+        # until then, so that a load killed in between has it written again (mark_checking).
+        marks = [mark_checking(backend, where, s.holders or {}) for _, where, s in indexes]
         for spool, where, _ in indexes:
             backend.place(spool, where)
         if durable:
             backend.sync_folders(where for _, where, _ in indexes)
-        for _, _, s in indexes:
+        for (_, _, s), mark in zip(indexes, marks, strict=True):
             if s.holders and holders_moved(backend, s.holders):  # see build_capture_index
                 info = backend.file_info(s.partition.compacted_path)
                 covered = compacted_stored(s.partition, info.size, info.version)
                 build_capture_index(backend, s.partition, [covered], prune=False, have=())
+            if mark is not None:
+                backend.delete(mark)
         return parted, gathered.done()
     except BaseException:
         gathered.discard()

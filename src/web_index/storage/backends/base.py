@@ -124,8 +124,10 @@ class Backend(Protocol):
         """
         ...
 
-    def write_bytes(self, path: str, data: bytes) -> None:
-        """Write a small file (the store's marker) atomically: all or nothing."""
+    def write_bytes(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        """Write a small file (the store's marker) atomically: all or nothing; not
+        ``durable``: one whose loss in a power failure costs nothing (a local store
+        does not sync it)."""
         ...
 
     def copy_in(self, src: Path, path: str) -> None:

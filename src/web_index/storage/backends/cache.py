@@ -293,9 +293,9 @@ class CachingBackend:
             self.invalidate(path)  # a failed conditional write: what is there now is unknown
             raise
 
-    def write_bytes(self, path: str, data: bytes) -> None:
+    def write_bytes(self, path: str, data: bytes, *, durable: bool = True) -> None:
         try:
-            self.inner.write_bytes(path, data)
+            self.inner.write_bytes(path, data, durable=durable)
         finally:
             self.invalidate(path)
 

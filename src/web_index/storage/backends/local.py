@@ -268,24 +268,27 @@ class LocalBackend:
         for folder in {self._path(p).parent for p in paths}:
             _fsync_dir(folder)
 
-    def write_bytes(self, path: str, data: bytes) -> None:
+    def write_bytes(self, path: str, data: bytes, *, durable: bool = True) -> None:
         def write(tmp: Path) -> None:
             with tmp.open("wb") as fh:
                 fh.write(data)
                 fh.flush()
-                os.fsync(fh.fileno())
+                if durable:
+                    os.fsync(fh.fileno())
 
-        self._replace(path, write)
+        self._replace(path, write, durable=durable)
 
-    def _replace(self, path: str, write: Callable[[Path], object]) -> int:
-        """Write a spool with ``write``, then rename it over ``path``: all or nothing."""
+    def _replace(self, path: str, write: Callable[[Path], object], *, durable: bool = True) -> int:
+        """Write a spool with ``write``, then rename it over ``path``: all or nothing
+        (``durable``: its folder synced after)."""
         target = self._path(path)
         tmp = new_spool(self.local_folder(TMP_DIR))
         try:
             write(tmp)
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp.replace(target)
-            _fsync_dir(target.parent)
+            if durable:
+                _fsync_dir(target.parent)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()

@@ -267,8 +267,8 @@ class S3Backend:
             raise self._fail(exc, f"writing {path}") from None
         return result.get("e_tag")
 
-    def write_bytes(self, path: str, data: bytes) -> None:
-        self.put(path, data)
+    def write_bytes(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        self.put(path, data)  # a PUT is durable whatever is asked
 
     def write_parquet(self, path: str, table: pa.Table | pa.RecordBatchReader, **options: object) -> int:
         """As :meth:`Backend.write_parquet`; ``written`` gets the bytes as sent (in memory, or

@@ -34,6 +34,7 @@ from web_index.storage.indexes._captures_build import ensure_capture_indexes as 
 from web_index.storage.indexes._captures_build import file_lines as file_lines
 from web_index.storage.indexes._captures_build import holders_moved as holders_moved
 from web_index.storage.indexes._captures_build import index_on_write as index_on_write
+from web_index.storage.indexes._captures_build import mark_checking as mark_checking
 from web_index.storage.indexes._captures_build import measured as measured
 from web_index.storage.indexes._captures_build import refresh_held_places as refresh_held_places
 from web_index.storage.indexes._captures_build import table_lines as table_lines

@@ -53,6 +53,7 @@ __all__ = [
     "file_lines",
     "holders_moved",
     "index_on_write",
+    "mark_checking",
     "measured",
     "refresh_held_places",
     "table_lines",
@@ -138,7 +139,7 @@ def _index_written(
     try:
         holders: dict[str, FileInfo] = {}
         lines = lines_of(holders)
-        mark = _checking(backend, partition, covered, holders)
+        mark = mark_checking(backend, capture_index_path(partition, covered), holders)
         write_capture_index(backend, partition, covered, frozenset(superseded), lines, prune=prune)
         wrote = _build(backend, partition, [covered], prune, ()) if holders_moved(backend, holders) else True
         return _unmark(backend, mark, wrote)  # see _build
@@ -181,7 +182,7 @@ def _build(
             return _unmark(backend, mark, False)
         if (now.size, now.version) != (covered.size, covered.version):
             return _unmark(backend, mark, False)
-        mark = mark or _checking(backend, partition, covered, holders)
+        mark = mark or mark_checking(backend, capture_index_path(partition, covered), holders)
         write_capture_index(backend, partition, covered, superseded, lines, prune=prune)
         # A holder compacted again after its places were read, and before this index
         # was there for its compaction to write again (refresh_held_places): read anew.
@@ -201,15 +202,15 @@ def _unmark(backend: Backend, mark: str | None, wrote: bool) -> bool:
     return wrote
 
 
-def _checking(
-    backend: Backend, partition: Partition, covered: StoredFile, holders: Mapping[str, FileInfo]
-) -> str | None:
-    """Mark the index of ``covered`` as one whose payloads' places (in ``holders``) are to
-    be checked once it is written; return the mark's path (None: it places none)."""
+def mark_checking(backend: Backend, index: str, holders: Mapping[str, FileInfo]) -> str | None:
+    """Mark the capture index at ``index`` as one whose payloads' places (in ``holders``)
+    are to be checked once it is written; return the mark's path (None: it places none)."""
     if not holders:
         return None
-    mark = check_mark(capture_index_path(partition, covered))
-    backend.write_bytes(mark, b"")
+    mark = check_mark(index)
+    # Not synced: a mark lost with the machine costs a slower lookup at most (a place
+    # out of date is found out when read), where a sync would cost what writing the index does.
+    backend.write_bytes(mark, b"", durable=False)
     return mark
 
 
