@@ -217,6 +217,31 @@ def test_an_attempt_already_buffered_is_refused_whole(buffer: Buffer) -> None:
     assert len(list(buffer.iter_all())) == 1
 
 
+def test_a_replaced_file_is_let_go_at_a_read_a_second_after_it_was_found_linked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A positioned read keeps its file open and does not ``stat`` it every time: a file
+    replaced since is read as it was (its readers check what they read, and read again
+    ``fresh``) until a read a second or more after it was last found linked, which opens
+    the new one and lets the old one's space go."""
+    from types import SimpleNamespace
+
+    from web_index.storage.backends import local
+
+    clock = [1000.0]
+    monkeypatch.setattr(local, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    backend = LocalBackend(tmp_path / "store")
+    backend.write_bytes("get/f.bin", b"old bytes")
+    assert backend.read_range("get/f.bin", 0, 3) == b"old"
+    backend.write_bytes("get/f.bin", b"new bytes")  # renamed over it: the old file has no link left
+    clock[0] += 0.5
+    assert backend.read_range("get/f.bin", 0, 3) == b"old"
+    assert backend.read_range("get/f.bin", 0, 3, fresh=True) == b"new"
+    backend.write_bytes("get/f.bin", b"NEW bytes")
+    clock[0] += 1.0
+    assert backend.read_range("get/f.bin", 0, 3) == b"NEW"
+
+
 def test_a_local_store_keeps_footers_within_their_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
