@@ -27,6 +27,7 @@ from web_index.storage import (
     KEY_COLUMNS,
     TS_COLUMN,
     IndexHit,
+    MonthIndex,
     Partition,
     Store,
     StoredFile,
@@ -36,7 +37,16 @@ from web_index.storage import (
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
-__all__ = ["FileRows", "Found", "find_in_buffer", "find_in_files", "read_partitions"]
+__all__ = [
+    "FileRows",
+    "Found",
+    "coverage",
+    "find_in_buffer",
+    "find_in_files",
+    "indexed_rows",
+    "month_opened",
+    "read_partitions",
+]
 
 log = logging.getLogger("web_index.query")
 
@@ -125,12 +135,8 @@ def _from_month(
     found: dict[int, Found],
     no_index: set[int],
 ) -> None:
-    index = open_month_index(store.backend, type, year, month)
-    listing = index.current_listing(store.backend) if index is not None else None
-    if listing is None:
-        listing = store.month_files(type, year, month)
-    # Per domain, not per query (a batch asks of a few domains many times): None, no files
-    # this month; else whether the index covers its files exactly.
+    index, listing = month_opened(store, type, year, month)
+    # Per domain, not per query (a batch asks of a few domains many times).
     trusted: dict[str, bool | None] = {}
     by_domain: dict[str, list[int]] = defaultdict(list)
     indexed: list[int] = []
@@ -141,11 +147,7 @@ def _from_month(
         if domain in trusted:
             covered = trusted[domain]
         else:
-            covered = trusted[domain] = (
-                None
-                if domain not in listing
-                else index is not None and index.authoritative(domain, listing[domain])
-            )
+            covered = trusted[domain] = coverage(index, listing, domain)
         if covered is None:
             continue
         if covered and i not in no_index:
@@ -171,16 +173,35 @@ def _from_month(
             for h in hits.get(p.url_key, ()):
                 c = Candidate(h.ts_us, h.request_id, h.calibre)
                 if _wins(found, i, p, c):  # where its rows are, for a winner only
-                    rows = list(range(h.row, h.row + h.rows))
-                    found[i] = Found(
-                        c, FileRows(h.path, h.size, None, rows, from_index=True, version=h.version)
-                    )
+                    found[i] = Found(c, indexed_rows(h.path, h.size, h.row, h.rows, h.version))
     for members, job in jobs:
         per_key = job.result()
         for i in members:
             p = plans[i]
             for cand, src in per_key.get(p.url_key, {}).values():
                 _offer(found, i, p, cand, src)
+
+
+def month_opened(
+    store: Store, type: RecordType, year: int, month: int
+) -> tuple[MonthIndex | None, Mapping[str, list[StoredFile]]]:
+    """The month's index (None without one) and its files by domain: the index's
+    listing while the folder is unchanged, else the folder's."""
+    index = open_month_index(store.backend, type, year, month)
+    listing = index.current_listing(store.backend) if index is not None else None
+    return index, store.month_files(type, year, month) if listing is None else listing
+
+
+def coverage(index: MonthIndex | None, listing: Mapping[str, list[StoredFile]], domain: str) -> bool | None:
+    """None: ``domain`` has no files this month; else whether the index covers them exactly."""
+    if domain not in listing:
+        return None
+    return index is not None and index.authoritative(domain, listing[domain])
+
+
+def indexed_rows(path: str, size: int, row: int, rows: int, version: str) -> FileRows:
+    """Where the month index says a record's rows are (checked when read)."""
+    return FileRows(path, size, None, list(range(row, row + rows)), from_index=True, version=version)
 
 
 def read_partitions(
@@ -228,7 +249,7 @@ def _read_partition(
 ) -> _PerKey:
     """Candidates per URL key and request id in one partition (key columns only)."""
     _files, opened, _dead = store.open_visible(Partition(type, year, month, domain), files)
-    per_key: dict[str, dict[str, tuple[Candidate, FileRows]]] = defaultdict(dict)
+    per_key: _PerKey = defaultdict(dict)
     ts_col = TS_COLUMN[type]
     for file, handle in opened:
         for key, ts, rid, cal, row in _scan_keys(handle, type, keys, ts_col):

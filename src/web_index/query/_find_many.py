@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from web_index.errors import CorruptFileError
 from web_index.models import RecordType, month_bounds
-from web_index.query._find import FileRows, Found, read_partitions
+from web_index.query._find import Found, coverage, indexed_rows, month_opened, read_partitions
 from web_index.query._plan import Candidate, Plan
-from web_index.storage import Store, open_month_index, rid_text
+from web_index.storage import Store, rid_text
 
 if TYPE_CHECKING:
     from web_index.storage import MonthIndex
@@ -176,17 +176,15 @@ class _Weighed:
                 continue
             index = indexes[month]
             cover = index.covers[int(self.at[pos])]
-            row, rows = int(self.row[pos]), int(self.rows[pos])
             raw = bytes(self.best_rid[pos]).ljust(16, b"\0")  # numpy strips trailing NULs
             out[pos] = Found(
                 Candidate(int(self.ts[pos]), rid_text(raw), int(self.best_calibre[pos])),
-                FileRows(
+                indexed_rows(
                     f"{index.folder}/{cover.name}",
                     cover.size,
-                    None,
-                    list(range(row, row + rows)),
-                    from_index=True,
-                    version=cover.version,
+                    int(self.row[pos]),
+                    int(self.rows[pos]),
+                    cover.version,
                 ),
             )
         return out
@@ -245,17 +243,13 @@ def _month(
     the index covers their domains exactly, else from their partitions' files."""
     import numpy as np
 
-    index = open_month_index(store.backend, type, year, month)
-    listing = index.current_listing(store.backend) if index is not None else None
-    if listing is None:
-        listing = store.month_files(type, year, month)
+    index, listing = month_opened(store, type, year, month)
     # Per domain: -1, no files this month; 1, the index covers its files exactly; 0, it does not.
-    codes = np.unique(weighed.domain[wanted]).tolist()
     status = np.full(len(weighed.domains), -1, np.int8)
-    for code in codes:
-        domain = weighed.domains[code]
-        if domain in listing:
-            status[code] = index is not None and index.authoritative(domain, listing[domain])
+    for code in np.unique(weighed.domain[wanted]).tolist():
+        whole = coverage(index, listing, weighed.domains[code])
+        if whole is not None:
+            status[code] = whole
     covered = status[weighed.domain[wanted]]
     indexed = wanted[(covered == 1) & ~misled[wanted]]
     read = wanted[(covered == 0) | ((covered == 1) & misled[wanted])]
@@ -313,7 +307,7 @@ def _from_index(index: MonthIndex, weighed: _Weighed, indexed: _Arrays, indexes:
                     pos,
                     Found(
                         Candidate(h.ts_us, h.request_id, h.calibre),
-                        FileRows(h.path, h.size, None, list(range(h.row, h.row + h.rows)), True, h.version),
+                        indexed_rows(h.path, h.size, h.row, h.rows, h.version),
                     ),
                 )
                 for h in hits
