@@ -189,6 +189,26 @@ def test_answer_to_file_equals_query_in_input_order(
     assert [p.name for p in out.parent.iterdir()] == ["r.parquet"]  # no spool left behind
 
 
+@given(positions=st.permutations(list(range(7))), lo=st.integers(min_value=0, max_value=50))
+def test_a_merged_row_group_is_put_in_position_order_and_refused_when_not_each_once(
+    positions: list[int], lo: int
+) -> None:
+    """The merge puts a row group's rows, gathered from every batch, in position order, and
+    refuses rows that do not hold each of its positions once (a bug, never a wrong file)."""
+    table = pa.table({"query": [lo + p for p in positions], "tag": [f"t{p}" for p in positions]})
+    got = _spool._in_order(table, lo, lo + 7)
+    assert got.column("query").to_pylist() == list(range(lo, lo + 7))
+    assert got.column("tag").to_pylist() == [f"t{p}" for p in range(7)]
+    twice = pa.table({"query": [lo + p for p in positions[:-1]] + [lo + positions[0]], "tag": ["x"] * 7})
+    with pytest.raises(AssertionError, match="not each once"):
+        _spool._in_order(twice, lo, lo + 7)
+    outside = pa.table({"query": [lo + p for p in positions[:-1]] + [lo + 7], "tag": ["x"] * 7})
+    with pytest.raises(AssertionError, match="outside"):
+        _spool._in_order(outside, lo, lo + 7)
+    with pytest.raises(AssertionError, match="6 rows"):
+        _spool._in_order(table.slice(1), lo, lo + 7)
+
+
 def test_answer_to_file_groups_batches_by_partition(
     bulk_store: tuple[Path, list[Query]], tmp_path: Path
 ) -> None:

@@ -77,8 +77,10 @@ class Spool:
         import pyarrow as pa
 
         self._close()
-        # One row group is sorted and encoded on a thread (both release the GIL) while the
-        # next is gathered here: the merge runs while the workers are idle.
+        # One row group is encoded on a thread (pyarrow's writer releases the GIL) while the
+        # next is gathered and put in order here: the merge runs while the workers are idle,
+        # and the encoding (one thread: pyarrow writes a file's columns one after the other)
+        # is what it waits for.
         with contextlib.ExitStack() as opened:
             readers: dict[int, pa.ipc.RecordBatchFileReader] = {}
             for f in sorted({f for f, _ in self.runs}):
@@ -94,12 +96,10 @@ class Spool:
             for lo in range(start, start + count, OUTPUT_ROWS):
                 hi = min(lo + OUTPUT_ROWS, start + count)
                 pieces = [piece for c in cursors for piece in c.take_below(hi)]
-                table = pa.Table.from_batches(pieces)
-                if table.num_rows != hi - lo:
-                    raise AssertionError(f"bulk merge: {table.num_rows} rows for positions {lo}..{hi - 1}")
+                table = _in_order(pa.Table.from_batches(pieces), lo, hi)
                 if written is not None:
                     written.result()
-                written = encoder.submit(_write_in_order, writer, table)
+                written = encoder.submit(writer.write_table, table)
             if written is not None:
                 written.result()
 
@@ -128,10 +128,21 @@ def _parts(table: pa.Table, budget: int) -> list[pa.RecordBatch]:
     return table.to_batches(max_chunksize=max(16, min(OUTPUT_ROWS, budget // row_bytes)))
 
 
-def _write_in_order(writer: pq.ParquetWriter, table: pa.Table) -> None:
-    import pyarrow.compute as pc
+def _in_order(table: pa.Table, lo: int, hi: int) -> pa.Table:
+    """The rows of positions ``lo .. hi-1``, each once, in position order: a permutation
+    inverted, not a sort."""
+    import numpy as np
 
-    writer.write_table(table.take(pc.sort_indices(table, [("query", "ascending")])))
+    if table.num_rows != hi - lo:
+        raise AssertionError(f"bulk merge: {table.num_rows} rows for positions {lo}..{hi - 1}")
+    at = table.column("query").to_numpy() - lo
+    order = np.full(hi - lo, -1, dtype=np.int64)
+    if at.size and (at.min() < 0 or at.max() >= hi - lo):
+        raise AssertionError(f"bulk merge: a position outside {lo}..{hi - 1}")
+    order[at] = np.arange(hi - lo, dtype=np.int64)
+    if (order < 0).any():
+        raise AssertionError(f"bulk merge: positions {lo}..{hi - 1} not each once")
+    return table.take(order)
 
 
 class _Cursor:
