@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,9 +29,11 @@ from web_index.models import (
     SimplePageQuery,
     TimeAwarePageQuery,
     iter_queries,
+    result_table,
     write_queries,
 )
 from web_index.query import Plan, _bulk, _spool
+from web_index.storage import append_parquet
 from web_index.urls import domain_of
 
 
@@ -441,3 +444,65 @@ _TIME_COLUMNS = ("timestamp", "not_before", "not_after")
 
 def _iso(when: datetime | None) -> str | None:
     return None if when is None else when.isoformat()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    count=st.integers(min_value=1, max_value=120),
+    batches=st.integers(min_value=1, max_value=6),
+    pieces=st.integers(min_value=1, max_value=5),
+    start=st.integers(min_value=0, max_value=30),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    budget=st.sampled_from([1, 3_000, 10**9]),
+)
+def test_pieces_merged_apart_and_appended_are_the_file_one_merge_writes(
+    bulk_store: tuple[Path, list[Query]],
+    tmp_path: Path,
+    count: int,
+    batches: int,
+    pieces: int,
+    start: int,
+    seed: int,
+    budget: int,
+) -> None:
+    """Workers of this machine merge a window's spooled batches into pieces, each its own
+    Parquet file, appended in order to the result file: byte for byte the file one merge
+    writes, whatever the batches, their record batches and the cuts."""
+    root, pool = bulk_store
+    rng = random.Random(seed)
+    queries = [rng.choice(pool) for _ in range(count)]
+    with WebIndex(root, read_only=True) as idx:
+        answers = idx.query(queries)
+    positions = list(range(start, start + count))
+    rng.shuffle(positions)
+    cuts = sorted(rng.sample(range(1, count), min(batches, count) - 1)) if count > 1 else []
+    work = Path(tempfile.mkdtemp(dir=tmp_path))  # hypothesis may run an example twice
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_spool, "OUTPUT_ROWS", 7)  # many row groups of few rows
+        with _spool.Spool(work / "here.arrow", len(cuts) + 1) as spooled:
+            spooled.budget = budget
+            for n, (lo, hi) in enumerate(zip([0, *cuts], [*cuts, count], strict=True)):
+                mine = sorted(positions[lo:hi])
+                table = result_table(
+                    (p, queries[p - start].type, queries[p - start].url, answers[p - start]) for p in mine
+                )
+                if n % 2:
+                    spooled.add(table)  # answered here
+                else:
+                    path = work / f"batch-{n}.arrow"
+                    spooled.add_file(path, _spool.spool_file(table, path, spooled.budget))
+            with _spool.result_writer(work / "one.parquet") as writer:
+                spooled.merge(start, count, writer)
+            parts = spooled.pieces(start, count, pieces)
+            bounds = [(lo, hi) for *_, lo, hi in parts]
+            assert [lo for lo, _ in bounds] == [start] + [hi for _, hi in bounds[:-1]]  # contiguous
+            assert bounds[-1][1] == start + count and all((lo - start) % 7 == 0 for lo, _ in bounds)
+            assert len(parts) == min(pieces, -(-count // 7))
+            paths = [work / f"piece-{n}.parquet" for n in range(len(parts))]
+            for part, path in zip(parts, paths, strict=True):
+                _spool.merge_to_file(*part, path)
+    append_parquet(paths[0], paths[1:])
+    assert paths[0].read_bytes() == (work / "one.parquet").read_bytes()
+    got = pq.read_table(paths[0])
+    assert got.column("query").to_pylist() == list(range(start, start + count))
+    assert pq.ParquetFile(paths[0]).metadata.num_row_groups == -(-count // 7)

@@ -29,7 +29,7 @@ from web_index import WebIndex
 from web_index.cli import _query, app
 from web_index.errors import InvalidRecordError, StoreError
 from web_index.models import Query, SimplePageQuery, TimeAwarePageQuery, write_queries
-from web_index.query import _bulk, _processes
+from web_index.query import _bulk, _processes, _spool
 from web_index.storage import _workers, worker_processes
 
 
@@ -83,7 +83,14 @@ def _one_process(root: Path, source: Path, out: Path, batch_size: int) -> pa.Tab
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batch_size=st.integers(4, 60), window=st.integers(1, 400), seed=st.integers(0, 2**16))
+@given(
+    batch_size=st.integers(4, 60),
+    window=st.integers(1, 400),
+    seed=st.integers(0, 2**16),
+    local=st.booleans(),
+    jobs=st.integers(1, 4),
+    group=st.sampled_from([5, 64, 4096]),
+)
 def test_batches_answered_elsewhere_in_any_order_make_the_same_file(
     store: tuple[Path, list[Query]],
     answered: tuple[Path, pa.Table],
@@ -91,9 +98,14 @@ def test_batches_answered_elsewhere_in_any_order_make_the_same_file(
     batch_size: int,
     window: int,
     seed: int,
+    local: bool,
+    jobs: int,
+    group: int,
 ) -> None:
     """Whatever order the workers send their batches back in, and however the stream is cut
-    into windows and batches, the file is the one that one process writes."""
+    into windows and batches, the file is the one that one process writes: workers of this
+    machine (``local``) spool their batches to files and merge them into pieces of the
+    file, ``jobs`` a window, their rows in row groups of ``group``."""
     root, queries = store
     source, expected = answered
     out = tmp_path_factory.mktemp("order") / "r.parquet"
@@ -103,13 +115,19 @@ def test_batches_answered_elsewhere_in_any_order_make_the_same_file(
         random.Random(seed).shuffle(done)
         yield from done
 
-    with WebIndex(root, read_only=True) as index:
-        workers = _bulk.Workers(shuffled, index._answer_plans)
+    with WebIndex(root, read_only=True) as index, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_spool, "OUTPUT_ROWS", group)
+        workers = _bulk.Workers(shuffled, index._answer_plans, local=local, jobs=jobs)
         n = _bulk.answer_to_file(
             index._answer_plans, source, out, batch_size=batch_size, window=window, workers=workers
         )
     assert n == len(queries)
     assert pq.read_table(out).equals(expected)
+    assert [p.name for p in out.parent.iterdir()] == ["r.parquet"]  # no spool or piece left
+    windows = -(-n // window)
+    groups = pq.ParquetFile(out).metadata.num_row_groups
+    if local and batch_size < window:  # every window merged in pieces of whole row groups
+        assert groups == sum(-(-min(window, n - w * window) // group) for w in range(windows))
 
 
 def test_worker_processes_write_what_one_process_writes(

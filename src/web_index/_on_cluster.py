@@ -71,7 +71,7 @@ def answer_file(
             destination,
             batch_size=batch_size,
             on_progress=on_progress,
-            workers=Workers(processes.run, dedicated, processes.start, local=True),
+            workers=Workers(processes.run, dedicated, processes.start, local=True, jobs=workers),
         )
 
 

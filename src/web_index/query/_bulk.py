@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from web_index.errors import InvalidRecordError, InvalidURLError
 from web_index.models import Query, query_table, result_table
 from web_index.query._plan import Plan, plans_of
+from web_index.query._result_file import ResultFile
 from web_index.query._results import Result
-from web_index.query._spool import OUTPUT_ROWS, Spool, spool_file
+from web_index.query._spool import OUTPUT_ROWS, Spool, merge_to_file, spool_file
 from web_index.urls import key_and_domain
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
 __all__ = ["Workers", "answer_to_file"]
 
@@ -48,12 +48,14 @@ class Workers(NamedTuple):
     (for workers of other processes pickled: a module-level function, or a partial of one,
     that opens the store itself) answers it; ``start(batches)``, called as a window begins,
     starts the workers (no more than the batches) while the window is put in order;
-    ``local`` workers send their results back as spool files."""
+    ``local`` workers (``jobs`` of them) send their results back as spool files, and
+    merge them into pieces of the result file, each encoding its own."""
 
     run: Run
     answer: Answer
     start: Callable[[int], object] = int
     local: bool = False  # workers that share this machine's disk: results come back as spool files
+    jobs: int = 1
 
 
 def _here(fn: Callable[..., Any], tasks: Iterable[tuple[Any, ...]]) -> Iterator[tuple[int, Any]]:
@@ -85,15 +87,15 @@ def answer_to_file(
 
     here = Workers(_here, answer)
 
-    def each(rows: pa.Table, start: int, writer: pq.ParquetWriter, work: Path) -> None:
+    def each(rows: pa.Table, start: int, out: ResultFile) -> None:
         # Workers cost their start: a window of one batch is answered here.
         by = workers if workers is not None and rows.num_rows > batch_size else here
-        answer_window(by, rows, source, start, writer, work, batch_size, on_progress)
+        answer_window(by, rows, source, start, out, batch_size, on_progress)
 
     return _write_windows(source, destination, batch_size, window, each)
 
 
-_WindowWriter = Callable[["pa.Table", int, "pq.ParquetWriter", Path], None]
+_WindowWriter = Callable[["pa.Table", int, ResultFile], None]
 
 
 def _write_windows(
@@ -104,28 +106,22 @@ def _write_windows(
     each: _WindowWriter,
 ) -> int:
     """The source's windows, each handed with its first row's number to ``each(rows,
-    start, writer, work)``, which writes its result rows in input order; into a file
+    start, out)``, which writes its result rows in input order to ``out``; into a file
     beside ``destination`` renamed onto it when complete, so that it appears whole or
-    not at all (``work``: a scratch folder beside it for spools, removed after)."""
-    import pyarrow.parquet as pq
-
-    from web_index.models import RESULT_SCHEMA
-
+    not at all (``out.work``: a scratch folder beside it for spools, removed after)."""
     if batch_size < 1 or window < 1:
         raise ValueError("batch_size and window must be positive")
     dest = Path(destination)
     work = Path(tempfile.mkdtemp(prefix=".web-index-bulk-", dir=dest.parent))
+    out = ResultFile(work)
     try:
-        staged = work / "results.parquet"
-        with pq.ParquetWriter(staged, RESULT_SCHEMA, compression="zstd") as writer:
-            total = 0
-            for rows in _windows(source, window):
-                each(rows, total, writer, work)
-                total += rows.num_rows
-            if total == 0:
-                writer.write_table(RESULT_SCHEMA.empty_table())
-        staged.replace(dest)
+        total = 0
+        for rows in _windows(source, window):
+            each(rows, total, out)
+            total += rows.num_rows
+        out.finish().replace(dest)
     finally:
+        out.close()
         shutil.rmtree(work, ignore_errors=True)
     return total
 
@@ -250,19 +246,20 @@ def answer_window(
     rows: pa.Table,
     source: object,
     start: int,
-    writer: pq.ParquetWriter,
-    work: Path,
+    out: ResultFile,
     batch_size: int,
     on_progress: Callable[[int], None] | None,
 ) -> None:
-    """One window: its batches answered by ``workers``, spooled as they come, merged in input order."""
+    """One window: its batches answered by ``workers``, spooled as they come, merged in input
+    order: by this process, or by the local workers, each a piece of the result file."""
     import pyarrow.compute as pc
 
     workers.start(-(-rows.num_rows // batch_size))
     batches = _batches(rows, batch_size)
     name = _source_name(source)
     done = 0
-    with Spool(work / "spool.arrow", len(batches)) as spooled:
+    work = out.work
+    with Spool(work / f"spool-{start}.arrow", len(batches)) as spooled:
         # A batch travels as its query rows and output row numbers, taken when submitted. A worker
         # of this machine writes its results to a spool file and sends back its row count: a result
         # sent through a pipe is cut short when its worker is killed mid-send, and the executor
@@ -278,20 +275,27 @@ def answer_window(
         for n, got in workers.run(fn, tasks):
             if isinstance(got, InvalidRecordError):
                 raise got  # the input is wrong: no retry would help
-            rows_got = got if isinstance(got, int) else got.num_rows
+            rows_got = got[0] if isinstance(got, tuple) else got.num_rows
             if rows_got != len(batches[n]):
                 raise AssertionError(f"bulk: {rows_got} results for a batch of {len(batches[n])}")
             if files is not None:
-                spooled.add_file(files[n])  # in completion order: the merge takes any order
+                spooled.add_file(files[n], got[1])  # in completion order: the merge takes any order
             elif len(batches) == 1:
-                writer.write_table(got, row_group_size=OUTPUT_ROWS)
+                out.writer.write_table(got, row_group_size=OUTPUT_ROWS)
             else:
                 spooled.add(got)
             done += rows_got
             if on_progress is not None:
                 on_progress(start + done)
-        if len(batches) > 1 or files is not None:
-            spooled.merge(start, rows.num_rows, writer)
+        if files is not None:
+            # pyarrow encodes a file's columns on one thread: each worker encodes a piece.
+            pieces = spooled.pieces(start, rows.num_rows, workers.jobs)
+            paths = [out.piece_path() for _ in pieces]
+            for _ in workers.run(merge_to_file, ((*p, paths[n]) for n, p in enumerate(pieces))):
+                pass  # a piece that is not its rows each once raised in its worker
+            out.add(paths)
+        elif len(batches) > 1:
+            spooled.merge(start, rows.num_rows, out.writer)
     for path in files or ():
         path.unlink(missing_ok=True)
 
@@ -309,11 +313,11 @@ def _answer_batch(
 
 def _answer_batch_to_file(
     answer: Answer, rows: pa.Table, numbers: pa.Array[Any], name: str, path: Path, budget: int
-) -> int | InvalidRecordError:
+) -> tuple[int, list[int]] | InvalidRecordError:
     """In a worker of this machine: :func:`_answer_batch`, its rows written to the spool file
-    ``path`` (a retry writes it again whole); their count, or the error."""
+    ``path`` (a retry writes it again whole); their count and what the spool needs to know
+    of the file (``spool_file``), or the error."""
     got = _answer_batch(answer, rows, numbers, name)
     if isinstance(got, InvalidRecordError):
         return got
-    spool_file(got, path, budget)
-    return got.num_rows
+    return got.num_rows, spool_file(got, path, budget)

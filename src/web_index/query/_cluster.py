@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,7 +33,8 @@ from web_index.query._bulk import Answer, Workers, _write_windows, answer_window
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from web_index.query._result_file import ResultFile
 
 __all__ = ["answer_on_cluster", "map_on_cluster"]
 
@@ -145,7 +145,7 @@ def answer_on_cluster(
     with _Connection(scheduler) as cluster:
         workers = Workers(cluster.run, answer)
 
-        def each(rows: pa.Table, start: int, writer: pq.ParquetWriter, work: Path) -> None:
-            answer_window(workers, rows, source, start, writer, work, batch_size, on_progress)
+        def each(rows: pa.Table, start: int, out: ResultFile) -> None:
+            answer_window(workers, rows, source, start, out, batch_size, on_progress)
 
         return _write_windows(source, destination, batch_size, window, each)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -17,10 +18,15 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["OUTPUT_ROWS", "Spool", "spool_file"]
+__all__ = ["OUTPUT_ROWS", "Spool", "merge_to_file", "result_writer", "spool_file"]
 
 _MERGE_BUDGET = 64 * 1024 * 1024  # bytes of spooled results the merge holds at once
 OUTPUT_ROWS = 4096  # rows per row group of the result file (as write_results writes them)
+
+
+# A batch's spooled rows: the spool file they are in (an index into ``Spool.files``), its
+# record batches holding them, and the first position of each of those.
+_Run = tuple[int, range, list[int]]
 
 
 class Spool:
@@ -37,7 +43,7 @@ class Spool:
         self.path = path
         self.budget = max(1, _MERGE_BUDGET // batches)  # bytes of one batch held by the merge
         self.files: list[Path] = [path]
-        self.runs: list[tuple[int, range | None]] = []  # each batch's file and record batches (None: all)
+        self.runs: list[_Run] = []
         self._sink: pa.OSFile | None = None
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
         self._written = 0
@@ -61,57 +67,92 @@ class Spool:
             self._sink = pa.OSFile(str(self.path), "wb")
             self._writer = _new_writer(self._sink)
         first = self._written
-        for part in _parts(table, self.budget):
+        parts = _parts(table, self.budget)
+        for part in parts:
             self._writer.write_batch(part)
             self._written += 1
-        self.runs.append((0, range(first, self._written)))
+        self.runs.append((0, range(first, self._written), _firsts(parts)))
 
-    def add_file(self, path: Path) -> None:
+    def add_file(self, path: Path, firsts: list[int]) -> None:
         """Spool the batch a worker wrote to ``path`` with :func:`spool_file` (this
-        spool's ``budget``), in any order of batches."""
+        spool's ``budget``; ``firsts``: what it returned), in any order of batches."""
         self.files.append(path)
-        self.runs.append((len(self.files) - 1, None))
+        self.runs.append((len(self.files) - 1, range(len(firsts)), firsts))
 
     def merge(self, start: int, count: int, writer: pq.ParquetWriter) -> None:
         """Write the window's rows (positions ``start .. start+count-1``, each once) in position order."""
-        import pyarrow as pa
-
         self._close()
-        # One row group is encoded on a thread (pyarrow's writer releases the GIL) while the
-        # next is gathered and put in order here: the merge runs while the workers are idle,
-        # and the encoding (one thread: pyarrow writes a file's columns one after the other)
-        # is what it waits for.
-        with contextlib.ExitStack() as opened:
-            readers: dict[int, pa.ipc.RecordBatchFileReader] = {}
-            for f in sorted({f for f, _ in self.runs}):
-                # Not mapped: the pages read would count as this process's memory.
-                source = opened.enter_context(pa.OSFile(str(self.files[f]), "rb"))
-                readers[f] = pa.ipc.open_file(source)
-            cursors = [
-                _Cursor(readers[f], run if run is not None else range(readers[f].num_record_batches))
-                for f, run in self.runs
-            ]
-            encoder = opened.enter_context(ThreadPoolExecutor(1, thread_name_prefix="wi-merge"))
-            written: Future[None] | None = None
-            for lo in range(start, start + count, OUTPUT_ROWS):
-                hi = min(lo + OUTPUT_ROWS, start + count)
-                pieces = [piece for c in cursors for piece in c.take_below(hi)]
-                table = _in_order(pa.Table.from_batches(pieces), lo, hi)
-                if written is not None:
-                    written.result()
-                written = encoder.submit(writer.write_table, table)
-            if written is not None:
-                written.result()
+        merge_runs(self.files, self.runs, start, start + count, writer)
+
+    def pieces(self, start: int, count: int, n: int) -> list[tuple[list[Path], list[_Run], int, int]]:
+        """The arguments of :func:`merge_to_file` for each of ``n`` runs of the window's
+        positions (fewer if it is short), cut where the output's row groups are: files
+        merged apart that, appended in order, are the file :meth:`merge` would write."""
+        self._close()
+        groups = -(-count // OUTPUT_ROWS)
+        n = max(1, min(n, groups))
+        cuts = [start + min(count, OUTPUT_ROWS * (groups * k // n)) for k in range(n + 1)]
+        return [(self.files, self.runs, lo, hi) for lo, hi in itertools.pairwise(cuts)]
 
 
-def spool_file(table: pa.Table, path: Path, budget: int) -> None:
-    """One batch's rows (in input order) as a spool file of its own, for :meth:`Spool.add_file`
-    of a spool whose ``budget`` this is."""
+def merge_runs(files: list[Path], runs: list[_Run], lo: int, hi: int, writer: pq.ParquetWriter) -> None:
+    """Write the spooled rows of positions ``lo .. hi-1`` (each once) in position order."""
     import pyarrow as pa
 
+    # One row group is encoded on a thread (pyarrow's writer releases the GIL) while the
+    # next is gathered and put in order here: the encoding (one thread: pyarrow writes a
+    # file's columns one after the other) is what the merge waits for.
+    with contextlib.ExitStack() as opened:
+        readers: dict[int, pa.ipc.RecordBatchFileReader] = {}
+        for f in sorted({f for f, _, _ in runs}):
+            # Not mapped: the pages read would count as this process's memory.
+            source = opened.enter_context(pa.OSFile(str(files[f]), "rb"))
+            readers[f] = pa.ipc.open_file(source)
+        cursors = [_Cursor(readers[f], batches, firsts, lo) for f, batches, firsts in runs]
+        encoder = opened.enter_context(ThreadPoolExecutor(1, thread_name_prefix="wi-merge"))
+        written: Future[None] | None = None
+        for at in range(lo, hi, OUTPUT_ROWS):
+            end = min(at + OUTPUT_ROWS, hi)
+            pieces = [piece for c in cursors for piece in c.take_below(end)]
+            table = _in_order(pa.Table.from_batches(pieces), at, end)
+            if written is not None:
+                written.result()
+            written = encoder.submit(writer.write_table, table)
+        if written is not None:
+            written.result()
+
+
+def merge_to_file(files: list[Path], runs: list[_Run], lo: int, hi: int, path: Path) -> None:
+    """In a worker of this machine: :func:`merge_runs` into a result file of its own at
+    ``path`` (written again whole by a retry)."""
+    with result_writer(path) as writer:
+        merge_runs(files, runs, lo, hi, writer)
+
+
+def result_writer(path: Path) -> pq.ParquetWriter:
+    """A writer of a result file, or of a piece of one: every piece written alike, so that
+    pieces appended in order (``storage``'s ``append_parquet``) are one file."""
+    import pyarrow.parquet as pq
+
+    from web_index.models import RESULT_SCHEMA
+
+    return pq.ParquetWriter(path, RESULT_SCHEMA, compression="zstd")
+
+
+def spool_file(table: pa.Table, path: Path, budget: int) -> list[int]:
+    """One batch's rows (in input order) as a spool file of its own, for :meth:`Spool.add_file`
+    of a spool whose ``budget`` this is; the first position of each of its record batches."""
+    import pyarrow as pa
+
+    parts = _parts(table, budget)
     with pa.OSFile(str(path), "wb") as sink, _new_writer(sink) as writer:
-        for part in _parts(table, budget):
+        for part in parts:
             writer.write_batch(part)
+    return _firsts(parts)
+
+
+def _firsts(parts: list[pa.RecordBatch]) -> list[int]:
+    return [cast(int, part.column(0)[0].as_py()) for part in parts]
 
 
 def _new_writer(sink: pa.OSFile) -> pa.ipc.RecordBatchFileWriter:
@@ -146,17 +187,22 @@ def _in_order(table: pa.Table, lo: int, hi: int) -> pa.Table:
 
 
 class _Cursor:
-    """One batch's spooled rows (sorted by position), a record batch at a time."""
+    """One batch's spooled rows (sorted by position), a record batch at a time, from
+    the first that holds a position at ``lo`` or above (``firsts``: each one's first)."""
 
-    def __init__(self, spool: pa.ipc.RecordBatchFileReader, batches: range) -> None:
+    def __init__(
+        self, spool: pa.ipc.RecordBatchFileReader, batches: range, firsts: list[int], lo: int
+    ) -> None:
         self.spool = spool
-        self.batches = iter(batches)
+        skip = max(0, bisect.bisect_right(firsts, lo) - 1)  # those before hold positions below lo only
+        self.batches = iter(batches[skip:])
         self.batch: pa.RecordBatch | None = None
         self.positions: list[int] = []  # the batch's, as numbers once
         self.at = 0  # the batch's first row not yet taken
+        self.lo = lo
 
     def take_below(self, end: int) -> list[pa.RecordBatch]:
-        """Remove and return the rows whose position is below ``end``."""
+        """Remove and return the rows whose position is below ``end`` (and at ``lo`` or above)."""
         out: list[pa.RecordBatch] = []
         while True:
             if self.batch is None:
@@ -165,7 +211,7 @@ class _Cursor:
                     return out
                 self.batch = self.spool.get_batch(b)
                 self.positions = cast(list[int], self.batch.column(0).to_pylist())  # "query": sorted
-                self.at = 0
+                self.at = bisect.bisect_left(self.positions, self.lo)
             below = bisect.bisect_left(self.positions, end, self.at)
             if below > self.at:
                 out.append(self.batch.slice(self.at, below - self.at))

@@ -51,6 +51,7 @@ from web_index.storage.indexes import open_month_index as open_month_index
 from web_index.storage.indexes import parse_capture_line as parse_capture_line
 from web_index.storage.indexes import rid_text as rid_text
 from web_index.storage.indexes import stored_response as stored_response
+from web_index.storage.pages import append_parquet as append_parquet
 from web_index.storage.pages import read_group as read_group
 from web_index.storage.payloads import resolve_rows as resolve_rows
 

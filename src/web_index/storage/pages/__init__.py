@@ -4,9 +4,11 @@ group of a store file, a big file's bodies by their own data page through the
 Parquet page index (``_reader``, the Thrift and PLAIN bytes both decode in
 ``_format``), and the checksums every read checks and
 every write seals (``_checksum``: the footer's CRC, the whole file's, the pages'
-CRCs as pyarrow reads them). Nothing here is public (``__all__`` is empty): the
-names imported ``as`` themselves are the internal API of the rest of storage,
-the backends included, so that this package never imports them back.
+CRCs as pyarrow reads them), and Parquet files written apart joined by their
+bytes (``_append``, the footer written back in the same Thrift). Nothing here
+is public (``__all__`` is empty): the names imported ``as`` themselves are the
+internal API of the rest of storage, the backends included, so that this
+package never imports them back.
 ``CheckedFile`` (``_checked_file``, a pyarrow ``ParquetFile``) is imported on
 first use, when a store file is opened: reading a body by its place needs no
 pyarrow, which a server worker that only looks captures up never imports.
@@ -14,6 +16,7 @@ pyarrow, which a server worker that only looks captures up never imports.
 
 from typing import TYPE_CHECKING, Any
 
+from web_index.storage.pages._append import append_parquet as append_parquet
 from web_index.storage.pages._checksum import CHECKSUM_KEY as CHECKSUM_KEY
 from web_index.storage.pages._checksum import PLACEHOLDER as PLACEHOLDER
 from web_index.storage.pages._checksum import check_bytes as check_bytes

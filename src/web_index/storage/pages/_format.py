@@ -12,6 +12,7 @@ as dicts, lists as lists, binary as bytes); anything malformed is a
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["Reader", "ThriftError", "UnsupportedPageError", "level_bits", "page_locations", "plain_values"]
@@ -74,17 +75,23 @@ class Reader:
         field read before the cursor (to resume in the middle of a struct)."""
         if depth > _MAX_DEPTH:
             raise ThriftError("nested too deep")
-        fields: dict[int, Any] = {}
+        return {
+            fid: kind == _TRUE
+            if kind in (_TRUE, _FALSE)
+            else self.value(kind, depth + 1)  # a bool's value is its type
+            for fid, kind in self.fields(last)
+        }
+
+    def fields(self, last: int = 0) -> Iterator[tuple[int, int]]:
+        """Each field's id and type up to the struct's stop byte, the cursor then at its value
+        (but a bool's, which is its type): the caller reads it before asking for the next."""
         while True:
             head = self.byte()
             if head == 0:
-                return fields
+                return
             kind, delta = head & 0x0F, head >> 4
             last = last + delta if delta else self.zigzag()
-            if kind in (_TRUE, _FALSE):  # a bool field's value is its type
-                fields[last] = kind == _TRUE
-            else:
-                fields[last] = self.value(kind, depth + 1)
+            yield last, kind
 
     def value(self, kind: int, depth: int) -> Any:
         if kind in (_BYTE,):
