@@ -205,6 +205,43 @@ def test_a_worker_killed_midway_costs_its_batches_again(
     assert pq.read_table(tmp_path / "r.parquet").equals(expected)  # every answer once, none lost
 
 
+def _merge_dying_once(*args: Any) -> None:
+    """``_spool.merge_to_file`` in a worker that kills itself the first time, half-way
+    through writing its piece (a marker file beside the piece says it did)."""
+    path: Path = args[-1]
+    marker = path.parent / "killed-once"
+    if not marker.exists():
+        marker.touch()
+        path.write_bytes(b"PAR1 half a piece")
+        os.kill(os.getpid(), signal.SIGKILL)
+    _spool.merge_to_file(*args)
+
+
+def test_a_worker_killed_while_merging_its_piece_merges_it_again(
+    store: tuple[Path, list[Query]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merge into pieces runs in the workers too: a death there costs that piece again
+    (written whole by the retry), and the file is the one one process writes."""
+    root, queries = store
+    write_queries(tmp_path / "q.parquet", queries)
+    expected = _one_process(root, tmp_path / "q.parquet", tmp_path / "one.parquet", 9)
+    pools: list[int] = []
+    real = _processes.worker_processes
+
+    def counted(jobs: int, preload: Any) -> Any:
+        pools.append(jobs)
+        return real(jobs, preload)
+
+    monkeypatch.setattr(_processes, "worker_processes", counted)
+    monkeypatch.setattr(_bulk, "merge_to_file", _merge_dying_once)
+    with WebIndex(root, read_only=True) as index:
+        n = index.query_file(tmp_path / "q.parquet", tmp_path / "r.parquet", batch_size=9, jobs=2)
+    assert n == len(queries)
+    assert pools == [2, 2]  # the workers started again after the death
+    assert pq.read_table(tmp_path / "r.parquet").equals(expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.parquet", "q.parquet", "r.parquet"]
+
+
 def test_deaths_are_counted_over_the_whole_run(
     store: tuple[Path, list[Query]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
