@@ -2,7 +2,9 @@
 
 Each batch's results are in input order; the batches come in partition order (or
 in any order, from workers). They wait in an Arrow IPC file (LZ4 buffers), and the
-merge walks every batch's rows at once, a row group of the output at a time.
+merge walks every batch's rows at once, a row group of the output at a time: here,
+or in the workers of this machine, each a run of the output's row groups into a
+piece of the result file (``_result_file``).
 """
 
 from __future__ import annotations

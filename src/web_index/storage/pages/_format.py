@@ -75,12 +75,11 @@ class Reader:
         field read before the cursor (to resume in the middle of a struct)."""
         if depth > _MAX_DEPTH:
             raise ThriftError("nested too deep")
-        return {
-            fid: kind == _TRUE
-            if kind in (_TRUE, _FALSE)
-            else self.value(kind, depth + 1)  # a bool's value is its type
-            for fid, kind in self.fields(last)
-        }
+        fields: dict[int, Any] = {}
+        for fid, kind in self.fields(last):
+            # A bool field's value is its type.
+            fields[fid] = kind == _TRUE if kind in (_TRUE, _FALSE) else self.value(kind, depth + 1)
+        return fields
 
     def fields(self, last: int = 0) -> Iterator[tuple[int, int]]:
         """Each field's id and type up to the struct's stop byte, the cursor then at its value
