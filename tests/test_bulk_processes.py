@@ -175,13 +175,8 @@ def _watch_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     _started.clear()
 
 
-def test_a_worker_killed_midway_costs_its_batches_again(
-    store: tuple[Path, list[Query]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root, queries = store
-    write_queries(tmp_path / "q.parquet", queries)
-    expected = _one_process(root, tmp_path / "q.parquet", tmp_path / "one.parquet", 9)
-    killed: list[int] = []
+def _pools_started(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the worker pools started from now on, in order."""
     pools: list[int] = []
     real = _processes.worker_processes
 
@@ -190,6 +185,17 @@ def test_a_worker_killed_midway_costs_its_batches_again(
         return real(jobs, preload)
 
     monkeypatch.setattr(_processes, "worker_processes", counted)
+    return pools
+
+
+def test_a_worker_killed_midway_costs_its_batches_again(
+    store: tuple[Path, list[Query]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, queries = store
+    write_queries(tmp_path / "q.parquet", queries)
+    expected = _one_process(root, tmp_path / "q.parquet", tmp_path / "one.parquet", 9)
+    killed: list[int] = []
+    pools = _pools_started(monkeypatch)
 
     def answered(n: int) -> None:
         if not killed:  # the first batch is back, the others are with the workers
@@ -225,14 +231,7 @@ def test_a_worker_killed_while_merging_its_piece_merges_it_again(
     root, queries = store
     write_queries(tmp_path / "q.parquet", queries)
     expected = _one_process(root, tmp_path / "q.parquet", tmp_path / "one.parquet", 9)
-    pools: list[int] = []
-    real = _processes.worker_processes
-
-    def counted(jobs: int, preload: Any) -> Any:
-        pools.append(jobs)
-        return real(jobs, preload)
-
-    monkeypatch.setattr(_processes, "worker_processes", counted)
+    pools = _pools_started(monkeypatch)
     monkeypatch.setattr(_bulk, "merge_to_file", _merge_dying_once)
     with WebIndex(root, read_only=True) as index:
         n = index.query_file(tmp_path / "q.parquet", tmp_path / "r.parquet", batch_size=9, jobs=2)

@@ -19,12 +19,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from web_index.storage.pages._format import _MAX_DEPTH, Reader, ThriftError
+from web_index.storage.pages._format import (
+    _BINARY,
+    _BYTE,
+    _DOUBLE,
+    _FALSE,
+    _I16,
+    _I32,
+    _I64,
+    _LIST,
+    _MAP,
+    _MAX_DEPTH,
+    _SET,
+    _STRUCT,
+    _TRUE,
+    Reader,
+    ThriftError,
+)
 
 __all__ = ["append_parquet"]
 
 _MAGIC = b"PAR1"
-_TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
 
 # A struct as read: (field id, compact type, value) in the order written; a list
 # (element type, values); a map (key type, value type, pairs). Bool elements of a
