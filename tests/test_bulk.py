@@ -309,6 +309,45 @@ def test_a_windows_domains_are_each_urls_own(parts: list[tuple[str, ...]], nulls
     assert got == [expected(u) for u in urls]
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.sampled_from([None, "get", "head", "get-metadata"]), _URL_PARTS, st.booleans()),
+        min_size=1,
+        max_size=30,
+    ),
+    as_dictionary=st.booleans(),
+    chunked=st.booleans(),
+)
+def test_a_window_is_answered_by_type_then_domain_in_input_order_within(
+    rows: list[tuple[str | None, tuple[str, ...], bool]], as_dictionary: bool, chunked: bool
+) -> None:
+    """The order a window's rows are answered in is a stable sort by type (none: ``get``)
+    and partition domain (none: ``""``), whatever the columns' encoding and chunks."""
+    from web_index.errors import InvalidURLError
+    from web_index.urls import key_and_domain
+
+    def domain(url: str | None) -> str:
+        try:
+            return "" if url is None else key_and_domain(url)[1]
+        except InvalidURLError:
+            return ""
+
+    types = [t for t, _, _ in rows]
+    urls = [None if null else "".join(parts) for _, parts, null in rows]
+    type_column: Any = pa.array(types, pa.string())
+    url_column: Any = pa.array(urls, pa.string())
+    if as_dictionary:
+        type_column, url_column = type_column.dictionary_encode(), url_column.dictionary_encode()
+    if chunked:
+        half = len(rows) // 2
+        type_column = pa.chunked_array([type_column[:half], type_column[half:]])
+        url_column = pa.chunked_array([url_column[:half], url_column[half:]])
+    got = _bulk._partition_order(pa.table({"type": type_column, "url": url_column})).to_pylist()
+    keys = [(t or "get", domain(u)) for t, u in zip(types, urls, strict=True)]
+    assert got == sorted(range(len(rows)), key=lambda i: keys[i])
+
+
 @pytest.mark.parametrize(
     ("row", "field"),
     [

@@ -165,8 +165,10 @@ def _windows(source: str | os.PathLike[str] | Iterable[Query], window: int) -> I
 def _partition_order(rows: pa.Table) -> pa.Array[Any]:
     """Row numbers in the order a window is answered: by (type, domain), stably.
 
-    Sorted by Arrow: a million URLs as Python strings, or a million sort-key
-    tuples, would cost more memory than the window.
+    Sorted by Arrow, on each row's rank among the window's types and domains: a
+    million URLs as Python strings, or a million sort-key tuples, would cost more
+    memory than the window, and a sort on the strings themselves compares them
+    again and again (0.47 s for a million, against 0.05 on their ranks).
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -175,40 +177,75 @@ def _partition_order(rows: pa.Table) -> pa.Array[Any]:
     names = rows.column_names
     domains: Any = _domains(rows.column("url")) if "url" in names else pa.nulls(n, pa.string())
     types: Any = rows.column("type").cast(pa.string()) if "type" in names else pa.nulls(n, pa.string())
-    keys = pa.table({"type": pc.fill_null(types, "get"), "domain": pc.fill_null(domains, "")})
+    keys = pa.table({"type": _ranks(types, "get"), "domain": _ranks(domains, "")})
     order: pa.Array[Any] = pc.sort_indices(keys, [("type", "ascending"), ("domain", "ascending")])
     return order
 
 
+def _ranks(values: Any, missing: str) -> pa.Array[Any]:
+    """Each value's rank among the distinct values (a null counted as ``missing``): found
+    once a distinct value, which a window's types, domains and hosts are few of."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    coded = values if pa.types.is_dictionary(values.type) else values.dictionary_encode()
+    # Nulls are the extra last value: pointed at, they sort with the value they stand for.
+    distinct = pa.concat_arrays([pc.fill_null(coded.dictionary, missing), pa.array([missing])])
+    ranks = pc.rank(distinct, sort_keys="ascending", tiebreaker="dense")
+    at = pc.fill_null(coded.indices.cast(pa.int64()), len(distinct) - 1)
+    taken: pa.Array[Any] = ranks.take(at)
+    return taken
+
+
 # A URL's host, lowercased, as most URLs spell it (no IDN, no IPv6 literal): what orders a
-# window needs, not a URL's validation, which building its query does.
+# window needs, not a URL's validation, which building its query does. Searched in what comes
+# before a URL's third "/" (all of a URL that has none), which holds everything the pattern
+# reads: none of its parts before the host's end takes a "/".
 _HOST = r"^https?://(?:[^/?#@]*@)?(?P<host>[a-z0-9-]+(?:\.[a-z0-9-]+)*)\.?(?::[0-9]*)?(?:[/?#]|$)"
 
 
-def _domains(urls: pa.ChunkedArray[Any]) -> pa.Array[Any]:
+def _domains(urls: pa.ChunkedArray[Any]) -> pa.DictionaryArray[Any, Any]:
     """Each URL's partition domain, null for one that has none (its query raises when
-    built, naming it): found once a host (a million URLs of 100,000 hosts: 1.2 s, against
+    built, naming it), as a dictionary array. Found once a distinct scheme and authority
+    (what comes before a URL's third "/"; a million URLs of 100,000 hosts, ~1.0 s against
     2.3 s one URL at a time), and one URL at a time for the few whose host the pattern
     does not find. The pattern checks a URL loosely (a port's range, for one): a URL it
     passes that building its query refuses gets a domain here, which only orders it."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if pa.types.is_dictionary(urls.type):
         urls = urls.cast(urls.type.value_type)
     if not pa.types.is_string(urls.type) and not pa.types.is_large_string(urls.type):
-        return pa.nulls(len(urls), pa.string())  # building the queries raises, naming the column
-    whole = urls.combine_chunks()
-    hosts = pc.struct_field(pc.extract_regex(pc.utf8_lower(whole), _HOST), [0]).dictionary_encode()
-    by_host = [_domain_or_none(f"http://{host}/") for host in hosts.dictionary.to_pylist()]
-    domains: pa.Array[Any] = pa.array(by_host, pa.string()).take(hosts.indices)
-    others = pc.is_null(hosts.indices)
-    if not pc.any(others).as_py():
-        return domains
-    odd = whole.filter(others).to_pylist()
-    found = pa.array([_domain_or_none(u) if isinstance(u, str) else None for u in odd], pa.string())
-    filled: pa.Array[Any] = pc.replace_with_mask(domains, others, found)
-    return filled
+        nothing: pa.DictionaryArray[Any, Any] = pa.DictionaryArray.from_arrays(
+            pa.nulls(len(urls), pa.int32()), pa.array([], pa.string())
+        )
+        return nothing  # building the queries raises, naming the column
+    whole: Any = urls.combine_chunks()
+    heads: Any = pc.binary_join(pc.list_slice(pc.split_pattern(whole, "/", max_splits=3), 0, 3), "/")
+    coded: Any = heads.dictionary_encode()
+    hosts: Any = pc.struct_field(pc.extract_regex(pc.utf8_lower(coded.dictionary), _HOST), [0])
+    of_host: dict[str | None, str | None] = {None: None}
+    by_head = [
+        of_host[h] if h in of_host else of_host.setdefault(h, _domain_or_none(f"http://{h}/"))
+        for h in hosts.to_pylist()
+    ]
+    indices = coded.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+    # The URLs whose heads the pattern does not find a host in: one at a time, each its own value.
+    unfound: Any = pc.fill_null(pc.is_null(hosts).take(coded.indices), False)
+    if pc.any(unfound).as_py():
+        rows = np.flatnonzero(unfound.to_numpy(zero_copy_only=False))
+        for at, url in zip(rows, whole.take(pa.array(rows)).to_pylist(), strict=True):
+            indices[at] = len(by_head)
+            by_head.append(_domain_or_none(url))
+    domains: pa.DictionaryArray[Any, Any] = pa.DictionaryArray.from_arrays(
+        pa.array(indices, mask=pc.is_null(coded.indices).to_numpy(zero_copy_only=False)),
+        pa.array(by_head, pa.string()),
+    )
+    return domains
 
 
 def _domain_or_none(url: str) -> str | None:
@@ -256,6 +293,7 @@ def answer_window(
 
     workers.start(-(-rows.num_rows // batch_size))
     batches = _batches(rows, batch_size)
+    rows = rows.combine_chunks()  # each batch's rows taken from one chunk: 1.2 -> 0.7 s a million
     name = _source_name(source)
     done = 0
     work = out.work
