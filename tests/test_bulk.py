@@ -268,6 +268,36 @@ def test_query_file_refuses_naive_timestamps(bulk_store: tuple[Path, list[Query]
     assert not (tmp_path / "r.parquet").exists()
 
 
+def test_the_collector_is_off_while_a_batch_is_answered_and_made_rows(
+    bulk_store: tuple[Path, list[Query]], tmp_path: Path
+) -> None:
+    """No collection runs while a batch is answered and its answers made rows: each would
+    walk every object the process tracks, and a batch's allocations set off many."""
+    import gc
+
+    root, pool = bulk_store
+    queries = pool * 50
+    write_queries(tmp_path / "q.parquet", queries)
+    rows = pq.read_table(tmp_path / "q.parquet")
+    collections: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    with WebIndex(root, read_only=True) as idx:
+        _bulk._answered(idx._answer_plans, rows, list(range(len(queries))), "q")  # warm: imports, caches
+        gc.collect()
+        gc.callbacks.append(seen)
+        try:
+            table = _bulk._answered(idx._answer_plans, rows, list(range(len(queries))), "q")
+        finally:
+            gc.callbacks.remove(seen)
+        assert gc.isenabled()
+    assert table.num_rows == len(queries)
+    assert collections == []
+
+
 _HOSTS = [
     "example.com",
     "WWW.Example.CO.UK",

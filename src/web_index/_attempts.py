@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import gc
 import itertools
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +15,7 @@ from web_index.errors import InvalidRecordError
 from web_index.ingest import Limits, new_request_ids, validate_attempt
 from web_index.models import AttemptMetadata, AttemptRows, PageKey, RecordType, Response, from_us
 
-__all__ = ["InsertItem", "gc_paused", "key_of", "validate_items"]
+__all__ = ["InsertItem", "key_of", "validate_items"]
 
 InsertItem = tuple[
     RecordType | str,
@@ -51,25 +49,6 @@ def validate_items(
                 raise InvalidRecordError(f"item {n}: {exc.field}", exc.problem) from None
             raise
     return attempts
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for one batch of inserts or queries.
-
-    A batch's temporaries (rows, candidates, decoded dicts) die by reference
-    counting when it ends; meanwhile every collection would walk them, and a
-    full one every object the process holds (the caller's pages too): ~8% of
-    the time of batches of 1,000 inserts (alternated runs, 50,000 attempts).
-    Switching it is process-wide: a batch in another thread just collects later.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 _KEY = PageKey(url="http://example.com/", timestamp=from_us(0), request_id="-")

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Protocol, Self, TypeVar
 
-from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
+from web_index._attempts import InsertItem, key_of, validate_items
 from web_index._on_cluster import worker_store
 from web_index.ingest import Limits
 from web_index.models import AttemptRows, PageKey
@@ -19,6 +19,7 @@ from web_index.storage import (
     Piece,
     Store,
     WriteOptions,
+    gc_paused,
 )
 
 __all__ = ["BulkLoad", "default_commit_bytes"]

@@ -19,7 +19,6 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from web_index._attempts import gc_paused
 from web_index.models import Query
 from web_index.query import (
     Plan,
@@ -32,7 +31,7 @@ from web_index.query import (
     map_on_cluster,
     run_plans,
 )
-from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptions, open_store
+from web_index.storage import MethodPartition, PartitionFiles, Store, WriteOptions, gc_paused, open_store
 
 __all__ = ["answer_file", "compactor", "shared_location", "worker_store"]
 

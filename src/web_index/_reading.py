@@ -9,7 +9,6 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 
-from web_index._attempts import gc_paused
 from web_index.errors import InvalidRecordError
 from web_index.models import (
     AttemptMetadata,
@@ -24,7 +23,7 @@ from web_index.models import (
     to_us,
 )
 from web_index.query import Plan, Result, run_plans, run_queries, time_bound
-from web_index.storage import Store, capture_response, find_capture_lines, parse_capture_line
+from web_index.storage import Store, capture_response, find_capture_lines, gc_paused, parse_capture_line
 from web_index.urls import key_and_domain, surt_prefixes
 
 __all__ = ["Reading"]

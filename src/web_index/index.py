@@ -8,7 +8,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
-from web_index._attempts import InsertItem, gc_paused, key_of, validate_items
+from web_index._attempts import InsertItem, key_of, validate_items
 from web_index._bulk_load import BulkLoad
 from web_index._reading import Reading
 from web_index.ingest import Limits
@@ -21,6 +21,7 @@ from web_index.storage import (
     FlushPolicy,
     MethodPartition,
     WriteOptions,
+    gc_paused,
     open_store,
 )
 

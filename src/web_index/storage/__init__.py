@@ -20,6 +20,7 @@ from web_index.storage._layout import STORE_MARKER as STORE_MARKER
 from web_index.storage._layout import Partition
 from web_index.storage._layout import StoredFile as StoredFile
 from web_index.storage._load import method_partition as method_partition
+from web_index.storage._memory import gc_paused as gc_paused
 from web_index.storage._memory import release_freed_memory as release_freed_memory
 from web_index.storage._open import open_store as open_store
 from web_index.storage._scan import ScanFilter as ScanFilter

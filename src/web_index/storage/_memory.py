@@ -14,20 +14,45 @@ trim skipped so is done by a thread of this module once that time is up: what th
 piece of work freed would otherwise stay in the heap for as long as the process then idles
 (a 10 GiB import's two workers each held ~80 MiB of untrimmed heap through the month index
 builds between its commits, which is when the import peaked).
+
+Also here, the other side of a batch's memory: the cyclic collector kept off while a batch
+makes and frees its objects (:func:`gc_paused`), used by inserts, loads and queries alike.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["release_freed_memory"]
+__all__ = ["gc_paused", "release_freed_memory"]
 
 _TRIM_EVERY_S = 1.0
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for one batch of inserts or queries.
+
+    A batch's temporaries (rows, candidates, decoded dicts) die by reference
+    counting when it ends; meanwhile every collection would walk them, and a
+    full one every object the process holds (the caller's pages too): ~8% of
+    the time of batches of 1,000 inserts (alternated runs, 50,000 attempts).
+    Switching it is process-wide: a batch in another thread just collects later.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def release_freed_memory() -> None:
