@@ -300,7 +300,6 @@ def answer_window(
 
     workers.start(-(-rows.num_rows // batch_size))
     batches = _batches(rows, batch_size)
-    rows = rows.combine_chunks()  # each batch's rows taken from one chunk: 1.2 -> 0.7 s a million
     name = _source_name(source)
     done = 0
     work = out.work

@@ -28,7 +28,7 @@ __all__ = ["Processes"]
 _IN_FLIGHT = 2  # batches submitted a worker: one answered, one waiting its turn
 _DEATHS = 2  # worker deaths a run survives
 # What a batch imports on first use, imported once in the fork server (see worker_processes).
-_PRELOAD = ("pyarrow", "pyarrow.compute", "pyarrow.ipc", "polars", "web_index._on_cluster", "web_index.query")
+_PRELOAD = ("pyarrow", "pyarrow.compute", "pyarrow.ipc", "web_index._on_cluster", "web_index.query")
 
 
 class Processes:
