@@ -319,8 +319,14 @@ _URL_PARTS = st.tuples(
 
 
 @settings(max_examples=200, deadline=None)
-@given(parts=st.lists(_URL_PARTS, min_size=1, max_size=20), nulls=st.lists(st.booleans(), max_size=20))
-def test_a_windows_domains_are_each_urls_own(parts: list[tuple[str, ...]], nulls: list[bool]) -> None:
+@given(
+    parts=st.lists(_URL_PARTS, min_size=1, max_size=20),
+    nulls=st.lists(st.booleans(), max_size=20),
+    string=st.sampled_from([pa.string(), pa.large_string()]),
+)
+def test_a_windows_domains_are_each_urls_own(
+    parts: list[tuple[str, ...]], nulls: list[bool], string: pa.DataType
+) -> None:
     """Found a host at a time, the domains that order a window are what each URL's query
     is partitioned by; none for a URL whose query cannot be built."""
     from web_index.errors import InvalidURLError
@@ -335,7 +341,7 @@ def test_a_windows_domains_are_each_urls_own(parts: list[tuple[str, ...]], nulls
         except InvalidURLError:
             return None
 
-    got = _bulk._domains(pa.chunked_array([urls[:3], urls[3:]], pa.string())).to_pylist()
+    got = _bulk._domains(pa.chunked_array([urls[:3], urls[3:]], string)).to_pylist()
     assert got == [expected(u) for u in urls]
 
 
