@@ -82,6 +82,9 @@ def test_unparseable_urls_are_refused_with_a_clear_error(bad: str) -> None:
         ("https://www.bbc.co.uk/news", "bbc.co.uk"),
         ("https://a.b.thema.ai/", "thema.ai"),
         ("http://127.0.0.1:8000/", "127.0.0.1"),
+        ("http://10.0.0.7/", "10.0.0.7"),
+        ("http://shop.example.com.1/", "shop.example.com.1"),  # ends in a digit, no address
+        ("http://www.site7.com1/", "www.site7.com1"),  # no public suffix: the host
         ("http://localhost/", "localhost"),
         ("http://[::1]/", "ip6-0000-0000-0000-0000-0000-0000-0000-0001"),
         ("https://Bücher.example/", "xn--bcher-kva.example"),
