@@ -231,11 +231,9 @@ def _domains(urls: pa.ChunkedArray[Any]) -> pa.DictionaryArray[Any, Any]:
     heads: Any = pc.binary_join(parts, pa.scalar("/", whole.type))  # of the URLs' own string type
     coded: Any = heads.dictionary_encode()
     hosts: Any = pc.struct_field(pc.extract_regex(pc.utf8_lower(coded.dictionary), _HOST), [0])
-    of_host: dict[str | None, str | None] = {None: None}
-    by_head = [
-        of_host[h] if h in of_host else of_host.setdefault(h, _domain_or_none(f"http://{h}/"))
-        for h in hosts.to_pylist()
-    ]
+    host_of_head: list[str | None] = hosts.to_pylist()
+    of_host = {h: _domain_or_none(f"http://{h}/") for h in set(host_of_head) if h is not None}
+    by_head = [None if h is None else of_host[h] for h in host_of_head]
     indices = pc.fill_null(coded.indices, 0).to_numpy(zero_copy_only=False).astype(np.int32)
     # The URLs whose heads the pattern does not find a host in: one at a time, each its own value.
     unfound: Any = pc.fill_null(pc.is_null(hosts).take(coded.indices), False)
